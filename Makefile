@@ -1,0 +1,54 @@
+# The two commands of the README:  `make demo` (set up, then run the default job) and
+# `make test` (set up, then lint, type-check and run the test suite). Both create .venv.
+#
+# torch is installed first and pinned to the local CPU wheel so that nothing pulls a CUDA build on a
+# CPU-only machine. GPU users: `make demo TORCH="torch --index-url https://download.pytorch.org/whl/cu128"`
+# (or any torch you like), see the README.
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+ARGS   ?=
+
+.PHONY: demo test lint typecheck pytest setup setup-test bench clean
+
+$(VENV)/.torch:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install "$(TORCH)"
+	touch $@
+
+# Core install (the default job): the package plus tensorboard and math-verify.
+$(VENV)/.core: $(VENV)/.torch pyproject.toml
+	$(PIP) install -e ".[tensorboard,math]"
+	touch $@
+
+# Test install: everything the tests compare against (verl, ray, math-verify, a real HTTP server).
+$(VENV)/.test: $(VENV)/.torch pyproject.toml
+	$(PIP) install -e ".[dev,tensorboard,math,ray,verl,judge]"
+	touch $@
+
+setup: $(VENV)/.core
+setup-test: $(VENV)/.test
+
+demo: setup
+	$(VENV)/bin/stepcredit train $(ARGS)
+
+lint: setup-test
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+typecheck: setup-test
+	$(VENV)/bin/mypy
+
+pytest: setup-test
+	$(VENV)/bin/pytest $(ARGS)
+
+test: lint typecheck pytest
+
+bench: setup-test
+	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

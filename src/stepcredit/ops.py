@@ -1,0 +1,88 @@
+"""Small tensor helpers shared by the maths: masked reductions, group statistics, shape checks.
+
+All functions are pure; masks are bool with True meaning "counts".
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_shape(name: str, x: torch.Tensor, shape: tuple[int | None, ...]) -> None:
+    """Raise ValueError unless ``x`` has ``len(shape)`` dims matching every non-None entry."""
+    if x.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, x.shape, strict=True)):
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(x.shape)}")
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Sum of ``x`` where ``mask`` is True."""
+    z = torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return z.sum() if dim is None else z.sum(dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask`` is True (0 where nothing counts)."""
+    n = mask.sum() if dim is None else mask.sum(dim)
+    return masked_sum(x, mask, dim) / n.clamp(min=1).to(x.dtype)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, *, unbiased: bool = True) -> torch.Tensor:
+    """Variance of the masked entries (Bessel-corrected by default, as torch.var)."""
+    mean = masked_mean(x, mask)
+    n = mask.sum().to(x.dtype)
+    var = masked_sum((x - mean) ** 2, mask) / n.clamp(min=1)
+    if unbiased:
+        var = var * n / (n - 1).clamp(min=1)
+    return var
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, *, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over the masked entries; masked-out entries become 0."""
+    mean = masked_mean(x, mask)
+    var = masked_var(x, mask)
+    out = (x - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        out = out + mean
+    return torch.where(mask, out, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def group_index(group_B: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Map arbitrary group ids to 0..K-1; returns (dense ids [B], K)."""
+    uniq, inv = torch.unique(group_B, return_inverse=True)
+    return inv, int(uniq.numel())
+
+
+def group_stats(
+    x_B: torch.Tensor, group_B: torch.Tensor, valid_B: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-response (mean, unbiased std, count) of its group, over valid members only.
+
+    Singleton groups get mean 0 and std 1 (the convention of verl's GRPO), so their advantage is x.
+    """
+    if valid_B is None:
+        valid_B = torch.ones_like(x_B, dtype=torch.bool)
+    gid, k = group_index(group_B)
+    w = valid_B.to(x_B.dtype)
+    xz = torch.where(valid_B, x_B, torch.zeros((), dtype=x_B.dtype, device=x_B.device))
+    cnt = torch.zeros(k, dtype=x_B.dtype, device=x_B.device).index_add_(0, gid, w)
+    s = torch.zeros(k, dtype=x_B.dtype, device=x_B.device).index_add_(0, gid, xz)
+    mean = s / cnt.clamp(min=1)
+    dev = torch.where(valid_B, x_B - mean[gid], torch.zeros((), dtype=x_B.dtype, device=x_B.device))
+    ss = torch.zeros(k, dtype=x_B.dtype, device=x_B.device).index_add_(0, gid, dev * dev)
+    std = torch.sqrt(ss / (cnt - 1).clamp(min=1))
+    single = cnt <= 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    return mean[gid], std[gid], cnt[gid]
+
+
+def reverse_cumsum(x_BT: torch.Tensor) -> torch.Tensor:
+    """out[:, t] = sum_{t' >= t} x[:, t']."""
+    return torch.flip(torch.cumsum(torch.flip(x_BT, dims=[1]), dim=1), dims=[1])
+
+
+def last_token_index(mask_BT: torch.Tensor) -> torch.Tensor:
+    """Index of the last True of each row (0 for an empty row)."""
+    T = mask_BT.shape[1]
+    pos = torch.arange(T, device=mask_BT.device).expand_as(mask_BT)
+    return torch.where(mask_BT, pos, torch.zeros_like(pos)).max(dim=1).values

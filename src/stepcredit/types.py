@@ -1,0 +1,169 @@
+"""The few dataclasses every stage shares, and the dimension key.
+
+Dimension key (suffixes on tensor names in the maths):
+    B  responses in a batch (prompts x samples per prompt)
+    G  group size (samples per prompt)
+    P  prompt tokens
+    T  response tokens (right-padded)
+    S  episodes / steps of a response
+    V  vocabulary
+A mask is ``bool`` and True means "counts".
+
+This module imports no torch at module level so that verifiers can be used without it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Status(str, Enum):
+    """Why a reward is what it is. Only ``ok`` (and ``unparseable``, a model's fault) are real scores."""
+
+    OK = "ok"
+    """The reward was computed."""
+    UNPARSEABLE = "unparseable"
+    """No answer could be extracted from the response: the model's fault, scored as wrong."""
+    TIMEOUT = "timeout"
+    """The reward function (or the program under test) ran past its deadline and was stopped."""
+    ERROR = "error"
+    """The reward function or the program under test raised or crashed."""
+    SANDBOX_ERROR = "sandbox_error"
+    """The sandbox itself failed: neither the model's fault nor a pass."""
+
+
+@dataclass
+class RewardResult:
+    """A typed reward: a score plus a status; "could not score" is never a silent 0."""
+
+    score: float
+    status: Status = Status.OK
+    extracted: str | None = None
+    """The answer the verifier extracted from the response, if any."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Free-form details (the judge's explanation, test outcomes, the raw return value...)."""
+    latency_s: float = 0.0
+    source: str = ""
+    """Which reward function produced it (the routing key)."""
+
+    @property
+    def ok(self) -> bool:
+        """True when the score is a real verdict on the response (``ok`` or ``unparseable``)."""
+        return self.status in (Status.OK, Status.UNPARSEABLE) and math.isfinite(self.score)
+
+    @classmethod
+    def failure(cls, status: Status, message: str, **info: Any) -> RewardResult:
+        """A result for a reward that could not be computed; ``score`` is NaN so nobody averages it."""
+        return cls(score=float("nan"), status=status, info={"message": message, **info})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "score": None if math.isnan(self.score) else self.score,
+            "status": self.status.value,
+            "extracted": self.extracted,
+            "info": self.info,
+            "latency_s": self.latency_s,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One prompt row in the verl schema, plus where it came from."""
+
+    prompt: tuple[dict[str, str], ...]
+    """Chat messages ``({"role": ..., "content": ...}, ...)``."""
+    ground_truth: Any
+    data_source: str = "arith"
+    ability: str = "math"
+    style: str = "rule"
+    """``rule`` (a verifier) or ``model`` (a reward model)."""
+    extra_info: dict[str, Any] = field(default_factory=dict)
+    domain: str = "default"
+    tag: str = "default"
+    uid: str = ""
+    """A stable id of the row (file:row or task:seed:index) used in error messages and logs."""
+
+    def with_(self, **kw: Any) -> Sample:
+        return replace(self, **kw)
+
+
+@dataclass
+class Batch:
+    """What a rollout produces and every later stage reads or extends.
+
+    Per response ``b`` (B in all): the ``Sample`` it answers, its group id, and its tensors.
+    The reward stage fills ``rewards``; the process stage fills ``episode_ends`` and ``values``;
+    the estimators read ``outcome_BT`` and ``process_BT`` (kept apart until the estimator combines them).
+    """
+
+    samples: list[Sample]
+    group_B: torch.Tensor
+    """Long ids; responses to the same prompt share an id."""
+    prompt_ids_BP: torch.Tensor
+    """Left-padded prompt tokens."""
+    prompt_mask_BP: torch.Tensor
+    response_ids_BT: torch.Tensor
+    """Right-padded response tokens (eos included when generated)."""
+    response_mask_BT: torch.Tensor
+    behaviour_logp_BT: torch.Tensor
+    """Log-probs of the sampled tokens under the policy that generated them."""
+    texts: list[str]
+    """Decoded responses (special tokens removed)."""
+    truncated_B: torch.Tensor
+    """True where the response hit the length limit without eos."""
+    policy_version: int = 0
+    """The optimiser step of the weights that generated this batch (for staleness)."""
+    ref_logp_BT: torch.Tensor | None = None
+    values_BT: torch.Tensor | None = None
+    rewards: list[RewardResult] | None = None
+    episode_ends: list[list[int]] | None = None
+    """Per response: token indices (into the response) of each episode's last token."""
+    prefix_values: list[list[float]] | None = None
+    """Per response: V_0 (empty response), V_1, ..., V_S at the episode ends."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def select(self, idx: list[int]) -> Batch:
+        """A sub-batch of the given response indices (in that order)."""
+        import torch
+
+        index = torch.as_tensor(idx, dtype=torch.long)
+
+        def pick(x: Any) -> Any:
+            if x is None:
+                return None
+            if hasattr(x, "index_select"):
+                return x.index_select(0, index)
+            return [x[i] for i in idx]
+
+        extra = {
+            k: pick(v) if (hasattr(v, "index_select") or isinstance(v, list)) and len(v) == len(self) else v
+            for k, v in self.extra.items()
+        }
+        return Batch(
+            samples=pick(self.samples),
+            group_B=pick(self.group_B),
+            prompt_ids_BP=pick(self.prompt_ids_BP),
+            prompt_mask_BP=pick(self.prompt_mask_BP),
+            response_ids_BT=pick(self.response_ids_BT),
+            response_mask_BT=pick(self.response_mask_BT),
+            behaviour_logp_BT=pick(self.behaviour_logp_BT),
+            texts=pick(self.texts),
+            truncated_B=pick(self.truncated_B),
+            policy_version=self.policy_version,
+            ref_logp_BT=pick(self.ref_logp_BT),
+            values_BT=pick(self.values_BT),
+            rewards=pick(self.rewards),
+            episode_ends=pick(self.episode_ends),
+            prefix_values=pick(self.prefix_values),
+            extra=extra,
+        )
