@@ -125,6 +125,142 @@ class RolloutConfig:
 
 # ---------------------------------------------------------------------------------------- reward
 @dataclass(frozen=True)
+class SandboxConfig:
+    """The code sandbox (data_source/ability ``code``): limits of one run of one test case."""
+
+    timeout_s: float = 5.0
+    """Wall-clock limit of one test case, counted from the program's start; the whole sandbox is killed."""
+    cpu_s: int = 0
+    """CPU-time limit (RLIMIT_CPU) of one test case; 0 = ``ceil(timeout_s) + 1``."""
+    memory_mb: int = 512
+    """Address-space limit (RLIMIT_AS) of the program."""
+    file_size_mb: int = 16
+    """Largest file the program may write (RLIMIT_FSIZE)."""
+    tmpfs_mb: int = 64
+    """Size of the private in-memory working directory (the program's cwd and /tmp)."""
+    max_procs: int = 32
+    """Processes and threads the program may run at once (RLIMIT_NPROC, counted inside its namespace)."""
+    output_limit_kb: int = 1024
+    """Cap on stdout and on stderr; a program that writes more is stopped (status ``error``)."""
+    concurrency: int = 2
+    """Sandboxes that run at once in one process."""
+    scoring: str = "fraction"
+    """``fraction`` (share of test cases passed) or ``all`` (1 only when every case passes)."""
+    max_cases: int = 0
+    """Run at most this many test cases per response (0 = all)."""
+    python: str = ""
+    """Interpreter inside the sandbox; empty = the base interpreter running stepcredit."""
+
+    def __post_init__(self) -> None:
+        _check(self.timeout_s > 0, "reward.sandbox.timeout_s", "must be > 0")
+        _check(self.cpu_s >= 0, "reward.sandbox.cpu_s", "must be >= 0")
+        _check(self.memory_mb >= 64, "reward.sandbox.memory_mb", "must be >= 64")
+        _check(self.file_size_mb >= 1 and self.tmpfs_mb >= 1, "reward.sandbox.file_size_mb", "must be >= 1")
+        _check(self.max_procs >= 1, "reward.sandbox.max_procs", "must be >= 1")
+        _check(self.output_limit_kb >= 1, "reward.sandbox.output_limit_kb", "must be >= 1")
+        _check(self.concurrency >= 1, "reward.sandbox.concurrency", "must be >= 1")
+        _check(self.scoring in ("fraction", "all"), "reward.sandbox.scoring", "fraction or all")
+        _check(self.max_cases >= 0, "reward.sandbox.max_cases", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """An LLM judge behind an OpenAI-compatible chat-completions endpoint."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """Endpoint root; ``/chat/completions`` is appended."""
+    model: str = "judge"
+    """The ``model`` field of each request."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the API key (never the key itself); unset = no key."""
+    prompt_template: str = ""
+    """User message with ``{question}``, ``{response}``, ``{ground_truth}``; empty = the built-in rubric."""
+    system_prompt: str = ""
+    """Optional system message."""
+    score_pattern: str = r"(?i)score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)"
+    """Regex whose first group is the score in the judge's reply (the last match wins)."""
+    max_score: float = 10.0
+    """The parsed score is divided by this (so 0..max_score becomes 0..1)."""
+    temperature: float = 0.0
+    """Sampling temperature of the judge."""
+    max_tokens: int = 256
+    """Longest judge reply."""
+    concurrency: int = 8
+    """Requests in flight at once."""
+    max_retries: int = 4
+    """Retries after the first attempt on 429, 5xx, timeouts, connection errors and malformed replies."""
+    backoff_s: float = 0.5
+    """First backoff; doubles each retry (full jitter), capped by ``backoff_max_s``."""
+    backoff_max_s: float = 8.0
+    """Longest single backoff."""
+    request_timeout_s: float = 30.0
+    """Timeout of one HTTP attempt."""
+    deadline_s: float = 120.0
+    """Deadline of one judged sample over all its attempts; past it the result is ``timeout``."""
+
+    def __post_init__(self) -> None:
+        _check(self.max_score > 0, "reward.judge.max_score", "must be > 0")
+        _check(self.concurrency >= 1, "reward.judge.concurrency", "must be >= 1")
+        _check(self.max_retries >= 0, "reward.judge.max_retries", "must be >= 0")
+        _check(self.request_timeout_s > 0 and self.deadline_s > 0, "reward.judge.deadline_s", "must be > 0")
+
+
+@dataclass(frozen=True)
+class RewardModelConfig:
+    """A Hugging Face reward model (per-row ``reward_model.style: model``)."""
+
+    path: str = ""
+    """Model directory (AutoModelForSequenceClassification or AutoModelForTokenClassification, one label)."""
+    kind: str = "auto"
+    """``sequence``, ``token`` or ``auto`` (from the model's architecture name)."""
+    channel: str = "outcome"
+    """``outcome``: the score at the last valid token; ``process``: a score at every response token."""
+    batch_size: int = 8
+    """Responses per forward pass."""
+    max_length: int = 1024
+    """Longest prompt + response in tokens (the prompt is cut from the left)."""
+    device: str = "cpu"
+    """Device of the reward model (``cpu``, ``cuda``, ``cuda:1``)."""
+    worker: str = "inline"
+    """``inline`` (in the calling process) or ``process`` (its own worker process, off the policy's device)."""
+    threads: int = 1
+    """torch threads of the worker process."""
+
+    def __post_init__(self) -> None:
+        _check(self.kind in ("auto", "sequence", "token"), "reward.reward_model.kind", "auto, sequence or token")
+        _check(self.channel in ("outcome", "process"), "reward.reward_model.channel", "outcome or process")
+        _check(self.worker in ("inline", "process"), "reward.reward_model.worker", "inline or process")
+        _check(self.batch_size >= 1 and self.max_length >= 2, "reward.reward_model.batch_size", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class RewardCustomConfig:
+    """A user's own reward function (VeRL's ``custom_reward_function``)."""
+
+    path: str = ""
+    """``file.py:fn`` or ``pkg.module:fn`` (fn defaults to ``compute_score``); empty = built-in routing."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments passed to every call of the custom function."""
+    isolate: bool = True
+    """Run it in the kill-safe pool (False: in-process, shares state, but a hang cannot be stopped)."""
+
+
+@dataclass(frozen=True)
+class RewardDomainConfig:
+    """How the responses of one domain are scored."""
+
+    fn: str = ""
+    """A registered reward name (e.g. ``math``), or ``file.py:fn`` / ``pkg.module:fn``; empty = route by data_source."""
+    weight: float = 1.0
+    """Multiplies the domain's scores."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments passed to the domain's reward function."""
+
+    def __post_init__(self) -> None:
+        _check(self.weight >= 0, "reward.domains.*.weight", "must be >= 0")
+
+
+@dataclass(frozen=True)
 class RewardConfig:
     failure_policy: str = "mask"
     """What a reward that could not be computed does: ``mask`` (no loss, not in baselines),
@@ -135,6 +271,22 @@ class RewardConfig:
     """Per-sample deadline of a reward function (enforced by killing the worker)."""
     workers: int = 1
     """Processes of the kill-safe pool that runs verifiers."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """The code sandbox (data_source or ability ``code``)."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """The LLM judge (data_source ``judge``)."""
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    """The reward model (rows with ``reward_model.style: model``)."""
+    failure_policy_by_source: dict[str, str] = field(default_factory=dict)
+    """Per reward source (registry name, e.g. ``math``, ``custom``) overrides of ``failure_policy``."""
+    custom: RewardCustomConfig = field(default_factory=RewardCustomConfig)
+    """A user's own reward function, used for every ``rule`` row not routed by ``domains``."""
+    kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Keyword arguments per registered reward name, e.g. ``{math: {mode: strict, format_score: 0.1}}``."""
+    domains: dict[str, RewardDomainConfig] = field(default_factory=dict)
+    """Per-domain routing: domain -> reward function and weight (domains not listed route by data_source)."""
+    tag_domains: dict[str, str] = field(default_factory=dict)
+    """Maps a sample's ``tag`` to a domain of ``domains`` (a sample's own ``domain`` otherwise)."""
 
     def __post_init__(self) -> None:
         _check(
@@ -142,6 +294,12 @@ class RewardConfig:
             "reward.failure_policy",
             "mask, score or drop_group",
         )
+        for src, pol in self.failure_policy_by_source.items():
+            _check(pol in ("mask", "score", "drop_group"), f"reward.failure_policy_by_source.{src}",
+                   "mask, score or drop_group")
+        for tag, dom in self.tag_domains.items():
+            _check(dom in self.domains, f"reward.tag_domains.{tag}",
+                   f"domain {dom!r} is not in reward.domains ({', '.join(self.domains) or 'none'})")
         _check(self.timeout_s > 0, "reward.timeout_s", "must be > 0")
         _check(self.workers >= 1, "reward.workers", "must be >= 1")
 
@@ -151,6 +309,72 @@ class RewardConfig:
 class ProcessConfig:
     enabled: bool = False
     """Compute training-free process rewards (V(prefix) at episode ends) during rollout."""
+    value_estimator: str = "forced_answer_logprob"
+    """How V(prefix) is estimated: ``forced_answer_logprob`` (the policy's own log-prob of the gold
+    answer) or ``monte_carlo`` (VinePPO: mean verifier reward of sampled continuations)."""
+    strategy: str = "packed"
+    """Execution of forced_answer_logprob (same values): ``packed`` (one forward per response),
+    ``kv_cache`` (reuse the response's cache per prefix) or ``naive`` (one forward per prefix)."""
+    markers: tuple[str, ...] = (
+        "Wait,",
+        "Alternatively,",
+        "Actually,",
+        "Hmm,",
+        "Let me ",
+        "I need to ",
+        "So ",
+        "But ",
+        "Therefore",
+        "First,",
+        "Next,",
+        "Finally,",
+    )
+    """Discourse markers that open a new episode when they start a sentence or a line (case-sensitive)."""
+    max_episode_tokens: int = 256
+    """Longest episode: with no marker within this many tokens, split at the last sentence end before it."""
+    min_episode_tokens: int = 4
+    """Shortest episode: a boundary closer than this to the previous one is skipped (a short tail is merged)."""
+    force_prompt: str = "auto"
+    """Text between the prefix and the gold answer; ``auto``: "\\nThe answer is ", or
+    "</think>\\n\\nThe answer is " when the chat template mentions </think> (thinking models)."""
+    clip: float = 0.0
+    """Clip each utility U_i to [-clip, clip] before scaling (0 = no clipping)."""
+    scale: float = 1.0
+    """Multiply each (clipped) utility by this before it enters the process channel."""
+    last_episode: str = "utility"
+    """What the last episode gets: ``utility`` (V_S - V_(S-1), like every other) or ``zero`` (the final
+    step is left to the outcome reward, which sits on the same token)."""
+    max_tokens_per_forward: int = 8192
+    """Packed strategy: responses are batched into one forward pass up to this many padded tokens."""
+    mc_samples: int = 4
+    """monte_carlo: continuations sampled from each prefix (K)."""
+    mc_max_new_tokens: int = 64
+    """monte_carlo: length limit of each sampled continuation."""
+    mc_temperature: float = 1.0
+    """monte_carlo: sampling temperature of the continuations."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.strategy in ("packed", "kv_cache", "naive"), "process.strategy", "packed, kv_cache or naive"
+        )
+        _check(
+            len(self.markers) > 0 and all(m.strip() for m in self.markers),
+            "process.markers",
+            "a non-empty list of non-blank strings",
+        )
+        _check(self.min_episode_tokens >= 1, "process.min_episode_tokens", "must be >= 1")
+        _check(
+            self.max_episode_tokens >= self.min_episode_tokens,
+            "process.max_episode_tokens",
+            "must be >= process.min_episode_tokens",
+        )
+        _check(self.force_prompt != "", "process.force_prompt", "must not be empty (use auto for the default)")
+        _check(self.clip >= 0, "process.clip", "must be >= 0 (0 disables clipping)")
+        _check(self.last_episode in ("utility", "zero"), "process.last_episode", "utility or zero")
+        _check(self.max_tokens_per_forward >= 1, "process.max_tokens_per_forward", "must be >= 1")
+        _check(self.mc_samples >= 1, "process.mc_samples", "must be >= 1")
+        _check(self.mc_max_new_tokens >= 1, "process.mc_max_new_tokens", "must be >= 1")
+        _check(self.mc_temperature > 0, "process.mc_temperature", "must be > 0")
 
 
 # ------------------------------------------------------------------------------------- algorithm
@@ -160,6 +384,22 @@ class AlgorithmConfig:
     """Name of the advantage estimator (see ``stepcredit.advantages``)."""
     norm_by_std: bool = True
     """GRPO: divide by the group std (False = Dr. GRPO)."""
+    gamma: float = 1.0
+    """Discount of returns (``reinforce_pp``, ``gae``); in [0, 1]."""
+    lam: float = 1.0
+    """GAE lambda (Schulman et al. 2016); in [0, 1]."""
+    eps: float = 1e-6
+    """Added to group stds before dividing (GRPO, ``grpo_process``)."""
+    process_weight: float = 1.0
+    """Weight of the process channel when it is combined with the (separately normalised) outcome one."""
+    use_critic: bool = False
+    """A value model supplies ``values_BT`` (required by ``gae``); checked at start-up."""
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.gamma <= 1.0, "algorithm.gamma", "must be in [0, 1]")
+        _check(0.0 <= self.lam <= 1.0, "algorithm.lam", "must be in [0, 1]")
+        _check(self.eps > 0, "algorithm.eps", "must be > 0")
+        _check(self.process_weight >= 0, "algorithm.process_weight", "must be >= 0")
 
 
 # ------------------------------------------------------------------------------------------ loss
@@ -179,10 +419,33 @@ class LossConfig:
     """KL estimator: k1, k2 or k3 (low variance)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus."""
+    dual_clip_c: float = 3.0
+    """Dual-clip bound on the loss of negative-advantage tokens (Ye et al. 2020); 0 disables, else > 1."""
+    agg_norm_len: int = 0
+    """Constant length L of seq-mean-token-sum-norm (Dr. GRPO); 0 = the padded length T (as verl)."""
+    kl_in_reward: bool = False
+    """Apply the KL as a penalty on token rewards (apply_kl_penalty) instead of as a loss term."""
+    kl_ctrl: str = "fixed"
+    """KL coefficient controller: fixed, or adaptive (Ziegler et al. 2019)."""
+    kl_target: float = 0.1
+    """Adaptive KL controller: target KL."""
+    kl_horizon: int = 10000
+    """Adaptive KL controller: horizon (samples) of the proportional update."""
+    behav_weight_cap: float = 0.0
+    """decoupled_ppo: truncate the importance weight pi_prox/pi_behaviour at this value (0 = no cap)."""
 
     def __post_init__(self) -> None:
         _check(self.clip_low >= 0 and self.clip_high >= 0, "loss.clip_low", "clip ranges must be >= 0")
         _check(self.kl_coef >= 0, "loss.kl_coef", "must be >= 0")
+        aggs = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+        _check(self.agg in aggs, "loss.agg", f"one of {', '.join(aggs)}")
+        _check(self.kl_estimator in ("k1", "k2", "k3"), "loss.kl_estimator", "k1, k2 or k3")
+        _check(self.dual_clip_c == 0 or self.dual_clip_c > 1, "loss.dual_clip_c", "0 (off) or > 1")
+        _check(self.agg_norm_len >= 0, "loss.agg_norm_len", "must be >= 0")
+        _check(self.kl_ctrl in ("fixed", "adaptive"), "loss.kl_ctrl", "fixed or adaptive")
+        _check(self.kl_target > 0, "loss.kl_target", "must be > 0")
+        _check(self.kl_horizon > 0, "loss.kl_horizon", "must be > 0")
+        _check(self.behav_weight_cap >= 0, "loss.behav_weight_cap", "must be >= 0")
 
 
 # ----------------------------------------------------------------------------------------- optim

@@ -1,1 +1,116 @@
-"""stepcredit.process."""
+"""Training-free process rewards: episodes, V(prefix) from the policy itself, marginal utility.
+
+A response is split into episodes (:func:`segment_episodes`); right after generation, while the policy
+is loaded, :func:`compute_prefix_values` stores V_0 (empty response) and V_1..V_S (after each episode)
+on the batch; later stages turn them into the process channel with :func:`utilities_to_tokens`, which
+is arithmetic only. Value estimators are registered in :data:`VALUE_ESTIMATORS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from stepcredit.config import Config, ProcessConfig
+from stepcredit.errors import ConfigError
+from stepcredit.process.segment import segment_episodes, token_char_spans
+from stepcredit.process.utility import marginal_utilities, utilities_to_tokens
+from stepcredit.process.values import (
+    STRATEGIES,
+    VALUE_ESTIMATORS,
+    PrefixRequest,
+    ScoreFn,
+    ValueQuery,
+    answer_suffix,
+    forced_answer_values,
+    resolve_force_prompt,
+)
+from stepcredit.types import Batch
+
+__all__ = [
+    "STRATEGIES",
+    "VALUE_ESTIMATORS",
+    "PrefixRequest",
+    "ScoreFn",
+    "ValueQuery",
+    "answer_suffix",
+    "build_requests",
+    "check_config",
+    "compute_prefix_values",
+    "forced_answer_values",
+    "marginal_utilities",
+    "resolve_force_prompt",
+    "segment_episodes",
+    "token_char_spans",
+    "utilities_to_tokens",
+]
+
+
+def _content_len(ids: list[int], tokenizer: Any) -> int:
+    # Trailing eos/pad are not part of the reasoning: a prefix never includes them, so the last value
+    # is "prompt + whole response text + force + answer", not an answer forced after end-of-sequence.
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    n = len(ids)
+    while n > 0 and ids[n - 1] in special:
+        n -= 1
+    return n
+
+
+def build_requests(
+    batch: Batch, tokenizer: Any, cfg: ProcessConfig
+) -> tuple[list[list[int]], list[PrefixRequest]]:
+    """Episode ends and the value requests of every response of ``batch`` (padding removed)."""
+    ends_all, requests = [], []
+    eos = getattr(tokenizer, "eos_token_id", None)
+    for b, sample in enumerate(batch.samples):
+        prompt = batch.prompt_ids_BP[b][batch.prompt_mask_BP[b].bool()].tolist()
+        resp = batch.response_ids_BT[b][batch.response_mask_BT[b].bool()].tolist()
+        ends = segment_episodes(resp, tokenizer, cfg)
+        n_content = _content_len(resp, tokenizer)
+        lens = [0] + [min(e + 1, n_content) for e in ends]
+        complete = bool(resp) and resp[-1] == eos
+        ends_all.append(ends)
+        requests.append(PrefixRequest(sample, prompt, resp, lens, str(sample.ground_truth), complete))
+    return ends_all, requests
+
+
+def compute_prefix_values(
+    model: Any, tokenizer: Any, batch: Batch, cfg: ProcessConfig, *, score_fn: ScoreFn | None = None
+) -> None:
+    """Fill ``batch.episode_ends`` and ``batch.prefix_values`` ([V_0, V_1, ..., V_S] per response).
+
+    The gold answer is ``str(sample.ground_truth)``. With ``forced_answer_logprob`` and the ``packed``
+    strategy all prefixes of a response are valued in one forward pass (several responses per pass).
+    ``score_fn(sample, text) -> float`` is the verifier the ``monte_carlo`` estimator needs.
+    """
+    ends, requests = build_requests(batch, tokenizer, cfg)
+    estimator = VALUE_ESTIMATORS.get(cfg.value_estimator)
+    was_training = bool(getattr(model, "training", False))
+    model.eval()
+    try:
+        with torch.no_grad():
+            values = estimator(model, tokenizer, requests, cfg, score_fn=score_fn)
+    finally:
+        if was_training:
+            model.train()
+    batch.episode_ends = ends
+    batch.prefix_values = values
+
+
+def check_config(cfg: Config) -> None:
+    """Start-up checks of the process settings that need the registries (ConfigError on a bad one)."""
+    p = cfg.process
+    if p.value_estimator not in VALUE_ESTIMATORS:
+        raise ConfigError(
+            f"config key process.value_estimator: unknown {p.value_estimator!r} "
+            f"(valid: {', '.join(VALUE_ESTIMATORS.names())})"
+        )
+    if p.strategy not in STRATEGIES:
+        raise ConfigError(
+            f"config key process.strategy: unknown {p.strategy!r} (valid: {', '.join(STRATEGIES.names())})"
+        )
+    if p.enabled and p.value_estimator == "monte_carlo" and p.mc_samples * p.mc_max_new_tokens > 1 << 20:
+        raise ConfigError(
+            "config key process.mc_samples: mc_samples * mc_max_new_tokens is unreasonably large"
+        )

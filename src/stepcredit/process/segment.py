@@ -1,0 +1,132 @@
+"""Split a response into episodes (reasoning steps) on its token ids.
+
+The text is recovered from the ids once, with the character span of every token, so a boundary found
+in the text maps back to a token index and nothing is re-tokenised. An episode starts at a discourse
+marker ("Wait,", "So ", ...) that opens a sentence or a line; with no marker within
+``max_episode_tokens`` it is cut at the last sentence end before that limit (or at the limit itself),
+and episodes shorter than ``min_episode_tokens`` are merged into their neighbour.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from stepcredit.config import ProcessConfig
+
+# A sentence (or line) starts after a newline, or after . ! ? followed by white space. The white space is
+# required, so "3.5" or "e.g.x" never start one: a marker glued to a number or a word is not a boundary.
+_SENTENCE_BREAK = re.compile(r"(?:\n|[.!?][ \t\n])\s*")
+
+_WINDOW = 8
+"""Tokens of left context used when decoding one token (enough to settle multi-token characters)."""
+
+
+def token_char_spans(response_ids: Sequence[int], tokenizer: Any) -> tuple[str, list[tuple[int, int]]]:
+    """The decoded text and each token's ``[start, end)`` character span in it.
+
+    Incremental decoding (as vLLM's detokenizer does): token i's text is what decoding a short window
+    ending at i adds to the same window without it. A token that ends inside a multi-byte character gets
+    an empty span; the character goes to the token that completes it. If the pieces do not add up to the
+    full decode (an unusual decoder), prefix decoding is used instead, which is exact but quadratic.
+    """
+    ids = [int(i) for i in response_ids]
+
+    def dec(x: list[int]) -> str:
+        return str(tokenizer.decode(x, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+    full = dec(ids)
+    pieces: list[str] = []
+    for i in range(len(ids)):
+        s = max(0, i - _WINDOW)
+        before = dec(ids[s:i]).rstrip("\ufffd")
+        after = dec(ids[s : i + 1])
+        if after.endswith("\ufffd") or not after.startswith(before):
+            pieces.append("")
+        else:
+            pieces.append(after[len(before) :])
+    if "".join(pieces) != full:
+        pieces, prev = [], ""
+        for i in range(len(ids)):
+            cur = dec(ids[: i + 1])
+            common = len(prev) if cur.startswith(prev) else 0
+            pieces.append(cur[common:])
+            prev = cur
+        full = "".join(pieces)
+    spans, pos = [], 0
+    for p in pieces:
+        spans.append((pos, pos + len(p)))
+        pos += len(p)
+    return full, spans
+
+
+def sentence_starts(text: str) -> list[int]:
+    """Character positions where a sentence or a line starts (never 0)."""
+    return [m.end() for m in _SENTENCE_BREAK.finditer(text) if 0 < m.end() < len(text)]
+
+
+def marker_starts(text: str, markers: Sequence[str]) -> list[int]:
+    """Sentence/line starts at which one of ``markers`` begins (as a whole word when it ends in one)."""
+    out = []
+    for c in sentence_starts(text):
+        for m in markers:
+            if not text.startswith(m, c):
+                continue
+            nxt = c + len(m)
+            if m[-1].isalnum() and nxt < len(text) and text[nxt].isalnum():
+                continue  # "Therefore" must not match "Thereforex"
+            out.append(c)
+            break
+    return out
+
+
+def _plan(n: int, markers: list[int], sentences: list[int], *, max_len: int, min_len: int) -> list[int]:
+    """Episode end indices from the token indices where episodes may start (sorted, in [1, n))."""
+    ends: list[int] = []
+    s = 0
+    while True:
+        lo, hi = s + min_len, s + max_len
+        i = bisect.bisect_left(markers, lo)
+        if i < len(markers) and markers[i] <= hi and markers[i] < n:
+            k = markers[i]  # the earliest marker far enough from the episode's start
+        elif n - s <= max_len:
+            break
+        else:
+            j = bisect.bisect_right(sentences, hi) - 1
+            k = sentences[j] if j >= 0 and sentences[j] >= lo else hi
+        ends.append(k - 1)
+        s = k
+    ends.append(n - 1)
+    if len(ends) >= 2 and ends[-1] - ends[-2] < min_len:
+        ends.pop(-2)  # a short tail joins the episode before it
+    return ends
+
+
+def segment_episodes(response_ids: Sequence[int], tokenizer: Any, cfg: ProcessConfig) -> list[int]:
+    """Token indices (into ``response_ids``) of each episode's last token.
+
+    The last episode ends at the last token of ``response_ids`` (pass the response without padding).
+    An empty response has no episodes.
+    """
+    n = len(response_ids)
+    if n == 0:
+        return []
+    text, spans = token_char_spans(response_ids, tokenizer)
+    token_ends = [e for _, e in spans]
+
+    def token_at(c: int) -> int:
+        # the token holding character c: the first whose span ends after it
+        return bisect.bisect_right(token_ends, c)
+
+    def to_tokens(chars: list[int]) -> list[int]:
+        return sorted({k for k in (token_at(c) for c in chars) if 0 < k < n})
+
+    return _plan(
+        n,
+        to_tokens(marker_starts(text, cfg.markers)),
+        to_tokens(sentence_starts(text)),
+        max_len=cfg.max_episode_tokens,
+        min_len=cfg.min_episode_tokens,
+    )

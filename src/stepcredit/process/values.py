@@ -1,0 +1,367 @@
+"""V(prefix): how likely the policy is to reach the gold answer from a prefix of its own response.
+
+Two estimators, registered in :data:`VALUE_ESTIMATORS` under one signature::
+
+    estimator(model, tokenizer, requests, cfg, *, score_fn=None) -> list[list[float]]
+
+* ``forced_answer_logprob`` - after the prefix, append a force-answer prompt and the gold answer and
+  take the mean log-probability of the answer tokens:
+  V(prefix) = 1/|a| * sum_j log p(a_j | prompt + prefix + force + a_<j).
+  This is the "forced answer" probe of training-free process rewards (the policy's own belief that the
+  prefix leads to the answer, as in VinePPO's value without rollouts, and the answer-probability
+  probes of e.g. Wang et al. 2024 "Math-Shepherd" / PRIME-style implicit rewards). It runs with three
+  execution strategies that give the same numbers: ``naive``, ``kv_cache`` and ``packed``.
+* ``monte_carlo`` - VinePPO (Kazemnejad et al. 2024, arXiv:2410.01679): K continuations sampled from
+  each prefix, V = mean verifier reward. Unbiased but K generations per prefix: the reference.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from stepcredit.config import ProcessConfig
+from stepcredit.errors import ConfigError, DataError
+from stepcredit.registry import Registry
+from stepcredit.types import Sample
+
+ScoreFn = Callable[[Sample, str], float]
+"""A verifier for monte_carlo: (sample, full response text) -> reward."""
+
+
+@dataclass(frozen=True)
+class PrefixRequest:
+    """One response whose prefixes are to be valued."""
+
+    sample: Sample
+    prompt_ids: list[int]
+    """Prompt tokens without padding."""
+    response_ids: list[int]
+    """Response tokens without padding (eos included when generated)."""
+    prefix_lens: list[int]
+    """Response tokens visible to each evaluation: 0 (V_0), then one per episode end."""
+    answer: str
+    """The gold answer text (``str(sample.ground_truth)``)."""
+    complete: bool = False
+    """The response ended by itself (eos): monte_carlo scores the whole response instead of sampling."""
+
+
+class ValueEstimator(Protocol):
+    def __call__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        requests: Sequence[PrefixRequest],
+        cfg: ProcessConfig,
+        *,
+        score_fn: ScoreFn | None = None,
+    ) -> list[list[float]]: ...
+
+
+VALUE_ESTIMATORS: Registry[ValueEstimator] = Registry("value estimator")
+
+
+# ------------------------------------------------------------------------- forced answer: queries
+@dataclass(frozen=True)
+class ValueQuery:
+    """Token-level form of one response for the forced-answer probe."""
+
+    context_ids: list[int]
+    """Prompt tokens."""
+    response_ids: list[int]
+    """Response tokens; only ``response_ids[:max(prefix_lens)]`` are read."""
+    prefix_lens: list[int]
+    """Response tokens seen by each evaluation."""
+    suffix_ids: list[int]
+    """Force prompt followed by the answer, tokenised together."""
+    n_answer: int
+    """The last ``n_answer`` suffix tokens are the answer (scored); at least one force token precedes."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.n_answer < len(self.suffix_ids):
+            raise ValueError(
+                f"need 0 < n_answer < len(suffix_ids), got {self.n_answer}, {len(self.suffix_ids)}"
+            )
+        if any(not 0 <= n <= len(self.response_ids) for n in self.prefix_lens):
+            raise ValueError("prefix_lens must lie in [0, len(response_ids)]")
+
+
+def resolve_force_prompt(tokenizer: Any, force_prompt: str) -> str:
+    """``auto`` follows the chat format: thinking models close their thoughts before answering."""
+    if force_prompt != "auto":
+        return force_prompt
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return "</think>\n\nThe answer is " if "</think>" in str(template) else "\nThe answer is "
+
+
+def answer_suffix(tokenizer: Any, force: str, answer: str) -> tuple[list[int], int]:
+    """(tok(force + answer), number of answer tokens).
+
+    The answer tokens are tok(force + answer) minus tok(force); when tokenising the two together merges
+    across the seam (e.g. " " + "42" -> " 42"), the tokens after their longest common prefix count.
+    """
+    both = list(tokenizer(force + answer, add_special_tokens=False)["input_ids"])
+    alone = list(tokenizer(force, add_special_tokens=False)["input_ids"])
+    k = 0
+    while k < min(len(both), len(alone)) and both[k] == alone[k]:
+        k += 1
+    return both, len(both) - k
+
+
+def _device(model: Any) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _answer_logp(logits_KV: torch.Tensor, targets_K: torch.Tensor) -> float:
+    logp = torch.log_softmax(logits_KV.float(), dim=-1)
+    return float(logp.gather(-1, targets_K.unsqueeze(-1)).mean())
+
+
+# --------------------------------------------------------------------- forced answer: strategies
+Strategy = Callable[[Any, Sequence[ValueQuery], int], list[list[float]]]
+STRATEGIES: Registry[Strategy] = Registry("value strategy")
+
+
+@STRATEGIES.register("naive")
+def _naive(model: Any, queries: Sequence[ValueQuery], max_tokens: int) -> list[list[float]]:
+    """One forward pass per prefix over prompt + prefix + suffix (the reference)."""
+    dev = _device(model)
+    out = []
+    for q in queries:
+        vals = []
+        tgt = torch.tensor(q.suffix_ids[-q.n_answer :], device=dev)
+        for n in q.prefix_lens:
+            ids = torch.tensor([q.context_ids + q.response_ids[:n] + q.suffix_ids], device=dev)
+            logits = model(input_ids=ids, use_cache=False, logits_to_keep=q.n_answer + 1).logits
+            vals.append(_answer_logp(logits[0, :-1], tgt))
+        out.append(vals)
+    return out
+
+
+def _cropped(cache: Any, length: int) -> Any:
+    # A shallow copy shares the tensors; crop re-slices (a view) and the suffix pass concatenates into
+    # new tensors, so the full cache is never modified and never copied.
+    c = copy.copy(cache)
+    c.layers = [copy.copy(layer) for layer in cache.layers]
+    c.crop(length)
+    return c
+
+
+@STRATEGIES.register("kv_cache")
+def _kv_cache(model: Any, queries: Sequence[ValueQuery], max_tokens: int) -> list[list[float]]:
+    """One pass over prompt + response, then each suffix on a cropped copy of its cache."""
+    dev = _device(model)
+    out = []
+    for q in queries:
+        ctx = q.context_ids + q.response_ids[: max(q.prefix_lens)]
+        cache = None
+        if ctx:
+            cache = model(
+                input_ids=torch.tensor([ctx], device=dev), use_cache=True, logits_to_keep=1
+            ).past_key_values
+        tgt = torch.tensor(q.suffix_ids[-q.n_answer :], device=dev)
+        suffix = torch.tensor([q.suffix_ids], device=dev)
+        a = len(q.suffix_ids)
+        vals = []
+        for n in q.prefix_lens:
+            start = len(q.context_ids) + n
+            past = _cropped(cache, start) if cache is not None and start > 0 else None
+            pos = torch.arange(start, start + a, device=dev).unsqueeze(0)
+            logits = model(
+                input_ids=suffix, position_ids=pos, past_key_values=past, use_cache=True, logits_to_keep=a
+            ).logits
+            vals.append(_answer_logp(logits[0, a - q.n_answer - 1 : a - 1], tgt))
+        out.append(vals)
+    return out
+
+
+def packed_layout(q: ValueQuery) -> tuple[list[int], list[int], torch.Tensor]:
+    """Tokens, position ids and allowed-attention matrix [M, M] (bool) of one packed sequence.
+
+    Layout: prompt + response[:max(prefix_lens)] + N copies of the suffix. Suffix copy i sees the
+    first ``P + prefix_lens[i]`` tokens and itself (causally) and is positioned right after them, so
+    every copy computes exactly what a separate forward over prompt + prefix_i + suffix would.
+    """
+    p, a = len(q.context_ids), len(q.suffix_ids)
+    body = p + max(q.prefix_lens)
+    ids = q.context_ids + q.response_ids[: body - p] + q.suffix_ids * len(q.prefix_lens)
+    pos = list(range(body))
+    for n in q.prefix_lens:
+        pos.extend(range(p + n, p + n + a))
+    m = len(ids)
+    row = torch.arange(m)
+    sees_upto = row + 1  # keys j < sees_upto[row] of the shared body (causal for the body itself)
+    block_from = torch.full((m,), m)  # keys in [block_from[row], row]: the row's own suffix copy
+    for i, n in enumerate(q.prefix_lens):
+        r = body + i * a
+        sees_upto[r : r + a] = p + n
+        block_from[r : r + a] = r
+    key = row.unsqueeze(0)
+    allowed = (key < sees_upto.unsqueeze(1)) | ((key >= block_from.unsqueeze(1)) & (key <= row.unsqueeze(1)))
+    return ids, pos, allowed
+
+
+def _packed_groups(queries: Sequence[ValueQuery], max_tokens: int) -> list[list[int]]:
+    lengths = [
+        len(q.context_ids) + max(q.prefix_lens) + len(q.suffix_ids) * len(q.prefix_lens) for q in queries
+    ]
+    order = sorted(range(len(queries)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        # sorted by length, so the first member of a group is its longest (its padded width)
+        if groups and lengths[groups[-1][0]] * (len(groups[-1]) + 1) <= max_tokens:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+@STRATEGIES.register("packed")
+def _packed(model: Any, queries: Sequence[ValueQuery], max_tokens: int) -> list[list[float]]:
+    """One forward pass per response (several responses per pass, up to ``max_tokens`` padded tokens).
+
+    Rows are left-padded so every row's suffix copies sit at the end and one ``logits_to_keep``
+    covers them. The mask is additive float (0 / dtype min): transformers passes a 4D mask through as
+    given, and eager attention adds it to the scores, where a boolean mask would be silently wrong.
+    """
+    dev = _device(model)
+    dtype = next(model.parameters()).dtype
+    out: list[list[float]] = [[] for _ in queries]
+    for group in _packed_groups(queries, max_tokens):
+        layouts = [packed_layout(queries[i]) for i in group]
+        width = max(len(ids) for ids, _, _ in layouts)
+        b = len(group)
+        ids_BM = torch.zeros(b, width, dtype=torch.long)
+        pos_BM = torch.zeros(b, width, dtype=torch.long)
+        allowed = torch.eye(width, dtype=torch.bool).repeat(b, 1, 1)  # pad rows see themselves only
+        for r, (ids, pos, alw) in enumerate(layouts):
+            off = width - len(ids)
+            ids_BM[r, off:] = torch.tensor(ids)
+            pos_BM[r, off:] = torch.tensor(pos)
+            allowed[r, off:, off:] = alw
+        mask = torch.zeros(b, 1, width, width, dtype=dtype)
+        mask.masked_fill_(~allowed.unsqueeze(1), torch.finfo(dtype).min)
+        keep = max(len(queries[i].suffix_ids) * len(queries[i].prefix_lens) for i in group)
+        logits = model(
+            input_ids=ids_BM.to(dev),
+            position_ids=pos_BM.to(dev),
+            attention_mask=mask.to(dev),
+            use_cache=False,
+            logits_to_keep=keep,
+        ).logits
+        for r, qi in enumerate(group):
+            q = queries[qi]
+            a, n_s = len(q.suffix_ids), len(q.prefix_lens)
+            tgt = torch.tensor(q.suffix_ids[-q.n_answer :], device=dev)
+            base = keep - a * n_s
+            for i in range(n_s):
+                s = base + i * a
+                out[qi].append(_answer_logp(logits[r, s + a - q.n_answer - 1 : s + a - 1], tgt))
+    return out
+
+
+def forced_answer_values(
+    model: Any, queries: Sequence[ValueQuery], *, strategy: str = "packed", max_tokens_per_forward: int = 8192
+) -> list[list[float]]:
+    """V for every prefix of every query, by the named execution strategy (all give the same values)."""
+    if not queries:
+        return []
+    with torch.no_grad():
+        return STRATEGIES.get(strategy)(model, queries, max_tokens_per_forward)
+
+
+@VALUE_ESTIMATORS.register("forced_answer_logprob")
+def forced_answer_logprob(
+    model: Any,
+    tokenizer: Any,
+    requests: Sequence[PrefixRequest],
+    cfg: ProcessConfig,
+    *,
+    score_fn: ScoreFn | None = None,
+) -> list[list[float]]:
+    """Mean log-prob of the gold answer after each prefix and a force-answer prompt."""
+    force = resolve_force_prompt(tokenizer, cfg.force_prompt)
+    suffixes: dict[str, tuple[list[int], int]] = {}
+    queries = []
+    for r in requests:
+        if r.answer not in suffixes:
+            suffixes[r.answer] = answer_suffix(tokenizer, force, r.answer)
+        suffix, n_answer = suffixes[r.answer]
+        if n_answer == 0:
+            raise DataError(f"sample {r.sample.uid or '?'}: the gold answer {r.answer!r} has no tokens")
+        if n_answer == len(suffix):
+            raise ConfigError(
+                f"config key process.force_prompt: {force!r} merges entirely with the answer {r.answer!r} "
+                "when tokenised; end it with a separator"
+            )
+        queries.append(ValueQuery(r.prompt_ids, r.response_ids, r.prefix_lens, suffix, n_answer))
+    return forced_answer_values(
+        model, queries, strategy=cfg.strategy, max_tokens_per_forward=cfg.max_tokens_per_forward
+    )
+
+
+# ------------------------------------------------------------------------------------ monte carlo
+@VALUE_ESTIMATORS.register("monte_carlo")
+def monte_carlo(
+    model: Any,
+    tokenizer: Any,
+    requests: Sequence[PrefixRequest],
+    cfg: ProcessConfig,
+    *,
+    score_fn: ScoreFn | None = None,
+) -> list[list[float]]:
+    """VinePPO's value: V(prefix) = mean over K sampled continuations of the verifier's reward.
+
+    A complete response's full prefix is scored as it is (its value is its reward, no sampling).
+    """
+    if score_fn is None:
+        raise ConfigError("config key process.value_estimator: monte_carlo needs a verifier (score_fn)")
+    dev = _device(model)
+    k = cfg.mc_samples
+    out: list[list[float]] = [[0.0] * len(r.prefix_lens) for r in requests]
+    jobs: list[tuple[int, int, list[int]]] = []  # (request, prefix index, context ids)
+    for ri, r in enumerate(requests):
+        for pi, n in enumerate(r.prefix_lens):
+            if r.complete and n >= len(r.response_ids) - 1:
+                text = tokenizer.decode(r.response_ids, skip_special_tokens=True)
+                out[ri][pi] = float(score_fn(r.sample, text))
+            else:
+                jobs.append((ri, pi, r.prompt_ids + r.response_ids[:n]))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    per_call = max(
+        1, cfg.max_tokens_per_forward // (max((len(c) for *_, c in jobs), default=1) + cfg.mc_max_new_tokens)
+    )
+    per_call = max(1, per_call // k)
+    with torch.no_grad():
+        for s in range(0, len(jobs), per_call):
+            chunk = jobs[s : s + per_call]
+            width = max(len(c) for *_, c in chunk)
+            ids = torch.full((len(chunk) * k, width), pad, dtype=torch.long)
+            att = torch.zeros_like(ids)
+            for j, (*_, c) in enumerate(chunk):
+                for kk in range(k):
+                    ids[j * k + kk, width - len(c) :] = torch.tensor(c, dtype=torch.long)
+                    att[j * k + kk, width - len(c) :] = 1
+            gen = model.generate(
+                input_ids=ids.to(dev),
+                attention_mask=att.to(dev),
+                do_sample=True,
+                temperature=cfg.mc_temperature,
+                top_p=1.0,
+                max_new_tokens=cfg.mc_max_new_tokens,
+                pad_token_id=pad,
+            )
+            for j, (ri, pi, _) in enumerate(chunk):
+                r = requests[ri]
+                n = r.prefix_lens[pi]
+                scores = []
+                for kk in range(k):
+                    cont = gen[j * k + kk, width:].tolist()
+                    text = tokenizer.decode(r.response_ids[:n] + cont, skip_special_tokens=True)
+                    scores.append(float(score_fn(r.sample, text)))
+                out[ri][pi] = sum(scores) / k
+    return out
