@@ -1,0 +1,216 @@
+"""Token-level estimators: a token's advantage depends on the rewards that come at or after it.
+
+The outcome and process channels are normalised separately and only then combined with
+``process_weight`` (normalising a 0/1 outcome together with process rewards of size ~0.03 would
+make the process signal vanish). ``gae`` is the exception: its critic predicts the return of the
+combined reward, so the channels are added before the TD errors are formed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from stepcredit.advantages.core import AdvantageInputs, AdvantageOutputs, register_estimator
+from stepcredit.advantages.outcome import grpo_advantage_B, outcome_score_B, spread_B
+from stepcredit.ops import (
+    discounted_reverse_cumsum,
+    group_index,
+    group_token_stats,
+    is_right_padded,
+    last_token_index,
+    masked_sum,
+    masked_whiten,
+    reverse_cumsum,
+)
+
+
+def _zero(x: torch.Tensor) -> torch.Tensor:
+    return torch.zeros((), dtype=x.dtype, device=x.device)
+
+
+def _compaction(live_BT: torch.Tensor) -> torch.Tensor | None:
+    """None for right-padded masks; else a per-row gather index that moves counted tokens to the
+    front (order kept), so a recurrence over counted tokens skips masked gaps (verl's convention
+    for observation tokens inside a response)."""
+    if is_right_padded(live_BT):
+        return None
+    return torch.argsort((~live_BT).to(torch.uint8), dim=1, stable=True)
+
+
+def discounted_returns(r_BT: torch.Tensor, live_BT: torch.Tensor, *, gamma: float) -> torch.Tensor:
+    """G_t = sum_{k >= 0} gamma^k r_{t+k} over counted tokens only; 0 on the others.
+
+    Rewards on tokens that do not count are ignored; masked gaps inside a row are skipped (not
+    discounted). Blocked scan of :func:`stepcredit.ops.discounted_reverse_cumsum`: stable at any T.
+    """
+    order = None if gamma == 1.0 else _compaction(live_BT)
+    if order is not None:
+        r_BT, live_c = r_BT.gather(1, order), live_BT.gather(1, order)
+    else:
+        live_c = live_BT
+    g_BT = discounted_reverse_cumsum(torch.where(live_c, r_BT, _zero(r_BT)), discount=gamma)
+    if order is not None:
+        g_BT = torch.empty_like(g_BT).scatter_(1, order, g_BT)
+    return torch.where(live_BT, g_BT, _zero(g_BT))
+
+
+def process_rewards_BT(inp: AdvantageInputs) -> torch.Tensor | None:
+    """The process channel restricted to its step tokens (0 elsewhere), or None."""
+    steps = inp.steps_BT
+    if inp.process_BT is None or steps is None:
+        return None
+    return torch.where(steps, inp.process_BT, _zero(inp.process_BT))
+
+
+@register_estimator("gae", needs_values=True, token_level=True)
+def gae(
+    inp: AdvantageInputs, *, gamma: float = 1.0, lam: float = 1.0, process_weight: float = 1.0, **_hp: Any
+) -> AdvantageOutputs:
+    """Generalised advantage estimation (Schulman et al. 2016, arXiv 1506.02438, eq. 16).
+
+        r_t = outcome_t + w * process_t
+        delta_t = r_t + gamma V_{t+1} - V_t              (V after the last token = 0)
+        A_t = sum_{k >= 0} (gamma lambda)^k delta_{t+k},   R_t = A_t + V_t
+        adv = whiten(A) over the counted tokens of the batch (as verl)
+
+    ``ret_BT`` holds R_t, the critic's target. Masked gaps inside a response are skipped (V_{t+1}
+    is the next counted token's value). Token-level rewards: preserved.
+    """
+    if inp.values_BT is None:
+        raise ValueError("gae needs values_BT")
+    live_BT = inp.live_BT
+    r_BT = inp.outcome_BT
+    p_BT = process_rewards_BT(inp)
+    if p_BT is not None:
+        r_BT = r_BT + process_weight * p_BT
+    v_BT = inp.values_BT.to(r_BT.dtype)
+    order = _compaction(live_BT)
+    live_c = live_BT
+    if order is not None:
+        r_BT, v_BT, live_c = r_BT.gather(1, order), v_BT.gather(1, order), live_BT.gather(1, order)
+    v_BT = torch.where(live_c, v_BT, _zero(v_BT))
+    r_BT = torch.where(live_c, r_BT, _zero(r_BT))
+    v_next_BT = torch.nn.functional.pad(v_BT[:, 1:], (0, 1))
+    delta_BT = r_BT + gamma * v_next_BT - v_BT
+    a_BT = discounted_reverse_cumsum(delta_BT, discount=gamma * lam)
+    ret_BT = a_BT + v_BT
+    if order is not None:
+        a_BT = torch.empty_like(a_BT).scatter_(1, order, a_BT)
+        ret_BT = torch.empty_like(ret_BT).scatter_(1, order, ret_BT)
+    return AdvantageOutputs(
+        adv_BT=masked_whiten(a_BT, live_BT), ret_BT=torch.where(live_BT, ret_BT, _zero(ret_BT))
+    )
+
+
+@register_estimator("reinforce_pp", token_level=True)
+def reinforce_pp(
+    inp: AdvantageInputs, *, gamma: float = 1.0, process_weight: float = 1.0, **_hp: Any
+) -> AdvantageOutputs:
+    """REINFORCE++ (Hu 2025, arXiv 2501.03262): discounted returns whitened over the batch.
+
+        G^c_t = sum_{k >= 0} gamma^k r^c_{t+k}             for each channel c (outcome o, process p)
+        A_t = whiten(G^o)_t + w * whiten(G^p)_t            (whiten over the counted tokens of the batch)
+
+    With no process channel this is exactly REINFORCE++. ``ret_BT`` = G^o + w G^p.
+    Token-level rewards: preserved.
+    """
+    live_BT = inp.live_BT
+    g_BT = discounted_returns(inp.outcome_BT, live_BT, gamma=gamma)
+    adv_BT = masked_whiten(g_BT, live_BT)
+    p_BT = process_rewards_BT(inp)
+    if p_BT is not None:
+        gp_BT = discounted_returns(p_BT, live_BT, gamma=gamma)
+        adv_BT = adv_BT + process_weight * masked_whiten(gp_BT, live_BT)
+        g_BT = g_BT + process_weight * gp_BT
+    return AdvantageOutputs(adv_BT=adv_BT, ret_BT=g_BT)
+
+
+@register_estimator("grpo_process", needs_process=True, token_level=True)
+def grpo_process(
+    inp: AdvantageInputs,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    process_weight: float = 1.0,
+    **_hp: Any,
+) -> AdvantageOutputs:
+    """GRPO with process supervision (Shao et al. 2024, DeepSeekMath, section 4.1.3), plus the outcome.
+
+        r~_{i,j} = (r_{i,j} - mean(R)) / (std(R) + eps)      R = every step reward of every response
+                                                              of the group (pooled, unbiased std)
+        A^p_{i,t} = sum_{j : index(j) >= t} r~_{i,j}          (steps ending at or after token t)
+        A^o_{i,t} = GRPO outcome advantage of response i     (normalised over the group's scores)
+        A_{i,t} = A^o_{i,t} + w * A^p_{i,t}
+
+    ``norm_by_std=False`` drops both divisions (Dr. GRPO). A group with <= 1 step uses mean 0, std 1.
+    Without a process channel this equals ``grpo``; an outcome placed in the process channel at the
+    last token (with ``process_mask_BT`` marking it) also gives ``grpo``'s advantages.
+    Token-level rewards: preserved (step rewards keep their positions).
+    """
+    live_BT = inp.live_BT
+    adv_B = grpo_advantage_B(outcome_score_B(inp), inp.group_B, inp.live_B, norm_by_std=norm_by_std, eps=eps)
+    adv_BT = spread_B(adv_B, live_BT)
+    steps_BT = inp.steps_BT
+    if inp.process_BT is not None and steps_BT is not None:
+        mean_B, std_B, _ = group_token_stats(inp.process_BT, steps_BT, inp.group_B)
+        z_BT = inp.process_BT - mean_B[:, None]
+        if norm_by_std:
+            z_BT = z_BT / (std_B[:, None] + eps)
+        z_BT = torch.where(steps_BT, z_BT, _zero(z_BT))
+        ap_BT = torch.where(live_BT, reverse_cumsum(z_BT), _zero(z_BT))
+        adv_BT = adv_BT + process_weight * ap_BT
+    return AdvantageOutputs(adv_BT=adv_BT, ret_BT=adv_BT)
+
+
+def prime_rloo_rewards(
+    r_BT: torch.Tensor, at_BT: torch.Tensor, group_B: torch.Tensor, valid_B: torch.Tensor
+) -> torch.Tensor:
+    """PRIME's per-channel leave-one-out token rewards (Cui et al. 2025, arXiv 2502.01456, eq. 5).
+
+        m_j = mean of r_j over its reward tokens;  r~_{i,t} = r_{i,t} n/(n-1) - (sum_{j in G} m_j)/(n-1)
+
+    on the reward tokens ``at_BT`` (0 elsewhere). For a one-token channel this is r_i - mean_{j!=i} r_j.
+    n counts the valid members of the group (an invalid one contributes no m_j); a singleton group
+    keeps its raw rewards. A response with no reward token has m = 0.
+    """
+    zero = _zero(r_BT)
+    cnt_B = at_BT.sum(1)
+    m_B = masked_sum(r_BT, at_BT, dim=1) / cnt_B.clamp(min=1).to(r_BT.dtype)
+    gid, k = group_index(group_B)
+    s_G = torch.zeros(k, dtype=r_BT.dtype, device=r_BT.device).index_add_(
+        0, gid, torch.where(valid_B, m_B, zero)
+    )
+    n_G = torch.zeros(k, dtype=r_BT.dtype, device=r_BT.device).index_add_(0, gid, valid_B.to(r_BT.dtype))
+    n_B, s_B = n_G[gid], s_G[gid]
+    denom_B = (n_B - 1).clamp(min=1)
+    loo_BT = r_BT * (n_B / denom_B)[:, None] - (s_B / denom_B)[:, None]
+    out_BT = torch.where((n_B > 1)[:, None], loo_BT, r_BT)
+    return torch.where(at_BT, out_BT, zero)
+
+
+@register_estimator("prime_rloo", needs_process=True, token_level=True)
+def prime_rloo(inp: AdvantageInputs, *, process_weight: float = 1.0, **_hp: Any) -> AdvantageOutputs:
+    """PRIME's token-level RLOO (Cui et al. 2025, "Process Reinforcement through Implicit Rewards").
+
+        r~^c = PRIME leave-one-out rewards of channel c          (see :func:`prime_rloo_rewards`;
+                                                                  outcome at the last token, process
+                                                                  at the step tokens)
+        G_t = sum_{t' >= t} (r~^o_{t'} + w r~^p_{t'})           (undiscounted return)
+        A = whiten(G) over the counted tokens of the batch
+
+    ``ret_BT`` = G. Token-level rewards: preserved.
+    """
+    live_BT = inp.live_BT
+    live_B = inp.live_B
+    last_B = last_token_index(live_BT)
+    end_BT = torch.zeros_like(live_BT).scatter_(1, last_B[:, None], True) & live_BT
+    total_BT = prime_rloo_rewards(inp.outcome_BT, end_BT, inp.group_B, live_B)
+    steps_BT = inp.steps_BT
+    if inp.process_BT is not None and steps_BT is not None:
+        total_BT = total_BT + process_weight * prime_rloo_rewards(
+            inp.process_BT, steps_BT, inp.group_B, live_B
+        )
+    g_BT = torch.where(live_BT, reverse_cumsum(total_BT), _zero(total_BT))
+    return AdvantageOutputs(adv_BT=masked_whiten(g_BT, live_BT), ret_BT=g_BT)
