@@ -19,13 +19,22 @@ $(VENV)/.torch:
 	$(PIP) install "$(TORCH)"
 	touch $@
 
+# The code sandbox runs untrusted programs under bubblewrap (Debian/Ubuntu package `bubblewrap`).
+# Installed when missing and we may (root); otherwise the sandbox reports sandbox_error, never a pass.
+$(VENV)/.sandbox: $(VENV)/.torch
+	command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && apt-get update -qq && apt-get install -y -qq bubblewrap; } || true
+	command -v bwrap >/dev/null 2>&1 || echo "warning: bubblewrap missing: code rewards will be" \
+	  "sandbox_error until it is installed (apt-get install bubblewrap; then rm $@)"
+	touch $@
+
 # Core install (the default job): the package plus tensorboard and math-verify.
-$(VENV)/.core: $(VENV)/.torch pyproject.toml
+$(VENV)/.core: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 	$(PIP) install -e ".[tensorboard,math]"
 	touch $@
 
 # Test install: everything the tests compare against (verl, ray, math-verify, a real HTTP server).
-$(VENV)/.test: $(VENV)/.torch pyproject.toml
+$(VENV)/.test: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 	$(PIP) install -e ".[dev,tensorboard,math,ray,verl,judge]"
 	touch $@
 

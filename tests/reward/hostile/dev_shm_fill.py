@@ -1,0 +1,6 @@
+# ruff: noqa  (hostile test program with placeholders, not project code)
+# expect: error
+chunk = b"x" * (1 << 20)
+with open("/dev/shm/fill", "wb") as f:
+    while True:
+        f.write(chunk)

@@ -1,0 +1,10 @@
+# ruff: noqa  (hostile test program with placeholders, not project code)
+# expect: error timeout
+# Keeps forking, swallowing every failure, so only the deadline ends it.
+import os
+
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass

@@ -1,0 +1,7 @@
+# ruff: noqa  (hostile test program with placeholders, not project code)
+# expect: error
+import sys
+
+line = "E" * 10000
+while True:
+    sys.stderr.write(line)

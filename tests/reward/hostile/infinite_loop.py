@@ -1,0 +1,4 @@
+# ruff: noqa  (hostile test program with placeholders, not project code)
+# expect: timeout
+while True:
+    pass

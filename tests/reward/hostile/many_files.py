@@ -1,0 +1,7 @@
+# ruff: noqa  (hostile test program with placeholders, not project code)
+# expect: error
+i = 0
+while True:
+    with open(f"f{i}.txt", "w") as f:
+        f.write("x" * 4096)
+    i += 1

@@ -1,0 +1,6 @@
+# ruff: noqa  (hostile test program with placeholders, not project code)
+# expect: error
+import os
+
+os.setuid(0)
+print("PWNED")

@@ -1,0 +1,129 @@
+"""The code sandbox on well-behaved programs: formats, scoring modes, statuses, sandbox failures."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from stepcredit.config import SandboxConfig
+from stepcredit.reward import sandbox as sb
+from stepcredit.types import Status
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+CFG = SandboxConfig(timeout_s=2.0, memory_mb=256)
+
+
+def fenced(code: str, lang: str = "python") -> str:
+    return f"Reasoning...\n```{lang}\n{code}\n```\nDone."
+
+
+@pytest.fixture(scope="module")
+def box() -> sb.Sandbox:
+    return sb.Sandbox(CFG)
+
+
+# ------------------------------------------------------------------------------ pure helpers
+def test_extract_code_takes_the_last_python_block() -> None:
+    text = "```python\nprint(1)\n```\n```text\nnot code\n```\n```py\nprint(2)\n```\n"
+    assert sb.extract_code(text) == "print(2)\n"
+    assert sb.extract_code("```\nprint(3)\n```") == "print(3)\n"  # unlabelled only as a fallback
+    assert sb.extract_code("no code here") is None
+
+
+def test_parse_tests_reads_verl_formats() -> None:
+    stdio = sb.parse_tests(json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]}))
+    assert stdio == [sb.TestCase("stdio", stdin="1 2\n", expected="3\n")]
+    asserts = sb.parse_tests({"assert_case": ["assert f(1) == 2"], "inputs": [""], "outputs": [None]})
+    assert asserts == [sb.TestCase("assert", assert_src="assert f(1) == 2")]
+    # TACO stores argument lists; Sandbox Fusion one JSON value per line.
+    calls = sb.parse_tests({"fn_name": "f", "inputs": [[1, 2], "3\n4"], "outputs": [3, "7"]})
+    assert [c.args for c in calls] == [(1, 2), (3, 4)] and [c.expected for c in calls] == [3, 7]
+    for bad in ("{nope", {"inputs": [1]}, {"inputs": [1], "outputs": []}, 3):
+        with pytest.raises(ValueError):
+            sb.parse_tests(bad)
+
+
+def test_output_and_value_comparison() -> None:
+    assert sb.outputs_match("1 2  \n3\n\n", "1 2\n3")
+    assert sb.outputs_match("0.3333333", "0.33333333")
+    assert not sb.outputs_match("1 2", "1 3")
+    assert sb.values_match((1, [2.0000001]), [1, [2]])
+    assert sb.values_match(5, [5])  # TACO wraps single outputs in a list
+    assert not sb.values_match(True, 1)
+
+
+# ------------------------------------------------------------------------------ running
+@needs_bwrap
+def test_stdio_fraction_and_all_or_nothing(box: sb.Sandbox) -> None:
+    resp = fenced("n = int(input())\nprint(n * 2 if n < 10 else n)")
+    gt = {"inputs": ["2\n", "3\n", "10\n", "20\n"], "outputs": ["4\n", "6\n", "20\n", "40\n"]}
+    res = sb.score_code(resp, gt, sandbox=box)
+    # cases 1 and 2 pass, 3 and 4 print n instead of 2n: 2/4.
+    assert (res.status, res.score) == (Status.OK, 0.5)
+    assert [c["status"] for c in res.info["cases"]] == ["passed", "passed", "failed", "failed"]
+    strict = sb.score_code(resp, gt, sandbox=sb.Sandbox(CFG.__class__(timeout_s=2.0, scoring="all")))
+    assert strict.score == 0.0 and strict.status == Status.OK
+    assert "skipped" in strict.info["cases"][3]["message"]
+
+
+@needs_bwrap
+def test_assert_and_call_cases(box: sb.Sandbox) -> None:
+    res = sb.score_code(
+        fenced("def add(a, b):\n    return a + b"), {"assert_case": ["assert add(1, 2) == 3"]}, sandbox=box
+    )
+    assert (res.status, res.score) == (Status.OK, 1.0)
+    code = "class Solution:\n    def twice(self, xs):\n        return [2 * x for x in xs]\n"
+    gt = {"fn_name": "twice", "inputs": [[[1, 2]], [[0]]], "outputs": [[2, 4], [1]]}
+    res = sb.score_code(fenced(code), gt, sandbox=box)
+    assert res.score == 0.5 and res.status == Status.OK
+
+
+@needs_bwrap
+def test_program_failures_keep_their_score_with_a_failure_status(box: sb.Sandbox) -> None:
+    code = "import time\nn = int(input())\nif n == 0:\n    raise ValueError\nif n == 1:\n    time.sleep(60)\nprint(n)"
+    res = sb.score_code(fenced(code), {"inputs": ["2", "0"], "outputs": ["2", "0"]}, sandbox=box)
+    assert (res.status, res.score) == (Status.ERROR, 0.5)
+    assert "ValueError" in res.info["message"]
+    res = sb.score_code(fenced(code), {"inputs": ["2", "1"], "outputs": ["2", "1"]}, sandbox=box)
+    assert (res.status, res.score) == (Status.TIMEOUT, 0.5)
+    res = sb.score_code(fenced("def f(:\n  pass"), {"assert_case": ["assert f()"]}, sandbox=box)
+    assert res.status == Status.ERROR and "SyntaxError" in res.info["message"]
+
+
+def test_unparseable_and_bad_ground_truth(box: sb.Sandbox) -> None:
+    res = sb.score_code("I would loop forever.", {"inputs": ["1"], "outputs": ["1"]}, sandbox=box)
+    assert (res.status, res.score) == (Status.UNPARSEABLE, 0.0)
+    res = sb.score_code(fenced("print(1)"), "not json", sandbox=box)
+    assert res.status == Status.ERROR and math.isnan(res.score)
+
+
+def test_missing_bubblewrap_is_a_sandbox_error_never_a_pass() -> None:
+    box = sb.Sandbox(CFG, bwrap="")
+    res = sb.score_code(fenced("print(1)"), {"inputs": [""], "outputs": ["1"]}, sandbox=box)
+    assert res.status == Status.SANDBOX_ERROR and math.isnan(res.score)
+    assert "bubblewrap" in res.info["message"]
+    assert not res.ok
+
+
+@needs_bwrap
+def test_broken_sandbox_is_a_sandbox_error_never_a_pass() -> None:
+    for box in (
+        sb.Sandbox(CFG, bwrap="/bin/false"),  # bwrap "runs" but nothing starts
+        sb.Sandbox(SandboxConfig(python="/nonexistent/python3")),
+    ):
+        res = sb.score_code(fenced("print(1)"), {"inputs": [""], "outputs": ["1"]}, sandbox=box)
+        assert res.status == Status.SANDBOX_ERROR and math.isnan(res.score), res
+    # A run whose sandbox cannot start is never classified as a program failure.
+    out = sb.Sandbox(CFG, bwrap="/bin/false").judge("print(1)", sb.TestCase("stdio", expected="1"))
+    assert out.status == sb.SANDBOX_ERROR
+
+
+@needs_bwrap
+def test_batch_runs_concurrently_and_keeps_order(box: sb.Sandbox) -> None:
+    responses = [fenced(f"import time\ntime.sleep(0.3)\nprint({i})") for i in range(4)]
+    truths = [{"inputs": [""], "outputs": [str(i if i != 2 else 99)]} for i in range(4)]
+    results = sb.score_code_batch(responses, truths, sandbox=box)
+    assert [r.score for r in results] == [1.0, 1.0, 0.0, 1.0]

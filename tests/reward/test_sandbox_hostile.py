@@ -1,0 +1,171 @@
+"""The adversarial suite: every hostile program in ``hostile/`` is contained and gets the right status.
+
+Each program states what it expects in header comments: ``# expect:`` the allowed statuses,
+``# tests:`` its ground truth (default: one stdin/stdout case whose expected output is ``PWNED``, which
+a program prints only when its attack worked) and ``# score:`` the right score (default 0). Tokens
+``__CANARY__``, ``__PORT__`` and ``__SECRET_NAME__`` are replaced by a host file that must stay
+untouched, a host TCP/UDP port on 127.0.0.1 that must see no traffic, and the name of a secret set in
+the host's environment. All programs run in one batch, two at a time (the machine has two cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepcredit.config import SandboxConfig
+from stepcredit.reward import sandbox as sb
+from stepcredit.types import RewardResult
+
+HOSTILE_DIR = Path(__file__).parent / "hostile"
+PROGRAMS = sorted(p.stem for p in HOSTILE_DIR.glob("*.py"))
+SECRET_NAME = "STEPCREDIT_TEST_SECRET"
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def header(src: str, key: str) -> str | None:
+    m = re.search(rf"^# {key}: (.*)$", src, re.MULTILINE)
+    return m.group(1).strip() if m else None
+
+
+def leftover_processes() -> list[str]:
+    """Processes of the sandbox uids, or running our runner: none may exist between runs."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{name}/status").read_text()
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        uid = int(re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE).group(1))  # type: ignore[union-attr]
+        zombie = re.search(r"^State:\s+Z", status, re.MULTILINE)
+        if not zombie and (sb.UID_BASE <= uid < sb.UID_BASE + sb.UID_COUNT or "/box/runner.py" in cmdline):
+            found.append(f"{name} uid={uid} {cmdline[:80]}")
+    return found
+
+
+class Listener:
+    """A TCP and a UDP socket on the host's 127.0.0.1 that record any traffic."""
+
+    def __init__(self) -> None:
+        self.tcp = socket.socket()
+        self.tcp.bind(("127.0.0.1", 0))
+        self.tcp.listen(8)
+        self.tcp.settimeout(0.2)
+        self.port = self.tcp.getsockname()[1]
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", self.port))
+        self.udp.settimeout(0.2)
+        self.hits: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            for s in (self.tcp, self.udp):
+                try:
+                    if s is self.tcp:
+                        conn, addr = s.accept()
+                        self.hits.append(f"tcp {addr}")
+                        conn.close()
+                    else:
+                        _, addr = s.recvfrom(100)
+                        self.hits.append(f"udp {addr}")
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.tcp.close()
+        self.udp.close()
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    canary = tmp_path_factory.mktemp("canary") / "canary.txt"
+    canary_text = "canary " + secrets.token_hex(8)
+    canary.write_text(canary_text)
+    os.chmod(canary.parent, 0o777)  # even world-writable: the sandbox must still not reach it
+    os.chmod(canary, 0o666)
+    listener = Listener()
+    old_secret = os.environ.get(SECRET_NAME)
+    os.environ[SECRET_NAME] = "hunter2-" + secrets.token_hex(8)
+    bystander = subprocess.Popen(["sleep", "300"])
+    assert leftover_processes() == [], "processes from an earlier run"
+    usage_before = shutil.disk_usage("/tmp").used
+    sources, truths, meta = [], [], {}
+    for name in PROGRAMS:
+        src = (HOSTILE_DIR / f"{name}.py").read_text()
+        src = src.replace("__CANARY__", str(canary)).replace("__PORT__", str(listener.port))
+        src = src.replace("__SECRET_NAME__", SECRET_NAME)
+        tests = header(src, "tests")
+        truths.append(json.loads(tests) if tests else {"inputs": [""], "outputs": ["PWNED"]})
+        sources.append(f"Here is my solution.\n```python\n{src}\n```\n")
+        meta[name] = (set((header(src, "expect") or "").split()), float(header(src, "score") or 0.0))
+    cfg = SandboxConfig(timeout_s=2.0, memory_mb=256, tmpfs_mb=32, file_size_mb=8, output_limit_kb=256)
+    try:
+        results = sb.score_code_batch(sources, truths, sandbox=sb.Sandbox(cfg))
+        yield {
+            "results": dict(zip(PROGRAMS, results, strict=True)),
+            "meta": meta,
+            "canary": (canary, canary_text),
+            "listener": listener,
+            "bystander": bystander,
+            "usage_before": usage_before,
+        }
+    finally:
+        listener.close()
+        bystander.kill()
+        bystander.wait()
+        if old_secret is None:
+            os.environ.pop(SECRET_NAME, None)
+        else:
+            os.environ[SECRET_NAME] = old_secret
+
+
+def test_at_least_twenty_hostile_programs() -> None:
+    assert len(PROGRAMS) >= 20
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_hostile_program_is_contained(suite: Any, name: str) -> None:
+    res: RewardResult = suite["results"][name]
+    statuses, score = suite["meta"][name]
+    assert statuses, f"{name} has no '# expect:' header"
+    assert res.status.value in statuses, (name, res.status, res.info)
+    assert res.score == score, (name, res.score, res.info)
+
+
+def test_host_is_unaffected(suite: Any) -> None:
+    canary, text = suite["canary"]
+    assert canary.read_text() == text
+    assert suite["listener"].hits == []
+    assert suite["bystander"].poll() is None, "a host process was killed"
+    # Disk fills went to the sandbox's own tmpfs, not the host's disk (allow unrelated churn).
+    assert shutil.disk_usage("/tmp").used - suite["usage_before"] < 64 * 1024 * 1024
+    assert not list(Path("/tmp").glob("stepcredit-sbx-*")), "host-side sandbox directories were left behind"
+
+
+def test_no_process_left_behind(suite: Any) -> None:
+    assert leftover_processes() == []
+
+
+def test_secret_never_reaches_the_sandbox(suite: Any) -> None:
+    res = suite["results"]["read_secrets"]
+    assert res.info["cases"][0]["status"] == "failed"
+    assert "nothing" in res.info["cases"][0]["message"]
