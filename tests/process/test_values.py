@@ -1,0 +1,168 @@
+"""V(prefix): the three execution strategies agree; they match a plain reference; monte_carlo."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from stepcredit.config import Config, ProcessConfig
+from stepcredit.errors import ConfigError
+from stepcredit.process import (
+    answer_suffix,
+    check_config,
+    compute_prefix_values,
+    resolve_force_prompt,
+)
+from stepcredit.types import Batch
+
+ROWS = [
+    (
+        "Ann has 3 apples. Then gets 4 more. How many?",
+        "Let me start with 3. So 3 + 4 = 7. But wait, that is it.\nThe answer is 7.",
+        "7",
+    ),
+    ("Ben has 9 pens. Then loses 2. How many?", "So 9 - 2 = 6. Wait, 9 - 2 = 7. The answer is 7.", "7"),
+    ("Cal has 1 coin?", "Hmm, 1.", "1"),
+    (
+        "Dee has 12 cards. Then gets 30 more. How many now?",
+        "First, 12. Next, 12 + 30 = 42. Therefore 42. Finally, done.",
+        "42",
+    ),
+]
+
+
+def values(model: Any, tok: Any, batch: Batch, **kw: Any) -> list[list[float]]:
+    compute_prefix_values(model, tok, batch, ProcessConfig(min_episode_tokens=2, **kw))
+    assert batch.prefix_values is not None and batch.episode_ends is not None
+    assert [len(v) for v in batch.prefix_values] == [len(e) + 1 for e in batch.episode_ends]
+    return batch.prefix_values
+
+
+def max_diff(a: list[list[float]], b: list[list[float]]) -> float:
+    return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_strategies_agree(
+    arch: str, attn: str, model_factory: Callable[..., Any], batch_factory: Callable[..., Batch]
+) -> None:
+    model, tok = model_factory(arch, attn)
+    ref = values(model, tok, batch_factory(tok, ROWS), strategy="naive")
+    assert sum(len(v) for v in ref) >= 12  # the traces really have several episodes
+    spread = max(max(v) - min(v) for v in ref)
+    assert spread > 1e-2  # values differ between prefixes, so agreement is not trivial
+    got = {
+        "kv_cache": values(model, tok, batch_factory(tok, ROWS), strategy="kv_cache"),
+        "packed (all in one pass)": values(model, tok, batch_factory(tok, ROWS), strategy="packed"),
+        "packed (one response per pass)": values(
+            model, tok, batch_factory(tok, ROWS), strategy="packed", max_tokens_per_forward=1
+        ),
+        "packed (two per pass)": values(
+            model, tok, batch_factory(tok, ROWS), strategy="packed", max_tokens_per_forward=400
+        ),
+    }
+    for name, v in got.items():
+        assert max_diff(v, ref) < 1e-4, name
+
+
+def test_padding_and_batch_composition_do_not_change_values(
+    model_factory: Callable[..., Any], batch_factory: Callable[..., Batch]
+) -> None:
+    model, tok = model_factory("llama", "sdpa")
+    together = values(model, tok, batch_factory(tok, ROWS))
+    for i, row in enumerate(ROWS):
+        alone = values(model, tok, batch_factory(tok, [row]))
+        assert max_diff(alone, [together[i]]) < 1e-4
+
+
+def test_matches_a_plain_forward_over_the_text(
+    model_factory: Callable[..., Any], batch_factory: Callable[..., Batch]
+) -> None:
+    """Reference: build the whole string, run the model, average the answer's log-probs by hand."""
+    model, tok = model_factory("llama", "eager")
+    batch = batch_factory(tok, ROWS[:2])
+    got = values(model, tok, batch)
+    assert batch.episode_ends is not None
+    for b, (prompt, response, answer) in enumerate(ROWS[:2]):
+        chat = tok.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+        force = "\nThe answer is "
+        cuts = [0] + [e + 1 for e in batch.episode_ends[b]]
+        for k, cut in enumerate(cuts):
+            # the last prefix excludes eos (the character tokenizer: token index == character index)
+            ids = tok(chat + response[:cut] + force + answer, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([ids])).logits[0]
+            logp = torch.log_softmax(logits, -1)
+            n = len(answer)
+            want = sum(float(logp[len(ids) - n - 1 + j, ids[len(ids) - n + j]]) for j in range(n)) / n
+            assert abs(got[b][k] - want) < 1e-4
+
+
+def test_force_prompt_and_answer_tokens() -> None:
+    class Tok:
+        chat_template = "{{ '<think>' }}...</think>"
+
+    assert resolve_force_prompt(Tok(), "auto") == "</think>\n\nThe answer is "
+    assert resolve_force_prompt(object(), "auto") == "\nThe answer is "
+    assert resolve_force_prompt(object(), "Answer: ") == "Answer: "
+
+    from stepcredit.models import build_tokenizer
+
+    ids, n = answer_suffix(build_tokenizer(), "\nThe answer is ", "42")
+    assert n == 2 and len(ids) == len("\nThe answer is 42")
+
+
+def test_values_leave_the_model_in_its_mode(
+    model_factory: Callable[..., Any], batch_factory: Callable[..., Batch]
+) -> None:
+    model, tok = model_factory("llama", "sdpa")
+    model.train()
+    values(model, tok, batch_factory(tok, ROWS[:1]))
+    assert model.training
+
+
+def test_monte_carlo(model_factory: Callable[..., Any], batch_factory: Callable[..., Batch]) -> None:
+    model, tok = model_factory("llama", "sdpa")
+    seen: list[str] = []
+
+    def score(sample: Any, text: str) -> float:
+        seen.append(text)
+        return 1.0 if text.rstrip(".").endswith(str(sample.ground_truth)) else 0.0
+
+    batch = batch_factory(tok, ROWS[:2])
+    torch.manual_seed(0)
+    compute_prefix_values(
+        model,
+        tok,
+        batch,
+        ProcessConfig(value_estimator="monte_carlo", mc_samples=3, mc_max_new_tokens=4),
+        score_fn=score,
+    )
+    assert batch.prefix_values is not None and batch.episode_ends is not None
+    for b, vals in enumerate(batch.prefix_values):
+        assert all(0.0 <= v <= 1.0 for v in vals)
+        # a complete response's last value is its own reward, with no sampling
+        assert vals[-1] == score(batch.samples[b], ROWS[b][1])
+    n_prefixes = sum(len(e) for e in batch.episode_ends)  # V_0..V_(S-1) are sampled, V_S is scored
+    assert len(seen) == n_prefixes * 3 + 2 + 2
+    # every continuation starts with its prefix's text
+    assert sum(t.startswith(ROWS[0][1][:10]) for t in seen) >= 3
+
+    with pytest.raises(ConfigError, match="score_fn"):
+        compute_prefix_values(model, tok, batch, ProcessConfig(value_estimator="monte_carlo"))
+
+
+def test_check_config() -> None:
+    check_config(Config())
+    with pytest.raises(ConfigError, match=r"process\.value_estimator"):
+        check_config(Config(process=ProcessConfig(value_estimator="forced_answer")))
+    with pytest.raises(ConfigError, match=r"process\.strategy"):
+        ProcessConfig(strategy="fast")
+    with pytest.raises(ConfigError, match=r"process\.max_episode_tokens"):
+        ProcessConfig(max_episode_tokens=2, min_episode_tokens=3)
