@@ -295,11 +295,17 @@ class RewardConfig:
             "mask, score or drop_group",
         )
         for src, pol in self.failure_policy_by_source.items():
-            _check(pol in ("mask", "score", "drop_group"), f"reward.failure_policy_by_source.{src}",
-                   "mask, score or drop_group")
+            _check(
+                pol in ("mask", "score", "drop_group"),
+                f"reward.failure_policy_by_source.{src}",
+                "mask, score or drop_group",
+            )
         for tag, dom in self.tag_domains.items():
-            _check(dom in self.domains, f"reward.tag_domains.{tag}",
-                   f"domain {dom!r} is not in reward.domains ({', '.join(self.domains) or 'none'})")
+            _check(
+                dom in self.domains,
+                f"reward.tag_domains.{tag}",
+                f"domain {dom!r} is not in reward.domains ({', '.join(self.domains) or 'none'})",
+            )
         _check(self.timeout_s > 0, "reward.timeout_s", "must be > 0")
         _check(self.workers >= 1, "reward.workers", "must be >= 1")
 

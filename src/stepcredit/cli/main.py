@@ -16,6 +16,8 @@ from stepcredit.errors import UserError
 COMMANDS: dict[str, str] = {
     "train": "Train with RL (SFT warm-up first): stepcredit train [--preset NAME] [key=value ...]",
     "sft": "Supervised warm-up only",
+    "score": "Score a jsonl file of model outputs: stepcredit score --in F.jsonl --out F.jsonl [--workers N]",
+    "data": "Prepare datasets: stepcredit data prepare gsm8k|math500 --out DIR",
 }
 
 

@@ -1,1 +1,67 @@
-"""stepcredit.reward."""
+"""Rewards: verifiers, users' own functions, scorers (reward models, judges, sandboxes) and routing.
+
+Use::
+
+    from stepcredit.reward import build_rewarder, apply_failure_policy, reward_metrics
+    rewarder = build_rewarder(cfg.reward)          # loads custom functions now: ConfigError if missing
+    results = rewarder.score_batch(samples, responses)   # list[RewardResult], in order
+    score_B, valid_B, keep_B = apply_failure_policy(results, group_B, cfg.reward)
+    metrics = reward_metrics(results)
+    rewarder.close()
+
+Every result has a ``status``; "could not score" (``timeout``, ``error``, ``sandbox_error``) has a NaN
+score and is never a silent 0 — the failure policy decides what it becomes.
+
+Adding a reward (one registration, keyed by ``data_source``; shell patterns like ``aime*`` allowed):
+
+* A per-sample function with VeRL's signature, run in the kill-safe pool with a hard deadline::
+
+      from stepcredit.reward.base import register_reward
+
+      @register_reward("my_source", "alias")          # fast=inline_precheck, isolate=False optional
+      def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+          return RewardResult(...)  # or a float, a dict with "score", or a tuple (score, ...)
+
+* A scorer that wants the whole batch and manages its own timeouts and concurrency (reward models,
+  judges, sandboxes)::
+
+      from stepcredit.reward.base import register_scorer
+
+      @register_scorer("model")                       # rows with reward_model.style == "model"
+      def make(cfg: RewardConfig) -> Scorer:           # built once, on first use
+          return MyScorer(cfg.reward_model)            # .score_batch(samples, responses), .close()
+
+Put the module's import in :mod:`stepcredit.reward.builtin` (pool workers import that module).
+Import ``register_reward``/``register_scorer`` from ``stepcredit.reward.base`` inside reward modules
+to avoid a circular import through this package.
+"""
+
+from stepcredit.reward import builtin  # noqa: F401  (fills REWARDS; must come last)
+from stepcredit.reward.base import (
+    REWARDS,
+    FnRef,
+    RewardFn,
+    Scorer,
+    register_reward,
+    register_scorer,
+    resolve_source,
+    to_result,
+)
+from stepcredit.reward.policy import apply_failure_policy, reward_metrics
+from stepcredit.reward.rewarder import Rewarder, Route, build_rewarder
+
+__all__ = [
+    "REWARDS",
+    "FnRef",
+    "RewardFn",
+    "Rewarder",
+    "Route",
+    "Scorer",
+    "apply_failure_policy",
+    "build_rewarder",
+    "register_reward",
+    "register_scorer",
+    "resolve_source",
+    "reward_metrics",
+    "to_result",
+]

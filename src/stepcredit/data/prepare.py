@@ -1,0 +1,139 @@
+"""Build verl-style parquet files from the raw GSM8K and MATH-500 jsonl files.
+
+A row follows verl's ``examples/data_preprocess/gsm8k.py`` and ``math_dataset.py``: ``data_source``,
+``prompt`` (a chat list), ``ability``, ``reward_model{style, ground_truth}`` and ``extra_info``.
+GSM8K's ground truth is the text after ``#### `` without thousands separators; MATH-500's is its
+``answer`` field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from stepcredit.errors import DataError
+
+GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+MATH_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+
+
+def shared_data_dir() -> Path:
+    """``$STEPCREDIT_SHARED_DATA``, else ``<repo>/../shared/data`` (CI clones the repo beside ``shared/``)."""
+    env = os.environ.get("STEPCREDIT_SHARED_DATA")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[3]
+    for cand in (repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"):
+        if cand.is_dir():
+            return cand
+    return repo.parent / "shared" / "data"
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    if not path.is_file():
+        raise DataError(f"{path}: no such file (set STEPCREDIT_SHARED_DATA to the shared data directory)")
+    with path.open() as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{i}: invalid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}:{i}: expected a JSON object")
+            yield i, row
+
+
+def gsm8k_answer(solution: str) -> str:
+    """The final answer of a GSM8K solution: the text after ``#### `` without thousands separators."""
+    if "####" not in solution:
+        raise ValueError("no '####' in the solution")
+    return solution.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def gsm8k_rows(path: Path, split: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for i, r in _jsonl(path):
+        try:
+            q, a = r["question"], r["answer"]
+            gt = gsm8k_answer(a)
+        except (KeyError, ValueError) as e:
+            raise DataError(
+                f"{path}:{i}: expected 'question' and an 'answer' ending in '#### N' ({e})"
+            ) from None
+        rows.append(
+            {
+                "data_source": "openai/gsm8k",
+                "prompt": [{"role": "user", "content": f"{q} {GSM8K_INSTRUCTION}"}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": gt},
+                "extra_info": {"split": split, "index": len(rows), "answer": a, "question": q},
+            }
+        )
+    return rows
+
+
+def math500_rows(path: Path, split: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for i, r in _jsonl(path):
+        try:
+            problem, answer = r["problem"], r["answer"]
+        except KeyError as e:
+            raise DataError(f"{path}:{i}: missing field {e}") from None
+        rows.append(
+            {
+                "data_source": "HuggingFaceH4/MATH-500",
+                "prompt": [{"role": "user", "content": f"{problem} {MATH_INSTRUCTION}"}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(answer)},
+                "extra_info": {
+                    "split": split,
+                    "index": len(rows),
+                    "question": problem,
+                    "solution": r.get("solution", ""),
+                    "subject": r.get("subject", ""),
+                    "level": int(r.get("level", 0) or 0),
+                    "unique_id": r.get("unique_id", ""),
+                },
+            }
+        )
+    return rows
+
+
+DATASETS: dict[str, tuple[str, Callable[[Path, str], list[dict[str, Any]]], tuple[str, ...]]] = {
+    "gsm8k": ("gsm8k", gsm8k_rows, ("train", "test")),
+    "math500": ("math500", math500_rows, ("test",)),
+}
+"""name -> (directory under the shared data, row builder, splits)."""
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write rows with pyarrow, atomically (a temp file renamed into place)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    tmp.replace(path)
+
+
+def prepare(name: str, out: str | Path, *, src: str | Path | None = None) -> dict[str, Path]:
+    """Write ``<out>/<split>.parquet`` for each split of dataset ``name``; returns split -> path."""
+    if name not in DATASETS:
+        raise DataError(f"unknown dataset {name!r} (valid: {', '.join(DATASETS)})")
+    sub, build, splits = DATASETS[name]
+    base = Path(src) if src is not None else shared_data_dir()
+    written = {}
+    for split in splits:
+        rows = build(base / sub / f"{split}.jsonl", split)
+        if not rows:
+            raise DataError(f"{base / sub / f'{split}.jsonl'}: no rows")
+        target = Path(out) / f"{split}.parquet"
+        write_parquet(target, rows)
+        written[split] = target
+    return written

@@ -1,0 +1,258 @@
+"""The reward registry, references that let a worker process find a function, and result coercion.
+
+A reward function has VeRL's signature
+``fn(data_source, solution_str, ground_truth, extra_info=None, **kwargs)`` and returns a
+:class:`~stepcredit.types.RewardResult`, a float, a dict with ``"score"`` or a tuple whose first item
+is the score (:func:`to_result` turns each into a result). It is registered once under its
+``data_source`` names with :func:`register_reward`; names may be shell patterns (``aime*``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import importlib.util
+import inspect
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from stepcredit.errors import ConfigError
+from stepcredit.registry import Registry
+from stepcredit.types import RewardResult, Sample, Status
+
+PerSampleFn = Callable[..., Any]
+FastFn = Callable[..., "RewardResult | None"]
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """A whole-batch reward (reward model, judge, sandbox) built by a registered factory.
+
+    ``score_batch`` returns one result per response, in order; it is called from a helper thread of
+    the rewarder (so a slow scorer overlaps the pool's work) and must not raise for one bad sample.
+    ``close`` (optional) releases models, connections and processes.
+    """
+
+    def score_batch(self, samples: list[Sample], responses: list[str]) -> list[RewardResult]: ...
+
+
+ScorerFactory = Callable[[Any], Scorer]
+
+
+@dataclass(frozen=True)
+class FnRef:
+    """How a fresh worker process finds a callable: ``module`` + attribute, or a ``.py`` file + attribute."""
+
+    kind: str
+    """``module`` or ``file``."""
+    target: str
+    """A dotted module name, or an absolute path to a ``.py`` file."""
+    attr: str
+    """The attribute (dotted for nested, e.g. ``Class.method`` is not supported: use a function or class)."""
+
+    def __str__(self) -> str:
+        return f"{self.target}:{self.attr}"
+
+
+@dataclass(frozen=True)
+class RewardFn:
+    """One registered reward function and how the rewarder runs it."""
+
+    name: str
+    """The registry name (also the ``source`` of its results)."""
+    fn: PerSampleFn | None = None
+    """Per-sample function with VeRL's signature (None for a batch function)."""
+    fast: FastFn | None = None
+    """Optional cheap pre-check with the same signature, run inline; a None return sends the sample to ``fn``."""
+    isolate: bool = True
+    """Run ``fn`` in the kill-safe process pool (False: inline in the calling thread, no hard deadline)."""
+    factory: ScorerFactory | None = None
+    """For scorers (reward models, judges, sandboxes): ``factory(reward_config) -> Scorer``, built once
+    per rewarder on first use; the scorer enforces its own timeouts and concurrency limits."""
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments passed to ``fast`` and ``fn`` on every call."""
+    ref: FnRef | None = None
+    """Where a worker process finds ``fn`` (derived from ``fn`` when not given)."""
+    post_process: Callable[[list[float]], list[float]] | None = None
+    """Optional ``post_process_scores(scores_of_one_group) -> scores`` of a stateful custom scorer."""
+
+
+REWARDS: Registry[RewardFn] = Registry("reward function")
+"""Reward functions keyed by ``data_source`` (exact names, or shell patterns such as ``aime*``)."""
+
+
+def ref_of(fn: Callable[..., Any]) -> FnRef:
+    """A reference a worker can import: the function's module, or its file when the module is not importable."""
+    module = getattr(fn, "__module__", None) or ""
+    qual = getattr(fn, "__qualname__", "") or getattr(fn, "__name__", "")
+    if "<" in qual:
+        raise ConfigError(f"reward function {fn!r} must be defined at module level to run in a worker")
+    mod = sys.modules.get(module)
+    spec = getattr(mod, "__spec__", None)
+    if module and module != "__main__" and spec is not None and spec.origin and not _loaded_by_path(module):
+        return FnRef("module", module, qual)
+    path = inspect.getsourcefile(fn) or ""
+    if not path:
+        raise ConfigError(f"cannot locate the source file of reward function {fn!r}")
+    return FnRef("file", os.path.abspath(path), qual)
+
+
+_BY_PATH_PREFIX = "_stepcredit_user_"
+
+
+def _loaded_by_path(module: str) -> bool:
+    # Modules we (or pytest's importlib mode) loaded from a file path cannot be re-imported by name.
+    if module.startswith(_BY_PATH_PREFIX):
+        return True
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+
+
+_FILE_CACHE: dict[str, Any] = {}
+
+
+def _load_file(path: str) -> Any:
+    if path in _FILE_CACHE:
+        return _FILE_CACHE[path]
+    if not os.path.isfile(path):
+        raise ConfigError(f"reward function file {path} does not exist")
+    name = _BY_PATH_PREFIX + str(abs(hash(path)))
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"reward function file {path} is not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:
+        sys.modules.pop(name, None)
+        raise ConfigError(f"reward function file {path} failed to import: {type(e).__name__}: {e}") from None
+    _FILE_CACHE[path] = mod
+    return mod
+
+
+def load_ref(ref: FnRef) -> Any:
+    """Import the object a reference names, or raise a ConfigError saying what is missing."""
+    if ref.kind == "file":
+        obj = _load_file(ref.target)
+    else:
+        try:
+            obj = importlib.import_module(ref.target)
+        except ImportError as e:
+            raise ConfigError(f"reward function module {ref.target!r} cannot be imported: {e}") from None
+    for part in ref.attr.split("."):
+        if not hasattr(obj, part):
+            names = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
+            raise ConfigError(
+                f"reward function {ref}: {ref.target} has no {part!r} "
+                f"(callables there: {', '.join(names[:10]) or 'none'})"
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def parse_spec(spec: str, *, base_dir: str | None = None) -> FnRef:
+    """``file.py:fn``, ``dir/file.py`` (fn defaults to VeRL's ``compute_score``) or ``pkg.module:fn``."""
+    target, _, attr = spec.rpartition(":") if ":" in spec else (spec, "", "compute_score")
+    attr = attr or "compute_score"
+    if not target:
+        raise ConfigError(f"reward.custom.path {spec!r}: expected file.py:fn or pkg.module:fn")
+    if target.endswith(".py") or os.sep in target or "/" in target:
+        path = os.path.abspath(os.path.join(base_dir or os.getcwd(), os.path.expanduser(target)))
+        return FnRef("file", path, attr)
+    return FnRef("module", target, attr)
+
+
+def register_reward(
+    name: str,
+    *aliases: str,
+    fast: FastFn | None = None,
+    isolate: bool = True,
+    override: bool = False,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register a per-sample reward function under ``data_source`` names (or patterns like
+    ``aime*``). ``fast``: an inline pre-check with the same signature (None = undecided, run the
+    function); ``isolate``: run the function in the kill-safe pool. Returns the function unchanged."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        entry = RewardFn(name=name, fn=fn, fast=fast, isolate=isolate, ref=ref_of(fn) if isolate else None)
+        REWARDS.register(name, *aliases, override=override)(entry)
+        return fn
+
+    return deco
+
+
+def register_scorer(
+    name: str, *aliases: str, override: bool = False
+) -> Callable[[ScorerFactory], ScorerFactory]:
+    """Decorator: register ``factory(reward_config) -> Scorer`` under ``data_source`` names (or a row
+    style such as ``model``). Returns the factory unchanged."""
+
+    def deco(factory: ScorerFactory) -> ScorerFactory:
+        REWARDS.register(name, *aliases, override=override)(
+            RewardFn(name=name, factory=factory, isolate=False)
+        )
+        return factory
+
+    return deco
+
+
+def resolve_source(data_source: str) -> RewardFn:
+    """The registered reward function of a ``data_source``: exact name first, then the longest matching pattern."""
+    if data_source in REWARDS:
+        return REWARDS.get(data_source)
+    patterns = [n for n in REWARDS.names() if any(c in n for c in "*?[")]
+    for pat in sorted(patterns, key=len, reverse=True):
+        if fnmatch.fnmatchcase(data_source, pat):
+            return REWARDS.get(pat)
+    return REWARDS.get(data_source)  # raises a ConfigError listing the valid names
+
+
+def to_result(value: Any, *, source: str = "") -> RewardResult:
+    """Turn what a reward function returned (result, float, dict with ``score``, tuple) into a result."""
+    if isinstance(value, RewardResult):
+        res = value
+    elif isinstance(value, dict):
+        if "score" not in value:
+            return RewardResult.failure(
+                Status.ERROR, f"reward function returned a dict without 'score' (keys: {sorted(value)})"
+            )
+        res = _from_score(value["score"], {k: v for k, v in value.items() if k != "score"})
+        pred = value.get("pred", value.get("extracted"))
+        if pred is not None:
+            res.extracted = str(pred)
+    elif isinstance(value, tuple):
+        if not value:
+            return RewardResult.failure(Status.ERROR, "reward function returned an empty tuple")
+        res = _from_score(value[0], {"rest": list(value[1:])} if len(value) > 1 else {})
+    else:
+        res = _from_score(value, {})
+    if not res.source:
+        res.source = source
+    return res
+
+
+def _from_score(score: Any, info: dict[str, Any]) -> RewardResult:
+    if isinstance(score, bool) or hasattr(score, "item"):
+        score = score.item() if hasattr(score, "item") else float(score)
+    if not isinstance(score, (int, float)):
+        return RewardResult.failure(
+            Status.ERROR, f"reward function returned {type(score).__name__} {score!r}, expected a number"
+        )
+    if not math.isfinite(float(score)):
+        return RewardResult.failure(Status.ERROR, f"reward function returned a non-finite score {score!r}")
+    return RewardResult(score=float(score), status=Status.OK, info=_plain(info))
+
+
+def _plain(info: dict[str, Any]) -> dict[str, Any]:
+    # Keep what JSON and pickle carry; anything exotic becomes its repr.
+    out: dict[str, Any] = {}
+    for k, v in info.items():
+        out[str(k)] = v if isinstance(v, (str, int, float, bool, type(None), list, dict)) else repr(v)
+    return out

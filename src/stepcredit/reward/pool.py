@@ -1,0 +1,339 @@
+"""A kill-safe process pool: a reward function that hangs or crashes costs one worker, never the run.
+
+Why not ``concurrent.futures.ProcessPoolExecutor`` or ``signal.alarm``: the executor cannot stop a
+running task (a timed-out future keeps its worker busy forever) and breaks the whole pool when one
+worker dies; SIGALRM only works on the main thread of the main process (math-verify raises
+elsewhere). Here each worker slot has one thread in the parent that sends a job down a pipe and
+waits for the answer with ``poll(timeout)``. On a deadline it kills the worker's whole process
+group (the worker calls ``setsid`` so user code's children go too), answers ``timeout`` and starts a
+replacement; a worker that dies (segfault, ``os._exit``) answers ``error`` and is replaced. Every
+reply carries its job id and a slot runs one job at a time, so a result cannot reach the wrong
+sample. ``submit`` returns a :class:`concurrent.futures.Future`, usable from any thread and, through
+``asyncio.wrap_future``, from asyncio.
+
+Workers are fresh interpreters (``python -m stepcredit.reward._worker``), not ``fork``s (the parent may
+hold threads and locks, e.g. torch's) nor ``multiprocessing`` spawns (those re-run the user's
+``__main__`` script). They get the parent's ``sys.path``, run in their own session, print user output
+to stderr (stdout is never the channel) and exit when the parent dies. A replacement is started right
+after the failed job has been answered, so its import time (~1-2 s) delays only later jobs of that slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import multiprocessing as mp
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import weakref
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from stepcredit.reward.base import FnRef, load_ref, to_result
+from stepcredit.types import RewardResult, Status
+
+PRELOAD = ("stepcredit.reward.builtin", "math_verify")
+"""Modules every worker imports before its first job, so that their import time is not charged to a
+job's deadline (the built-in verifiers and math-verify; missing ones are skipped)."""
+STARTUP_TIMEOUT_S = 120.0
+"""How long a new worker may take to import its modules and report ready."""
+
+
+def callable_of(obj: Any) -> Any:
+    """A reward callable from what a reference names: a function, or a class with ``compute_score``
+    (instantiated once, with no arguments, so it can keep state such as a loaded model)."""
+    if inspect.isclass(obj):
+        inst = obj()
+        fn = getattr(inst, "compute_score", None)
+        if not callable(fn):
+            raise TypeError(f"class {obj.__name__} has no compute_score method")
+        return fn
+    if not callable(obj):
+        raise TypeError(f"{obj!r} is not callable")
+    return obj
+
+
+def call_reward(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call a reward function; a coroutine function is run to completion on a fresh event loop."""
+    if inspect.iscoroutinefunction(fn):
+        return asyncio.run(fn(*args, **kwargs))
+    out = fn(*args, **kwargs)
+    if inspect.isawaitable(out):
+        return asyncio.run(_await(out))
+    return out
+
+
+async def _await(x: Any) -> Any:
+    return await x
+
+
+# --------------------------------------------------------------------------------------- worker
+def _parent_watchdog(parent_pid: int) -> None:
+    # The worker's parent is the forkserver, which exits with our user's process; a worker stuck in
+    # a job would otherwise outlive them both.
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+
+def worker_main(fd: int) -> None:
+    """Entry point of a worker process: serve jobs from the connection on file descriptor ``fd``."""
+    import importlib
+    import sys
+    from multiprocessing.connection import Connection
+
+    conn = Connection(fd)
+    os.dup2(2, 1)  # user code's prints go to stderr
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which kills us
+    threading.Thread(target=_parent_watchdog, args=(os.getppid(),), daemon=True).start()
+    _, path, preload = conn.recv()
+    sys.path[:] = list(path) + [p for p in sys.path if p not in path]
+    from stepcredit.reward import math_verifier
+
+    math_verifier.disable_math_verify_timeouts()
+    for mod in preload:
+        with contextlib.suppress(Exception):
+            importlib.import_module(mod)
+    conn.send(("ready", os.getpid()))
+    cache: dict[FnRef, Any] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        job_id, ref, args, kwargs, source = msg
+        try:
+            if ref not in cache:
+                cache[ref] = callable_of(load_ref(ref))
+            res = to_result(call_reward(cache[ref], args, kwargs), source=source)
+        except BaseException as e:  # user code may raise anything, SystemExit included
+            tb = traceback.format_exc(limit=-3)
+            res = RewardResult.failure(Status.ERROR, f"{type(e).__name__}: {e}", traceback=tb)
+        payload = (job_id, res.score, res.status.value, res.extracted, res.info)
+        try:
+            conn.send(payload)
+        except Exception as e:  # an unpicklable info dict
+            conn.send(
+                (job_id, float("nan"), Status.ERROR.value, None, {"message": f"result not sendable: {e}"})
+            )
+
+
+# --------------------------------------------------------------------------------------- parent
+@dataclass
+class _Job:
+    ref: FnRef
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    source: str
+    timeout_s: float
+    future: Future[RewardResult]
+
+
+class _Slot:
+    """One worker process, its pipe, and the parent thread that feeds it."""
+
+    def __init__(self, pool: KillSafePool, index: int) -> None:
+        self.pool = pool
+        self.index = index
+        self.proc: Any = None
+        self.conn: Any = None
+        self.thread = threading.Thread(target=self._loop, name=f"reward-pool-{index}", daemon=True)
+
+    # Worker lifecycle -------------------------------------------------------------------------
+    def start_worker(self) -> None:
+        parent, child = mp.Pipe(duplex=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stepcredit.reward._worker", str(child.fileno())],
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: a kill takes user code's children too
+        )
+        child.close()
+        try:
+            parent.send(("init", list(sys.path), self.pool.preload))
+            ready = parent.poll(STARTUP_TIMEOUT_S)
+            if ready:
+                parent.recv()
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            _kill(proc)
+            parent.close()
+            raise RuntimeError(f"reward worker failed to start (exit code {proc.returncode})")
+        self.proc, self.conn = proc, parent
+        self.pool._pids.add(proc.pid)
+
+    def kill_worker(self) -> None:
+        if self.proc is not None:
+            _kill(self.proc)
+            self.pool._pids.discard(self.proc.pid)
+        if self.conn is not None:
+            with contextlib.suppress(OSError):
+                self.conn.close()
+        self.proc = self.conn = None
+
+    # Job loop --------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            job = self.pool._queue.get()
+            if job is None:
+                break
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            t0 = time.perf_counter()
+            try:
+                res = self._run(job)
+            except BaseException as e:  # never leave a caller waiting
+                res = RewardResult.failure(Status.ERROR, f"reward pool failure: {type(e).__name__}: {e}")
+            res.latency_s = res.latency_s or time.perf_counter() - t0
+            res.source = job.source
+            job.future.set_result(res)
+            if self.proc is None and not self.pool._closed:
+                # Replace a killed/crashed worker now, while nobody is waiting on this slot.
+                with contextlib.suppress(Exception):
+                    self.start_worker()
+        self.kill_worker()
+
+    def _run(self, job: _Job) -> RewardResult:
+        if self.pool._closed:
+            return RewardResult.failure(Status.ERROR, "reward pool is closed")
+        if self.proc is None or self.proc.poll() is not None:
+            self.kill_worker()
+            self.start_worker()
+        job_id = next(self.pool._ids)
+        t0 = time.perf_counter()
+        try:
+            self.conn.send((job_id, job.ref, job.args, job.kwargs, job.source))
+        except Exception as e:  # unpicklable arguments, or a worker that just died
+            self.kill_worker()
+            return RewardResult.failure(Status.ERROR, f"could not send the job to a worker: {e}")
+        if not self.conn.poll(job.timeout_s):
+            self.kill_worker()
+            res = RewardResult.failure(
+                Status.TIMEOUT, f"reward function {job.ref} exceeded {job.timeout_s:g} s and was killed"
+            )
+        else:
+            try:
+                got_id, score, status, extracted, info = self.conn.recv()
+            except (EOFError, OSError):
+                code = None
+                if self.proc is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        code = self.proc.wait(1.0)
+                self.kill_worker()
+                why = "pool closed" if self.pool._closed else "crashed"
+                return RewardResult.failure(
+                    Status.ERROR, f"reward worker {why} (exit code {code}) while running {job.ref}"
+                )
+            if got_id != job_id:  # pragma: no cover - cannot happen with one job per slot
+                self.kill_worker()
+                return RewardResult.failure(Status.ERROR, "reward worker answered another job")
+            res = RewardResult(score=score, status=Status(status), extracted=extracted, info=info)
+        res.latency_s = time.perf_counter() - t0
+        res.source = job.source
+        return res
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's process group (it leads its own session), then reap it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(Exception):
+                proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5.0)
+
+
+class KillSafePool:
+    """``workers`` processes running reward functions with hard per-job deadlines (see the module doc)."""
+
+    def __init__(self, workers: int = 1, *, preload: tuple[str, ...] = PRELOAD) -> None:
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.preload = preload
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._ids = itertools.count()
+        self._closed = False
+        self._pids: set[int] = set()
+        self._slots = [_Slot(self, i) for i in range(workers)]
+        for s in self._slots:
+            s.thread.start()
+        self._finalizer = weakref.finalize(self, _shutdown, self._slots, self._queue)
+
+    @property
+    def pids(self) -> set[int]:
+        """Process ids of the live workers (for tests and metrics)."""
+        return set(self._pids)
+
+    def warmup(self) -> None:
+        """Start every worker now rather than at its first job."""
+        threads = [threading.Thread(target=s.start_worker) for s in self._slots if s.proc is None]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def submit(
+        self,
+        ref: FnRef,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None = None,
+        *,
+        timeout_s: float,
+        source: str = "",
+    ) -> Future[RewardResult]:
+        """Run ``load_ref(ref)(*args, **kwargs)`` in a worker; the future always gets a RewardResult."""
+        fut: Future[RewardResult] = Future()
+        if self._closed:
+            fut.set_result(RewardResult.failure(Status.ERROR, "reward pool is closed"))
+            return fut
+        self._queue.put(_Job(ref, args, dict(kwargs or {}), source, float(timeout_s), fut))
+        return fut
+
+    def close(self) -> None:
+        """Stop the workers (a running job is killed and answers ``error``) and their threads."""
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> KillSafePool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _shutdown(slots: list[_Slot], q: queue.SimpleQueue[_Job | None]) -> None:
+    for s in slots:
+        s.pool._closed = True
+    # Drain jobs nobody has started, then wake every slot thread.
+    while True:
+        try:
+            job = q.get_nowait()
+        except queue.Empty:
+            break
+        if job is not None and job.future.set_running_or_notify_cancel():
+            job.future.set_result(RewardResult.failure(Status.ERROR, "reward pool is closed"))
+    for _ in slots:
+        q.put(None)
+    for s in slots:
+        proc = s.proc
+        if proc is not None:
+            _kill(proc)  # interrupts a running job; its thread answers "error" and exits
+    for s in slots:
+        s.thread.join(10.0)

@@ -1,0 +1,372 @@
+"""The rewarder: routes each response to its reward function and runs it where a hang cannot hurt.
+
+Routing of one sample, first match wins:
+
+1. ``reward.domains[domain]`` when it names a function, where the domain is
+   ``reward.tag_domains[sample.tag]`` or else ``sample.domain`` (its ``weight`` multiplies the score);
+2. a row style other than ``rule`` (e.g. ``model``): the reward registered under that style name;
+3. ``reward.custom.path``, the user's own function, for every other ``rule`` row;
+4. the reward registered under the sample's ``data_source`` (exact name, then a pattern like ``aime*``).
+
+Execution: a function's ``fast`` pre-check runs inline (the math verifier decides plain numbers
+there, without IPC); what it leaves undecided runs in the :class:`~stepcredit.reward.pool.KillSafePool`
+with ``reward.timeout_s`` as a hard deadline. Scorers (reward models, judges, sandboxes) get their
+whole sub-batch at once in a helper thread. Results come back in input order, always one per response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stepcredit.config import RewardConfig
+from stepcredit.errors import ConfigError, UserError
+from stepcredit.reward.base import REWARDS, FnRef, RewardFn, Scorer, load_ref, parse_spec, resolve_source
+from stepcredit.reward.pool import PRELOAD, KillSafePool, call_reward, callable_of
+from stepcredit.types import RewardResult, Sample, Status
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one sample goes: the function, the weight of its domain and the keyword arguments."""
+
+    entry: RewardFn
+    weight: float = 1.0
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def load_custom(spec: str, *, name: str, kwargs: dict[str, Any], isolate: bool, key: str) -> RewardFn:
+    """Load a user's function or class named by ``spec``; any problem is a ConfigError naming ``key``."""
+    ref = parse_spec(spec)
+    try:
+        obj = load_ref(ref)
+    except ConfigError as e:
+        raise ConfigError(f"{key}={spec}: {e}") from None
+    post = None
+    try:
+        fn = callable_of(obj)
+    except Exception as e:
+        raise ConfigError(f"{key}={spec}: {type(e).__name__}: {e}") from None
+    if hasattr(fn, "__self__"):  # a stateful class: its post_process_scores runs in this process
+        post = getattr(fn.__self__, "post_process_scores", None)
+    return RewardFn(
+        name=name,
+        fn=fn,
+        isolate=isolate,
+        kwargs=dict(kwargs),
+        ref=FnRef(ref.kind, ref.target, ref.attr),
+        post_process=post if callable(post) else None,
+    )
+
+
+class Rewarder:
+    """Scores batches of responses; build with :func:`build_rewarder`, release with :meth:`close`."""
+
+    def __init__(self, cfg: RewardConfig | None = None) -> None:
+        self.cfg = cfg or RewardConfig()
+        c = self.cfg
+        self.custom: RewardFn | None = None
+        if c.custom.path:
+            self.custom = load_custom(
+                c.custom.path,
+                name="custom",
+                kwargs=c.custom.kwargs,
+                isolate=c.custom.isolate,
+                key="reward.custom.path",
+            )
+        self.domains: dict[str, Route] = {}
+        for dom, dc in c.domains.items():
+            if dc.fn:
+                entry = self._named(dc.fn, key=f"reward.domains.{dom}.fn", name=f"domain:{dom}")
+                self.domains[dom] = Route(entry, dc.weight, {**c.kwargs.get(entry.name, {}), **dc.kwargs})
+        for name in c.kwargs:
+            REWARDS.get(name)  # a typo in reward.kwargs is a ConfigError listing the valid names
+        self._pool: KillSafePool | None = None
+        self._lock = threading.Lock()
+        self._threads = cf.ThreadPoolExecutor(max_workers=max(4, c.workers), thread_name_prefix="rewarder")
+        self._scorers: dict[str, Scorer] = {}
+        self._closed = False
+
+    def _named(self, spec: str, *, key: str, name: str) -> RewardFn:
+        if spec in REWARDS or (":" not in spec and not spec.endswith(".py")):
+            try:
+                return resolve_source(spec)
+            except ConfigError as e:
+                raise ConfigError(f"{key}: {e}") from None
+        return load_custom(spec, name=name, kwargs={}, isolate=self.cfg.custom.isolate, key=key)
+
+    # ---------------------------------------------------------------------------- resources
+    @property
+    def pool(self) -> KillSafePool:
+        """The kill-safe pool, started on first use (so fast-path-only runs never start a process)."""
+        with self._lock:
+            if self._pool is None:
+                if self._closed:
+                    raise RuntimeError("rewarder is closed")
+                # With only the user's function in the pool, skip preloading sympy/math-verify.
+                only_custom = self.custom is not None and not self.domains
+                preload = ("stepcredit.reward.builtin",) if only_custom else PRELOAD
+                self._pool = KillSafePool(self.cfg.workers, preload=preload)
+            return self._pool
+
+    def warmup(self) -> None:
+        """Start the pool's workers now (their first start imports sympy and math-verify)."""
+        self.pool.warmup()
+
+    def _scorer(self, entry: RewardFn) -> Scorer:
+        with self._lock:
+            if entry.name not in self._scorers:
+                assert entry.factory is not None
+                self._scorers[entry.name] = entry.factory(self.cfg)
+            return self._scorers[entry.name]
+
+    def close(self) -> None:
+        """Stop the pool's workers and close the scorers; the rewarder cannot be used afterwards."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+            scorers, self._scorers = list(self._scorers.values()), {}
+        if pool is not None:
+            pool.close()
+        for s in scorers:
+            close = getattr(s, "close", None)
+            if callable(close):
+                close()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> Rewarder:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------ routing
+    def route(self, sample: Sample) -> Route:
+        """The reward function, weight and keyword arguments of one sample (raises ConfigError if none)."""
+        c = self.cfg
+        domain = c.tag_domains.get(sample.tag, sample.domain)
+        if domain in self.domains:
+            return self.domains[domain]
+        weight = c.domains[domain].weight if domain in c.domains else 1.0
+        extra = dict(c.domains[domain].kwargs) if domain in c.domains else {}
+        if sample.style and sample.style != "rule":
+            entry = REWARDS.get(sample.style)
+        elif self.custom is not None:
+            return Route(self.custom, weight, {**self.custom.kwargs, **extra})
+        else:
+            entry = resolve_source(sample.data_source)
+        return Route(entry, weight, {**c.kwargs.get(entry.name, {}), **extra})
+
+    # ------------------------------------------------------------------------------ scoring
+    def score_batch(
+        self, samples: Sequence[Sample], responses: Sequence[str], group_B: Any = None
+    ) -> list[RewardResult]:
+        """One result per response, in order. ``group_B`` (ids of prompts) is only needed by custom
+        scorers with ``post_process_scores``; without it, samples with the same ``uid`` form a group."""
+        results, routes, pending = self._dispatch(samples, responses)
+        for fut, idx, timeout in pending:
+            try:
+                got = fut.result(timeout=timeout)
+            except cf.TimeoutError:
+                got = [_fail(Status.TIMEOUT, f"in-process reward exceeded {timeout:g} s (not stopped)")]
+            except Exception as e:
+                got = [_fail(Status.ERROR, f"{type(e).__name__}: {e}")] * len(idx)
+            self._place(results, idx, got)
+        return self._finish(results, routes, samples, group_B)
+
+    async def ascore_batch(
+        self, samples: Sequence[Sample], responses: Sequence[str], group_B: Any = None
+    ) -> list[RewardResult]:
+        """:meth:`score_batch` for asyncio: waits without blocking the event loop."""
+        results, routes, pending = self._dispatch(samples, responses)
+
+        async def one(fut: cf.Future[Any], idx: list[int], timeout: float | None) -> None:
+            try:
+                got = await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
+            except asyncio.TimeoutError:
+                got = [_fail(Status.TIMEOUT, f"in-process reward exceeded {timeout:g} s (not stopped)")]
+            except Exception as e:
+                got = [_fail(Status.ERROR, f"{type(e).__name__}: {e}")] * len(idx)
+            self._place(results, idx, got)
+
+        await asyncio.gather(*(one(f, i, t) for f, i, t in pending))
+        return self._finish(results, routes, samples, group_B)
+
+    def score(self, sample: Sample, response: str) -> RewardResult:
+        """Score one response."""
+        return self.score_batch([sample], [response])[0]
+
+    # ----------------------------------------------------------------------------- internals
+    def _dispatch(
+        self, samples: Sequence[Sample], responses: Sequence[str]
+    ) -> tuple[
+        list[RewardResult | None], list[Route | None], list[tuple[cf.Future[Any], list[int], float | None]]
+    ]:
+        if len(samples) != len(responses):
+            raise ValueError(f"{len(samples)} samples but {len(responses)} responses")
+        if self._closed:
+            raise RuntimeError("rewarder is closed")
+        n = len(samples)
+        results: list[RewardResult | None] = [None] * n
+        routes: list[Route | None] = [None] * n
+        pending: list[tuple[cf.Future[Any], list[int], float | None]] = []
+        scorer_idx: dict[str, list[int]] = {}
+        for i, (s, resp) in enumerate(zip(samples, responses, strict=True)):
+            try:
+                r = routes[i] = self.route(s)
+            except UserError as e:
+                results[i] = _fail(Status.ERROR, str(e), source=s.data_source)
+                continue
+            entry = r.entry
+            if entry.factory is not None:
+                scorer_idx.setdefault(entry.name, []).append(i)
+                continue
+            if not isinstance(resp, str):
+                results[i] = _fail(Status.ERROR, f"response is {type(resp).__name__}, expected str")
+                continue
+            args = (s.data_source, resp, s.ground_truth, s.extra_info)
+            if entry.fast is not None:
+                t0 = time.perf_counter()
+                try:
+                    res = entry.fast(*args, **r.kwargs)
+                except Exception as e:
+                    res = _fail(Status.ERROR, f"{type(e).__name__}: {e}")
+                if res is not None:
+                    res.latency_s = time.perf_counter() - t0
+                    results[i] = res
+                    continue
+            if entry.isolate:
+                assert entry.ref is not None
+                fut = self.pool.submit(
+                    entry.ref, args, r.kwargs, timeout_s=self.cfg.timeout_s, source=entry.name
+                )
+                pending.append((_listify(fut), [i], None))
+            else:
+                fut2 = self._threads.submit(_timed_call, entry.fn, args, r.kwargs)
+                pending.append((fut2, [i], self.cfg.timeout_s))
+        for name, idx in scorer_idx.items():
+            entry = REWARDS.get(name) if name in REWARDS else routes[idx[0]].entry  # type: ignore[union-attr]
+            fut3 = self._threads.submit(
+                self._run_scorer, entry, [samples[i] for i in idx], [responses[i] for i in idx]
+            )
+            pending.append((fut3, idx, None))
+        return results, routes, pending
+
+    def _run_scorer(self, entry: RewardFn, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
+        t0 = time.perf_counter()
+        out = list(self._scorer(entry).score_batch(samples, responses))
+        if len(out) != len(samples):
+            raise RuntimeError(
+                f"scorer {entry.name} returned {len(out)} results for {len(samples)} responses"
+            )
+        dt = (time.perf_counter() - t0) / max(1, len(samples))
+        for r in out:
+            if not r.latency_s:
+                r.latency_s = dt
+        return out
+
+    @staticmethod
+    def _place(results: list[RewardResult | None], idx: list[int], got: list[RewardResult]) -> None:
+        if len(got) == 1 and len(idx) > 1:
+            got = [RewardResult(got[0].score, got[0].status, None, dict(got[0].info)) for _ in idx]
+        for i, r in zip(idx, got, strict=True):
+            results[i] = r
+
+    def _finish(
+        self,
+        results: list[RewardResult | None],
+        routes: list[Route | None],
+        samples: Sequence[Sample],
+        group_B: Any,
+    ) -> list[RewardResult]:
+        out: list[RewardResult] = []
+        for res, route in zip(results, routes, strict=True):
+            r = res if res is not None else _fail(Status.ERROR, "no result (internal error)")
+            if route is not None:
+                r.source = r.source or route.entry.name
+                if route.weight != 1.0 and r.ok:
+                    r.info["weight"] = route.weight
+                    r.score *= route.weight
+            out.append(r)
+        self._post_process(out, routes, samples, group_B)
+        return out
+
+    def _post_process(
+        self, out: list[RewardResult], routes: list[Route | None], samples: Sequence[Sample], group_B: Any
+    ) -> None:
+        posts = {id(r.entry): r.entry for r in routes if r is not None and r.entry.post_process is not None}
+        if not posts:
+            return
+        keys = (
+            [int(g) for g in group_B]
+            if group_B is not None
+            else [s.uid or f"#{i}" for i, s in enumerate(samples)]
+        )
+        groups: dict[tuple[int, Any], list[int]] = {}
+        for i, (key, route) in enumerate(zip(keys, routes, strict=True)):
+            if route is not None and id(route.entry) in posts and out[i].ok:
+                groups.setdefault((id(route.entry), key), []).append(i)
+        for (eid, _), idx in groups.items():
+            post = posts[eid].post_process
+            assert post is not None
+            try:
+                new = [float(x) for x in post([out[i].score for i in idx])]
+                if len(new) != len(idx):
+                    raise ValueError(f"returned {len(new)} scores for a group of {len(idx)}")
+            except Exception as e:
+                for i in idx:
+                    out[i] = _fail(
+                        Status.ERROR,
+                        f"post_process_scores failed: {type(e).__name__}: {e}",
+                        source=out[i].source,
+                    )
+                continue
+            for i, v in zip(idx, new, strict=True):
+                out[i].info.setdefault("raw_score", out[i].score)
+                out[i].score = v
+
+
+def _fail(status: Status, message: str, source: str = "") -> RewardResult:
+    r = RewardResult.failure(status, message)
+    r.source = source
+    return r
+
+
+def _listify(fut: cf.Future[RewardResult]) -> cf.Future[list[RewardResult]]:
+    """The pool's future, seen as a future of a one-item list (the shape every pending entry has)."""
+    out: cf.Future[list[RewardResult]] = cf.Future()
+
+    def done(f: cf.Future[RewardResult]) -> None:
+        if f.cancelled():
+            out.cancel()
+            out.set_running_or_notify_cancel()
+        else:
+            out.set_result([f.result()])
+
+    fut.add_done_callback(done)
+    return out
+
+
+def _timed_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[RewardResult]:
+    from stepcredit.reward.base import to_result
+
+    t0 = time.perf_counter()
+    try:
+        res = to_result(call_reward(fn, args, kwargs))
+    except Exception as e:
+        res = _fail(Status.ERROR, f"{type(e).__name__}: {e}")
+    res.latency_s = time.perf_counter() - t0
+    return [res]
+
+
+def build_rewarder(cfg: RewardConfig | None = None) -> Rewarder:
+    """A :class:`Rewarder` for ``cfg``; custom functions and domain routes are loaded now, so a missing
+    file or name is a ConfigError (one line naming the key) at start-up rather than mid-run."""
+    import stepcredit.reward.builtin  # noqa: F401  (registers the built-in reward functions)
+
+    return Rewarder(cfg)

@@ -1,0 +1,139 @@
+"""The math verifier: extraction, normalisation, the fast path, and self-consistency on real data."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stepcredit.reward.math_verifier import (
+    extract_answer,
+    extract_gold,
+    fast_verdict,
+    math_compute_score,
+    math_fast,
+    normalize,
+)
+from stepcredit.types import Status
+
+DATA = Path(
+    os.environ.get("STEPCREDIT_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data")
+)
+
+
+def _rows(name: str) -> list[dict]:
+    path = DATA / name
+    if not path.exists():
+        pytest.skip(f"{path} not found (set STEPCREDIT_SHARED_DATA)")
+    return [json.loads(line) for line in path.open()]
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "how"),
+    [
+        ("Janet sells 9 eggs.\n#### 18", "18", "####"),
+        ("The answer is 42.", "42", "phrase"),
+        ("A: 26", "26", "phrase"),
+        ("Q: how many?\nA: She has 5 apples. The answer is 26.", "26", "phrase"),
+        ("**Answer:** 1,000", "1,000", "phrase"),
+        ("Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac{3}{4}", "phrase"),
+        ("so $x = \\boxed{\\frac{\\sqrt{2}}{2}}$.", "\\frac{\\sqrt{2}}{2}", "boxed"),
+        ("\\boxed{1} then wait: \\boxed{\\{1, 2\\}}", "\\{1, 2\\}", "boxed"),
+        ("<think>the answer is 3</think> The answer is 4.", "4", "phrase"),
+        ("The answer is 18 dollars.", "18", "phrase"),
+        ("She makes $18 a day.\nThe answer is $18.", "$18", "phrase"),
+        ("first \\boxed{5}, and then #### 6", "6", "####"),
+    ],
+)
+def test_extraction(text: str, answer: str, how: str) -> None:
+    assert extract_answer(text) == (answer, how)
+
+
+def test_strict_needs_a_marker_and_a_closed_think() -> None:
+    assert extract_answer("She has 18 eggs.", mode="strict") == (None, "none")
+    assert extract_answer("She has 18 eggs.", mode="flexible") == ("18", "last_number")
+    assert extract_answer("<think> 5 is it", mode="strict") == (None, "unfinished_think")
+    r = math_compute_score("math", "She has 18 eggs.", "18", mode="strict")
+    assert r.status == Status.UNPARSEABLE and r.score == 0.0
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred", "verdict"),
+    [
+        ("18", "18.00", True),
+        ("1000", "1,000", True),
+        ("18", "\\$18", True),
+        ("50", "50\\%", True),
+        ("90", "90^\\circ", True),
+        ("\\frac{14}{3}", "14/3", True),
+        ("0.5", "\\dfrac{1}{2}", True),
+        ("9", "16-3-4", True),
+        ("5", "x=5", True),
+        ("12", "12\\text{ cm}", True),
+        ("\\text{Evelyn}", "\\text{Evelyn}", True),
+        ("18", "19", False),
+        ("\\frac{1}{3}", "0.333", False),
+        ("\\sqrt{2}", "1.414", None),  # left to math-verify
+    ],
+)
+def test_fast_verdict(gold: str, pred: str, verdict: bool | None) -> None:
+    assert fast_verdict(gold, pred) is verdict
+
+
+def test_math_verify_decides_latex_equivalence() -> None:
+    r = math_compute_score("math", "so \\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}")
+    assert (r.score, r.status, r.info["path"]) == (1.0, Status.OK, "math_verify")
+    r = math_compute_score("math", "so \\boxed{\\sqrt{3}}", "\\frac{1}{\\sqrt{2}}")
+    assert (r.score, r.status) == (0.0, Status.OK)
+
+
+def test_format_score_and_unparseable() -> None:
+    assert math_compute_score("gsm8k", "#### 17", "18", format_score=0.1).score == 0.1
+    r = math_compute_score("gsm8k", "I do not know.", "18")
+    assert r.status == Status.UNPARSEABLE and r.score == 0.0
+    assert (
+        math_fast("gsm8k", "#### 18", "") is not None
+        and math_fast("gsm8k", "#### 18", "").status == Status.ERROR
+    )
+
+
+def test_gold_extraction() -> None:
+    assert extract_gold("blah <<1+1=2>>\n#### 1,200") == "1,200"
+    assert extract_gold("so \\boxed{\\frac12}.") == "\\frac12"
+    assert extract_gold(42) == "42"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-(10**9), max_value=10**9))
+def test_spellings_of_an_integer_are_equal_and_neighbours_are_not(n: int) -> None:
+    # Property: every common spelling of n is n; n+1 never is.
+    spellings = [str(n), f"{n}.0", f"{n:,}", f"\\boxed{{{n}}}", f"${n}$", f"{n}.", f"\\frac{{{2 * n}}}{{2}}"]
+    for s in spellings:
+        assert fast_verdict(str(n), extract_answer(f"The answer is {s}")[0] or "") is True, s
+    assert fast_verdict(str(n), str(n + 1)) is False
+
+
+def test_every_gsm8k_solution_scores_1_on_its_answer_and_0_on_another() -> None:
+    rows = _rows("gsm8k/test.jsonl")
+    answers = [r["answer"].rsplit("####", 1)[1].strip().replace(",", "") for r in rows]
+    for i, (r, gt) in enumerate(zip(rows, answers, strict=True)):
+        own = math_compute_score("openai/gsm8k", r["answer"], gt)
+        assert own.score == 1.0 and own.status == Status.OK, (i, gt, own)
+        other = next(a for a in answers[i + 1 :] + answers[:i] if float(a) != float(gt))
+        assert math_compute_score("openai/gsm8k", r["answer"], other).score == 0.0, (i, gt, other)
+
+
+def test_every_math500_solution_scores_1_on_its_answer() -> None:
+    rows = _rows("math500/test.jsonl")
+    for r in rows:
+        res = math_compute_score("HuggingFaceH4/MATH-500", r["solution"], r["answer"])
+        assert res.score == 1.0 and res.status == Status.OK, (r["unique_id"], r["answer"], res)
+
+
+def test_normalize_is_idempotent() -> None:
+    for s in ["$1,000$", "\\left( 3, \\frac{\\pi}{2} \\right)", "90^\\circ", "x = 5", "12\\text{ cm}."]:
+        assert normalize(normalize(s)) == normalize(s)

@@ -1,0 +1,158 @@
+"""Kill-safe execution: hangs are stopped on time, crashes are replaced, results never swap."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from stepcredit.config import RewardConfig, RewardCustomConfig
+from stepcredit.reward import build_rewarder
+from stepcredit.reward.rewarder import Rewarder
+from stepcredit.types import Sample, Status
+
+TIMEOUT = 1.0
+
+FNS = textwrap.dedent(
+    """
+    import ctypes, os, subprocess, time
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        if solution_str == "sleep":
+            time.sleep(10_000)
+        if solution_str == "spawn":  # a grandchild that must die with the worker
+            p = subprocess.Popen(["sleep", "10000"])
+            open(extra_info["pidfile"], "w").write(str(p.pid))
+            time.sleep(10_000)
+        if solution_str == "segfault":
+            ctypes.string_at(0)
+        if solution_str == "exit":
+            os._exit(3)
+        if solution_str == "raise":
+            raise ValueError("boom")
+        return {"score": float(solution_str == ground_truth), "pred": solution_str}
+    """
+)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture(scope="module")
+def rewarder(tmp_path_factory: pytest.TempPathFactory) -> Rewarder:
+    path = tmp_path_factory.mktemp("fns") / "fns.py"
+    path.write_text(FNS)
+    rw = build_rewarder(
+        RewardConfig(timeout_s=TIMEOUT, workers=2, custom=RewardCustomConfig(path=f"{path}:compute_score"))
+    )
+    rw.warmup()
+    yield rw
+    pids = rw.pool.pids
+    rw.close()
+    assert pids and all(_gone(p) for p in pids), "a worker outlived close()"
+
+
+def _s(gt: str = "a", **extra: str) -> Sample:
+    return Sample(prompt=(), ground_truth=gt, extra_info=dict(extra))
+
+
+def test_hang_is_stopped_from_a_worker_thread(rewarder: Rewarder) -> None:
+    before = rewarder.pool.pids
+    out: dict[str, object] = {}
+
+    def run() -> None:
+        t0 = time.monotonic()
+        out["res"] = rewarder.score_batch([_s(), _s()], ["sleep", "a"])
+        out["dt"] = time.monotonic() - t0
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    res = out["res"]
+    assert out["dt"] < TIMEOUT + 1.0  # type: ignore[operator]
+    assert [r.status for r in res] == [Status.TIMEOUT, Status.OK]  # type: ignore[union-attr]
+    killed = before - rewarder.pool.pids
+    assert killed and all(_gone(p) for p in killed)
+
+
+def test_hang_is_stopped_from_asyncio(rewarder: Rewarder) -> None:
+    async def main() -> tuple[float, list]:
+        t0 = time.monotonic()
+        res = await rewarder.ascore_batch([_s()], ["sleep"])
+        return time.monotonic() - t0, res
+
+    dt, res = asyncio.run(main())
+    assert dt < TIMEOUT + 1.0
+    assert res[0].status == Status.TIMEOUT and res[0].score != res[0].score  # NaN, never a silent 0
+
+
+def test_a_timeout_kills_the_workers_children_too(rewarder: Rewarder, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    res = rewarder.score_batch([_s(pidfile=str(pidfile))], ["spawn"])
+    assert res[0].status == Status.TIMEOUT
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while not _gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(grandchild)
+
+
+@pytest.mark.parametrize("how", ["segfault", "exit"])
+def test_a_crashed_worker_is_replaced(rewarder: Rewarder, how: str) -> None:
+    res = rewarder.score_batch([_s(), _s(), _s("b")], [how, "a", "b"])
+    assert res[0].status == Status.ERROR and "crashed" in res[0].info["message"]
+    assert [r.score for r in res[1:]] == [1.0, 1.0]
+    assert rewarder.score_batch([_s()], ["a"])[0].score == 1.0
+
+
+def test_user_exceptions_are_errors_not_crashes(rewarder: Rewarder) -> None:
+    res = rewarder.score_batch([_s()], ["raise"])[0]
+    assert res.status == Status.ERROR and "ValueError: boom" in res.info["message"]
+
+
+def test_results_never_go_to_the_wrong_sample(rewarder: Rewarder) -> None:
+    # Many threads at once, a crash and a timeout in the mix: each result still matches its input.
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        texts = [f"t{k}-{i}" for i in range(15)]
+        if k == 0:
+            texts[3] = "exit"
+        if k == 1:
+            texts[5] = "sleep"
+        res = rewarder.score_batch([_s(t) for t in texts], texts)
+        for t, r in zip(texts, res, strict=True):
+            if t in ("exit", "sleep"):
+                ok = r.status in (Status.ERROR, Status.TIMEOUT)
+            else:
+                ok = r.extracted == t and r.score == 1.0
+            if not ok:
+                errors.append(f"{t}: {r}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+
+
+def test_pool_workers_are_this_process_children_only_while_open(tmp_path: Path) -> None:
+    path = tmp_path / "f.py"
+    path.write_text("def f(d, s, g, e=None):\n    return 1.0\n")
+    rw = build_rewarder(RewardConfig(custom=RewardCustomConfig(path=f"{path}:f")))
+    assert rw.score_batch([_s()], ["x"])[0].score == 1.0
+    pids = rw.pool.pids
+    assert pids <= {c.pid for c in psutil.Process(os.getpid()).children()}
+    rw.close()
+    assert all(_gone(p) for p in pids)
