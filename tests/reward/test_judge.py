@@ -1,0 +1,235 @@
+"""The LLM judge against a real OpenAI-compatible HTTP server on 127.0.0.1 with injected faults.
+
+The server (FastAPI + uvicorn in a thread, ephemeral port) reads a script from the request's user
+message: ``[[id=N]]`` names the request and ``[[fault=KIND:K]]`` makes its first K attempts fail
+(``429``, ``500``, ``slow`` = answer after 2 s, ``malformed`` = invalid JSON, ``nochoices``,
+``noscore``) or all of them (K = ``all``); ``400`` is not retried. A good answer is
+``Score: N mod 11``, so a reply given to the wrong request is caught by its score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import socket
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from stepcredit.config import JudgeConfig
+from stepcredit.reward.judge import Judge, JudgeRequest, judge_samples, parse_score
+from stepcredit.types import Sample, Status
+
+
+class ScriptedServer:
+    def __init__(self) -> None:
+        self.attempts: Counter[str] = Counter()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Response:
+            body = await request.json()
+            text = body["messages"][-1]["content"]
+            rid = re.search(r"\[\[id=(\d+)\]\]", text).group(1)  # type: ignore[union-attr]
+            fault = re.search(r"\[\[fault=(\w+):(\w+)\]\]", text)
+            counted = True
+            with self.lock:
+                self.attempts[rid] += 1
+                n = self.attempts[rid]
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                await asyncio.sleep(0.01)
+                if fault and (fault.group(2) == "all" or n <= int(fault.group(2))):
+                    kind = fault.group(1)
+                    if kind == "429":
+                        return PlainTextResponse("slow down", status_code=429, headers={"Retry-After": "0"})
+                    if kind == "500":
+                        return PlainTextResponse("boom", status_code=500)
+                    if kind == "400":
+                        return PlainTextResponse("bad request", status_code=400)
+                    if kind == "slow":
+                        # The client gives up after its timeout and frees its slot; stop counting this one.
+                        with self.lock:
+                            self.in_flight -= 1
+                        counted = False
+                        await asyncio.sleep(2.0)
+                    if kind == "malformed":
+                        return PlainTextResponse(
+                            '{"choices": [', status_code=200, media_type="application/json"
+                        )
+                    if kind == "nochoices":
+                        return JSONResponse({"error": "nothing"})
+                    if kind == "noscore":
+                        return JSONResponse({"choices": [{"message": {"content": "I refuse to grade."}}]})
+                reply = f"Looks fine.\nScore: {int(rid) % 11}"
+                return JSONResponse({"choices": [{"message": {"role": "assistant", "content": reply}}]})
+            finally:
+                if counted:
+                    with self.lock:
+                        self.in_flight -= 1
+
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self._sock = sock
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+
+    def __enter__(self) -> ScriptedServer:
+        self.thread.start()
+        t0 = time.monotonic()
+        while not self.server.started:
+            assert time.monotonic() - t0 < 10, "server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
+        self._sock.close()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    with ScriptedServer() as s:
+        yield s
+
+
+def cfg_for(server: ScriptedServer, **kw: Any) -> JudgeConfig:
+    base: dict[str, Any] = dict(
+        base_url=server.base_url,
+        concurrency=4,
+        max_retries=3,
+        backoff_s=0.05,
+        backoff_max_s=0.2,
+        request_timeout_s=0.5,
+        deadline_s=5.0,
+        prompt_template="{question} {response}",
+    )
+    base.update(kw)
+    return JudgeConfig(**base)
+
+
+def test_parse_score() -> None:
+    pat = JudgeConfig().score_pattern
+    # the last "Score:" wins (the judge may quote the rubric first); divided by max_score.
+    assert parse_score("Score: 3 ... final Score: **7**", pattern=pat, max_score=10) == 0.7
+    assert parse_score("no number", pattern=pat, max_score=10) is None
+    assert parse_score("Score: 11", pattern=pat, max_score=10) is None
+
+
+def test_template_substitutes_only_its_fields() -> None:
+    j = Judge(JudgeConfig(prompt_template="Q={question} R={response} G={ground_truth}", system_prompt="sys"))
+    msgs = j.messages(JudgeRequest("what {x}?", "a {0} b", "42"))
+    assert msgs == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "Q=what {x}? R=a {0} b G=42"},
+    ]
+
+
+def test_fault_injection_no_lost_or_misassigned_request(server: ScriptedServer) -> None:
+    faults = ["", "429:2", "500:2", "slow:1", "malformed:2", "nochoices:1", "noscore:1", "429:1", "500:1"]
+    reqs = [
+        JudgeRequest(
+            f"[[id={i}]]" + (f"[[fault={faults[i % len(faults)]}]]" if faults[i % len(faults)] else ""), "x"
+        )
+        for i in range(36)
+    ]
+    t0 = time.monotonic()
+    results = Judge(cfg_for(server), seed=0).judge(reqs)
+    elapsed = time.monotonic() - t0
+    assert len(results) == len(reqs)
+    for i, r in enumerate(results):
+        assert r.status == Status.OK, (i, r)
+        assert r.info["index"] == i
+        assert r.score == pytest.approx((i % 11) / 10)
+        fault = faults[i % len(faults)]
+        expected_attempts = 1 + (int(fault.split(":")[1]) if fault else 0)
+        assert r.info["attempts"] == expected_attempts
+        assert server.attempts[str(i)] == expected_attempts
+    assert server.max_in_flight <= 4
+    # 36 requests, 4 at a time, the slowest needing a 0.5 s timeout plus backoffs: well under 10 s.
+    assert elapsed < 10
+
+
+def test_typed_failures_after_the_last_retry(server: ScriptedServer) -> None:
+    reqs = [
+        JudgeRequest("[[id=100]][[fault=500:all]]", "x"),
+        JudgeRequest("[[id=101]][[fault=400:all]]", "x"),
+        JudgeRequest("[[id=102]][[fault=slow:all]]", "x"),
+        JudgeRequest("[[id=103]][[fault=noscore:all]]", "x"),
+        JudgeRequest("[[id=104]]", "x"),
+    ]
+    results = Judge(cfg_for(server, max_retries=2), seed=1).judge(reqs)
+    assert [r.status for r in results] == [
+        Status.ERROR,
+        Status.ERROR,
+        Status.TIMEOUT,
+        Status.ERROR,
+        Status.OK,
+    ]
+    assert all(math.isnan(r.score) for r in results[:4]) and results[4].score == pytest.approx(
+        0.5
+    )  # 104 mod 11 = 5
+    assert server.attempts["100"] == 3 and server.attempts["101"] == 1 and server.attempts["103"] == 3
+    assert "HTTP 500" in results[0].info["message"] and "HTTP 400" in results[1].info["message"]
+
+
+def test_deadline_bounds_total_time(server: ScriptedServer) -> None:
+    cfg = cfg_for(server, max_retries=50, request_timeout_s=5.0, deadline_s=0.8)
+    t0 = time.monotonic()
+    [res] = Judge(cfg).judge([JudgeRequest("[[id=200]][[fault=slow:all]]", "x")])
+    assert time.monotonic() - t0 < 1.5
+    assert res.status == Status.TIMEOUT and math.isnan(res.score)
+
+
+def test_unreachable_endpoint_is_an_error_not_a_crash() -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    cfg = JudgeConfig(base_url=f"http://127.0.0.1:{port}/v1", max_retries=1, backoff_s=0.01, deadline_s=3)
+    [res] = Judge(cfg).judge([JudgeRequest("[[id=1]]", "x")])
+    assert res.status == Status.ERROR and "connection failed" in res.info["message"]
+
+
+def test_judge_samples_batch_form(server: ScriptedServer) -> None:
+    samples = [
+        Sample(
+            prompt=({"role": "user", "content": f"[[id={i}]] What is 2+2?"},),
+            ground_truth="4",
+            data_source="judge",
+        )
+        for i in (3, 5)
+    ]
+    results = judge_samples(samples, ["4", "5"], cfg_for(server, prompt_template=""))
+    assert [r.score for r in results] == [pytest.approx(0.3), pytest.approx(0.5)]
+    assert all(r.source == "judge" for r in results)
+
+
+def test_sync_call_from_inside_an_event_loop(server: ScriptedServer) -> None:
+    async def main() -> list[Any]:
+        return Judge(cfg_for(server)).judge([JudgeRequest("[[id=7]]", "x")])
+
+    [res] = asyncio.run(main())
+    assert res.score == pytest.approx(0.7)
