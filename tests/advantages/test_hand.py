@@ -1,0 +1,95 @@
+"""Values computed by hand (derivations in comments) for the estimators verl has no reference for."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from stepcredit.advantages import AdvantageInputs, grpo_process, prime_rloo
+from stepcredit.advantages.token import prime_rloo_rewards
+from stepcredit.ops import masked_whiten
+
+# The issue's example: one group of 4 responses, every token a step with its own reward.
+REWARDS = [[0.1, 0.2, 0.3], [0.4, 0.5], [0.2, 0.1, 0.2, 0.1], [0.3, 0.4, 0.3]]
+
+
+def example(outcome: list[float] | None = None) -> AdvantageInputs:
+    B, T = len(REWARDS), max(map(len, REWARDS))
+    p = torch.zeros(B, T, dtype=torch.float64)
+    m = torch.zeros(B, T, dtype=torch.bool)
+    o = torch.zeros(B, T, dtype=torch.float64)
+    for i, r in enumerate(REWARDS):
+        p[i, : len(r)] = torch.tensor(r, dtype=torch.float64)
+        m[i, : len(r)] = True
+        if outcome is not None:
+            o[i, len(r) - 1] = outcome[i]
+    return AdvantageInputs(outcome_BT=o, mask_BT=m, group_B=torch.zeros(B, dtype=torch.long), process_BT=p)
+
+
+def test_grpo_process_hand() -> None:
+    # DeepSeekMath 4.1.3 normalises every step reward by the statistics of ALL steps of the group:
+    #   12 steps, sum = 0.6 + 0.9 + 0.6 + 1.0 = 3.1, mean mu = 3.1 / 12 = 0.258333...
+    #   sum of squares = 0.14 + 0.41 + 0.10 + 0.34 = 0.99
+    #   unbiased var = (0.99 - 12 mu^2) / 11 = (0.99 - 0.800833) / 11 = 0.0171970,  sigma = 0.131137
+    mu = 3.1 / 12
+    assert round(mu, 3) == 0.258
+    sigma = math.sqrt((0.99 - 12 * mu**2) / 11)
+    assert sigma == pytest.approx(0.131137, abs=1e-6)
+    eps = 1e-6
+    z = [[(x - mu) / (sigma + eps) for x in r] for r in REWARDS]
+    # response 1: z = (-1.20738, -0.44482, 0.31773); a token's advantage sums the z of the steps
+    # ending at or after it: (-1.33447, -0.12709, 0.31773)
+    assert z[0][0] == pytest.approx(-1.20738, abs=1e-5)
+    out = grpo_process(example(), norm_by_std=True, eps=eps, process_weight=1.0)
+    for i, zi in enumerate(z):
+        want = [sum(zi[t:]) for t in range(len(zi))]
+        assert out.adv_BT[i, : len(zi)].tolist() == pytest.approx(want, abs=1e-9)
+        assert (out.adv_BT[i, len(zi) :] == 0).all()
+    assert out.adv_BT[0, :3].tolist() == pytest.approx([-1.33447, -0.12709, 0.31773], abs=1e-5)
+
+    # Dr. GRPO variant: no division, response 1 -> (0.6 - 3 mu, 0.5 - 2 mu, 0.3 - mu)
+    out = grpo_process(example(), norm_by_std=False, process_weight=1.0)
+    assert out.adv_BT[0, :3].tolist() == pytest.approx([0.6 - 3 * mu, 0.5 - 2 * mu, 0.3 - mu], abs=1e-9)
+
+
+def test_grpo_process_adds_separately_normalised_outcome() -> None:
+    # outcome scores (1, 0, 1, 1): GRPO over the group: mean 0.75, unbiased std = sqrt(0.75/3) = 0.5,
+    # so A^o = (0.5, -1.5, 0.5, 0.5) (eps 1e-6 ignored at 1e-5); A = A^o + w A^p with w = 0.1.
+    proc = grpo_process(example(), eps=1e-6, process_weight=1.0).adv_BT
+    both = grpo_process(example([1.0, 0.0, 1.0, 1.0]), eps=1e-6, process_weight=0.1).adv_BT
+    a_o = torch.tensor([0.5, -1.5, 0.5, 0.5], dtype=torch.float64)[:, None]
+    mask = example().mask_BT
+    want = torch.where(mask, a_o + 0.1 * proc, torch.zeros((), dtype=torch.float64))
+    assert torch.allclose(both, want, atol=1e-5)
+
+
+def test_prime_rloo_hand() -> None:
+    # PRIME (Cui et al. 2025): per sample mean token reward m = (0.2, 0.45, 0.15, 0.3333);
+    # the subtracted term is sum(m) / (n - 1) = 1.13333 / 3 = 0.377778 (the issue's 0.378), and each
+    # token reward becomes r * n/(n-1) - 0.377778, e.g. response 1: 0.1*4/3 - 0.377778 = -0.244444,
+    # 0.2*4/3 - 0.377778 = -0.111111, 0.3*4/3 - 0.377778 = 0.022222.
+    inp = example()
+    means = [sum(r) / len(r) for r in REWARDS]
+    sub = sum(means) / 3
+    assert round(sub, 3) == 0.378
+    rt = prime_rloo_rewards(inp.process_BT, inp.mask_BT, inp.group_B, inp.live_B)  # type: ignore[arg-type]
+    assert rt[0, :3].tolist() == pytest.approx([-0.244444, -0.111111, 0.022222], abs=1e-6)
+    for i, r in enumerate(REWARDS):
+        assert rt[i, : len(r)].tolist() == pytest.approx([x * 4 / 3 - sub for x in r], abs=1e-12)
+    # returns are reverse cumulative sums: response 1 -> (-0.333333, -0.088889, 0.022222);
+    # advantages whiten those returns over all 12 tokens.
+    out = prime_rloo(inp, process_weight=1.0)
+    assert out.ret_BT[0, :3].tolist() == pytest.approx([-0.333333, -0.088889, 0.022222], abs=1e-6)
+    assert torch.allclose(out.adv_BT, masked_whiten(out.ret_BT, inp.mask_BT), atol=1e-12)
+
+
+def test_prime_rloo_outcome_channel_is_leave_one_out() -> None:
+    # one reward token per response: r_i n/(n-1) - sum_j r_j/(n-1) = r_i - mean_{j != i} r_j;
+    # scores (1, 0, 1, 1): (1 - 2/3, 0 - 1, 1 - 2/3, 1 - 2/3) = (1/3, -1, 1/3, 1/3), spread by the
+    # reverse cumulative sum to every token; the process channel is switched off with weight 0.
+    out = prime_rloo(example([1.0, 0.0, 1.0, 1.0]), process_weight=0.0)
+    want = [1 / 3, -1.0, 1 / 3, 1 / 3]
+    for i, r in enumerate(REWARDS):
+        assert out.ret_BT[i, : len(r)].tolist() == pytest.approx([want[i]] * len(r), abs=1e-12)
