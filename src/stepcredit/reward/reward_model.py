@@ -1,0 +1,301 @@
+"""Reward models: Hugging Face sequence- or token-classification models with a single label.
+
+Rows with ``reward_model.style: model`` route here. The prompt (chat messages rendered with the
+tokenizer's chat template, with the generation prompt) and the response are tokenized separately and
+concatenated, so the response's tokens are known exactly; a too-long input loses prompt tokens from the
+left first. Batches are left-padded with explicit ``position_ids`` (so padding does not change a score)
+and the model's ``pad_token_id`` is hidden during the forward pass, so a sequence model pools the last
+position, which is the last valid token even when that token is the eos/pad id.
+
+* ``outcome`` channel: the score of the last valid token (a sequence model's pooled logit, or a token
+  model's logit at the last token).
+* ``process`` channel (token models): also one score per response token, in ``info["token_scores"]``.
+
+``worker: process`` runs the model in its own spawned process (its own device and thread count), so
+it does not compete with the policy; a crashed or hung worker gives typed ``error``/``timeout`` results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import multiprocessing as mp
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from stepcredit.config import RewardModelConfig
+from stepcredit.errors import ConfigError
+from stepcredit.types import RewardResult, Sample, Status
+
+WORKER_TIMEOUT_S = 600.0
+"""Longest a worker may take for one batch before its results are ``timeout`` and it is restarted."""
+
+
+def _kind_of(config: Any, kind: str) -> str:
+    if kind != "auto":
+        return kind
+    archs = getattr(config, "architectures", None) or []
+    return "token" if any(a.endswith("ForTokenClassification") for a in archs) else "sequence"
+
+
+def _load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    # AutoTokenizer may swap a custom fast tokenizer for a slow class that drops spaces (see NOTES).
+    tj = Path(path) / "tokenizer.json"
+    tok = (
+        PreTrainedTokenizerFast.from_pretrained(path) if tj.exists() else AutoTokenizer.from_pretrained(path)
+    )
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+class RewardModel:
+    """A loaded reward model that scores (prompt, response) pairs in batches."""
+
+    def __init__(self, cfg: RewardModelConfig, *, model: Any = None, tokenizer: Any = None) -> None:
+        self.cfg = cfg
+        if model is None:
+            model, tokenizer = self._load(cfg)
+        self.model = model
+        self.tok = tokenizer
+        self.kind = _kind_of(model.config, cfg.kind)
+        if getattr(model.config, "num_labels", 1) != 1:
+            raise ConfigError(
+                f"reward_model.path {cfg.path}: the model has {model.config.num_labels} labels, expected 1"
+            )
+        if cfg.channel == "process" and self.kind != "token":
+            raise ConfigError(
+                "reward.reward_model.channel=process needs a token-classification model "
+                f"(got a {self.kind} model); use channel=outcome"
+            )
+
+    @staticmethod
+    def _load(cfg: RewardModelConfig) -> tuple[Any, Any]:
+        from transformers import (
+            AutoConfig,
+            AutoModelForSequenceClassification,
+            AutoModelForTokenClassification,
+        )
+
+        if not cfg.path or not os.path.isdir(cfg.path):
+            raise ConfigError(f"reward.reward_model.path {cfg.path!r}: not a model directory")
+        try:
+            config = AutoConfig.from_pretrained(cfg.path)
+            if getattr(config, "num_labels", 1) != 1:
+                raise ConfigError(
+                    f"reward.reward_model.path {cfg.path}: the model has {config.num_labels} labels, expected 1"
+                )
+            auto = (
+                AutoModelForTokenClassification
+                if _kind_of(config, cfg.kind) == "token"
+                else AutoModelForSequenceClassification
+            )
+            model = auto.from_pretrained(cfg.path)
+            tok = _load_tokenizer(cfg.path)
+        except (OSError, ValueError, RuntimeError) as e:
+            raise ConfigError(
+                f"reward.reward_model.path {cfg.path}: cannot load the reward model: {e}"
+            ) from None
+        model.to(cfg.device).eval()
+        return model, tok
+
+    # --------------------------------------------------------------------------------- encoding
+    def render_prompt(self, prompt: Sequence[dict[str, str]] | str) -> list[int]:
+        """Token ids of the prompt: the chat template (with generation prompt) when there is one."""
+        if isinstance(prompt, str):
+            return list(self.tok(prompt, add_special_tokens=True)["input_ids"])
+        if getattr(self.tok, "chat_template", None):
+            ids = self.tok.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return list(ids)
+        text = "\n".join(m.get("content", "") for m in prompt) + "\n"
+        return list(self.tok(text, add_special_tokens=True)["input_ids"])
+
+    def _encode(self, prompt: Sequence[dict[str, str]] | str, response: str) -> tuple[list[int], int]:
+        p = self.render_prompt(prompt)
+        r = list(self.tok(response, add_special_tokens=False)["input_ids"])
+        limit = self.cfg.max_length
+        r = r[: limit - 1] if len(r) >= limit else r  # keep at least one prompt token
+        p = p[max(0, len(p) - (limit - len(r))) :]
+        return p + r, len(r)
+
+    # ---------------------------------------------------------------------------------- scoring
+    def score(
+        self, prompts: Sequence[Sequence[dict[str, str]] | str], responses: Sequence[str]
+    ) -> list[RewardResult]:
+        """One result per response: ``score`` at the last valid token (and token scores for ``process``)."""
+        import torch
+
+        out: list[RewardResult] = []
+        encoded = [self._encode(p, r) for p, r in zip(prompts, responses, strict=True)]
+        bs = self.cfg.batch_size
+        for start in range(0, len(encoded), bs):
+            chunk = encoded[start : start + bs]
+            t0 = time.monotonic()
+            width = max(len(ids) for ids, _ in chunk)
+            pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+            ids_BT = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask_BT = torch.zeros((len(chunk), width), dtype=torch.long)
+            for b, (ids, _) in enumerate(chunk):
+                ids_BT[b, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                mask_BT[b, width - len(ids) :] = 1
+            pos_BT = (mask_BT.cumsum(-1) - 1).clamp(min=0)
+            device = next(self.model.parameters()).device
+            saved_pad = self.model.config.pad_token_id
+            # Sequence models pool "the last non-pad token"; with left padding that is the last
+            # position, which an eos == pad at the end must not hide.
+            self.model.config.pad_token_id = -1
+            try:
+                with torch.no_grad():
+                    logits = self.model(
+                        input_ids=ids_BT.to(device),
+                        attention_mask=mask_BT.to(device),
+                        position_ids=pos_BT.to(device),
+                    ).logits.float()
+            finally:
+                self.model.config.pad_token_id = saved_pad
+            dt = (time.monotonic() - t0) / len(chunk)
+            for b, (_, n_resp) in enumerate(chunk):
+                info: dict[str, Any] = {"kind": self.kind}
+                if self.kind == "token":
+                    tok_scores = logits[b, :, 0]
+                    score = float(tok_scores[-1])
+                    if self.cfg.channel == "process":
+                        info["token_scores"] = tok_scores[width - n_resp :].tolist() if n_resp else []
+                else:
+                    score = float(logits[b].reshape(-1)[0])
+                out.append(
+                    RewardResult(
+                        score=score, status=Status.OK, info=info, latency_s=dt, source="reward_model"
+                    )
+                )
+        return out
+
+
+# -------------------------------------------------------------------------------- worker process
+def _worker_main(cfg: RewardModelConfig, conn: Any) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, cfg.threads))
+    try:
+        rm = RewardModel(cfg)
+        conn.send(("ready", None))
+    except Exception as e:
+        conn.send(("fail", f"{type(e).__name__}: {e}"))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        prompts, responses = msg
+        try:
+            conn.send(("ok", [r.to_json() for r in rm.score(prompts, responses)]))
+        except Exception as e:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+class RewardModelWorker:
+    """The reward model in its own spawned process; ``score`` has the same contract as RewardModel's."""
+
+    def __init__(self, cfg: RewardModelConfig, *, timeout_s: float = WORKER_TIMEOUT_S) -> None:
+        self.cfg = cfg
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(
+            target=_worker_main, args=(self.cfg, child), daemon=True, name="stepcredit-reward-model"
+        )
+        proc.start()
+        child.close()
+        if not parent.poll(self.timeout_s):
+            proc.kill()
+            raise ConfigError(f"reward model worker did not load {self.cfg.path} within {self.timeout_s:g}s")
+        try:
+            kind, payload = parent.recv()
+        except EOFError:
+            kind, payload = "fail", f"the worker died while loading (exit code {proc.exitcode})"
+        if kind != "ready":
+            proc.join(5)
+            raise ConfigError(f"reward.reward_model.path {self.cfg.path}: {payload}")
+        self._proc, self._conn = proc, parent
+
+    def score(self, prompts: Sequence[Any], responses: Sequence[str]) -> list[RewardResult]:
+        with self._lock:
+            if self._proc is None or not self._proc.is_alive():
+                self._start()
+            t0 = time.monotonic()
+            try:
+                self._conn.send(([p if isinstance(p, str) else list(p) for p in prompts], list(responses)))
+                if not self._conn.poll(self.timeout_s):
+                    self.close()
+                    return [
+                        RewardResult.failure(
+                            Status.TIMEOUT, f"reward model took longer than {self.timeout_s:g}s"
+                        )
+                        for _ in responses
+                    ]
+                kind, payload = self._conn.recv()
+            except (EOFError, OSError, BrokenPipeError) as e:
+                self.close()
+                return [
+                    RewardResult.failure(Status.ERROR, f"reward model worker died: {e!r}") for _ in responses
+                ]
+            if kind != "ok":
+                return [
+                    RewardResult.failure(Status.ERROR, f"reward model failed: {payload}") for _ in responses
+                ]
+            dt = (time.monotonic() - t0) / max(1, len(responses))
+            return [
+                RewardResult(
+                    score=float(d["score"]),
+                    status=Status.OK,
+                    info=d["info"],
+                    latency_s=dt,
+                    source="reward_model",
+                )
+                for d in payload
+            ]
+
+    def close(self) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                self._conn.send(None)
+            self._proc.join(2)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(2)
+            self._proc = self._conn = None
+
+
+@functools.lru_cache(maxsize=4)
+def get_reward_model(cfg: RewardModelConfig) -> RewardModel | RewardModelWorker:
+    """The process-wide reward model of a configuration (loaded once)."""
+    return RewardModelWorker(cfg) if cfg.worker == "process" else RewardModel(cfg)
+
+
+def score_samples(
+    samples: list[Sample], responses: list[str], cfg: RewardModelConfig | None = None
+) -> list[RewardResult]:
+    """Batch form for the rewarder: ``(samples, responses) -> results``."""
+    cfg = cfg or RewardModelConfig()
+    if not cfg.path:
+        raise ConfigError(
+            "rows with reward_model.style=model need reward.reward_model.path (a model directory)"
+        )
+    rm = get_reward_model(cfg)
+    return rm.score([s.prompt for s in samples], responses)

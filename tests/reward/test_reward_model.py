@@ -1,0 +1,139 @@
+"""Reward models built from a config (tiny Llama + the character-level tokenizer), no downloads."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from stepcredit.config import RewardModelConfig
+from stepcredit.errors import ConfigError
+from stepcredit.models.tiny import build_tokenizer
+from stepcredit.reward.reward_model import RewardModel, RewardModelWorker, score_samples
+from stepcredit.types import Sample, Status
+
+
+def build(kind: str, path: Path, num_labels: int = 1) -> Path:
+    from transformers import LlamaConfig, LlamaForSequenceClassification, LlamaForTokenClassification
+
+    tok = build_tokenizer()
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        num_labels=num_labels,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(0)
+    cls = LlamaForTokenClassification if kind == "token" else LlamaForSequenceClassification
+    model = cls(cfg)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def seq_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build("sequence", tmp_path_factory.mktemp("seq_rm"))
+
+
+@pytest.fixture(scope="module")
+def tok_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build("token", tmp_path_factory.mktemp("tok_rm"))
+
+
+PROMPTS: list[Any] = [
+    ({"role": "user", "content": "What is 2+2?"},),
+    ({"role": "user", "content": "Say something much longer than the other prompt, please."},),
+    "a raw string prompt",
+]
+RESPONSES = ["4</s>", "Something.", "ok"]
+
+
+def one_by_one(rm: RewardModel) -> list[float]:
+    return [rm.score([p], [r])[0].score for p, r in zip(PROMPTS, RESPONSES, strict=True)]
+
+
+def test_sequence_model_batched_equals_one_at_a_time(seq_dir: Path) -> None:
+    rm = RewardModel(RewardModelConfig(path=str(seq_dir), batch_size=3))
+    assert rm.kind == "sequence"
+    batched = rm.score(PROMPTS, RESPONSES)
+    assert all(r.status == Status.OK and r.source == "reward_model" for r in batched)
+    # Padding must not change a score (left padding with explicit positions).
+    assert [r.score for r in batched] == pytest.approx(one_by_one(rm), abs=1e-5)
+
+
+def test_sequence_score_is_the_logit_at_the_last_token_even_if_it_is_eos(seq_dir: Path) -> None:
+    # Reference: the model's own pooled logit on the unpadded sequence, computed by hand at position -1.
+    rm = RewardModel(RewardModelConfig(path=str(seq_dir)))
+    ids, _ = rm._encode(PROMPTS[0], RESPONSES[0])
+    assert ids[-1] == rm.tok.eos_token_id == 2 and rm.tok.pad_token_id == 0
+    with torch.no_grad():
+        hidden = rm.model.model(input_ids=torch.tensor([ids])).last_hidden_state
+        expected = float(rm.model.score(hidden)[0, -1, 0])
+    assert rm.score([PROMPTS[0]], [RESPONSES[0]])[0].score == pytest.approx(expected, abs=1e-5)
+
+
+def test_token_model_outcome_and_process_channels(tok_dir: Path) -> None:
+    outcome = RewardModel(RewardModelConfig(path=str(tok_dir), batch_size=2))
+    process = RewardModel(RewardModelConfig(path=str(tok_dir), batch_size=2, channel="process"))
+    assert outcome.kind == "token"
+    o, p = outcome.score(PROMPTS, RESPONSES), process.score(PROMPTS, RESPONSES)
+    for r_o, r_p, resp in zip(o, p, RESPONSES, strict=True):
+        n_tokens = len(outcome.tok(resp, add_special_tokens=False)["input_ids"])
+        assert len(r_p.info["token_scores"]) == n_tokens
+        # the outcome score is the process channel's last token score
+        assert r_o.score == pytest.approx(r_p.info["token_scores"][-1], abs=1e-5)
+    singles = [
+        process.score([pr], [r])[0].info["token_scores"] for pr, r in zip(PROMPTS, RESPONSES, strict=True)
+    ]
+    for r_p, single in zip(p, singles, strict=True):
+        assert r_p.info["token_scores"] == pytest.approx(single, abs=1e-5)
+
+
+def test_truncation_keeps_the_response(seq_dir: Path) -> None:
+    rm = RewardModel(RewardModelConfig(path=str(seq_dir), max_length=16))
+    ids, n_resp = rm._encode(PROMPTS[1], "0123456789")
+    assert len(ids) == 16 and n_resp == 10
+    assert math.isfinite(rm.score([PROMPTS[1]], ["0123456789"])[0].score)
+
+
+def test_config_errors(seq_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="token-classification"):
+        RewardModel(RewardModelConfig(path=str(seq_dir), channel="process"))
+    with pytest.raises(ConfigError, match="labels"):
+        RewardModel(RewardModelConfig(path=str(build("sequence", tmp_path / "two", num_labels=2))))
+    with pytest.raises(ConfigError, match="not a model directory"):
+        RewardModel(RewardModelConfig(path=str(tmp_path / "missing")))
+    with pytest.raises(ConfigError, match=r"reward_model\.path"):
+        score_samples([], [], RewardModelConfig())
+
+
+def test_worker_process_gives_the_same_scores(seq_dir: Path) -> None:
+    cfg = RewardModelConfig(path=str(seq_dir), worker="process")
+    inline = RewardModel(RewardModelConfig(path=str(seq_dir))).score(PROMPTS, RESPONSES)
+    worker = RewardModelWorker(cfg)
+    try:
+        remote = worker.score(PROMPTS, RESPONSES)
+        assert [r.score for r in remote] == pytest.approx([r.score for r in inline], abs=1e-5)
+        assert worker._proc.pid != __import__("os").getpid()
+    finally:
+        worker.close()
+
+
+def test_score_samples_batch_form(seq_dir: Path) -> None:
+    samples = [
+        Sample(prompt=PROMPTS[0], ground_truth=None, style="model"),
+        Sample(prompt=PROMPTS[1], ground_truth=None),
+    ]
+    res = score_samples(samples, RESPONSES[:2], RewardModelConfig(path=str(seq_dir)))
+    assert len(res) == 2 and all(r.ok for r in res)
