@@ -233,3 +233,17 @@ def test_sync_call_from_inside_an_event_loop(server: ScriptedServer) -> None:
 
     [res] = asyncio.run(main())
     assert res.score == pytest.approx(0.7)
+
+
+def test_judge_rows_route_through_the_rewarder(server: ScriptedServer) -> None:
+    from stepcredit.config import RewardConfig
+    from stepcredit.reward import build_rewarder
+
+    samples = [
+        Sample(prompt=({"role": "user", "content": f"[[id={i}]] q"},), ground_truth="a", data_source="judge")
+        for i in (2, 9)
+    ]
+    with build_rewarder(RewardConfig(judge=cfg_for(server))) as rewarder:
+        results = rewarder.score_batch(samples, ["x", "y"])
+    assert [r.score for r in results] == [pytest.approx(0.2), pytest.approx(0.9)]
+    assert [r.source for r in results] == ["judge", "judge"]

@@ -137,3 +137,18 @@ def test_score_samples_batch_form(seq_dir: Path) -> None:
     ]
     res = score_samples(samples, RESPONSES[:2], RewardModelConfig(path=str(seq_dir)))
     assert len(res) == 2 and all(r.ok for r in res)
+
+
+def test_style_model_rows_route_to_the_reward_model(seq_dir: Path) -> None:
+    from stepcredit.config import RewardConfig
+    from stepcredit.reward import build_rewarder
+
+    rm = RewardModel(RewardModelConfig(path=str(seq_dir)))
+    expected = [r.score for r in rm.score(PROMPTS[:2], RESPONSES[:2])]
+    samples = [
+        Sample(prompt=p, ground_truth=None, data_source="anything", style="model") for p in PROMPTS[:2]
+    ]
+    with build_rewarder(RewardConfig(reward_model=RewardModelConfig(path=str(seq_dir)))) as rewarder:
+        results = rewarder.score_batch(samples, RESPONSES[:2])
+    assert [r.score for r in results] == pytest.approx(expected, abs=1e-5)
+    assert all(r.source == "reward_model" and r.status == Status.OK for r in results)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +128,39 @@ def test_batch_runs_concurrently_and_keeps_order(box: sb.Sandbox) -> None:
     truths = [{"inputs": [""], "outputs": [str(i if i != 2 else 99)]} for i in range(4)]
     results = sb.score_code_batch(responses, truths, sandbox=box)
     assert [r.score for r in results] == [1.0, 1.0, 0.0, 1.0]
+
+
+@needs_bwrap
+def test_code_rows_through_stepcredit_score(tmp_path: Path) -> None:
+    import argparse
+
+    from stepcredit.cli import score
+
+    rows = [
+        {
+            "data_source": "code",
+            "response": fenced("print(int(input()) + 1)"),
+            "ground_truth": '{"inputs": ["1"], "outputs": ["2"]}',
+        },
+        {
+            "data_source": "apps",
+            "response": fenced("while True: pass"),
+            "reward_model": {"ground_truth": {"inputs": ["1"], "outputs": ["2"]}},
+        },
+        {
+            "data_source": "code",
+            "response": "no code at all",
+            "ground_truth": '{"inputs": ["1"], "outputs": ["2"]}',
+        },
+    ]
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    parser = argparse.ArgumentParser()
+    score.configure(parser)
+    assert score.run(parser.parse_args(["--in", str(inp), "--out", str(out)])) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(g["status"], g["score"], g["source"]) for g in got] == [
+        ("ok", 1.0, "code"),
+        ("timeout", 0.0, "code"),
+        ("unparseable", 0.0, "code"),
+    ]

@@ -270,3 +270,29 @@ def judge_samples(
         for s, r in zip(samples, responses, strict=True)
     ]
     return Judge(cfg).judge(reqs)
+
+
+class JudgeScorer:
+    """The rewarder's scorer for rows with data_source ``judge`` (or a row style ``judge``)."""
+
+    def __init__(self, cfg: JudgeConfig) -> None:
+        self.cfg = cfg
+
+    def score_batch(self, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
+        try:
+            return judge_samples(samples, responses, self.cfg)
+        except Exception as e:
+            return [
+                RewardResult.failure(Status.ERROR, f"judge: {type(e).__name__}: {e}", source="judge")
+            ] * len(samples)
+
+
+def _register() -> None:
+    from stepcredit.reward.base import register_scorer
+
+    @register_scorer("judge", "llm_judge")
+    def make_judge_scorer(cfg: Any) -> JudgeScorer:
+        return JudgeScorer(cfg.judge)
+
+
+_register()

@@ -299,3 +299,42 @@ def score_samples(
         )
     rm = get_reward_model(cfg)
     return rm.score([s.prompt for s in samples], responses)
+
+
+class RewardModelScorer:
+    """The rewarder's scorer for rows with ``reward_model.style: model`` (the model loads on first use)."""
+
+    def __init__(self, cfg: RewardModelConfig) -> None:
+        if not cfg.path:
+            raise ConfigError(
+                "rows with reward_model.style=model need reward.reward_model.path (a model directory)"
+            )
+        self.cfg = cfg
+        self._rm: RewardModel | RewardModelWorker | None = None
+
+    def score_batch(self, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
+        if self._rm is None:
+            self._rm = RewardModelWorker(self.cfg) if self.cfg.worker == "process" else RewardModel(self.cfg)
+        try:
+            return self._rm.score([s.prompt for s in samples], responses)
+        except ConfigError:
+            raise
+        except Exception as e:
+            msg = f"reward model: {type(e).__name__}: {e}"
+            return [RewardResult.failure(Status.ERROR, msg, source="reward_model") for _ in samples]
+
+    def close(self) -> None:
+        if isinstance(self._rm, RewardModelWorker):
+            self._rm.close()
+        self._rm = None
+
+
+def _register() -> None:
+    from stepcredit.reward.base import register_scorer
+
+    @register_scorer("model", "reward_model")
+    def make_reward_model_scorer(cfg: Any) -> RewardModelScorer:
+        return RewardModelScorer(cfg.reward_model)
+
+
+_register()

@@ -766,3 +766,31 @@ def score_samples(
 ) -> list[RewardResult]:
     """Batch form for the rewarder: ``(samples, responses) -> results``."""
     return score_code_batch(responses, [s.ground_truth for s in samples], cfg=cfg)
+
+
+# ------------------------------------------------------------------------------------ routing
+class CodeScorer:
+    """The rewarder's scorer for code rows: one sandbox, its concurrency bound shared by the whole batch."""
+
+    def __init__(self, cfg: SandboxConfig) -> None:
+        self.sandbox = Sandbox(cfg)
+
+    def score_batch(self, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
+        try:
+            return score_code_batch(responses, [s.ground_truth for s in samples], sandbox=self.sandbox)
+        except Exception as e:  # a bug of ours must not be scored as the model's fault, nor crash a run
+            return [
+                RewardResult.failure(Status.SANDBOX_ERROR, f"{type(e).__name__}: {e}", source="code")
+            ] * len(samples)
+
+
+def _register() -> None:
+    from stepcredit.reward.base import register_scorer
+
+    # VeRL's code data sources (verl.utils.reward_score.default_compute_score) plus our own "code".
+    @register_scorer("code", "codecontests", "apps", "codeforces", "taco", "primeintellect", "livecodebench")
+    def make_code_scorer(cfg: Any) -> CodeScorer:
+        return CodeScorer(cfg.sandbox)
+
+
+_register()
