@@ -623,7 +623,8 @@ def _claim_uid(root: bool) -> Iterator[int | None]:
             os.close(fd)
             continue
         try:
-            _sweep_uid(uid)  # a previous owner that was killed may have left something behind
+            # No sweep here: a previous owner's runs died with it (bwrap's --die-with-parent), and the
+            # sweep after each run catches anything else.
             yield uid
         finally:
             os.close(fd)
