@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import operator
 import re
 import threading
@@ -180,13 +181,19 @@ def normalize(s: str) -> str:
     s = _DEGREE_RE.sub("", s)
     s = s.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
     s = s.replace("−", "-")
-    if not re.fullmatch(r"\\text\s*\{[^{}]*\}", s.strip()):  # "\text{Evelyn}" is an answer, not a unit
+    whole_text = re.fullmatch(r"\\(?:text|textbf|mathrm)\s*\{([^{}]*)\}", s.strip())
+    if whole_text:  # "\text{Evelyn}", "\text{(C)}": the answer itself, not a unit
+        s = whole_text.group(1)
+    else:
         s = _UNIT_TEXT_RE.sub("", s)
     s = s.strip().rstrip(".").strip()
     s = _ASSIGN_RE.sub("", s)
     if _THOUSANDS_RE.match(s):
         s = s.replace(",", "")
     s = re.sub(r"\s+", "", s)
+    choice = re.fullmatch(r"\(([A-Za-z])\)", s)  # "(C)" -> "C"
+    if choice:
+        s = choice.group(1)
     if re.fullmatch(r"[-+]?\d+\.0+", s):
         s = s.split(".")[0]
     return s
@@ -317,11 +324,70 @@ def _mv_parse_answer(s: str) -> tuple[Any, ...]:
     return tuple(got)
 
 
+_PROBE_POINTS = (
+    (Fraction(7, 5), Fraction(13, 11), Fraction(3, 7)),
+    (Fraction(17, 3), Fraction(5, 13), Fraction(11, 2)),
+)
+"""Two fixed points at which expressions in up to three variables are compared."""
+
+
+def _clearly_different(g: list[Any], p: list[Any], gold: str, pred: str) -> bool:
+    """True when math-verify's first readings of gold and prediction are plain expressions whose values
+    differ by more than 1e-4 relative (at two fixed points for their common variables).
+
+    Why: for a wrong answer math-verify's ``verify`` runs ``sympy.simplify`` on each reading pair,
+    most of the cost of a MATH verification. Expressions that differ in value are not equal under any
+    of its comparisons, so this only skips work; it never turns an equal pair into a wrong one. Sets,
+    tuples, intervals, relations, matrices and percentages are left to ``verify``.
+    """
+    if "%" in gold or "%" in pred:
+        return False
+    import sympy
+    from sympy.matrices.expressions import MatrixExpr
+
+    a = next((x for x in g if not isinstance(x, str)), None)
+    b = next((x for x in p if not isinstance(x, str)), None)
+    exprs = (a, b)
+    if not all(isinstance(x, sympy.Expr) and not isinstance(x, MatrixExpr) for x in exprs):
+        return False
+    assert isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr)
+    syms = a.free_symbols
+    if syms != b.free_symbols or len(syms) > 3:
+        return False
+    ordered = sorted(syms, key=str)
+    points = _PROBE_POINTS if ordered else ((),)
+    for point in points:
+        subs = {s: sympy.Rational(v.numerator, v.denominator) for s, v in zip(ordered, point, strict=False)}
+        try:
+            va = complex(a.subs(subs).evalf(30))
+            vb = complex(b.subs(subs).evalf(30))
+        except (TypeError, ValueError, ArithmeticError, AttributeError):
+            return False
+        if not all(math.isfinite(v.real) and math.isfinite(v.imag) for v in (va, vb)):
+            return False
+        if abs(va - vb) <= 1e-4 * max(1.0, abs(vb)):
+            return False
+    return True
+
+
 def math_verify_equal(gold: str, pred: str | None, text: str) -> tuple[bool | None, str | None]:
     """math-verify's verdict of ``pred`` (or, when None, of its own extraction from ``text``) against
     ``gold``; None when it could not read the response."""
     from math_verify import verify
 
+    # When one side is a plain number, parse only the other one first: a clear numeric mismatch
+    # then costs one LaTeX parse instead of two plus sympy's simplify.
+    if pred is not None:
+        for num_side, other in ((gold, pred), (pred, gold)):
+            num = to_number(normalize(num_side))
+            if num is not None:
+                import sympy
+
+                known = [sympy.Rational(num[0].numerator, num[0].denominator)]
+                parsed = list(_mv_parse_answer(other))
+                if parsed and _clearly_different(known, parsed, gold, pred):
+                    return False, pred
+                break
     g = list(_mv_parse_answer(gold))
     if not g:
         return None, pred
@@ -331,6 +397,8 @@ def math_verify_equal(gold: str, pred: str | None, text: str) -> tuple[bool | No
     if not p:
         return None, pred
     extracted = pred if pred is not None else str(p[-1])
+    if _clearly_different(g, p, gold, pred or ""):
+        return False, extracted
     t = 5 if _mv_timeouts() else None
     return bool(verify(g, p, timeout_seconds=t)), extracted  # type: ignore[arg-type]
 

@@ -1,0 +1,143 @@
+"""Throughput and verdicts of stepcredit's math verifier vs ``math_verify.parse`` + ``verify``, same run.
+
+Pairs: every GSM8K test solution against its own answer (label 1) and against another row's
+different answer (label 0); the same for MATH-500 solutions and answers. Both verifiers run in this
+process, on the main thread, after one untimed warm-up pass, with their caches cleared before each
+timed pass. ``agree`` is the share
+of pairs on which the two verdicts are equal; ``worse`` counts pairs where math-verify is right and we
+are wrong (the target is 0), ``better`` the reverse. Also reported: our throughput through the full
+:class:`~stepcredit.reward.Rewarder` (routing + kill-safe pool for what the fast path leaves).
+
+    python benchmarks/verifier.py [--json] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("STEPCREDIT_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def load_pairs(name: str, limit: int) -> list[tuple[str, str, str, bool]]:
+    """(data_source, response, ground truth, label) for one dataset."""
+    if name == "gsm8k":
+        rows = [json.loads(line) for line in (DATA / "gsm8k" / "test.jsonl").open()]
+        sols = [r["answer"] for r in rows]
+        golds = [s.rsplit("####", 1)[1].strip().replace(",", "") for s in sols]
+        source = "openai/gsm8k"
+    else:
+        rows = [json.loads(line) for line in (DATA / "math500" / "test.jsonl").open()]
+        sols = [r["solution"] for r in rows]
+        golds = [r["answer"] for r in rows]
+        source = "HuggingFaceH4/MATH-500"
+    if limit:
+        sols, golds = sols[:limit], golds[:limit]
+    pairs = []
+    n = len(sols)
+    for i in range(n):
+        pairs.append((source, sols[i], golds[i], True))
+        # The next row with a different answer string serves as a wrong ground truth.
+        j = next((k % n for k in range(i + 1, i + n) if golds[k % n].strip() != golds[i].strip()), None)
+        if j is not None:
+            pairs.append((source, sols[i], golds[j], False))
+    return pairs
+
+
+def clear_caches() -> None:
+    import math_verify.parser as mvp
+
+    from stepcredit.reward import math_verifier as mv
+
+    for f in (mv.normalize, mv.to_number, mv._mv_parse_answer, mvp.parse_latex_cached, mvp.parse_expr_cached):
+        f.cache_clear()
+
+
+def run_ours(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool]]:
+    from stepcredit.reward.math_verifier import math_compute_score
+
+    clear_caches()
+    t0 = time.perf_counter()
+    verdicts = [math_compute_score(ds, resp, gt).score == 1.0 for ds, resp, gt, _ in pairs]
+    return time.perf_counter() - t0, verdicts
+
+
+def run_math_verify(pairs: list[tuple[str, str, str, bool]], dataset: str) -> tuple[float, list[bool]]:
+    from math_verify import parse, verify
+
+    clear_caches()
+    t0 = time.perf_counter()
+    verdicts = []
+    for _, resp, gt, _ in pairs:
+        # math-verify's documented use: gold wrapped in $...$ for LaTeX answers, the response as is.
+        gold = parse(f"${gt}$") if dataset == "math500" else parse(gt)
+        verdicts.append(bool(verify(gold, parse(resp))))
+    return time.perf_counter() - t0, verdicts
+
+
+def run_rewarder(pairs: list[tuple[str, str, str, bool]]) -> float:
+    from stepcredit.config import RewardConfig
+    from stepcredit.reward import build_rewarder
+    from stepcredit.types import Sample
+
+    samples = [Sample(prompt=(), ground_truth=gt, data_source=ds) for ds, _, gt, _ in pairs]
+    responses = [resp for _, resp, _, _ in pairs]
+    with build_rewarder(RewardConfig(workers=1)) as rw:
+        rw.warmup()
+        clear_caches()
+        t0 = time.perf_counter()
+        rw.score_batch(samples, responses)
+        return time.perf_counter() - t0
+
+
+def bench(dataset: str, limit: int) -> dict[str, Any]:
+    pairs = load_pairs(dataset, limit)
+    labels = [p[3] for p in pairs]
+    # An untimed pass first: the LaTeX parser both verifiers share (antlr) builds its lookahead
+    # tables lazily, and whichever runs first would otherwise pay for it.
+    run_math_verify(pairs, dataset)
+    t_ours, ours = run_ours(pairs)
+    t_mv, mv = run_math_verify(pairs, dataset)
+    t_rw = run_rewarder(pairs)
+    n = len(pairs)
+    return {
+        "pairs": n,
+        "ours_per_s": round(n / t_ours, 1),
+        "math_verify_per_s": round(n / t_mv, 1),
+        "speedup": round(t_mv / t_ours, 2),
+        "agree": round(sum(a == b for a, b in zip(ours, mv, strict=True)) / n, 4),
+        "ours_correct": round(sum(a == y for a, y in zip(ours, labels, strict=True)) / n, 4),
+        "math_verify_correct": round(sum(b == y for b, y in zip(mv, labels, strict=True)) / n, 4),
+        "worse": sum(b == y != a for a, b, y in zip(ours, mv, labels, strict=True)),
+        "better": sum(a == y != b for a, b, y in zip(ours, mv, labels, strict=True)),
+        "rewarder_per_s": round(n / t_rw, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    ap.add_argument("--limit", type=int, default=0, help="rows per dataset (0 = all)")
+    args = ap.parse_args(argv)
+    if not DATA.is_dir():
+        print(f"benchmarks/verifier.py: {DATA} not found (set STEPCREDIT_SHARED_DATA)", file=sys.stderr)
+        return 2
+    out = {name: bench(name, args.limit) for name in ("gsm8k", "math500")}
+    cols = ["pairs", "ours_per_s", "math_verify_per_s", "speedup", "agree", "ours_correct"]
+    cols += ["math_verify_correct", "worse", "better", "rewarder_per_s"]
+    print(f"{'dataset':<9}" + "".join(f"{c:>20}" for c in cols))
+    for name, r in out.items():
+        print(f"{name:<9}" + "".join(f"{r[c]!s:>20}" for c in cols))
+    if args.json:
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""``stepcredit data prepare``: verl-schema parquet from the shared raw files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from stepcredit.cli import main as cli
+from stepcredit.data.prepare import gsm8k_answer, prepare, shared_data_dir
+from stepcredit.errors import DataError
+
+
+@pytest.fixture
+def raw(tmp_path: Path) -> Path:
+    src = tmp_path / "raw"
+    (src / "gsm8k").mkdir(parents=True)
+    (src / "math500").mkdir()
+    g = [
+        {"question": "Q1?", "answer": "1+1=<<1+1=2>>2\n#### 1,200"},
+        {"question": "Q2?", "answer": "#### -3"},
+    ]
+    for split in ("train", "test"):
+        (src / "gsm8k" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in g))
+    m = {
+        "problem": "P?",
+        "solution": "so \\boxed{\\frac12}",
+        "answer": "\\frac12",
+        "subject": "Algebra",
+        "level": 2,
+        "unique_id": "test/x.json",
+    }
+    (src / "math500" / "test.jsonl").write_text(json.dumps(m) + "\n")
+    return src
+
+
+def test_gsm8k_schema(raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "COMMANDS", {"data": cli.COMMANDS["data"]})
+    out = tmp_path / "out"
+    assert cli.main(["data", "prepare", "gsm8k", "--out", str(out), "--src", str(raw)]) == 0
+    rows = pq.read_table(out / "test.parquet").to_pylist()
+    assert (out / "train.parquet").exists() and len(rows) == 2
+    r = rows[0]
+    assert r["data_source"] == "openai/gsm8k" and r["ability"] == "math"
+    assert r["prompt"][0]["role"] == "user" and r["prompt"][0]["content"].startswith("Q1? Let's think")
+    assert r["reward_model"] == {"style": "rule", "ground_truth": "1200"}
+    assert r["extra_info"]["split"] == "test" and r["extra_info"]["index"] == 0
+    assert rows[1]["reward_model"]["ground_truth"] == "-3"
+
+
+def test_math500_schema(raw: Path, tmp_path: Path) -> None:
+    written = prepare("math500", tmp_path / "m", src=raw)
+    rows = pq.read_table(written["test"]).to_pylist()
+    assert rows[0]["data_source"] == "HuggingFaceH4/MATH-500"
+    assert rows[0]["reward_model"]["ground_truth"] == "\\frac12"
+    assert rows[0]["extra_info"]["level"] == 2
+
+
+def test_errors_name_the_file_and_line(raw: Path, tmp_path: Path) -> None:
+    (raw / "gsm8k" / "test.jsonl").write_text('{"question": "q", "answer": "no marker"}\n')
+    with pytest.raises(DataError, match=r"test.jsonl:1: .*####"):
+        prepare("gsm8k", tmp_path / "o", src=raw)
+    with pytest.raises(DataError, match="unknown dataset"):
+        prepare("mmlu", tmp_path / "o", src=raw)
+    with pytest.raises(ValueError):
+        gsm8k_answer("nothing")
+
+
+def test_real_shared_data_if_present(tmp_path: Path) -> None:
+    base = shared_data_dir()
+    if not (base / "math500" / "test.jsonl").exists():
+        pytest.skip(f"{base} not found")
+    written = prepare("math500", tmp_path / "m")
+    assert pq.read_metadata(written["test"]).num_rows == 500
