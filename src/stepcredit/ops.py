@@ -103,10 +103,6 @@ def discounted_reverse_cumsum(x_BT: torch.Tensor, *, discount: float, block: int
     B, T = x_BT.shape
     if T == 0 or discount == 0.0:
         return x_BT.clone()
-    if x_BT.dtype in (torch.float16, torch.bfloat16, torch.float32) and x_BT.device.type == "cpu":
-        # accumulate in float64 on CPU: the scan is memory-bound, so this costs little and keeps
-        # long sums (T = 8192, gamma ~ 1) within ~1e-12 of the exact recurrence
-        return discounted_reverse_cumsum(x_BT.double(), discount=discount, block=block).to(x_BT.dtype)
     if discount == 1.0:
         return reverse_cumsum(x_BT)
     K = min(block, T)
@@ -122,7 +118,7 @@ def discounted_reverse_cumsum(x_BT: torch.Tensor, *, discount: float, block: int
     if N > 1:
         start_BN = discounted_reverse_cumsum(y_BNK[:, :, 0], discount=discount**K, block=block)
         carry_K = torch.pow(torch.tensor(discount, dtype=torch.float64), K - k).to(x_BT.dtype)
-        y_BNK[:, :-1, :] += start_BN[:, 1:, None] * carry_K
+        y_BNK[:, :-1, :].addcmul_(start_BN[:, 1:, None], carry_K)
     return y_BNK.reshape(B, N * K)[:, :T]
 
 
@@ -138,7 +134,9 @@ def group_token_stats(
     gid, k = group_index(group_B)
     zero = torch.zeros((), dtype=x_BT.dtype, device=x_BT.device)
     xz = torch.where(mask_BT, x_BT, zero)
-    cnt = torch.zeros(k, dtype=x_BT.dtype, device=x_BT.device).index_add_(0, gid, mask_BT.sum(1).to(x_BT.dtype))
+    cnt = torch.zeros(k, dtype=x_BT.dtype, device=x_BT.device).index_add_(
+        0, gid, mask_BT.sum(1).to(x_BT.dtype)
+    )
     s = torch.zeros(k, dtype=x_BT.dtype, device=x_BT.device).index_add_(0, gid, xz.sum(1))
     mean = s / cnt.clamp(min=1)
     dev = torch.where(mask_BT, x_BT - mean[gid][:, None], zero)
@@ -155,3 +153,30 @@ def is_right_padded(mask_BT: torch.Tensor) -> bool:
     if mask_BT.shape[1] < 2:
         return True
     return bool((mask_BT[:, 1:] <= mask_BT[:, :-1]).all())
+
+
+def masked_whiten_(x_BT: torch.Tensor, mask_BT: torch.Tensor, *, eps: float = 1e-8) -> torch.Tensor:
+    """In place: the result of :func:`masked_whiten` (``shift_mean=True``), for an ``x_BT`` that is
+    already 0 wherever ``mask_BT`` is False. Returns ``x_BT``.
+
+    Same statistics (mean and Bessel-corrected variance over the masked entries, ``eps`` inside the
+    square root) with no full-size temporaries: on large batches allocation, not arithmetic, is the
+    cost. The sum of squares is taken per row (``vector_norm``) and added up in float64.
+    """
+    n = torch.count_nonzero(mask_BT).clamp(min=1)
+    mean = x_BT.sum() / n
+    x_BT.sub_(mean).mul_(mask_BT)  # multiplying by the bool mask is the cheapest masked write here
+    if x_BT.dim() == 1:
+        ss = torch.linalg.vector_norm(x_BT).double().square()
+    else:
+        ss = torch.linalg.vector_norm(x_BT, dim=-1).double().square().sum()
+    var = ss / (n - 1).clamp(min=1)
+    x_BT.mul_(torch.rsqrt(var + eps).to(x_BT.dtype))
+    return x_BT
+
+
+def masked_whiten_fast(x_BT: torch.Tensor, mask_BT: torch.Tensor, *, eps: float = 1e-8) -> torch.Tensor:
+    """:func:`masked_whiten` (``shift_mean=True``) with one new tensor; entries off the mask become 0."""
+    return masked_whiten_(
+        torch.where(mask_BT, x_BT, torch.zeros((), dtype=x_BT.dtype, device=x_BT.device)), mask_BT, eps=eps
+    )

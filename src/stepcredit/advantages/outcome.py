@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from stepcredit.advantages.core import AdvantageInputs, AdvantageOutputs, register_estimator
-from stepcredit.ops import group_stats, masked_sum, masked_whiten
+from stepcredit.ops import group_stats, masked_sum, masked_whiten_
 
 
 def outcome_score_B(inp: AdvantageInputs) -> torch.Tensor:
@@ -82,7 +82,7 @@ def reinforce_pp_baseline(inp: AdvantageInputs, **_hp: Any) -> AdvantageOutputs:
     (token-weighted batch whitening). Token-level rewards: not preserved (one score per response).
     """
     live_BT = inp.live_BT
-    mean_B, _, _ = group_stats(outcome_score_B(inp), inp.group_B, inp.live_B)
-    a_BT = spread_B(outcome_score_B(inp) - mean_B, live_BT)
-    adv_BT = masked_whiten(a_BT, live_BT)
+    score_B = outcome_score_B(inp)
+    mean_B, _, _ = group_stats(score_B, inp.group_B, inp.live_B)
+    adv_BT = masked_whiten_(spread_B(score_B - mean_B, live_BT), live_BT)
     return AdvantageOutputs(adv_BT=adv_BT, ret_BT=adv_BT)

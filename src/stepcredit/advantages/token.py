@@ -21,8 +21,7 @@ from stepcredit.ops import (
     is_right_padded,
     last_token_index,
     masked_sum,
-    masked_whiten,
-    reverse_cumsum,
+    masked_whiten_,
 )
 
 
@@ -45,15 +44,13 @@ def discounted_returns(r_BT: torch.Tensor, live_BT: torch.Tensor, *, gamma: floa
     Rewards on tokens that do not count are ignored; masked gaps inside a row are skipped (not
     discounted). Blocked scan of :func:`stepcredit.ops.discounted_reverse_cumsum`: stable at any T.
     """
-    order = None if gamma == 1.0 else _compaction(live_BT)
-    if order is not None:
-        r_BT, live_c = r_BT.gather(1, order), live_BT.gather(1, order)
-    else:
-        live_c = live_BT
+    order = _compaction(live_BT)
+    if order is None:
+        # right padding: rewards zeroed after the end keep the returns there exactly 0
+        return discounted_reverse_cumsum(torch.where(live_BT, r_BT, _zero(r_BT)), discount=gamma)
+    r_BT, live_c = r_BT.gather(1, order), live_BT.gather(1, order)
     g_BT = discounted_reverse_cumsum(torch.where(live_c, r_BT, _zero(r_BT)), discount=gamma)
-    if order is not None:
-        g_BT = torch.empty_like(g_BT).scatter_(1, order, g_BT)
-    return torch.where(live_BT, g_BT, _zero(g_BT))
+    return torch.empty_like(g_BT).scatter_(1, order, g_BT)
 
 
 def process_rewards_BT(inp: AdvantageInputs) -> torch.Tensor | None:
@@ -90,18 +87,17 @@ def gae(
     live_c = live_BT
     if order is not None:
         r_BT, v_BT, live_c = r_BT.gather(1, order), v_BT.gather(1, order), live_BT.gather(1, order)
+    # in place where possible: at B x T = 1024 x 4096 allocating a tensor costs more than the maths
     v_BT = torch.where(live_c, v_BT, _zero(v_BT))
-    r_BT = torch.where(live_c, r_BT, _zero(r_BT))
-    v_next_BT = torch.nn.functional.pad(v_BT[:, 1:], (0, 1))
-    delta_BT = r_BT + gamma * v_next_BT - v_BT
+    delta_BT = torch.where(live_c, r_BT, _zero(r_BT))
+    delta_BT.sub_(v_BT)
+    delta_BT[:, :-1].add_(v_BT[:, 1:], alpha=gamma)  # V after the last counted token is 0
     a_BT = discounted_reverse_cumsum(delta_BT, discount=gamma * lam)
-    ret_BT = a_BT + v_BT
+    ret_BT = v_BT.add_(a_BT)  # 0 after the end: delta, hence A, is 0 there
     if order is not None:
         a_BT = torch.empty_like(a_BT).scatter_(1, order, a_BT)
         ret_BT = torch.empty_like(ret_BT).scatter_(1, order, ret_BT)
-    return AdvantageOutputs(
-        adv_BT=masked_whiten(a_BT, live_BT), ret_BT=torch.where(live_BT, ret_BT, _zero(ret_BT))
-    )
+    return AdvantageOutputs(adv_BT=masked_whiten_(a_BT, live_BT), ret_BT=ret_BT)
 
 
 @register_estimator("reinforce_pp", token_level=True)
@@ -118,12 +114,12 @@ def reinforce_pp(
     """
     live_BT = inp.live_BT
     g_BT = discounted_returns(inp.outcome_BT, live_BT, gamma=gamma)
-    adv_BT = masked_whiten(g_BT, live_BT)
+    adv_BT = masked_whiten_(g_BT.clone(), live_BT)
     p_BT = process_rewards_BT(inp)
     if p_BT is not None:
         gp_BT = discounted_returns(p_BT, live_BT, gamma=gamma)
-        adv_BT = adv_BT + process_weight * masked_whiten(gp_BT, live_BT)
-        g_BT = g_BT + process_weight * gp_BT
+        g_BT.add_(gp_BT, alpha=process_weight)
+        adv_BT.add_(masked_whiten_(gp_BT, live_BT), alpha=process_weight)
     return AdvantageOutputs(adv_BT=adv_BT, ret_BT=g_BT)
 
 
@@ -159,8 +155,7 @@ def grpo_process(
         if norm_by_std:
             z_BT = z_BT / (std_B[:, None] + eps)
         z_BT = torch.where(steps_BT, z_BT, _zero(z_BT))
-        ap_BT = torch.where(live_BT, reverse_cumsum(z_BT), _zero(z_BT))
-        adv_BT = adv_BT + process_weight * ap_BT
+        adv_BT.add_(discounted_returns(z_BT, live_BT, gamma=1.0), alpha=process_weight)
     return AdvantageOutputs(adv_BT=adv_BT, ret_BT=adv_BT)
 
 
@@ -212,5 +207,5 @@ def prime_rloo(inp: AdvantageInputs, *, process_weight: float = 1.0, **_hp: Any)
         total_BT = total_BT + process_weight * prime_rloo_rewards(
             inp.process_BT, steps_BT, inp.group_B, live_B
         )
-    g_BT = torch.where(live_BT, reverse_cumsum(total_BT), _zero(total_BT))
-    return AdvantageOutputs(adv_BT=masked_whiten(g_BT, live_BT), ret_BT=g_BT)
+    g_BT = discounted_returns(total_BT, live_BT, gamma=1.0)
+    return AdvantageOutputs(adv_BT=masked_whiten_(g_BT.clone(), live_BT), ret_BT=g_BT)

@@ -1,0 +1,161 @@
+"""Advantage estimators: stepcredit vs verl 0.9.1 (``verl.trainer.ppo.core_algos``) in one process.
+
+    python benchmarks/advantages.py [--json] [--threads 1] [--shapes 256x1024,1024x4096]
+
+Each estimator runs on the same float32 batch (groups of 8, right padding, lengths in [T/4, T]);
+times are the median of several runs after a warm-up; ``max_abs_diff`` compares advantages on the
+counted tokens. verl has no ``grpo_process`` or ``prime_rloo``: those rows carry our time only.
+With ``--json`` the last stdout line is ``{"results": [...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from stepcredit.advantages import ESTIMATORS, AdvantageInputs, AdvantageOutputs, hparams
+from stepcredit.config import AlgorithmConfig
+
+GAMMA, LAM = 0.99, 0.95
+
+
+def make_batch(B: int, T: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    len_B = torch.randint(T // 4, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < len_B[:, None]
+    last = len_B - 1
+    score = torch.randint(0, 2, (B,), generator=g).float()
+    outcome = torch.zeros(B, T).scatter_(1, last[:, None], score[:, None])
+    # process rewards: one step reward every ~64 tokens (episode ends), small, as V(prefix) deltas
+    steps = mask & (torch.rand(B, T, generator=g) < 1 / 64)
+    process = torch.where(steps, 0.05 * torch.randn(B, T, generator=g), torch.zeros(()))
+    return {
+        "outcome": outcome,
+        "process": process,
+        "steps": steps,
+        "token": outcome + process,  # one channel holding both, for the token-level verl comparisons
+        "mask": mask,
+        "group": torch.arange(B) // 8,
+        "values": 0.5 * torch.randn(B, T, generator=g),
+    }
+
+
+def median_ms(fn: Callable[[], Any], runs: int) -> float:
+    fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def cases(d: dict[str, torch.Tensor]) -> list[tuple[str, AdvantageInputs, Callable[[], torch.Tensor] | None]]:
+    """(estimator, our inputs, a thunk returning verl's advantages or None)."""
+    from verl.trainer.ppo import core_algos as ca
+
+    m, mf, gid_np = d["mask"], d["mask"].float(), d["group"].numpy()
+    outcome_only = AdvantageInputs(outcome_BT=d["outcome"], mask_BT=m, group_B=d["group"])
+    token = AdvantageInputs(outcome_BT=d["token"], mask_BT=m, group_B=d["group"], values_BT=d["values"])
+    both = AdvantageInputs(
+        outcome_BT=d["outcome"],
+        mask_BT=m,
+        group_B=d["group"],
+        process_BT=d["process"],
+        process_mask_BT=d["steps"],
+    )
+    return [
+        (
+            "grpo",
+            outcome_only,
+            lambda: ca.compute_grpo_outcome_advantage(d["outcome"].clone(), mf, gid_np)[0],
+        ),
+        (
+            "rloo",
+            outcome_only,
+            lambda: ca.compute_rloo_outcome_advantage(d["outcome"].clone(), mf, gid_np)[0],
+        ),
+        (
+            "reinforce_pp_baseline",
+            outcome_only,
+            lambda: ca.compute_reinforce_plus_plus_baseline_outcome_advantage(
+                d["outcome"].clone(), mf, gid_np
+            )[0],
+        ),
+        (
+            "reinforce_pp",
+            token,
+            lambda: ca.compute_reinforce_plus_plus_outcome_advantage(
+                d["token"], mf, config=SimpleNamespace(gamma=GAMMA)
+            )[0],
+        ),
+        ("gae", token, lambda: ca.compute_gae_advantage_return(d["token"], d["values"], mf, GAMMA, LAM)[0]),
+        ("grpo_process", both, None),
+        ("prime_rloo", both, None),
+    ]
+
+
+def run(shapes: list[tuple[int, int]], runs: int) -> list[dict[str, Any]]:
+    cfg = AlgorithmConfig(gamma=GAMMA, lam=LAM, process_weight=0.5)
+    hp = hparams(cfg)
+    results = []
+    for B, T in shapes:
+        d = make_batch(B, T)
+        for name, inp, verl_fn in cases(d):
+            fn = ESTIMATORS.get(name).fn
+
+            def ours(
+                fn: Callable[..., AdvantageOutputs] = fn, inp: AdvantageInputs = inp
+            ) -> AdvantageOutputs:
+                with torch.no_grad():
+                    return fn(inp, **hp)
+
+            ours_ms = median_ms(ours, runs)
+            row: dict[str, Any] = {"estimator": name, "shape": f"{B}x{T}", "ours_ms": round(ours_ms, 3)}
+            if verl_fn is None:
+                row.update(verl_ms=None, speedup=None, max_abs_diff=None)
+            else:
+                slow = B * T > 1_000_000 and name in ("reinforce_pp", "gae")
+                verl_ms = median_ms(verl_fn, 3 if slow else runs)
+                diff = (ours().adv_BT - verl_fn()).abs()[d["mask"]].max().item()
+                row.update(verl_ms=round(verl_ms, 3), speedup=round(verl_ms / ours_ms, 2), max_abs_diff=diff)
+            results.append(row)
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument("--shapes", default="256x1024,1024x4096", help="comma-separated BxT")
+    ap.add_argument("--runs", type=int, default=7, help="timed runs per measurement (median)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    results = run([(b, t) for b, t in shapes], args.runs)
+
+    def fmt(v: Any, spec: str) -> str:
+        return "-" if v is None else format(v, spec)
+
+    print(f"torch {torch.__version__}, {args.threads} thread(s), float32, median of {args.runs} runs")
+    print(f"{'estimator':<22} {'shape':>10} {'ours ms':>10} {'verl ms':>10} {'speedup':>9} {'max|diff|':>10}")
+    for r in results:
+        print(
+            f"{r['estimator']:<22} {r['shape']:>10} {r['ours_ms']:>10.2f} {fmt(r['verl_ms'], '10.2f'):>10} "
+            f"{fmt(r['speedup'], '8.1f') + 'x' if r['speedup'] else '-':>9} {fmt(r['max_abs_diff'], '10.2e'):>10}"
+        )
+    if args.json:
+        print(json.dumps({"results": results}))
+
+
+if __name__ == "__main__":
+    main()
