@@ -72,7 +72,9 @@ class ArithConfig:
     """Share of SFT traces that make a mistake and correct it."""
 
     def __post_init__(self) -> None:
-        _check(1 <= self.min_steps <= self.max_steps, "data.arith.min_steps", "need 1 <= min_steps <= max_steps")
+        _check(
+            1 <= self.min_steps <= self.max_steps, "data.arith.min_steps", "need 1 <= min_steps <= max_steps"
+        )
         _check(self.max_operand >= 1, "data.arith.max_operand", "must be >= 1")
         _check(0.0 <= self.mistake_prob <= 1.0, "data.arith.mistake_prob", "must be in [0, 1]")
 
@@ -227,10 +229,14 @@ class RewardModelConfig:
     """torch threads of the worker process."""
 
     def __post_init__(self) -> None:
-        _check(self.kind in ("auto", "sequence", "token"), "reward.reward_model.kind", "auto, sequence or token")
+        _check(
+            self.kind in ("auto", "sequence", "token"), "reward.reward_model.kind", "auto, sequence or token"
+        )
         _check(self.channel in ("outcome", "process"), "reward.reward_model.channel", "outcome or process")
         _check(self.worker in ("inline", "process"), "reward.reward_model.worker", "inline or process")
-        _check(self.batch_size >= 1 and self.max_length >= 2, "reward.reward_model.batch_size", "must be >= 1")
+        _check(
+            self.batch_size >= 1 and self.max_length >= 2, "reward.reward_model.batch_size", "must be >= 1"
+        )
 
 
 @dataclass(frozen=True)
@@ -320,6 +326,7 @@ class ProcessConfig:
     answer) or ``monte_carlo`` (VinePPO: mean verifier reward of sampled continuations)."""
     strategy: str = "packed"
     """Execution of forced_answer_logprob (same values): ``packed`` (one forward per response),
+    ``kv_packed`` (a causal pass over the response, then all suffixes in one pass over its cache),
     ``kv_cache`` (reuse the response's cache per prefix) or ``naive`` (one forward per prefix)."""
     markers: tuple[str, ...] = (
         "Wait,",
@@ -361,7 +368,9 @@ class ProcessConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.strategy in ("packed", "kv_cache", "naive"), "process.strategy", "packed, kv_cache or naive"
+            self.strategy in ("packed", "kv_packed", "kv_cache", "naive"),
+            "process.strategy",
+            "packed, kv_packed, kv_cache or naive",
         )
         _check(
             len(self.markers) > 0 and all(m.strip() for m in self.markers),
@@ -374,7 +383,9 @@ class ProcessConfig:
             "process.max_episode_tokens",
             "must be >= process.min_episode_tokens",
         )
-        _check(self.force_prompt != "", "process.force_prompt", "must not be empty (use auto for the default)")
+        _check(
+            self.force_prompt != "", "process.force_prompt", "must not be empty (use auto for the default)"
+        )
         _check(self.clip >= 0, "process.clip", "must be >= 0 (0 disables clipping)")
         _check(self.last_episode in ("utility", "zero"), "process.last_episode", "utility or zero")
         _check(self.max_tokens_per_forward >= 1, "process.max_tokens_per_forward", "must be >= 1")

@@ -36,7 +36,9 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, *, unbiased: bool = True) ->
     return var
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, *, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+def masked_whiten(
+    x: torch.Tensor, mask: torch.Tensor, *, shift_mean: bool = True, eps: float = 1e-8
+) -> torch.Tensor:
     """(x - mean) / sqrt(var + eps) over the masked entries; masked-out entries become 0."""
     mean = masked_mean(x, mask)
     var = masked_var(x, mask)

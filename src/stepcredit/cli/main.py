@@ -15,7 +15,7 @@ from stepcredit.errors import UserError
 
 COMMANDS: dict[str, str] = {
     "train": "Train with RL (SFT warm-up first): stepcredit train [--preset NAME] [key=value ...]",
-    "sft": "Supervised warm-up only",
+    "sft": "Supervised warm-up only: stepcredit sft [--preset NAME] [--out DIR] [key=value ...]",
     "score": "Score a jsonl file of model outputs: stepcredit score --in F.jsonl --out F.jsonl [--workers N]",
     "data": "Prepare datasets: stepcredit data prepare gsm8k|math500 --out DIR",
 }
@@ -30,8 +30,6 @@ def build_parser() -> argparse.ArgumentParser:
         mod.configure(p)
         p.set_defaults(_run=mod.run)
     return parser
-
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,1 +1,82 @@
-"""stepcredit.data."""
+"""Data: built-in tasks and verl-style files, turned into validated ``Sample`` lists, and the
+deterministic prompt stream the trainer draws from (its position is saved in checkpoints).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from stepcredit.config import DataConfig
+from stepcredit.data import arith
+from stepcredit.data.io import read_rows, read_samples, row_to_sample, write_rows
+from stepcredit.errors import ConfigError
+from stepcredit.registry import Registry
+from stepcredit.types import Sample
+
+__all__ = ["TASKS", "PromptStream", "load_task", "read_rows", "read_samples", "row_to_sample", "write_rows"]
+
+TaskFn = Callable[[DataConfig], tuple[list[Sample], list[Sample]]]
+TASKS: Registry[TaskFn] = Registry("data task")
+
+
+@TASKS.register("arith")
+def _arith(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
+    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
+        return [row_to_sample(r, f"arith:{split}:{i}") for i, r in enumerate(rows)]
+
+    train = arith.make_rows(cfg.arith, cfg.train_size, seed=cfg.seed, split="train")
+    val = arith.make_rows(cfg.arith, cfg.val_size, seed=cfg.seed, split="val")
+    return conv(train, "train"), conv(val, "val")
+
+
+@TASKS.register("files")
+def _files(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
+    if not cfg.train_files:
+        raise ConfigError("config key data.train_files: task=files needs at least one file")
+    train = [s for f in cfg.train_files for s in read_samples(f)]
+    val = [s for f in cfg.val_files for s in read_samples(f)][: cfg.val_size or None]
+    return train, val
+
+
+def load_task(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
+    """(train, validation) samples of the configured task."""
+    return TASKS.get(cfg.task)(cfg)
+
+
+class PromptStream:
+    """Endless, seeded, epoch-shuffled stream of training samples; ``state_dict`` records the position."""
+
+    def __init__(self, samples: list[Sample], seed: int) -> None:
+        if not samples:
+            raise ConfigError("config key data: the training set is empty")
+        self.samples = samples
+        self.seed = seed
+        self.epoch = 0
+        self.pos = 0
+        self._order = self._perm(0)
+
+    def _perm(self, epoch: int) -> list[int]:
+        order = list(range(len(self.samples)))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def take(self, k: int) -> list[Sample]:
+        out = []
+        for _ in range(k):
+            if self.pos >= len(self._order):
+                self.epoch += 1
+                self.pos = 0
+                self._order = self._perm(self.epoch)
+            out.append(self.samples[self._order[self.pos]])
+            self.pos += 1
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch = int(state["epoch"])
+        self.pos = int(state["pos"])
+        self._order = self._perm(self.epoch)

@@ -29,7 +29,11 @@ def _load_tokenizer(path: str, gguf_file: str) -> Any:
     tj = Path(path) / "tokenizer.json"
     # AutoTokenizer maps some configs (e.g. Qwen2) to a slow class that drops spaces of custom fast
     # tokenizers (see NOTES); a tokenizer.json is loaded as it is.
-    tok = PreTrainedTokenizerFast.from_pretrained(path) if tj.exists() else AutoTokenizer.from_pretrained(path, **kw)
+    tok = (
+        PreTrainedTokenizerFast.from_pretrained(path)
+        if tj.exists()
+        else AutoTokenizer.from_pretrained(path, **kw)
+    )
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"

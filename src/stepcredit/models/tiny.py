@@ -49,7 +49,9 @@ def build_tokenizer() -> Any:
     return tok
 
 
-def build_tiny_model(cfg: TinyModelConfig, *, vocab_size: int, seed: int = 0, attn_implementation: str = "sdpa") -> Any:
+def build_tiny_model(
+    cfg: TinyModelConfig, *, vocab_size: int, seed: int = 0, attn_implementation: str = "sdpa"
+) -> Any:
     """A randomly initialised LlamaForCausalLM of the given size (deterministic by seed)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -66,7 +68,6 @@ def build_tiny_model(cfg: TinyModelConfig, *, vocab_size: int, seed: int = 0, at
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
-        rope_theta=10000.0,
     )
     config._attn_implementation = attn_implementation
     devnull = torch.random.fork_rng(devices=[])

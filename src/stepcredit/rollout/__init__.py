@@ -1,1 +1,118 @@
-"""stepcredit.rollout."""
+"""Rollout: batched generation with Hugging Face, n samples per prompt, behaviour log-probs.
+
+``generate`` returns a :class:`~stepcredit.types.Batch` with left-padded prompts, right-padded
+responses (eos included, so the policy learns to stop), response masks, truncation flags and the
+log-probs of the sampled tokens under the generating policy (one extra forward pass, at the
+sampling temperature, so the loss sees the same distribution the tokens were drawn from).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from stepcredit.models import token_logprobs
+from stepcredit.types import Batch, Sample
+
+
+def render_prompts(tok: Any, samples: list[Sample]) -> list[list[int]]:
+    """Token ids of each sample's chat prompt with the generation prompt appended."""
+    out = []
+    for s in samples:
+        text = tok.apply_chat_template(list(s.prompt), add_generation_prompt=True, tokenize=False)
+        out.append(tok(text, add_special_tokens=False)["input_ids"])
+    return out
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    P = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), P), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), P), dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, P - len(s) :] = torch.tensor(s, dtype=torch.long)
+            mask[i, P - len(s) :] = True
+    return ids, mask
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    group_offset: int = 0,
+    with_logprobs: bool = True,
+    policy_version: int = 0,
+) -> Batch:
+    """Sample ``n`` responses per prompt (greedy when ``temperature == 0``).
+
+    Responses of prompt ``i`` get group id ``group_offset + i``. Runs under ``torch.no_grad`` (not
+    inference mode: its tensors would break the later backward pass).
+    """
+    was_training = model.training
+    model.eval()
+    prompt_ids = render_prompts(tok, samples)
+    p_ids, p_mask = left_pad(prompt_ids, tok.pad_token_id)
+    p_ids = p_ids.repeat_interleave(n, dim=0)
+    p_mask = p_mask.repeat_interleave(n, dim=0)
+    P = p_ids.shape[1]
+    greedy = temperature <= 0
+    gen_kw: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "do_sample": not greedy,
+        "pad_token_id": tok.pad_token_id,
+        "eos_token_id": tok.eos_token_id,
+    }
+    if not greedy:
+        gen_kw.update(temperature=temperature, top_p=top_p, top_k=0)
+    out = model.generate(input_ids=p_ids, attention_mask=p_mask.long(), **gen_kw)
+    resp = out[:, P:]
+    B = resp.shape[0]
+    if resp.shape[1] == 0:
+        resp = torch.full((B, 1), tok.eos_token_id, dtype=torch.long)
+    # A response ends at its first eos (inclusive); everything after is padding.
+    is_eos = resp == tok.eos_token_id
+    has_eos = is_eos.any(dim=1)
+    first_eos = torch.where(has_eos, is_eos.float().argmax(dim=1), torch.full((B,), resp.shape[1] - 1))
+    pos = torch.arange(resp.shape[1]).unsqueeze(0)
+    mask = pos <= first_eos.unsqueeze(1)
+    T = int(mask.sum(1).max())
+    resp = torch.where(mask, resp, torch.full_like(resp, tok.pad_token_id))[:, :T]
+    mask = mask[:, :T]
+    truncated = ~has_eos
+    texts = []
+    for b in range(B):
+        ids = resp[b, : int(mask[b].sum())].tolist()
+        texts.append(tok.decode(ids, skip_special_tokens=True))
+    if with_logprobs:
+        logp, _ = token_logprobs(
+            model,
+            torch.cat([p_ids, resp], dim=1),
+            torch.cat([p_mask, mask], dim=1).long(),
+            n_response=T,
+            temperature=temperature if not greedy else 1.0,
+        )
+        logp = torch.where(mask, logp, torch.zeros_like(logp))
+    else:
+        logp = torch.zeros(resp.shape, dtype=torch.float32)
+    if was_training:
+        model.train()
+    group = torch.arange(len(samples), dtype=torch.long).repeat_interleave(n) + group_offset
+    return Batch(
+        samples=[s for s in samples for _ in range(n)],
+        group_B=group,
+        prompt_ids_BP=p_ids,
+        prompt_mask_BP=p_mask,
+        response_ids_BT=resp,
+        response_mask_BT=mask,
+        behaviour_logp_BT=logp,
+        texts=texts,
+        truncated_B=truncated,
+        policy_version=policy_version,
+    )

@@ -1,0 +1,118 @@
+"""Config assembly for the commands: preset or YAML file, then dotted ``key=value`` overrides.
+
+This is the only place where YAML and overrides are merged; the result is validated by
+:func:`stepcredit.config.from_dict` (unknown keys are errors naming close valid keys).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stepcredit.config import Config, all_keys, from_dict
+from stepcredit.errors import ConfigError, UserError
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--preset", help=f"a preset from configs/ ({', '.join(preset_names())})")
+    g.add_argument("--config", type=Path, help="a YAML config file")
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. trainer.steps=50"
+    )
+
+
+def preset_names() -> list[str]:
+    d = resources.files("stepcredit") / "configs"
+    return sorted(f.name[: -len(".yaml")] for f in d.iterdir() if f.name.endswith(".yaml"))
+
+
+def _read_yaml(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: invalid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping at the top level")
+    return data
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    f = resources.files("stepcredit") / "configs" / f"{name}.yaml"
+    if not f.is_file():
+        close = difflib.get_close_matches(name, preset_names(), n=3)
+        hint = f"did you mean {', '.join(close)}?" if close else f"valid: {', '.join(preset_names())}"
+        raise ConfigError(f"--preset {name}: no such preset; {hint}")
+    return _read_yaml(f.read_text(), f"preset {name}")
+
+
+def _check_key(key: str) -> None:
+    valid = all_keys()
+    if key in valid or any(key.startswith(v + ".") for v in valid):
+        return
+    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+    if not close:
+        top = key.split(".")[0]
+        close = [v for v in valid if v.split(".")[0] == top][:6] or sorted({v.split(".")[0] for v in valid})
+    raise ConfigError(f"unknown config key {key}; close valid keys: {', '.join(close)}")
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Merge ``a.b.c=value`` strings into the nested mapping (values parsed as YAML scalars/lists)."""
+    for ov in overrides:
+        if "=" not in ov:
+            raise ConfigError(f"override {ov!r}: expected key=value")
+        key, raw = ov.split("=", 1)
+        key = key.strip()
+        _check_key(key)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.split(".")
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                node[p] = nxt
+            node = nxt
+        node[parts[-1]] = value
+    return data
+
+
+def build_config(args: argparse.Namespace, *, resume: Path | None = None) -> Config:
+    """Preset (default: ``default``) or file or the resumed run's config.yaml, then overrides."""
+    if resume is not None:
+        f = resume / "config.yaml"
+        if not f.exists():
+            raise UserError(f"--resume {resume}: no config.yaml in that directory")
+        data = _read_yaml(f.read_text(), str(f))
+    elif getattr(args, "config", None):
+        if not args.config.exists():
+            raise ConfigError(f"--config {args.config}: no such file")
+        data = _read_yaml(args.config.read_text(), str(args.config))
+    else:
+        data = load_preset(args.preset or "default")
+    return from_dict(apply_overrides(data, list(args.overrides or [])))
+
+
+def setup_runtime() -> None:
+    """Quiet third-party progress bars and warnings that would drown the run's own output."""
+    import os
+    import warnings
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", category=UserWarning)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass

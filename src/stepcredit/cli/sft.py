@@ -1,0 +1,42 @@
+"""``stepcredit sft``: the supervised warm-up alone; saves the model and prints validation accuracy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from stepcredit.cli.common import add_config_args, build_config, setup_runtime
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_config_args(p)
+    p.add_argument("--out", type=Path, help="output directory (default: runs/sft-<time>)")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = build_config(args)
+    out = args.out or Path("runs") / time.strftime("sft-%Y%m%d-%H%M%S")
+    setup_runtime()
+    import torch
+
+    from stepcredit.data import load_task
+    from stepcredit.models import load_policy, save_pretrained
+    from stepcredit.reward import build_rewarder
+    from stepcredit.trainer.loop import seed_everything
+    from stepcredit.trainer.sft import run_sft
+    from stepcredit.trainer.validate import validate
+
+    torch.set_num_threads(cfg.trainer.threads)
+    seed_everything(cfg.trainer.seed)
+    train_set, val_set = load_task(cfg.data)
+    model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
+    m = run_sft(model, tok, train_set, cfg.sft, seed=cfg.trainer.seed)
+    save_pretrained(model, tok, out / "model")
+    with build_rewarder(cfg.reward) as rewarder:
+        vm, _ = validate(model, tok, val_set, rewarder, max_new_tokens=cfg.rollout.max_new_tokens)
+    m.update(vm)
+    (out / "sft_metrics.json").write_text(json.dumps(m, indent=2))
+    print(f"model saved to {out / 'model'}  val/accuracy {vm.get('val/accuracy', float('nan')):.3f}")
+    return 0

@@ -1,0 +1,127 @@
+"""The synthetic ``arith`` task: multi-step arithmetic word problems with integer answers.
+
+Each problem starts from a quantity and applies ``steps`` operations (the difficulty knob). The
+reference chain-of-thought is written in a natural style with discourse markers ("Let me ", "So ",
+"But ", "Wait,", "Actually,") so the process-reward segmenter has real episodes to find; a share of
+the traces make an arithmetic slip and correct it. Every trace ends with "The answer is N.".
+Generation is deterministic by seed.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from stepcredit.config import ArithConfig
+
+DATA_SOURCE = "arith"
+
+_NAMES = [
+    "Ann",
+    "Ben",
+    "Cal",
+    "Dee",
+    "Eve",
+    "Finn",
+    "Gus",
+    "Hal",
+    "Ivy",
+    "Jo",
+    "Kim",
+    "Lou",
+    "Max",
+    "Ned",
+    "Oli",
+    "Pam",
+]
+_ITEMS = ["apples", "pens", "coins", "cards", "books", "eggs", "shells", "stamps", "beads", "rocks"]
+# (verb phrase template, sign); the templates read "She buys 3 more."
+_ADD = ["gets {n} more", "buys {n} more", "finds {n} more", "is given {n} more"]
+_SUB = ["gives away {n}", "loses {n}", "sells {n}", "uses {n}"]
+
+
+@dataclass(frozen=True)
+class ArithProblem:
+    name: str
+    item: str
+    start: int
+    ops: tuple[tuple[str, int, str], ...]
+    """(sign '+'/'-', amount, phrase) per step."""
+
+    @property
+    def answer(self) -> int:
+        v = self.start
+        for sign, n, _ in self.ops:
+            v = v + n if sign == "+" else v - n
+        return v
+
+    @property
+    def question(self) -> str:
+        parts = [f"{self.name} has {self.start} {self.item}."]
+        for _, _, phrase in self.ops:
+            parts.append(f"Then {phrase}.")
+        parts.append(f"How many {self.item} now?")
+        return " ".join(parts)
+
+
+def make_problem(rng: random.Random, cfg: ArithConfig) -> ArithProblem:
+    steps = rng.randint(cfg.min_steps, cfg.max_steps)
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    value = rng.randint(1, cfg.max_operand)
+    start = value
+    ops = []
+    for _ in range(steps):
+        # subtract only what is there, so every intermediate quantity stays >= 0
+        if value > 0 and rng.random() < 0.5:
+            n = rng.randint(1, min(value, cfg.max_operand))
+            ops.append(("-", n, rng.choice(_SUB).format(n=n)))
+            value -= n
+        else:
+            n = rng.randint(1, cfg.max_operand)
+            ops.append(("+", n, rng.choice(_ADD).format(n=n)))
+            value += n
+    return ArithProblem(name=name, item=item, start=start, ops=tuple(ops))
+
+
+def reference_trace(p: ArithProblem, rng: random.Random, *, mistake_prob: float) -> str:
+    """A natural chain-of-thought for ``p``, sometimes with a slip that is noticed and corrected."""
+    out = [f"Let me start with {p.start}."]
+    v = p.start
+    slip_at = rng.randrange(len(p.ops)) if rng.random() < mistake_prob else -1
+    for i, (sign, n, _) in enumerate(p.ops):
+        new = v + n if sign == "+" else v - n
+        lead = "So" if sign == "+" else "But"
+        if i == slip_at:
+            wrong = new + rng.choice([-1, 1]) if new > 0 else new + 1
+            out.append(f"{lead} {v} {sign} {n} = {wrong}.")
+            fix = rng.choice(["Wait,", "Actually,"])
+            out.append(f"{fix} {v} {sign} {n} = {new}.")
+        else:
+            out.append(f"{lead} {v} {sign} {n} = {new}.")
+        v = new
+    out.append(f"The answer is {v}.")
+    return " ".join(out)
+
+
+def make_rows(cfg: ArithConfig, n: int, *, seed: int, split: str) -> list[dict[str, Any]]:
+    """``n`` rows in the verl parquet schema (data_source, prompt, ability, reward_model, extra_info).
+
+    Train and validation splits use disjoint seeds; the SFT target is ``extra_info["solution"]``.
+    """
+    salt = {"train": 0, "val": 1_000_003, "test": 2_000_029}.get(split, 3_000_017)
+    rng = random.Random(seed * 7_919 + salt)
+    rows = []
+    for i in range(n):
+        p = make_problem(rng, cfg)
+        trace = reference_trace(p, rng, mistake_prob=cfg.mistake_prob)
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": p.question}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(p.answer)},
+                "extra_info": {"split": split, "index": i, "steps": len(p.ops), "solution": trace},
+            }
+        )
+    return rows

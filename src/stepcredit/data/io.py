@@ -1,0 +1,127 @@
+"""Readers and writers of verl-style prompt files (parquet or jsonl), with row validation.
+
+A row has ``data_source``, ``prompt`` (a chat list of ``{"role", "content"}``), ``ability``,
+``reward_model{style, ground_truth}`` and ``extra_info``. A malformed row is a :class:`DataError`
+naming the file and the row (0-based for parquet, 1-based line numbers for jsonl).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from stepcredit.errors import DataError
+from stepcredit.types import Sample
+
+
+def _to_builtin(x: Any) -> Any:
+    """numpy arrays and scalars (what pyarrow -> pandas gives back) to plain Python."""
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    if isinstance(x, dict):
+        return {k: _to_builtin(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_to_builtin(v) for v in x]
+    return x
+
+
+def row_to_sample(
+    row: dict[str, Any], where: str, *, domain: str = "default", tag: str | None = None
+) -> Sample:
+    """Validate one verl-schema row and turn it into a Sample; ``where`` is e.g. ``file.jsonl:12``."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    prompt = row.get("prompt")
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, list) or not prompt:
+        raise DataError(f"{where}: 'prompt' must be a non-empty list of chat messages")
+    for m in prompt:
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get("role"), str)
+            or not isinstance(m.get("content"), str)
+        ):
+            raise DataError(f"{where}: every 'prompt' message needs string 'role' and 'content'")
+    rm = row.get("reward_model")
+    if not isinstance(rm, dict) or rm.get("ground_truth") is None:
+        raise DataError(f"{where}: missing 'reward_model.ground_truth'")
+    style = rm.get("style", "rule") or "rule"
+    if style not in ("rule", "model"):
+        raise DataError(f"{where}: 'reward_model.style' must be 'rule' or 'model', got {style!r}")
+    ds = row.get("data_source")
+    if not isinstance(ds, str) or not ds:
+        raise DataError(f"{where}: 'data_source' must be a non-empty string")
+    extra = row.get("extra_info") or {}
+    if not isinstance(extra, dict):
+        raise DataError(f"{where}: 'extra_info' must be an object")
+    ability = row.get("ability") or "math"
+    if not isinstance(ability, str):
+        raise DataError(f"{where}: 'ability' must be a string")
+    return Sample(
+        prompt=tuple({"role": m["role"], "content": m["content"]} for m in prompt),
+        ground_truth=rm["ground_truth"],
+        data_source=ds,
+        ability=ability,
+        style=style,
+        extra_info=dict(extra),
+        domain=domain,
+        tag=tag if tag is not None else str(extra.get("tag", ds)),
+        uid=where,
+    )
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Raw rows of a parquet or jsonl file (DataError if unreadable)."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: no such file")
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return [_to_builtin(r) for r in pq.read_table(p).to_pylist()]
+        except Exception as e:  # pyarrow raises several unrelated types for a bad file
+            raise DataError(f"{p}: not a readable parquet file ({type(e).__name__})") from None
+    if p.suffix in (".jsonl", ".json"):
+        rows = []
+        with p.open() as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{p}:{i}: invalid JSON ({e.msg})") from None
+        return rows
+    raise DataError(f"{p}: unsupported file type {p.suffix!r} (expected .parquet or .jsonl)")
+
+
+def read_samples(path: str | Path, *, domain: str = "default", tag: str | None = None) -> list[Sample]:
+    """Validated samples of a verl-style file; errors name the file and row."""
+    p = Path(path)
+    rows = read_rows(p)
+    first = 1 if p.suffix != ".parquet" else 0
+    if not rows:
+        raise DataError(f"{p}: the file has no rows")
+    return [row_to_sample(r, f"{p}:{i + first}", domain=domain, tag=tag) for i, r in enumerate(rows)]
+
+
+def write_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Write rows as parquet or jsonl (by suffix), atomically (temp file, then rename)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    rows = list(rows)
+    if p.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
+    else:
+        with tmp.open("w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    tmp.replace(p)

@@ -1,0 +1,52 @@
+"""Validation: greedy answers to the validation prompts, scored by the same reward routing."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from stepcredit.reward import Rewarder
+from stepcredit.rollout import generate
+from stepcredit.types import RewardResult, Sample
+
+
+def is_correct(r: RewardResult) -> bool:
+    """A validation answer counts as correct when it was scored and got full marks."""
+    return r.ok and r.score >= 1.0 - 1e-6
+
+
+def validate(
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    rewarder: Rewarder,
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    chunk: int = 64,
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Accuracy overall (``val/accuracy``) and per tag (``val/accuracy/{tag}``), plus the answers."""
+    if not samples:
+        return {}, []
+    texts: list[str] = []
+    for i in range(0, len(samples), chunk):
+        part = samples[i : i + chunk]
+        b = generate(
+            model, tok, part, n=1, max_new_tokens=max_new_tokens, temperature=temperature, with_logprobs=False
+        )
+        texts.extend(b.texts)
+    results = rewarder.score_batch(samples, texts)
+    by_tag: dict[str, list[bool]] = defaultdict(list)
+    for s, r in zip(samples, results, strict=True):
+        by_tag[s.tag].append(is_correct(r))
+    n_ok = sum(sum(v) for v in by_tag.values())
+    metrics = {"val/accuracy": n_ok / len(samples)}
+    if len(by_tag) > 1 or next(iter(by_tag)) != "default":
+        for tag, v in sorted(by_tag.items()):
+            metrics[f"val/accuracy/{tag}"] = sum(v) / len(v)
+    metrics["val/response_length/mean"] = sum(len(t) for t in texts) / len(texts)
+    rows = [
+        {"prompt": s.prompt[-1]["content"], "response": t, "ground_truth": s.ground_truth, "score": r.score}
+        for s, t, r in zip(samples, texts, results, strict=True)
+    ]
+    return metrics, rows
