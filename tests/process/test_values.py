@@ -11,11 +11,13 @@ import torch
 from stepcredit.config import Config, ProcessConfig
 from stepcredit.errors import ConfigError
 from stepcredit.process import (
+    ValueQuery,
     answer_suffix,
     check_config,
     compute_prefix_values,
     resolve_force_prompt,
 )
+from stepcredit.process.values import packed_layout, packed_mask
 from stepcredit.types import Batch
 
 ROWS = [
@@ -57,6 +59,7 @@ def test_strategies_agree(
     assert spread > 1e-2  # values differ between prefixes, so agreement is not trivial
     got = {
         "kv_cache": values(model, tok, batch_factory(tok, ROWS), strategy="kv_cache"),
+        "kv_packed": values(model, tok, batch_factory(tok, ROWS), strategy="kv_packed"),
         "packed (all in one pass)": values(model, tok, batch_factory(tok, ROWS), strategy="packed"),
         "packed (one response per pass)": values(
             model, tok, batch_factory(tok, ROWS), strategy="packed", max_tokens_per_forward=1
@@ -166,3 +169,35 @@ def test_check_config() -> None:
         ProcessConfig(strategy="fast")
     with pytest.raises(ConfigError, match=r"process\.max_episode_tokens"):
         ProcessConfig(max_episode_tokens=2, min_episode_tokens=3)
+
+
+def test_packed_mask_matches_the_definition() -> None:
+    """Brute force: suffix copy i (rows r..r+A) sees keys < P + L_i and its own copy causally."""
+    q = ValueQuery([5, 6, 7], [10, 11, 12, 13, 14], [0, 2, 5], [20, 21, 22], 1)
+    short = ValueQuery([5], [10, 11], [0, 2], [20, 21, 22], 1)
+    layouts = [packed_layout(q), packed_layout(short)]
+    mask = packed_mask(layouts, torch.float32)
+    for r, (ids, pos, _) in enumerate(layouts):
+        qq = (q, short)[r]
+        w, m = mask.shape[-1], len(ids)
+        off = w - m
+        p, a, body = len(qq.context_ids), 3, len(qq.context_ids) + max(qq.prefix_lens)
+        for i in range(w):
+            for j in range(w):
+                if i < off:
+                    want = i == j  # padding rows see themselves only
+                elif j < off:
+                    want = False
+                else:
+                    x, y = i - off, j - off
+                    if x < body:
+                        want = y <= x
+                    else:
+                        k = (x - body) // a
+                        start = body + k * a
+                        want = y < p + qq.prefix_lens[k] or start <= y <= x
+                assert (mask[r, 0, i, j] == 0) == want, (r, i, j)
+        # positions continue each prefix: copy k starts at P + L_k
+        assert pos[len(ids) - 3 * len(qq.prefix_lens) :: 3] == [
+            len(qq.context_ids) + n for n in qq.prefix_lens
+        ]

@@ -179,30 +179,47 @@ def _kv_cache(model: Any, queries: Sequence[ValueQuery], max_tokens: int) -> lis
     return out
 
 
-def packed_layout(q: ValueQuery) -> tuple[list[int], list[int], torch.Tensor]:
-    """Tokens, position ids and allowed-attention matrix [M, M] (bool) of one packed sequence.
+def packed_layout(q: ValueQuery) -> tuple[list[int], list[int], list[tuple[int, int, int]]]:
+    """Tokens, position ids and hidden key ranges of one packed sequence.
 
     Layout: prompt + response[:max(prefix_lens)] + N copies of the suffix. Suffix copy i sees the
     first ``P + prefix_lens[i]`` tokens and itself (causally) and is positioned right after them, so
-    every copy computes exactly what a separate forward over prompt + prefix_i + suffix would.
+    every copy computes exactly what a separate forward over prompt + prefix_i + suffix would. On top of
+    the causal mask, copy i's rows ``[r, r + A)`` must not see keys ``[P + prefix_lens[i], r)``: those
+    ranges are returned as ``(r, A, P + prefix_lens[i])``.
     """
     p, a = len(q.context_ids), len(q.suffix_ids)
     body = p + max(q.prefix_lens)
     ids = q.context_ids + q.response_ids[: body - p] + q.suffix_ids * len(q.prefix_lens)
     pos = list(range(body))
-    for n in q.prefix_lens:
-        pos.extend(range(p + n, p + n + a))
-    m = len(ids)
-    row = torch.arange(m)
-    sees_upto = row + 1  # keys j < sees_upto[row] of the shared body (causal for the body itself)
-    block_from = torch.full((m,), m)  # keys in [block_from[row], row]: the row's own suffix copy
+    hidden = []
     for i, n in enumerate(q.prefix_lens):
-        r = body + i * a
-        sees_upto[r : r + a] = p + n
-        block_from[r : r + a] = r
-    key = row.unsqueeze(0)
-    allowed = (key < sees_upto.unsqueeze(1)) | ((key >= block_from.unsqueeze(1)) & (key <= row.unsqueeze(1)))
-    return ids, pos, allowed
+        pos.extend(range(p + n, p + n + a))
+        hidden.append((body + i * a, a, p + n))
+    return ids, pos, hidden
+
+
+def packed_mask(
+    layouts: Sequence[tuple[list[int], list[int], list[tuple[int, int, int]]]], dtype: torch.dtype
+) -> torch.Tensor:
+    """Additive mask [B, 1, W, W] (0 = may attend, dtype min = may not) of left-padded packed rows.
+
+    Additive float, not boolean: transformers passes a 4D mask through as given and eager attention
+    adds it to the scores, where a boolean mask would be silently wrong (see NOTES). Padding rows see
+    only themselves, so no softmax row is empty.
+    """
+    width = max(len(ids) for ids, _, _ in layouts)
+    neg = torch.finfo(dtype).min
+    causal = torch.full((width, width), neg, dtype=dtype).triu_(1)
+    mask = torch.full((len(layouts), 1, width, width), neg, dtype=dtype)
+    for r, (ids, _, hidden) in enumerate(layouts):
+        off = width - len(ids)
+        sub = mask[r, 0, off:, off:]
+        sub.copy_(causal[: len(ids), : len(ids)])
+        for row, n_rows, key_from in hidden:
+            sub[row : row + n_rows, key_from:row] = neg
+        mask[r, 0].diagonal()[:off] = 0
+    return mask
 
 
 def _packed_groups(queries: Sequence[ValueQuery], max_tokens: int) -> list[list[int]]:
@@ -225,26 +242,20 @@ def _packed(model: Any, queries: Sequence[ValueQuery], max_tokens: int) -> list[
     """One forward pass per response (several responses per pass, up to ``max_tokens`` padded tokens).
 
     Rows are left-padded so every row's suffix copies sit at the end and one ``logits_to_keep``
-    covers them. The mask is additive float (0 / dtype min): transformers passes a 4D mask through as
-    given, and eager attention adds it to the scores, where a boolean mask would be silently wrong.
+    covers them; the mask comes from :func:`packed_mask`.
     """
     dev = _device(model)
     dtype = next(model.parameters()).dtype
     out: list[list[float]] = [[] for _ in queries]
     for group in _packed_groups(queries, max_tokens):
         layouts = [packed_layout(queries[i]) for i in group]
-        width = max(len(ids) for ids, _, _ in layouts)
-        b = len(group)
-        ids_BM = torch.zeros(b, width, dtype=torch.long)
-        pos_BM = torch.zeros(b, width, dtype=torch.long)
-        allowed = torch.eye(width, dtype=torch.bool).repeat(b, 1, 1)  # pad rows see themselves only
-        for r, (ids, pos, alw) in enumerate(layouts):
-            off = width - len(ids)
-            ids_BM[r, off:] = torch.tensor(ids)
-            pos_BM[r, off:] = torch.tensor(pos)
-            allowed[r, off:, off:] = alw
-        mask = torch.zeros(b, 1, width, width, dtype=dtype)
-        mask.masked_fill_(~allowed.unsqueeze(1), torch.finfo(dtype).min)
+        mask = packed_mask(layouts, dtype)
+        width = mask.shape[-1]
+        ids_BM = torch.zeros(len(group), width, dtype=torch.long)
+        pos_BM = torch.zeros(len(group), width, dtype=torch.long)
+        for r, (ids, pos, _) in enumerate(layouts):
+            ids_BM[r, width - len(ids) :] = torch.tensor(ids)
+            pos_BM[r, width - len(ids) :] = torch.tensor(pos)
         keep = max(len(queries[i].suffix_ids) * len(queries[i].prefix_lens) for i in group)
         logits = model(
             input_ids=ids_BM.to(dev),
@@ -261,6 +272,52 @@ def _packed(model: Any, queries: Sequence[ValueQuery], max_tokens: int) -> list[
             for i in range(n_s):
                 s = base + i * a
                 out[qi].append(_answer_logp(logits[r, s + a - q.n_answer - 1 : s + a - 1], tgt))
+    return out
+
+
+@STRATEGIES.register("kv_packed")
+def _kv_packed(model: Any, queries: Sequence[ValueQuery], max_tokens: int) -> list[list[float]]:
+    """Per response: one causal pass over prompt + response keeping its cache, then all N suffixes in
+    one pass over that cache.
+
+    The same attention pattern as ``packed`` split in two calls: the long first call needs no mask, so
+    it runs sdpa's causal kernel (about half the attention work of a dense mask); only the N*A suffix
+    queries pay for the 4D mask. It is also the shape that can reuse a cache generation already built.
+    """
+    dev = _device(model)
+    dtype = next(model.parameters()).dtype
+    out = []
+    for q in queries:
+        ids, pos, hidden = packed_layout(q)
+        body = len(ids) - len(q.suffix_ids) * len(q.prefix_lens)
+        cache = None
+        if body > 0:
+            cache = model(
+                input_ids=torch.tensor([ids[:body]], device=dev), use_cache=True, logits_to_keep=1
+            ).past_key_values
+        keep = len(ids) - body
+        neg = torch.finfo(dtype).min
+        own = torch.full((len(q.suffix_ids),) * 2, neg, dtype=dtype).triu_(1)  # causal within a copy
+        mask = torch.full((1, 1, keep, len(ids)), neg, dtype=dtype)
+        for row, n_rows, key_from in hidden:
+            mask[0, 0, row - body : row - body + n_rows, :key_from] = 0
+            mask[0, 0, row - body : row - body + n_rows, row : row + n_rows] = own
+        logits = model(
+            input_ids=torch.tensor([ids[body:]], device=dev),
+            position_ids=torch.tensor([pos[body:]], device=dev),
+            attention_mask=mask.to(dev),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=keep,
+        ).logits
+        a = len(q.suffix_ids)
+        tgt = torch.tensor(q.suffix_ids[-q.n_answer :], device=dev)
+        out.append(
+            [
+                _answer_logp(logits[0, i * a + a - q.n_answer - 1 : i * a + a - 1], tgt)
+                for i in range(len(q.prefix_lens))
+            ]
+        )
     return out
 
 
