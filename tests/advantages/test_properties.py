@@ -29,13 +29,24 @@ NAMES = ESTIMATORS.names()
 
 
 def random_inputs(seed: int, B: int, T: int, *, gaps: bool, invalid: bool) -> AdvantageInputs:
+    # float64: these properties are about the logic; in float32 an all-equal batch whitened with
+    # eps = 1e-8 turns the rounding of its mean (~1e-8) into ~1e-4, and that rounding depends on
+    # the summation order, hence on the padding (verl behaves the same)
+    torch.set_default_dtype(torch.float64)
+    try:
+        return _random_inputs(seed, B, T, gaps=gaps, invalid=invalid)
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def _random_inputs(seed: int, B: int, T: int, *, gaps: bool, invalid: bool) -> AdvantageInputs:
     g = torch.Generator().manual_seed(seed)
     len_B = torch.randint(0, T + 1, (B,), generator=g)
     mask = torch.arange(T)[None, :] < len_B[:, None]
     if gaps:
         mask &= torch.rand(B, T, generator=g) > 0.2
     last = torch.where(mask, torch.arange(T), 0).max(1).values
-    score = torch.randint(0, 2, (B,), generator=g).float()
+    score = torch.randint(0, 2, (B,), generator=g).to(torch.get_default_dtype())
     outcome = torch.zeros(B, T).scatter_(1, last[:, None], score[:, None]) * mask
     steps = mask & (torch.rand(B, T, generator=g) < 0.3)
     process = torch.where(steps, 0.1 * torch.randn(B, T, generator=g), torch.zeros(()))
@@ -149,7 +160,7 @@ def test_group_advantages_sum_to_zero() -> None:
         inp, group_B=torch.arange(12) // 4, mask_BT=inp.mask_BT | (torch.arange(9) == 0)
     )
     first = ESTIMATORS.get("rloo").fn(inp).adv_BT[:, 0]
-    assert torch.allclose(first.view(3, 4).sum(1), torch.zeros(3), atol=1e-6)
+    assert torch.allclose(first.view(3, 4).sum(1), torch.zeros(3, dtype=first.dtype), atol=1e-6)
 
 
 def seq_reference(x_BT: torch.Tensor, c: float) -> torch.Tensor:
