@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "sft": "Supervised warm-up only: stepcredit sft [--preset NAME] [--out DIR] [key=value ...]",
     "score": "Score a jsonl file of model outputs: stepcredit score --in F.jsonl --out F.jsonl [--workers N]",
     "data": "Prepare datasets: stepcredit data prepare gsm8k|math500 --out DIR",
+    "explain": "Show episodes, V(prefix) and utilities of a response: stepcredit explain --model PATH --prompt T --response T --answer A [--html F] [--json]",
 }
 
 

@@ -14,6 +14,7 @@ import torch
 
 from stepcredit.config import Config, ProcessConfig
 from stepcredit.errors import ConfigError
+from stepcredit.process.diagnostics import describe_episodes
 from stepcredit.process.segment import segment_episodes, token_char_spans
 from stepcredit.process.utility import marginal_utilities, utilities_to_tokens
 from stepcredit.process.values import (
@@ -38,6 +39,7 @@ __all__ = [
     "build_requests",
     "check_config",
     "compute_prefix_values",
+    "describe_episodes",
     "forced_answer_values",
     "marginal_utilities",
     "resolve_force_prompt",

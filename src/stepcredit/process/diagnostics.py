@@ -1,0 +1,44 @@
+"""Per-sample diagnostics: the episodes of a response with their V and U, for logs and ``explain``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from stepcredit.config import ProcessConfig
+from stepcredit.process.segment import token_char_spans
+from stepcredit.process.utility import marginal_utilities
+
+
+def describe_episodes(
+    response_ids: Sequence[int],
+    tokenizer: Any,
+    ends: Sequence[int],
+    values: Sequence[float],
+    cfg: ProcessConfig,
+) -> list[dict[str, Any]]:
+    """One dict per episode: ``start``/``end`` (character offsets into the decoded response, end
+    exclusive), ``token_start``/``token_end`` (inclusive token indices), ``text``, ``value`` (V_i, after
+    the episode) and ``utility`` (U_i as the process channel gets it: clip, scale, last-episode rule).
+    """
+    if len(values) != len(ends) + 1:
+        raise ValueError(f"{len(ends)} episodes need {len(ends) + 1} values, got {len(values)}")
+    text, spans = token_char_spans(response_ids, tokenizer)
+    utils = marginal_utilities(values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero")
+    out = []
+    first = 0
+    for i, last in enumerate(ends):
+        start, end = spans[first][0], spans[last][1]
+        out.append(
+            {
+                "start": start,
+                "end": end,
+                "token_start": first,
+                "token_end": last,
+                "text": text[start:end],
+                "value": float(values[i + 1]),
+                "utility": float(utils[i]),
+            }
+        )
+        first = last + 1
+    return out
