@@ -1,0 +1,52 @@
+"""The config tree: every field documented, unknown keys rejected with close names, round trip."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+
+import pytest
+
+import stepcredit.config as C
+from stepcredit.cli.common import apply_overrides, load_preset, preset_names
+from stepcredit.errors import ConfigError
+
+
+def test_every_field_has_a_docstring() -> None:
+    tree = ast.parse(inspect.getsource(C))
+    missing = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Config"):
+            body = node.body
+            for i, stmt in enumerate(body):
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    nxt = body[i + 1] if i + 1 < len(body) else None
+                    if not (
+                        isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant)
+                    ):
+                        missing.append(f"{node.name}.{stmt.target.id}")
+    assert not missing, missing
+
+
+def test_unknown_key_lists_close_keys() -> None:
+    with pytest.raises(ConfigError, match="trainer.steps"):
+        apply_overrides({}, ["trainer.stepz=3"])
+    with pytest.raises(ConfigError, match="unknown config key rollout.nn"):
+        C.from_dict({"rollout": {"nn": 3}})
+
+
+def test_types_are_checked() -> None:
+    with pytest.raises(ConfigError, match="rollout.n"):
+        C.from_dict({"rollout": {"n": "many"}})
+    with pytest.raises(ConfigError, match="rollout.temperature"):
+        C.from_dict({"rollout": {"temperature": -1}})
+
+
+def test_round_trip_and_presets() -> None:
+    cfg = C.from_dict(apply_overrides({}, ["trainer.steps=7", "optim.betas=[0.8, 0.9]"]))
+    assert cfg.trainer.steps == 7 and cfg.optim.betas == (0.8, 0.9)
+    assert C.from_dict(C.to_dict(cfg)) == cfg
+    assert {"default", "smoke"} <= set(preset_names())
+    for name in preset_names():
+        assert dataclasses.is_dataclass(C.from_dict(load_preset(name)))
