@@ -59,7 +59,10 @@ def test_strategies_agree(
     assert spread > 1e-2  # values differ between prefixes, so agreement is not trivial
     got = {
         "kv_cache": values(model, tok, batch_factory(tok, ROWS), strategy="kv_cache"),
-        "kv_packed": values(model, tok, batch_factory(tok, ROWS), strategy="kv_packed"),
+        "kv_packed (all in one pass)": values(model, tok, batch_factory(tok, ROWS), strategy="kv_packed"),
+        "kv_packed (one response per pass)": values(
+            model, tok, batch_factory(tok, ROWS), strategy="kv_packed", max_tokens_per_forward=1
+        ),
         "packed (all in one pass)": values(model, tok, batch_factory(tok, ROWS), strategy="packed"),
         "packed (one response per pass)": values(
             model, tok, batch_factory(tok, ROWS), strategy="packed", max_tokens_per_forward=1

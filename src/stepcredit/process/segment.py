@@ -27,18 +27,33 @@ _WINDOW = 8
 def token_char_spans(response_ids: Sequence[int], tokenizer: Any) -> tuple[str, list[tuple[int, int]]]:
     """The decoded text and each token's ``[start, end)`` character span in it.
 
-    Incremental decoding (as vLLM's detokenizer does): token i's text is what decoding a short window
-    ending at i adds to the same window without it. A token that ends inside a multi-byte character gets
-    an empty span; the character goes to the token that completes it. If the pieces do not add up to the
-    full decode (an unusual decoder), prefix decoding is used instead, which is exact but quadratic.
+    When the tokens decoded one by one add up to the whole decode (character and most byte-level BPE
+    vocabularies), those pieces are the spans. Otherwise incremental decoding, as vLLM's detokenizer
+    does: token i's text is what decoding a short window ending at i adds to the same window without
+    it; a token that ends inside a multi-byte character gets an empty span and the character goes to
+    the token that completes it. If even that does not add up (an unusual decoder), prefix decoding is
+    used, which is exact but quadratic.
     """
     ids = [int(i) for i in response_ids]
 
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # the Rust tokenizer: no per-call overhead
+
     def dec(x: list[int]) -> str:
+        if backend is not None:
+            return str(backend.decode(x, skip_special_tokens=False))
         return str(tokenizer.decode(x, skip_special_tokens=False, clean_up_tokenization_spaces=False))
 
     full = dec(ids)
-    pieces: list[str] = []
+    # Fast path: when tokens decode one by one to the full text (character and byte-level BPE
+    # vocabularies without split characters), one batched decode gives every span.
+    singles = [[i] for i in ids]
+    if backend is not None:
+        pieces = [str(p) for p in backend.decode_batch(singles, skip_special_tokens=False)]
+    else:
+        pieces = [dec(x) for x in singles]
+    if "".join(pieces) == full:
+        return full, _spans(pieces)
+    pieces = []
     for i in range(len(ids)):
         s = max(0, i - _WINDOW)
         before = dec(ids[s:i]).rstrip("\ufffd")
@@ -55,11 +70,15 @@ def token_char_spans(response_ids: Sequence[int], tokenizer: Any) -> tuple[str, 
             pieces.append(cur[common:])
             prev = cur
         full = "".join(pieces)
+    return full, _spans(pieces)
+
+
+def _spans(pieces: list[str]) -> list[tuple[int, int]]:
     spans, pos = [], 0
     for p in pieces:
         spans.append((pos, pos + len(p)))
         pos += len(p)
-    return full, spans
+    return spans
 
 
 def sentence_starts(text: str) -> list[int]:

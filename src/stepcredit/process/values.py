@@ -277,47 +277,70 @@ def _packed(model: Any, queries: Sequence[ValueQuery], max_tokens: int) -> list[
 
 @STRATEGIES.register("kv_packed")
 def _kv_packed(model: Any, queries: Sequence[ValueQuery], max_tokens: int) -> list[list[float]]:
-    """Per response: one causal pass over prompt + response keeping its cache, then all N suffixes in
-    one pass over that cache.
+    """``packed`` split in two calls: a pass over prompt + response that keeps its cache, then all N
+    suffixes of every response in one pass over that cache (4D mask, explicit positions).
 
-    The same attention pattern as ``packed`` split in two calls: the long first call needs no mask, so
-    it runs sdpa's causal kernel (about half the attention work of a dense mask); only the N*A suffix
-    queries pay for the 4D mask. It is also the shape that can reuse a cache generation already built.
+    The long first call needs no custom mask (only padding when several responses share it; a single
+    response or equal lengths run sdpa's causal kernel), and only the N*A suffix queries pay for the
+    dense mask, so this does less attention work than one pass over everything. It is also the shape
+    that can reuse a cache generation already built.
     """
     dev = _device(model)
     dtype = next(model.parameters()).dtype
-    out = []
-    for q in queries:
-        ids, pos, hidden = packed_layout(q)
-        body = len(ids) - len(q.suffix_ids) * len(q.prefix_lens)
+    neg = torch.finfo(dtype).min
+    out: list[list[float]] = [[] for _ in queries]
+    for group in _packed_groups(queries, max_tokens):
+        layouts = [packed_layout(queries[i]) for i in group]
+        bodies = [
+            len(ids) - len(queries[i].suffix_ids) * len(queries[i].prefix_lens)
+            for i, (ids, _, _) in zip(group, layouts, strict=True)
+        ]
+        wb = max(bodies)
+        ws = max(len(ids) - n for (ids, _, _), n in zip(layouts, bodies, strict=True))
+        b = len(group)
+        body_ids = torch.zeros(b, wb, dtype=torch.long)
+        body_att = torch.zeros(b, wb, dtype=torch.long)
+        suf_ids = torch.zeros(b, ws, dtype=torch.long)
+        suf_pos = torch.zeros(b, ws, dtype=torch.long)
+        mask = torch.full((b, 1, ws, wb + ws), neg, dtype=dtype)
+        for r, ((ids, pos, hidden), n) in enumerate(zip(layouts, bodies, strict=True)):
+            body_ids[r, :n] = torch.tensor(ids[:n], dtype=torch.long)
+            body_att[r, :n] = 1
+            k = len(ids) - n
+            suf_ids[r, :k] = torch.tensor(ids[n:], dtype=torch.long)
+            suf_pos[r, :k] = torch.tensor(pos[n:], dtype=torch.long)
+            for row, n_rows, key_from in hidden:
+                qs = row - n  # the copy's first query row in the suffix call
+                mask[r, 0, qs : qs + n_rows, :key_from] = 0
+                own = torch.full((n_rows, n_rows), neg, dtype=dtype).triu_(1)
+                mask[r, 0, qs : qs + n_rows, wb + qs : wb + qs + n_rows] = own
+            idx = torch.arange(k, ws)
+            mask[r, 0, idx, wb + idx] = 0  # padding queries see themselves only
+        padded = any(n != wb for n in bodies)
         cache = None
-        if body > 0:
+        if wb > 0:
             cache = model(
-                input_ids=torch.tensor([ids[:body]], device=dev), use_cache=True, logits_to_keep=1
+                input_ids=body_ids.to(dev),
+                attention_mask=body_att.to(dev) if padded else None,
+                use_cache=True,
+                logits_to_keep=1,
             ).past_key_values
-        keep = len(ids) - body
-        neg = torch.finfo(dtype).min
-        own = torch.full((len(q.suffix_ids),) * 2, neg, dtype=dtype).triu_(1)  # causal within a copy
-        mask = torch.full((1, 1, keep, len(ids)), neg, dtype=dtype)
-        for row, n_rows, key_from in hidden:
-            mask[0, 0, row - body : row - body + n_rows, :key_from] = 0
-            mask[0, 0, row - body : row - body + n_rows, row : row + n_rows] = own
         logits = model(
-            input_ids=torch.tensor([ids[body:]], device=dev),
-            position_ids=torch.tensor([pos[body:]], device=dev),
+            input_ids=suf_ids.to(dev),
+            position_ids=suf_pos.to(dev),
             attention_mask=mask.to(dev),
             past_key_values=cache,
             use_cache=True,
-            logits_to_keep=keep,
+            logits_to_keep=ws,
         ).logits
-        a = len(q.suffix_ids)
-        tgt = torch.tensor(q.suffix_ids[-q.n_answer :], device=dev)
-        out.append(
-            [
-                _answer_logp(logits[0, i * a + a - q.n_answer - 1 : i * a + a - 1], tgt)
+        for r, qi in enumerate(group):
+            q = queries[qi]
+            a = len(q.suffix_ids)
+            tgt = torch.tensor(q.suffix_ids[-q.n_answer :], device=dev)
+            out[qi] = [
+                _answer_logp(logits[r, i * a + a - q.n_answer - 1 : i * a + a - 1], tgt)
                 for i in range(len(q.prefix_lens))
             ]
-        )
     return out
 
 
