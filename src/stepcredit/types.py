@@ -51,11 +51,17 @@ class RewardResult:
     latency_s: float = 0.0
     source: str = ""
     """Which reward function produced it (the routing key)."""
+    verdict: bool | None = None
+    """Whether ``score`` is a real verdict on the response. None = decided by the status (``ok`` and
+    ``unparseable`` are verdicts). A code sandbox sets True for ``timeout``/``error`` of the *program
+    under test*: the model wrote code that hangs or crashes, which is its fault and is scored, unlike a
+    reward function that failed (False: the failure policy decides)."""
 
     @property
     def ok(self) -> bool:
-        """True when the score is a real verdict on the response (``ok`` or ``unparseable``)."""
-        return self.status in (Status.OK, Status.UNPARSEABLE) and math.isfinite(self.score)
+        """True when the score is a real verdict on the response and finite."""
+        verdict = self.verdict if self.verdict is not None else self.status in (Status.OK, Status.UNPARSEABLE)
+        return verdict and math.isfinite(self.score)
 
     @classmethod
     def failure(cls, status: Status, message: str, **info: Any) -> RewardResult:
@@ -70,6 +76,7 @@ class RewardResult:
             "info": self.info,
             "latency_s": self.latency_s,
             "source": self.source,
+            "verdict": self.ok,
         }
 
 

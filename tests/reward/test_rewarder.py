@@ -273,3 +273,23 @@ def test_metrics_count_statuses_and_latency_percentiles() -> None:
     assert m["reward/math/latency_p50_ms"] == pytest.approx(10.0)
     assert m["reward/math/latency_p95_ms"] == pytest.approx(19.0)
     assert m["reward/math/score_mean"] == 1.0
+
+
+def test_unknown_data_source_routes_by_ability() -> None:
+    from stepcredit.reward import build_rewarder
+    from stepcredit.reward.base import REWARDS
+    from stepcredit.types import Sample as _Sample
+
+    entry = REWARDS.get(
+        "code"
+    )  # rows with ability ``code`` and an unregistered data_source go to the sandbox
+    rw = build_rewarder()
+    try:
+        route = rw.route(_Sample(prompt=(), ground_truth="{}", data_source="my/own-code-set", ability="code"))
+        assert route.entry is entry
+        bad = rw.score_batch(
+            [_Sample(prompt=(), ground_truth="1", data_source="nowhere", ability="poetry")], ["x"]
+        )
+        assert bad[0].status.value == "error" and not bad[0].ok
+    finally:
+        rw.close()

@@ -90,6 +90,8 @@ def test_program_failures_keep_their_score_with_a_failure_status(box: sb.Sandbox
     assert "ValueError" in res.info["message"]
     res = sb.score_code(fenced(code), {"inputs": ["2", "1"], "outputs": ["2", "1"]}, sandbox=box)
     assert (res.status, res.score) == (Status.TIMEOUT, 0.5)
+    # the program's failure is the model's fault: a real verdict, so the failure policy never masks it
+    assert res.ok
     res = sb.score_code(fenced("def f(:\n  pass"), {"assert_case": ["assert f()"]}, sandbox=box)
     assert res.status == Status.ERROR and "SyntaxError" in res.info["message"]
 
@@ -98,7 +100,7 @@ def test_unparseable_and_bad_ground_truth(box: sb.Sandbox) -> None:
     res = sb.score_code("I would loop forever.", {"inputs": ["1"], "outputs": ["1"]}, sandbox=box)
     assert (res.status, res.score) == (Status.UNPARSEABLE, 0.0)
     res = sb.score_code(fenced("print(1)"), "not json", sandbox=box)
-    assert res.status == Status.ERROR and math.isnan(res.score)
+    assert res.status == Status.ERROR and math.isnan(res.score) and not res.ok
 
 
 def test_missing_bubblewrap_is_a_sandbox_error_never_a_pass() -> None:

@@ -121,12 +121,19 @@ def worker_main(fd: int) -> None:
         except BaseException as e:  # user code may raise anything, SystemExit included
             tb = traceback.format_exc(limit=-3)
             res = RewardResult.failure(Status.ERROR, f"{type(e).__name__}: {e}", traceback=tb)
-        payload = (job_id, res.score, res.status.value, res.extracted, res.info)
+        payload = (job_id, res.score, res.status.value, res.extracted, res.info, res.verdict)
         try:
             conn.send(payload)
         except Exception as e:  # an unpicklable info dict
             conn.send(
-                (job_id, float("nan"), Status.ERROR.value, None, {"message": f"result not sendable: {e}"})
+                (
+                    job_id,
+                    float("nan"),
+                    Status.ERROR.value,
+                    None,
+                    {"message": f"result not sendable: {e}"},
+                    None,
+                )
             )
 
 
@@ -226,7 +233,7 @@ class _Slot:
             )
         else:
             try:
-                got_id, score, status, extracted, info = self.conn.recv()
+                got_id, score, status, extracted, info, verdict = self.conn.recv()
             except (EOFError, OSError):
                 code = None
                 if self.proc is not None:
@@ -240,7 +247,9 @@ class _Slot:
             if got_id != job_id:  # pragma: no cover - cannot happen with one job per slot
                 self.kill_worker()
                 return RewardResult.failure(Status.ERROR, "reward worker answered another job")
-            res = RewardResult(score=score, status=Status(status), extracted=extracted, info=info)
+            res = RewardResult(
+                score=score, status=Status(status), extracted=extracted, info=info, verdict=verdict
+            )
         res.latency_s = time.perf_counter() - t0
         res.source = job.source
         return res

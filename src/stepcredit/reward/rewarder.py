@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import dataclasses
 import threading
 import time
 from collections.abc import Sequence
@@ -159,7 +160,13 @@ class Rewarder:
         elif self.custom is not None:
             return Route(self.custom, weight, {**self.custom.kwargs, **extra})
         else:
-            entry = resolve_source(sample.data_source)
+            try:
+                entry = resolve_source(sample.data_source)
+            except ConfigError:
+                # an unknown data_source falls back to its ability (e.g. ``code`` -> the sandbox)
+                if sample.ability not in REWARDS:
+                    raise
+                entry = REWARDS.get(sample.ability)
         return Route(entry, weight, {**c.kwargs.get(entry.name, {}), **extra})
 
     # ------------------------------------------------------------------------------ scoring
@@ -273,7 +280,7 @@ class Rewarder:
     @staticmethod
     def _place(results: list[RewardResult | None], idx: list[int], got: list[RewardResult]) -> None:
         if len(got) == 1 and len(idx) > 1:
-            got = [RewardResult(got[0].score, got[0].status, None, dict(got[0].info)) for _ in idx]
+            got = [dataclasses.replace(got[0], info=dict(got[0].info)) for _ in idx]
         for i, r in zip(idx, got, strict=True):
             results[i] = r
 

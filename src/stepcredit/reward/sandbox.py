@@ -692,7 +692,8 @@ def aggregate(outcomes: Sequence[CaseOutcome], *, scoring: str) -> RewardResult:
     first = next((o for o in outcomes if o.status in (TIMEOUT, ERROR)), None)
     if first is not None:
         info["message"] = first.message
-    return RewardResult(score=score, status=status, info=info)
+    # A program that crashed or hung is the model's fault: a real (low) score, not a masked failure.
+    return RewardResult(score=score, status=status, info=info, verdict=True)
 
 
 def score_code(
