@@ -1,0 +1,158 @@
+"""Dense process rewards on verl's tensors: value probes out, process channel in (pure, CPU-tested).
+
+The ``stepcredit_sync`` trainer values prefixes with the actor through verl's own batched
+``compute_log_prob``: every V(prefix) is one *probe*, a pseudo-sample whose "prompt" is
+``prompt + response[:L] + force prompt`` and whose "response" is the gold answer, so the actor's
+per-token log-probs of the probe's response are exactly the answer tokens that stepcredit's
+``forced_answer_logprob`` scores (its ``naive`` strategy, which all strategies equal):
+
+    V(prefix) = 1/|a| * sum_j log p(a_j | prompt + prefix + force + a_<j)
+
+This module holds the two pure halves around that call: :func:`plan_probes` (episodes and probes,
+by stepcredit's own :func:`~stepcredit.process.build_requests`) and :func:`process_channel` (values ->
+U_i at episode ends on verl's right-padded [B, T] response layout), plus :func:`values_from_logprobs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from stepcredit.config import ProcessConfig
+from stepcredit.errors import ConfigError, DataError
+from stepcredit.process import answer_suffix, build_requests, marginal_utilities, resolve_force_prompt
+from stepcredit.types import Batch, Sample
+
+
+@dataclass(frozen=True)
+class ValueProbe:
+    """One V(prefix) evaluation as a verl sample: score ``answer_ids`` after ``context_ids``."""
+
+    row: int
+    """The response (row of the batch) whose prefix this values."""
+    index: int
+    """i of V_i: 0 = empty response, then one per episode end."""
+    context_ids: list[int]
+    """prompt + response[:L] + force-prompt tokens (verl's ``prompts`` of the probe)."""
+    answer_ids: list[int]
+    """The gold answer's tokens (verl's ``responses`` of the probe; all of them are scored)."""
+
+
+def _batch(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], answers: Sequence[str]
+) -> Batch:
+    # The minimal stepcredit Batch that build_requests reads. The response mask covers every response
+    # token (not verl's loss mask): prefixes then include tool output of multi-turn responses, and
+    # episode ends are positions in verl's response tensor.
+    B = len(responses)
+    P = max((len(p) for p in prompts), default=0)
+    T = max((len(r) for r in responses), default=0)
+    prompt_BP = torch.zeros(B, P, dtype=torch.long)
+    pmask_BP = torch.zeros(B, P, dtype=torch.long)
+    resp_BT = torch.zeros(B, T, dtype=torch.long)
+    rmask_BT = torch.zeros(B, T, dtype=torch.long)
+    for b, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        if p:
+            prompt_BP[b, P - len(p) :] = torch.as_tensor(list(p))
+            pmask_BP[b, P - len(p) :] = 1
+        if r:
+            resp_BT[b, : len(r)] = torch.as_tensor(list(r))
+            rmask_BT[b, : len(r)] = 1
+    return Batch(
+        samples=[Sample(prompt=(), ground_truth=a, uid=f"row {b}") for b, a in enumerate(answers)],
+        group_B=torch.arange(B),
+        prompt_ids_BP=prompt_BP,
+        prompt_mask_BP=pmask_BP,
+        response_ids_BT=resp_BT,
+        response_mask_BT=rmask_BT,
+        behaviour_logp_BT=torch.zeros(B, T),
+        texts=[""] * B,
+        truncated_B=torch.zeros(B, dtype=torch.bool),
+    )
+
+
+def plan_probes(
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    answers: Sequence[str],
+    tokenizer: Any,
+    cfg: ProcessConfig,
+) -> tuple[list[list[int]], list[ValueProbe]]:
+    """Episode ends (token indices into each response) and the probes of every V_0..V_S.
+
+    ``prompts``/``responses`` are token ids without padding, ``answers`` the gold answers as text.
+    Episodes and prefix lengths come from :func:`stepcredit.process.build_requests`, so they are the
+    ones stepcredit's own trainer uses.
+    """
+    ends, requests = build_requests(_batch(prompts, responses, answers), tokenizer, cfg)
+    force = resolve_force_prompt(tokenizer, cfg.force_prompt)
+    suffixes: dict[str, tuple[list[int], int]] = {}
+    probes: list[ValueProbe] = []
+    for b, r in enumerate(requests):
+        if r.answer not in suffixes:
+            suffixes[r.answer] = answer_suffix(tokenizer, force, r.answer)
+        suffix, n_answer = suffixes[r.answer]
+        if n_answer == 0:
+            raise DataError(f"row {b}: the gold answer {r.answer!r} has no tokens")
+        if n_answer == len(suffix):
+            raise ConfigError(
+                f"config key stepcredit.process.force_prompt: {force!r} merges entirely with the answer "
+                f"{r.answer!r} when tokenised; end it with a separator"
+            )
+        head, answer_ids = suffix[:-n_answer], suffix[-n_answer:]
+        for i, n in enumerate(r.prefix_lens):
+            probes.append(ValueProbe(b, i, [*r.prompt_ids, *r.response_ids[:n], *head], list(answer_ids)))
+    return ends, probes
+
+
+def values_from_logprobs(
+    probes: Sequence[ValueProbe], answer_logp: Sequence[torch.Tensor], n_rows: int
+) -> list[list[float]]:
+    """[V_0, ..., V_S] per row: the mean log-prob of each probe's answer tokens, in probe order."""
+    if len(answer_logp) != len(probes):
+        raise ValueError(f"{len(answer_logp)} log-prob rows for {len(probes)} probes")
+    out: list[list[float]] = [[] for _ in range(n_rows)]
+    for p, lp in zip(probes, answer_logp, strict=True):
+        if lp.numel() != len(p.answer_ids):
+            raise ValueError(f"probe of row {p.row}: {lp.numel()} log-probs for {len(p.answer_ids)} tokens")
+        if p.index != len(out[p.row]):
+            raise ValueError(f"probes of row {p.row} out of order")
+        out[p.row].append(float(lp.float().mean()))
+    return out
+
+
+def process_channel(
+    episode_ends: Sequence[Sequence[int]],
+    prefix_values: Sequence[Sequence[float]],
+    response_mask_BT: torch.Tensor,
+    cfg: ProcessConfig,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(process_BT float32, process_mask_BT bool) on verl's right-padded response layout.
+
+        U_i = scale * clip(V_i - V_(i-1))  at the last token of episode i   (see marginal_utilities)
+
+    as stepcredit's trainer builds it (``utilities_to_tokens`` + the step mask of ``reward_channels``):
+    ends outside the response or on tokens the mask does not count carry nothing. A row with no
+    episodes (a padding row of verl's batch) gets an all-zero channel.
+    """
+    mask_BT = response_mask_BT.bool()
+    B, T = mask_BT.shape
+    if len(episode_ends) != B or len(prefix_values) != B:
+        raise ValueError(f"expected {B} rows of episode ends and values, got {len(episode_ends)}")
+    process_BT = torch.zeros(B, T, dtype=torch.float32)
+    steps_BT = torch.zeros(B, T, dtype=torch.bool)
+    for b, (ends, values) in enumerate(zip(episode_ends, prefix_values, strict=True)):
+        if not ends:
+            continue
+        if len(values) != len(ends) + 1:
+            raise ValueError(f"row {b}: {len(ends)} episodes need {len(ends) + 1} values, got {len(values)}")
+        us = marginal_utilities(values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero")
+        for e, u in zip(ends, us, strict=True):
+            if 0 <= e < T:
+                process_BT[b, e] = u
+                steps_BT[b, e] = True
+    steps_BT &= mask_BT
+    return process_BT.to(response_mask_BT.device), steps_BT.to(response_mask_BT.device)

@@ -1,0 +1,262 @@
+"""``trainer.v1.trainer_mode=stepcredit_sync``: verl's synchronous v1 trainer with stepcredit's credit.
+
+GPU-ONLY at run time (it drives verl's actor worker group); it imports on CPU, and its pure parts
+(:mod:`stepcredit.integrations.verl.process`, :mod:`~stepcredit.integrations.verl.estimators`) are
+tested there. Not run end to end by stepcredit's test suite.
+
+Why a trainer and not a reward manager or an agent loop: V(prefix) must come from the *current*
+policy, i.e. the actor's weights. verl 0.9's reward loop runs in separate reward workers that see
+only token ids and a rule or a reward model, never the actor; the agent loop talks to the inference
+servers, which cannot return the log-probs of an arbitrary continuation. Only the trainer holds the
+actor worker group, whose batched ``compute_log_prob`` is what the probes need. And verl's advantage
+stage reads one tensor (``token_level_rewards``), so the process channel must be handed to the
+estimator by whoever calls it: the trainer's ``_compute_advantage``.
+
+One step of ``stepcredit_sync`` = verl's ``sync`` step (rollout, reward loop, old/ref log-probs,
+values) with ``_compute_advantage`` replaced by, in order:
+
+1. read the outcome (``rm_scores``) and the typed reward results (``reward_extra_info`` of the
+   ``stepcredit`` reward manager); apply stepcredit's failure policy -> ``valid`` per response;
+2. if ``stepcredit.process.enabled``: episodes and value probes (:func:`plan_probes`), V(prefix) by
+   the actor's ``compute_log_prob`` on the probes, the process channel (:func:`process_channel`);
+3. verl's in-reward KL penalty and rollout correction, unchanged;
+4. the ``stepcredit_*`` estimator with both channels, ``valid`` and the critic's values.
+
+Cost: one probe per episode end plus one (V_0) per response, each as long as prompt + prefix + force
+prompt + answer: about (S + 1) forward passes of a response's length (verl's actor has no packed
+multi-prefix attention mask, so stepcredit's ``packed`` strategy is not available here). Keep
+``stepcredit.process.max_episode_tokens`` large enough that S stays small (e.g. 4-12).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.protocol import DataProto
+from verl.trainer.ppo.ray_trainer import apply_kl_penalty
+from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.workers.utils.padding import response_from_nested, response_to_nested
+
+from stepcredit.errors import ConfigError
+from stepcredit.integrations.verl.config import stepcredit_config, to_plain
+from stepcredit.integrations.verl.estimators import PREFIX, group_ids, verl_advantages
+from stepcredit.integrations.verl.process import (
+    ValueProbe,
+    plan_probes,
+    process_channel,
+    values_from_logprobs,
+)
+from stepcredit.integrations.verl.reward_manager import result_of, reward_config
+from stepcredit.reward import apply_failure_policy
+
+logger = logging.getLogger(__name__)
+
+NAME = "stepcredit_sync"
+PROBE_PARTITION = "stepcredit_value_probes"
+"""TransferQueue partition of the value probes (cleared after each step)."""
+
+
+def _rows(x: Any) -> list[Any]:
+    """A TransferQueue field as a list of per-row items (nested tensor, NonTensorStack, list...)."""
+    if isinstance(x, torch.Tensor) and x.is_nested:
+        return list(x.unbind())
+    if isinstance(x, torch.Tensor):
+        return list(x)
+    tolist = getattr(x, "tolist", None)
+    return list(tolist()) if callable(tolist) else list(x)
+
+
+def _nested(xs: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nested.as_nested_tensor(xs, layout=torch.jagged)
+
+
+@register_trainer(NAME)
+class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
+    """verl's ``sync`` trainer whose advantage stage is stepcredit's (see the module docstring)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.sc = stepcredit_config(config)
+        self.sc_reward = reward_config(config)
+        est = str(config.algorithm.adv_estimator)
+        if self.sc.process.enabled and not est.startswith(PREFIX):
+            raise ConfigError(
+                f"verl config: stepcredit.process.enabled needs a stepcredit estimator "
+                f"(algorithm.adv_estimator={PREFIX}grpo_process, ...), got {est!r}"
+            )
+        if self.sc.process.enabled and self.sc.process.value_estimator != "forced_answer_logprob":
+            raise ConfigError(
+                "verl config key stepcredit.process.value_estimator: only forced_answer_logprob runs "
+                "inside verl (monte_carlo would need generation from the actor)"
+            )
+
+    # ------------------------------------------------------------------------------ advantage
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        est = str(self.config.algorithm.adv_estimator)
+        if not est.startswith(PREFIX):  # verl's own estimators: verl's own stage
+            return super()._compute_advantage(batch, metrics)
+        algo = self.config.algorithm
+        fields = [
+            "uid",
+            "response_mask",
+            "rm_scores",
+            "rollout_log_probs",
+            "old_log_probs",
+            "ref_log_prob",
+            "values",
+        ]
+        raw = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        response_mask_nested = raw["response_mask"]
+        data = DataProto(batch=raw.to_padded_tensor())
+        data.batch["token_level_scores"] = data.batch["rm_scores"]
+        uids = np.array(data.batch.pop("uid").tolist(), dtype=object)
+        data.non_tensor_batch["uid"] = uids
+        side = tq.kv_batch_get(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            select_fields=["prompts", "responses", "reward_model", "extra_fields"],
+        )
+        padding = [bool(t.get("is_padding", False)) for t in batch.tags]
+
+        # 1. typed rewards -> failure policy (responses that could not be scored leave the loss)
+        group_B = group_ids(uids, len(uids))
+        results = []
+        for extra, score in zip(
+            _rows(side["extra_fields"]), data.batch["rm_scores"].sum(-1).tolist(), strict=True
+        ):
+            info = (extra or {}).get("reward_extra_info", {}) if isinstance(extra, dict) else {}
+            results.append(result_of(info, score))
+        _, valid_B, _ = apply_failure_policy(results, group_B, self.sc_reward)
+        valid_B &= ~torch.tensor(padding)
+        metrics["stepcredit/reward_valid_frac"] = float(valid_B.float().mean())
+
+        # 2. the process channel from V(prefix) under the current actor
+        process_BT = process_mask_BT = None
+        if self.sc.process.enabled:
+            process_BT, process_mask_BT = self._process_channel(
+                side, data.batch["response_mask"], padding, metrics
+            )
+
+        # 3. verl's in-reward KL penalty and rollout correction, as in verl's own stage
+        if algo.use_kl_in_reward:
+            data, kl_metrics = apply_kl_penalty(
+                data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty
+            )
+            metrics.update(kl_metrics)
+        else:
+            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+        rc = algo.get("rollout_correction", None)
+        bypass = rc and rc.get("bypass_mode", False)
+        rollout_correction = rc is not None and "rollout_log_probs" in data.batch and not bypass
+        if rollout_correction:
+            data, is_metrics = compute_rollout_correction_and_add_to_batch(data, rc)
+            metrics.update(is_metrics)
+
+        # 4. stepcredit's estimator with both channels
+        adv, ret = verl_advantages(
+            est[len(PREFIX) :],
+            data.batch["token_level_rewards"],
+            data.batch["response_mask"],
+            index=uids,
+            config=algo,
+            process_rewards=process_BT,
+            process_mask=process_mask_BT,
+            valid=valid_B,
+            values=data.batch.get("values", None),
+        )
+        data.batch["advantages"], data.batch["returns"] = adv, ret
+
+        out_fields = ["advantages", "returns"]
+        if algo.use_kl_in_reward:
+            out_fields.append("token_level_rewards")
+        if rollout_correction:
+            out_fields.append("response_mask")
+            if "rollout_is_weights" in data.batch:
+                out_fields.append("rollout_is_weights")
+        output = {f: response_to_nested(data.batch[f], response_mask_nested) for f in out_fields}
+        return tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
+        )
+
+    # ------------------------------------------------------------------------ process rewards
+    def _process_channel(
+        self, side: Any, response_mask_BT: torch.Tensor, padding: list[bool], metrics: dict
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        prompts = [p.tolist() for p in _rows(side["prompts"])]
+        responses = [r.tolist() for r in _rows(side["responses"])]
+        answers = [str((to_plain(rm) or {}).get("ground_truth", "")) for rm in _rows(side["reward_model"])]
+        live = [b for b in range(len(responses)) if not padding[b] and answers[b]]
+        ends_live, probes = plan_probes(
+            [prompts[b] for b in live],
+            [responses[b] for b in live],
+            [answers[b] for b in live],
+            self.tokenizer,
+            self.sc.process,
+        )
+        values_live = values_from_logprobs(probes, self._answer_logprobs(probes), len(live))
+        ends: list[list[int]] = [[] for _ in responses]
+        values: list[list[float]] = [[0.0] for _ in responses]
+        for j, b in enumerate(live):
+            ends[b], values[b] = ends_live[j], values_live[j]
+        process_BT, mask_BT = process_channel(ends, values, response_mask_BT, self.sc.process)
+        metrics["stepcredit/episodes_per_response"] = float(np.mean([len(e) for e in ends_live] or [0]))
+        metrics["stepcredit/value_probes"] = len(probes)
+        if bool(mask_BT.any()):
+            metrics["stepcredit/utility_mean"] = float(process_BT[mask_BT].mean())
+            metrics["stepcredit/utility_abs_mean"] = float(process_BT[mask_BT].abs().mean())
+        return process_BT, mask_BT
+
+    def _answer_logprobs(self, probes: list[ValueProbe]) -> list[torch.Tensor]:
+        """Log-probs of each probe's answer tokens under the current actor (one batched call)."""
+        if not probes:
+            return []
+        wg = self.actor_rollout_wg
+        if "actor" not in wg._dispatch_info:
+            wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
+        dp = max(wg._dispatch_info["actor"]) + 1
+        padded = probes + [probes[-1]] * (-len(probes) % dp)  # the dispatch splits evenly over dp ranks
+        step = int(getattr(self, "global_steps", 0))
+        keys = [f"sc{step}_{i}" for i in range(len(padded))]
+        prompts = [torch.tensor(p.context_ids, dtype=torch.int64) for p in padded]
+        answers = [torch.tensor(p.answer_ids, dtype=torch.int64) for p in padded]
+        input_ids = [torch.cat([p, a]) for p, a in zip(prompts, answers, strict=True)]
+        fields = TensorDict(
+            {
+                "prompts": _nested(prompts),
+                "responses": _nested(answers),
+                "response_mask": _nested([torch.ones_like(a) for a in answers]),
+                "loss_mask": _nested([torch.ones_like(a) for a in answers]),
+                "input_ids": _nested(input_ids),
+                "position_ids": _nested([torch.arange(len(x)) for x in input_ids]),
+            },
+            batch_size=len(padded),
+        )
+        tags = [
+            {"status": "success", "prompt_len": len(p), "response_len": len(a), "seq_len": len(p) + len(a)}
+            for p, a in zip(prompts, answers, strict=True)
+        ]
+        tq.kv_batch_put(keys=keys, partition_id=PROBE_PARTITION, fields=fields, tags=tags)
+        try:
+            meta = KVBatchMeta(
+                keys=keys,
+                tags=tags,
+                partition_id=PROBE_PARTITION,
+                # V(prefix) is the policy's own belief: temperature 1, as stepcredit's trainer
+                extra_info={"calculate_entropy": False, "compute_loss": False, "temperature": 1.0},
+            )
+            self.actor_rollout_wg.compute_log_prob(meta)
+            got = tq.kv_batch_get(
+                keys=keys, partition_id=PROBE_PARTITION, select_fields=["log_probs", "response_mask"]
+            )
+            answer_logp = response_from_nested(got["log_probs"], got["response_mask"])
+            return list(answer_logp.unbind())[: len(probes)]
+        finally:
+            tq.kv_clear(keys=keys, partition_id=PROBE_PARTITION)
