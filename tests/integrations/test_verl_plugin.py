@@ -13,17 +13,17 @@ import torch
 
 pytest.importorskip("verl")
 
-from omegaconf import OmegaConf  # noqa: E402
-from verl import DataProto  # noqa: E402
-from verl.trainer.ppo import core_algos  # noqa: E402
-from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from stepcredit.advantages import AdvantageInputs, compute_advantages  # noqa: E402
-from stepcredit.config import AlgorithmConfig  # noqa: E402
-from stepcredit.errors import ConfigError  # noqa: E402
-from stepcredit.integrations.verl.config import algorithm_config  # noqa: E402
-from stepcredit.integrations.verl.estimators import group_ids, verl_advantages  # noqa: E402
-from stepcredit.integrations.verl.plugin import version_ok  # noqa: E402
+from stepcredit.advantages import AdvantageInputs, compute_advantages
+from stepcredit.config import AlgorithmConfig
+from stepcredit.errors import ConfigError
+from stepcredit.integrations.verl.config import algorithm_config
+from stepcredit.integrations.verl.estimators import group_ids, verl_advantages
+from stepcredit.integrations.verl.plugin import version_ok
 
 
 def test_import_verl_alone_registers_everything() -> None:
