@@ -1,0 +1,189 @@
+"""Dense process rewards on verl's tensors against stepcredit's own trainer path, on the same inputs.
+
+stepcredit's path: compute_prefix_values -> reward_channels -> compute_advantages.
+The plugin's path (what the stepcredit_sync trainer does around the actor's compute_log_prob):
+plan_probes -> log-probs of each probe's answer tokens (here a plain forward of the same model, as the
+actor computes them: temperature 1, logits at the answer positions) -> values_from_logprobs ->
+process_channel -> verl_advantages, with the outcome and the failure mask as they come back from the
+reward manager's reward_extra_info.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl")
+
+from stepcredit.advantages import AdvantageInputs, compute_advantages
+from stepcredit.config import TinyModelConfig, from_dict
+from stepcredit.integrations.verl.estimators import verl_advantages
+from stepcredit.integrations.verl.process import (
+    ValueProbe,
+    plan_probes,
+    process_channel,
+    values_from_logprobs,
+)
+from stepcredit.integrations.verl.reward_manager import result_of, reward_output
+from stepcredit.models import build_tiny
+from stepcredit.process import compute_prefix_values
+from stepcredit.reward import apply_failure_policy
+from stepcredit.trainer.steps import reward_channels
+from stepcredit.types import Batch, RewardResult, Sample, Status
+
+ROWS = [  # (prompt, response, gold answer); two prompts, two responses each
+    ("What is 3 + 4?", "First, add 3 and 4. So we get 7. Therefore the answer is 7.", "7"),
+    ("What is 3 + 4?", "Hmm, 3 + 4 is 8. But wait, I need to check. So it is 8.", "7"),
+    ("What is 10 - 7?", "Let me subtract. 10 - 7 = 3. Finally, the answer: 3", "3"),
+    ("What is 10 - 7?", "Actually, I think it is 2.", "3"),
+]
+RESULTS = [
+    RewardResult(1.0, source="math"),
+    RewardResult(0.0, source="math"),
+    RewardResult.failure(Status.ERROR, "verifier crashed"),
+    RewardResult(0.0, status=Status.UNPARSEABLE, source="math"),
+]
+
+
+@pytest.fixture(scope="module")
+def model_tok() -> tuple[Any, Any]:
+    model, tok = build_tiny(
+        TinyModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64), seed=0
+    )
+    # random init gives near-uniform logits (every V equal); larger weights make the values differ
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    return model.eval(), tok
+
+
+def _ids(tok: Any) -> tuple[list[list[int]], list[list[int]]]:
+    prompts = [
+        tok(
+            tok.apply_chat_template(
+                [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+            ),
+            add_special_tokens=False,
+        )["input_ids"]
+        for p, _, _ in ROWS
+    ]
+    responses = [[*tok(r, add_special_tokens=False)["input_ids"], tok.eos_token_id] for _, r, _ in ROWS]
+    return prompts, responses
+
+
+def _stepcredit_batch(prompts: list[list[int]], responses: list[list[int]]) -> Batch:
+    B, P, T = len(ROWS), max(map(len, prompts)), max(map(len, responses))
+    prompt_BP, pmask_BP = torch.zeros(B, P, dtype=torch.long), torch.zeros(B, P, dtype=torch.bool)
+    resp_BT, rmask_BT = torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T, dtype=torch.bool)
+    for b, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        prompt_BP[b, P - len(p) :], pmask_BP[b, P - len(p) :] = torch.tensor(p), True
+        resp_BT[b, : len(r)], rmask_BT[b, : len(r)] = torch.tensor(r), True
+    return Batch(
+        samples=[Sample(prompt=({"role": "user", "content": p},), ground_truth=a) for p, _, a in ROWS],
+        group_B=torch.tensor([0, 0, 1, 1]),
+        prompt_ids_BP=prompt_BP,
+        prompt_mask_BP=pmask_BP,
+        response_ids_BT=resp_BT,
+        response_mask_BT=rmask_BT,
+        behaviour_logp_BT=torch.zeros(B, T),
+        texts=[r for _, r, _ in ROWS],
+        truncated_B=torch.zeros(B, dtype=torch.bool),
+        rewards=[
+            RewardResult(r.score, r.status, r.extracted, dict(r.info), source=r.source) for r in RESULTS
+        ],
+    )
+
+
+def _actor_answer_logprobs(model: Any, probes: list[ValueProbe]) -> list[torch.Tensor]:
+    # What verl's actor compute_log_prob returns for a probe's "response": log p of each answer token.
+    out = []
+    with torch.no_grad():
+        for p in probes:
+            ids = torch.tensor([p.context_ids + p.answer_ids])
+            logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+            n = len(p.context_ids)
+            out.append(logp[n - 1 : -1].gather(-1, torch.tensor(p.answer_ids)[:, None])[:, 0])
+    return out
+
+
+@pytest.mark.parametrize("last_episode", ["utility", "zero"])
+def test_process_channel_and_advantages_equal_stepcredit_trainer(model_tok: Any, last_episode: str) -> None:
+    model, tok = model_tok
+    cfg = from_dict(
+        {
+            "process": {"enabled": True, "strategy": "packed", "last_episode": last_episode, "clip": 0.5},
+            "algorithm": {"advantage": "grpo_process", "process_weight": 0.5},
+            "reward": {"failure_policy": "mask"},
+        }
+    )
+    prompts, responses = _ids(tok)
+
+    # stepcredit's own trainer path
+    batch = _stepcredit_batch(prompts, responses)
+    compute_prefix_values(model, tok, batch, cfg.process)
+    batch, ch = reward_channels(batch, cfg)
+    assert ch.process_BT is not None and ch.process_mask_BT is not None
+    want = compute_advantages(
+        cfg.algorithm,
+        AdvantageInputs(
+            outcome_BT=ch.outcome_BT,
+            mask_BT=batch.response_mask_BT,
+            group_B=batch.group_B,
+            valid_B=ch.valid_B,
+            process_BT=ch.process_BT,
+            process_mask_BT=ch.process_mask_BT,
+        ),
+    )
+
+    # the plugin's path on verl's tensors
+    answers = [a for _, _, a in ROWS]
+    ends, probes = plan_probes(prompts, responses, answers, tok, cfg.process)
+    assert ends == batch.episode_ends and [len(e) >= 2 for e in ends] == [True, True, True, False]
+    values = values_from_logprobs(probes, _actor_answer_logprobs(model, probes), len(ROWS))
+    assert batch.prefix_values is not None
+    for v, w in zip(values, batch.prefix_values, strict=True):
+        np.testing.assert_allclose(v, w, atol=2e-5)
+    response_mask = batch.response_mask_BT.float()  # verl's masks are numeric
+    process_BT, process_mask_BT = process_channel(ends, values, response_mask, cfg.process)
+    torch.testing.assert_close(process_mask_BT, ch.process_mask_BT)
+    torch.testing.assert_close(process_BT, ch.process_BT, atol=5e-5, rtol=0)
+
+    # outcome and failure mask as they travel through verl: reward_score + reward_extra_info
+    outs = [reward_output(r, cfg.reward) for r in RESULTS]
+    rm_scores = torch.zeros_like(response_mask)
+    lens = response_mask.sum(1).long()
+    rm_scores[torch.arange(len(ROWS)), lens - 1] = torch.tensor([o["reward_score"] for o in outs])
+    uids = np.array(["p0", "p0", "p1", "p1"], dtype=object)
+    results = [result_of(o["reward_extra_info"], o["reward_score"]) for o in outs]
+    _, valid_B, _ = apply_failure_policy(results, torch.tensor([0, 0, 1, 1]), cfg.reward)
+    torch.testing.assert_close(valid_B, ch.valid_B)
+    adv, ret = verl_advantages(
+        "grpo_process",
+        rm_scores,
+        response_mask,
+        index=uids,
+        config={"stepcredit": {"process_weight": 0.5}},
+        process_rewards=process_BT,
+        process_mask=process_mask_BT,
+        valid=valid_B,
+    )
+    torch.testing.assert_close(adv, want.adv_BT, atol=1e-4, rtol=0)
+    torch.testing.assert_close(ret, want.ret_BT, atol=1e-4, rtol=0)
+    assert bool((adv[~valid_B] == 0).all())  # the response whose reward failed gets nothing
+
+
+def test_padding_rows_and_bad_inputs() -> None:
+    cfg = from_dict({"process": {"enabled": True}}).process
+    mask = torch.tensor([[1, 1, 1, 0], [0, 0, 0, 0]])
+    p, m = process_channel([[0, 2], []], [[-2.0, -1.5, -1.0], [0.0]], mask, cfg)
+    assert p.tolist() == [[0.5, 0.0, 0.5, 0.0], [0.0] * 4] and m.tolist()[1] == [False] * 4
+    with pytest.raises(ValueError, match="need 3 values"):
+        process_channel([[0, 2], []], [[-2.0, -1.0], [0.0]], mask, cfg)
+    probe = ValueProbe(0, 0, [1, 2], [3, 4])
+    with pytest.raises(ValueError, match="2 tokens"):
+        values_from_logprobs([probe], [torch.zeros(3)], 1)
