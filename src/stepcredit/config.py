@@ -249,6 +249,9 @@ class RewardCustomConfig:
     """Extra keyword arguments passed to every call of the custom function."""
     isolate: bool = True
     """Run it in the kill-safe pool (False: in-process, shares state, but a hang cannot be stopped)."""
+    batched: bool = False
+    """VeRL's batch signature ``fn(data_sources, solution_strs, ground_truths, extra_infos, **kw) -> list``
+    (scored by the reward agent, ``reward.agent.batch_size`` samples per call)."""
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,53 @@ class RewardDomainConfig:
 
     def __post_init__(self) -> None:
         _check(self.weight >= 0, "reward.domains.*.weight", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """The asynchronous reward agent (:mod:`stepcredit.reward.agent`): where and how requests run."""
+
+    backend: str = "process"
+    """``process`` (the kill-safe pool: hard kill on timeout, for CPU-bound functions), ``thread``
+    (in-process threads and an event loop for async functions: I/O-bound) or ``ray`` (Ray actors)."""
+    max_concurrency: int = 0
+    """Requests running at once; 0 = the backend's default (process: reward.workers, thread: 16, ray: 2)."""
+    max_in_flight: int = 256
+    """Backpressure: requests handed to the backend and not yet answered (the rest wait in the queue)."""
+    timeout_s: float = 0.0
+    """Deadline of one request (one attempt); 0 = reward.timeout_s."""
+    retries: int = 0
+    """Extra attempts of a request that failed (error or timeout)."""
+    retry_backoff_s: float = 0.5
+    """Base of the exponential backoff between attempts (full jitter)."""
+    resubmits: int = 2
+    """Times a request whose worker died (killed process, lost Ray actor) is sent again (not retries)."""
+    deadline_s: float = 600.0
+    """Longest wait for a whole submitted batch; past it the step ends with an error naming the backend."""
+    batch_size: int = 0
+    """Samples per call of a batched reward function (whole groups); 0 = one group per call."""
+    ray_address: str = ""
+    """Ray cluster to connect to; empty = the running instance, or a new local one."""
+    ray_local_cpus: int = 2
+    """CPUs of a local Ray instance started by the agent."""
+    ray_num_cpus: float = 0.5
+    """CPUs each reward actor reserves."""
+    ray_startup_timeout_s: float = 60.0
+    """How long a new Ray actor may take to start before it is replaced."""
+
+    def __post_init__(self) -> None:
+        _check(self.backend in ("thread", "process", "ray"), "reward.agent.backend", "thread, process or ray")
+        _check(self.max_concurrency >= 0, "reward.agent.max_concurrency", "must be >= 0")
+        _check(self.max_in_flight >= 1, "reward.agent.max_in_flight", "must be >= 1")
+        _check(self.timeout_s >= 0, "reward.agent.timeout_s", "must be >= 0 (0 = reward.timeout_s)")
+        _check(self.retries >= 0, "reward.agent.retries", "must be >= 0")
+        _check(self.retry_backoff_s >= 0, "reward.agent.retry_backoff_s", "must be >= 0")
+        _check(self.resubmits >= 0, "reward.agent.resubmits", "must be >= 0")
+        _check(self.deadline_s > 0, "reward.agent.deadline_s", "must be > 0")
+        _check(self.batch_size >= 0, "reward.agent.batch_size", "must be >= 0")
+        _check(self.ray_local_cpus >= 1, "reward.agent.ray_local_cpus", "must be >= 1")
+        _check(self.ray_num_cpus >= 0, "reward.agent.ray_num_cpus", "must be >= 0")
+        _check(self.ray_startup_timeout_s > 0, "reward.agent.ray_startup_timeout_s", "must be > 0")
 
 
 @dataclass(frozen=True)
@@ -293,6 +343,8 @@ class RewardConfig:
     """Per-domain routing: domain -> reward function and weight (domains not listed route by data_source)."""
     tag_domains: dict[str, str] = field(default_factory=dict)
     """Maps a sample's ``tag`` to a domain of ``domains`` (a sample's own ``domain`` otherwise)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """The asynchronous reward agent: backend, concurrency, timeouts, retries, backpressure, deadline."""
 
     def __post_init__(self) -> None:
         _check(
@@ -504,10 +556,21 @@ class PipelineConfig:
     """Responses per policy update; 0 = the whole batch in one update."""
     ppo_epochs: int = 1
     """Passes over each batch."""
+    one_step_off_policy: bool = False
+    """Generate step t+1 while step t's rewards are computed and its updates run (data 1 step stale;
+    needs a loss that corrects for it, ``loss.name=decoupled_ppo``)."""
+    max_staleness: int = 1
+    """Largest allowed policy lag (in RL steps) of a batch; a staler batch is regenerated."""
 
     def __post_init__(self) -> None:
         _check(self.mini_batch >= 0, "pipeline.mini_batch", "must be >= 0")
         _check(self.ppo_epochs >= 1, "pipeline.ppo_epochs", "must be >= 1")
+        _check(self.max_staleness >= 0, "pipeline.max_staleness", "must be >= 0")
+        _check(
+            not self.one_step_off_policy or self.max_staleness >= 1,
+            "pipeline.max_staleness",
+            "must be >= 1 with pipeline.one_step_off_policy=true",
+        )
 
 
 # --------------------------------------------------------------------------------------- trainer
