@@ -145,3 +145,26 @@ def test_config_reading() -> None:
     # uids of any type, in order of first appearance; None = every response its own group
     assert group_ids(np.array(["b", "a", "b", 7], dtype=object), 4).tolist() == [0, 1, 0, 2]
     assert group_ids(None, 3).tolist() == [0, 1, 2]
+
+
+def test_example_config_composes_and_validates() -> None:
+    # examples/verl/gsm8k_stepcredit.yaml on top of verl's ppo_trainer: verl accepts it, and the
+    # stepcredit keys in it parse into stepcredit's config tree.
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from stepcredit.integrations.verl.config import stepcredit_config
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "verl"
+    with initialize_config_dir(config_dir=str(examples), version_base=None):
+        cfg = compose(config_name="gsm8k_stepcredit")
+    validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    assert cfg.trainer.v1.trainer_mode == "stepcredit_sync" and cfg.reward.reward_manager.name == "stepcredit"
+    assert core_algos.get_adv_estimator_fn(cfg.algorithm.adv_estimator) is not None
+    assert stepcredit_config(cfg).process.enabled
+    assert algorithm_config("grpo_process", cfg.algorithm).process_weight == 0.5
+    with pytest.raises(ConfigError, match=r"stepcredit\.procces"):
+        stepcredit_config({"stepcredit": {"procces": {}}})
