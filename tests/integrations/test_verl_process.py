@@ -187,3 +187,139 @@ def test_padding_rows_and_bad_inputs() -> None:
     probe = ValueProbe(0, 0, [1, 2], [3, 4])
     with pytest.raises(ValueError, match="2 tokens"):
         values_from_logprobs([probe], [torch.zeros(3)], 1)
+
+
+class FakeTQ:
+    """TransferQueue's kv_* calls on a dict: tensors come back nested (jagged), the rest as NonTensorStack."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def kv_batch_put(self, keys: list[str], partition_id: str, fields: Any = None, tags: Any = None) -> Any:
+        from transfer_queue import KVBatchMeta
+
+        for name in list(fields.keys()):
+            v = fields.get(name)
+            items = list(v.unbind()) if isinstance(v, torch.Tensor) else v.tolist()
+            for k, item in zip(keys, items, strict=True):
+                self.rows.setdefault((partition_id, k), {})[name] = item
+        return KVBatchMeta(keys=keys, tags=tags or [{} for _ in keys], partition_id=partition_id)
+
+    def kv_batch_get(self, keys: list[str], partition_id: str, select_fields: list[str]) -> Any:
+        from tensordict import NonTensorStack, TensorDict
+
+        rows = [self.rows[(partition_id, k)] for k in keys]
+        out = {}
+        for f in select_fields:
+            if f not in rows[0]:
+                continue  # e.g. values without a critic: absent, as verl expects
+            vals = [r[f] for r in rows]
+            if isinstance(vals[0], torch.Tensor):
+                out[f] = torch.nested.as_nested_tensor(vals, layout=torch.jagged)
+            else:
+                out[f] = NonTensorStack(*vals)
+        return TensorDict(out, batch_size=[len(keys)])
+
+    def kv_clear(self, keys: list[str], partition_id: str) -> None:
+        for k in keys:
+            del self.rows[(partition_id, k)]
+
+
+class FakeActor:
+    """The actor worker group's compute_log_prob: log p(token t+1 | ..t) per position of input_ids."""
+
+    def __init__(self, model: Any, store: FakeTQ) -> None:
+        self.model, self.store, self._dispatch_info = model, store, {"actor": [0, 1]}  # dp = 2
+        self.calls = 0
+
+    def compute_log_prob(self, meta: Any) -> Any:
+        assert meta.extra_info["temperature"] == 1.0 and len(meta.keys) % 2 == 0
+        self.calls += 1
+        for k in meta.keys:
+            row = self.store.rows[(meta.partition_id, k)]
+            ids = row["input_ids"]
+            with torch.no_grad():
+                logp = torch.log_softmax(self.model(input_ids=ids[None]).logits[0].float(), -1)
+            lp = logp[:-1].gather(-1, ids[1:, None])[:, 0]
+            row["log_probs"] = torch.cat([lp, torch.zeros(1)])
+        return meta
+
+
+def test_stepcredit_sync_advantage_stage_on_fake_transfer_queue(model_tok: Any, monkeypatch: Any) -> None:
+    # The GPU-only glue of the stepcredit_sync trainer on CPU: TransferQueue and the actor worker group
+    # replaced by fakes; the advantages it writes back must equal stepcredit's own trainer path.
+    from omegaconf import OmegaConf
+    from transfer_queue import KVBatchMeta
+
+    import stepcredit.integrations.verl.trainer as trainer_mod
+
+    model, tok = model_tok
+    sc = {
+        "process": {"enabled": True, "strategy": "packed", "clip": 0.5},
+        "reward": {"failure_policy": "mask"},
+    }
+    cfg = from_dict({**sc, "algorithm": {"advantage": "grpo_process", "process_weight": 0.5}})
+    prompts, responses = _ids(tok)
+    batch = _stepcredit_batch(prompts, responses)
+    compute_prefix_values(model, tok, batch, cfg.process)
+    batch, ch = reward_channels(batch, cfg)
+    want = compute_advantages(
+        cfg.algorithm,
+        AdvantageInputs(
+            outcome_BT=ch.outcome_BT,
+            mask_BT=batch.response_mask_BT,
+            group_B=batch.group_B,
+            valid_B=ch.valid_B,
+            process_BT=ch.process_BT,
+            process_mask_BT=ch.process_mask_BT,
+        ),
+    )
+
+    store = FakeTQ()
+    monkeypatch.setattr(trainer_mod, "tq", store)
+    keys = [f"p{b // 2}_{b % 2}_0" for b in range(len(ROWS))]
+    for b, k in enumerate(keys):
+        out = reward_output(RESULTS[b], cfg.reward)
+        rm = torch.zeros(len(responses[b]))
+        rm[-1] = out["reward_score"]
+        store.rows[("train", k)] = {
+            "uid": f"p{b // 2}",
+            "prompts": torch.tensor(prompts[b]),
+            "responses": torch.tensor(responses[b]),
+            "response_mask": torch.ones(len(responses[b]), dtype=torch.long),
+            "rm_scores": rm,
+            "reward_model": {"ground_truth": ROWS[b][2], "style": "rule"},
+            "extra_fields": {"reward_extra_info": out["reward_extra_info"]},
+        }
+    trainer = trainer_mod.StepCreditTrainer.__new__(trainer_mod.StepCreditTrainer)
+    trainer.config = OmegaConf.create(
+        {
+            "algorithm": {
+                "adv_estimator": "stepcredit_grpo_process",
+                "gamma": 1.0,
+                "lam": 1.0,
+                "norm_adv_by_std_in_grpo": True,
+                "use_kl_in_reward": False,
+                "rollout_correction": None,
+                "stepcredit": {"process_weight": 0.5},
+            },
+            "stepcredit": sc,
+        }
+    )
+    trainer.sc, trainer.sc_reward = cfg, cfg.reward
+    trainer.tokenizer = tok
+    trainer.actor_rollout_wg = FakeActor(model, store)
+    trainer.global_steps = 3
+    metrics: dict[str, Any] = {}
+    meta = KVBatchMeta(keys=keys, tags=[{} for _ in keys], partition_id="train")
+    trainer._compute_advantage(meta, metrics)
+
+    assert trainer.actor_rollout_wg.calls == 1  # every probe in one batched call
+    assert not any(p == trainer_mod.PROBE_PARTITION for p, _ in store.rows)  # probes cleared
+    for b, k in enumerate(keys):
+        n = len(responses[b])
+        torch.testing.assert_close(
+            store.rows[("train", k)]["advantages"], want.adv_BT[b, :n], atol=1e-4, rtol=0
+        )
+    assert metrics["stepcredit/reward_valid_frac"] == 0.75
+    assert metrics["stepcredit/value_probes"] == sum(len(e) + 1 for e in batch.episode_ends or [])
