@@ -168,3 +168,17 @@ def test_example_config_composes_and_validates() -> None:
     assert algorithm_config("grpo_process", cfg.algorithm).process_weight == 0.5
     with pytest.raises(ConfigError, match=r"stepcredit\.procces"):
         stepcredit_config({"stepcredit": {"procces": {}}})
+
+
+def test_unsupported_verl_is_refused_loudly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import verl
+
+    from stepcredit.integrations.verl import plugin
+
+    monkeypatch.setattr(verl, "__version__", "0.8.5")
+    assert plugin.register() == {}
+    assert "verl 0.8.5 is outside the supported range >=0.9,<0.10" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert plugin.register()["reward_managers"] == ["stepcredit"]  # registering again is a no-op
