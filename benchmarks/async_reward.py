@@ -1,0 +1,274 @@
+"""Total training time with a slow reward: synchronous baseline vs mini-batch pipeline vs one-step
+off-policy vs both, same run (issue 7).
+
+The reward is the arith math verifier behind a sleep drawn uniformly from ``[--min-s, --max-s]`` per
+training response (``benchmarks/_sleepy_reward.py``, routed as a user's function and run by the reward
+agent's thread backend with ``--concurrency`` requests at once; 0 = the whole batch at once, a remote
+service with room for every request). One SFT warm-up is trained first and saved; each of the four
+runs starts from it and trains ``--steps`` RL steps with the same seed, through
+``stepcredit.trainer.train``:
+
+* ``baseline``: ``pipeline.mini_batch=0``, ``pipeline.one_step_off_policy=false``;
+* ``pipeline``: ``pipeline.mini_batch=--mini-batch`` (update on whole groups as their rewards arrive);
+* ``off_policy``: ``pipeline.one_step_off_policy=true`` (generate step t+1 during step t's reward wait);
+* ``both``.
+
+Reported: wall time of each ``train`` call (validation is left out of the runs: the final models are
+validated afterwards with the plain math verifier, greedy, on ``data.val_size`` prompts), the
+reduction of ``both`` against the baseline, the ideal reduction ``1 - sum max(G+T, R) / sum (G+T+R)``
+from the baseline's per-step generation+training (G+T) and reward wait (R) times, validation accuracy
+of each run, and the audit of every reward the trainer pulled from the agent: ``lost`` (indices of a
+submitted batch never handed to the trainer) and ``misassigned`` (a result handed out twice, or to a
+response other than the one it scored, by the fingerprint the reward function returns).
+
+    python benchmarks/async_reward.py [--json] [--steps 8] [--min-s 0.1] [--max-s 4] [key=value ...]
+
+Extra ``key=value`` arguments are config overrides applied to all four runs (e.g. ``loss.name=...``).
+With --json the last line is ``{"baseline_s", "pipeline_s", "off_policy_s", "both_s", "reduction_pct",
+"ideal_reduction_pct", "accuracy": {...}, "lost", "misassigned", ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _sleepy_reward import fingerprint  # noqa: E402
+from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime  # noqa: E402
+from stepcredit.config import Config, RewardConfig, from_dict  # noqa: E402
+from stepcredit.reward.agent import RewardAgent, Ticket  # noqa: E402
+from stepcredit.types import RewardResult  # noqa: E402
+
+RUNS: dict[str, dict[str, Any]] = {
+    "baseline": {"pipeline.mini_batch": 0, "pipeline.one_step_off_policy": False},
+    "pipeline": {"pipeline.mini_batch": None, "pipeline.one_step_off_policy": False},
+    "off_policy": {"pipeline.mini_batch": 0, "pipeline.one_step_off_policy": True},
+    "both": {"pipeline.mini_batch": None, "pipeline.one_step_off_policy": True},
+}
+
+
+class Audit:
+    """Watches every pull from every reward agent in this process: lost and misassigned results."""
+
+    def __init__(self) -> None:
+        self.tickets: list[tuple[Ticket, set[int]]] = []
+        self.misassigned = 0
+        self.failed = 0
+        self._orig: tuple[Any, Any] | None = None
+
+    def install(self) -> None:
+        orig_submit, orig_get = RewardAgent.submit_samples, RewardAgent.get
+        self._orig = (orig_submit, orig_get)
+        audit = self
+
+        def submit_samples(agent: RewardAgent, samples: Any, texts: Any, group_B: Any = None) -> Ticket:
+            t = orig_submit(agent, samples, texts, group_B)
+            audit.tickets.append((t, set()))
+            return t
+
+        def get(agent: RewardAgent, ticket: Ticket, k: int = 0) -> tuple[list[int], list[RewardResult]]:
+            idx, results = orig_get(agent, ticket, k)
+            seen = next(s for t, s in audit.tickets if t is ticket)
+            for i, r in zip(idx, results, strict=True):
+                fp = r.info.get("fp")
+                want = fingerprint(
+                    ticket.texts[i], ticket.samples[i].ground_truth, ticket.samples[i].extra_info
+                )
+                if i in seen or (fp is not None and fp != want):
+                    audit.misassigned += 1
+                audit.failed += not r.ok
+                seen.add(i)
+            return idx, results
+
+        RewardAgent.submit_samples = submit_samples  # type: ignore[method-assign,assignment]
+        RewardAgent.get = get  # type: ignore[method-assign,assignment]
+
+    def uninstall(self) -> None:
+        if self._orig is not None:
+            RewardAgent.submit_samples, RewardAgent.get = self._orig  # type: ignore[method-assign,assignment]
+
+    def counts(self) -> dict[str, int]:
+        lost = sum(t.n - len(seen) for t, seen in self.tickets)
+        return {
+            "batches": len(self.tickets),
+            "lost": lost,
+            "misassigned": self.misassigned,
+            "failed": self.failed,
+        }
+
+
+def base_config(args: argparse.Namespace) -> dict[str, Any]:
+    data = load_preset(args.preset)
+    b = args.prompts * args.n
+    return apply_overrides(
+        data,
+        [
+            f"trainer.steps={args.steps}",
+            f"trainer.seed={args.seed}",
+            "trainer.val_every=0",
+            "trainer.save_every=0",
+            "trainer.progress=false",
+            "trainer.tensorboard=false",
+            f"rollout.prompts_per_step={args.prompts}",
+            f"rollout.n={args.n}",
+            f"data.val_size={args.val_size}",
+            f"reward.custom.path={HERE / '_sleepy_reward.py'}:compute_score",
+            f"reward.custom.kwargs={{min_s: {args.min_s}, max_s: {args.max_s}}}",
+            "reward.custom.isolate=false",
+            "reward.agent.backend=thread",
+            f"reward.agent.max_concurrency={args.concurrency or b}",
+            f"reward.agent.max_in_flight={max(args.concurrency or b, 2 * b)}",
+            f"reward.timeout_s={args.max_s + 30}",
+            *args.overrides,
+        ],
+    )
+
+
+def warm_start(args: argparse.Namespace, work: Path) -> Path:
+    """SFT once (no RL steps), shared by the four runs."""
+    from stepcredit.trainer import train
+
+    data = base_config(args)
+    data = apply_overrides(
+        data, ["trainer.steps=0", *([f"sft.steps={args.sft_steps}"] if args.sft_steps >= 0 else [])]
+    )
+    train(from_dict(data), work / "sft")
+    return work / "sft" / "checkpoints" / "final" / "model"
+
+
+def run(name: str, args: argparse.Namespace, model_dir: Path, work: Path) -> dict[str, Any]:
+    from stepcredit.trainer import train
+
+    over = [f"model.path={model_dir}", "sft.steps=0"]
+    for k, v in RUNS[name].items():
+        v = args.mini_batch if v is None else v
+        over.append(f"{k}={str(v).lower() if isinstance(v, bool) else v}")
+    cfg = from_dict(apply_overrides(base_config(args), over))
+    audit = Audit()
+    audit.install()
+    t0 = time.perf_counter()
+    try:
+        train(cfg, work / name)
+    finally:
+        audit.uninstall()
+    wall = time.perf_counter() - t0
+    rows = [
+        json.loads(line) for line in (work / name / "metrics.jsonl").read_text().splitlines() if line.strip()
+    ]
+    steps = [r for r in rows if r.get("phase", "rl") != "sft" and "time/update_s" in r]
+    return {
+        "wall_s": wall,
+        "steps": steps,
+        "accuracy": validate_final(cfg, work / name / "checkpoints" / "final" / "model"),
+        **audit.counts(),
+    }
+
+
+def validate_final(cfg: Config, model_dir: Path) -> float:
+    """Greedy validation accuracy of a saved model, scored by the plain math verifier (no sleep)."""
+    import dataclasses
+
+    from stepcredit.data import load_task
+    from stepcredit.models import load_policy
+    from stepcredit.reward import build_rewarder
+    from stepcredit.trainer.validate import validate
+
+    _, val = load_task(cfg.data)
+    model, tok = load_policy(dataclasses.replace(cfg.model, path=str(model_dir)))
+    rw = build_rewarder(RewardConfig())
+    try:
+        m, _ = validate(model, tok, val, rw, max_new_tokens=cfg.rollout.max_new_tokens, temperature=0.0)
+    finally:
+        rw.close()
+    return float(m.get("val/accuracy", float("nan")))
+
+
+def ideal_reduction(steps: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """(ideal reduction, mean G+T, mean R) from the baseline's per-step times."""
+    gt = [r.get("time/generation_s", 0.0) + r.get("time/process_s", 0.0) + r["time/update_s"] for r in steps]
+    rw = [r.get("time/reward_wait_s", r.get("time/reward_s", 0.0)) for r in steps]
+    total = sum(g + w for g, w in zip(gt, rw, strict=True))
+    ideal = sum(max(g, w) for g, w in zip(gt, rw, strict=True))
+    n = max(1, len(steps))
+    return (1.0 - ideal / total if total else 0.0), sum(gt) / n, sum(rw) / n
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    p.add_argument("--steps", type=int, default=8, help="RL steps per run")
+    p.add_argument("--min-s", type=float, default=0.1, help="shortest simulated reward latency (s)")
+    p.add_argument("--max-s", type=float, default=4.0, help="longest simulated reward latency (s)")
+    p.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    p.add_argument("--n", type=int, default=8, help="responses per prompt")
+    p.add_argument("--mini-batch", type=int, default=32, help="responses per update in the pipelined runs")
+    p.add_argument("--concurrency", type=int, default=0, help="reward requests at once (0 = whole batch)")
+    p.add_argument("--val-size", type=int, default=200, help="validation prompts scored after each run")
+    p.add_argument("--sft-steps", type=int, default=-1, help="SFT warm-up steps (-1 = the preset's)")
+    p.add_argument("--preset", default="default", help="config preset the runs start from")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", nargs="*", choices=list(RUNS), help="run a subset (the baseline is always run)")
+    p.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every run")
+    args = p.parse_args()
+
+    import torch
+
+    torch.set_num_threads(2)
+    setup_runtime()
+    names = ["baseline", *[n for n in RUNS if n != "baseline" and (not args.only or n in args.only)]]
+    with tempfile.TemporaryDirectory(prefix="async_reward_") as tmp:
+        work = args.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        model_dir = warm_start(args, work)
+        sft_s = time.perf_counter() - t0
+        out = {n: run(n, args, model_dir, work) for n in names}
+
+    base = out["baseline"]["wall_s"]
+    ideal, gt, rw = ideal_reduction(out["baseline"]["steps"])
+    print(
+        f"arith, {args.steps} RL steps x {args.prompts} prompts x {args.n} responses; reward latency "
+        f"U({args.min_s:g}, {args.max_s:g}) s, {args.concurrency or args.prompts * args.n} at once; "
+        f"SFT warm-up {sft_s:.1f} s (shared)"
+    )
+    print(f"baseline per step: generation+training {gt:.2f} s, reward wait {rw:.2f} s")
+    print(f"{'run':<11} {'wall_s':>8} {'vs_base':>8} {'val_acc':>8} {'lost':>5} {'misasg':>6} {'failed':>6}")
+    for n, r in out.items():
+        print(
+            f"{n:<11} {r['wall_s']:8.1f} {100 * (1 - r['wall_s'] / base):7.1f}% {r['accuracy']:8.3f} "
+            f"{r['lost']:5d} {r['misassigned']:6d} {r['failed']:6d}"
+        )
+    last = out.get("both", out[names[-1]])
+    reduction = 100 * (1 - last["wall_s"] / base)
+    print(
+        f"reduction (both vs baseline): {reduction:.1f}%  ideal bound: {100 * ideal:.1f}%  "
+        f"share of ideal: {reduction / (100 * ideal) if ideal else float('nan'):.2f}"
+    )
+    if args.json:
+        summary = {
+            **{f"{n}_s": round(r["wall_s"], 3) for n, r in out.items()},
+            "reduction_pct": round(reduction, 2),
+            "ideal_reduction_pct": round(100 * ideal, 2),
+            "accuracy": {n: r["accuracy"] for n, r in out.items()},
+            "lost": sum(r["lost"] for r in out.values()),
+            "misassigned": sum(r["misassigned"] for r in out.values()),
+            "failed": sum(r["failed"] for r in out.values()),
+            "generation_training_s_per_step": round(gt, 3),
+            "reward_wait_s_per_step": round(rw, 3),
+            "steps": args.steps,
+            "reward_latency_s": [args.min_s, args.max_s],
+        }
+        print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
