@@ -174,3 +174,56 @@ class Batch:
             prefix_values=pick(self.prefix_values),
             extra=extra,
         )
+
+    def without_rewards(self) -> Batch:
+        """A copy without reward results (what a checkpoint stores of a batch still being scored)."""
+        return replace(self, rewards=None, extra=dict(self.extra))
+
+    @staticmethod
+    def concat(parts: list[Batch]) -> Batch:
+        """Responses of several batches in one (prompt and response tensors padded to the longest)."""
+        import torch
+
+        if not parts:
+            raise ValueError("Batch.concat needs at least one batch")
+        if len(parts) == 1:
+            return parts[0]
+        P = max(b.prompt_ids_BP.shape[1] for b in parts)
+        T = max(b.response_ids_BT.shape[1] for b in parts)
+
+        def lpad(x: torch.Tensor, n: int, v: float | bool) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (n - x.shape[1], 0), value=v)
+
+        def rpad(x: torch.Tensor, n: int, v: float | bool) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (0, n - x.shape[1]), value=v)
+
+        def cat_opt(name: str) -> torch.Tensor | None:
+            xs = [getattr(b, name) for b in parts]
+            return None if any(x is None for x in xs) else torch.cat([rpad(x, T, 0.0) for x in xs])
+
+        def cat_list(name: str) -> list[Any] | None:
+            xs = [getattr(b, name) for b in parts]
+            return None if any(x is None for x in xs) else [v for x in xs for v in x]
+
+        pad_id = (
+            int(parts[0].prompt_ids_BP[~parts[0].prompt_mask_BP].flatten()[:1].tolist()[0])
+            if bool((~parts[0].prompt_mask_BP).any())
+            else 0
+        )
+        return Batch(
+            samples=[s for b in parts for s in b.samples],
+            group_B=torch.cat([b.group_B for b in parts]),
+            prompt_ids_BP=torch.cat([lpad(b.prompt_ids_BP, P, pad_id) for b in parts]),
+            prompt_mask_BP=torch.cat([lpad(b.prompt_mask_BP, P, False) for b in parts]),
+            response_ids_BT=torch.cat([rpad(b.response_ids_BT, T, pad_id) for b in parts]),
+            response_mask_BT=torch.cat([rpad(b.response_mask_BT, T, False) for b in parts]),
+            behaviour_logp_BT=torch.cat([rpad(b.behaviour_logp_BT, T, 0.0) for b in parts]),
+            texts=[t for b in parts for t in b.texts],
+            truncated_B=torch.cat([b.truncated_B for b in parts]),
+            policy_version=min(b.policy_version for b in parts),
+            ref_logp_BT=cat_opt("ref_logp_BT"),
+            values_BT=cat_opt("values_BT"),
+            rewards=cat_list("rewards"),
+            episode_ends=cat_list("episode_ends"),
+            prefix_values=cat_list("prefix_values"),
+        )

@@ -8,6 +8,7 @@ import copy
 import json
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +19,24 @@ import yaml
 from stepcredit import advantages, losses, process
 from stepcredit.config import Config, to_dict
 from stepcredit.data import PromptStream, load_task
-from stepcredit.errors import UserError
+from stepcredit.errors import ConfigError, UserError
 from stepcredit.losses import KLController
 from stepcredit.models import load_policy, save_pretrained
 from stepcredit.reward import build_rewarder, reward_metrics
+from stepcredit.reward.agent import Ticket, build_agent
 from stepcredit.rollout import generate
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import MetricsLogger, peak_rss_mb, plot_curves
 from stepcredit.trainer.progress import Progress
 from stepcredit.trainer.sft import run_sft
-from stepcredit.trainer.steps import policy_update, reward_channels
+from stepcredit.trainer.steps import Channels, policy_update, reward_channels
 from stepcredit.trainer.validate import validate
 from stepcredit.types import Batch
+
+
+# Losses whose trust region is centred on the proximal policy while the behaviour policy only weights
+# the sample (Hilton et al. 2022), or that are built for off-policy data (TOPR).
+OFF_POLICY_LOSSES = ("decoupled_ppo", "topr")
 
 
 def check_config(cfg: Config) -> None:
@@ -37,6 +44,11 @@ def check_config(cfg: Config) -> None:
     advantages.check_config(cfg)
     losses.check_config(cfg)
     process.check_config(cfg)
+    if cfg.pipeline.one_step_off_policy and cfg.loss.name not in OFF_POLICY_LOSSES:
+        raise ConfigError(
+            f"config key loss.name: pipeline.one_step_off_policy=true trains on 1-step-stale data; use a loss "
+            f"that corrects for it ({', '.join(OFF_POLICY_LOSSES)}), not {cfg.loss.name!r}"
+        )
 
 
 def seed_everything(seed: int) -> None:
@@ -57,6 +69,7 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
     stream = PromptStream(train_set, seed=cfg.trainer.seed)
     rewarder = build_rewarder(cfg.reward)
+    agent = build_agent(cfg.reward, rewarder)  # scores in the background; the loop pulls whole groups
     opt = torch.optim.AdamW(
         model.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
     )
@@ -102,34 +115,72 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
         if state is not None:
             set_rng_state(state["rng"])  # last, so nothing above consumes random numbers
 
+        def rollout_and_submit(step: int) -> Rollout:
+            """Generate for ``step`` (+ V(prefix) while the policy is loaded); scoring starts at once."""
+            t0 = time.perf_counter()
+            batch = rollout(model, tok, stream, cfg, step)
+            batch.extra["time/rollout_s"] = time.perf_counter() - t0
+            return Rollout(batch, agent.submit(batch))
+
         # --- phase 2: RL
+        pending = (
+            Rollout(state["pending"], agent.submit(state["pending"])) if state and state["pending"] else None
+        )
         for step in range(start, cfg.trainer.steps + 1):
             t_step = time.perf_counter()
-            batch = rollout(model, tok, stream, cfg, step)  # generate n per prompt (+ V(prefix) while loaded)
+            current = pending or rollout_and_submit(step)
+            pending = None
+            if current.batch.policy_version < step - 1 - cfg.pipeline.max_staleness:
+                current = rollout_and_submit(step)  # too stale (only after a resume with a changed bound)
+            if cfg.pipeline.one_step_off_policy and step < cfg.trainer.steps:
+                pending = rollout_and_submit(step + 1)  # step t+1's generation overlaps step t's reward wait
             t_gen = time.perf_counter()
-            batch.rewards = rewarder.score_batch(batch.samples, batch.texts)
-            t_rew = time.perf_counter()
-            metrics = batch_metrics(batch)
+            staleness = step - 1 - current.batch.policy_version
             upd: dict[str, list[float]] = {}
-            for mb in mini_batches(batch, cfg.pipeline.mini_batch, cfg.pipeline.ppo_epochs):
+            scored: list[tuple[Batch, Channels]] = []
+            arrived: list[Batch] = []
+            wait_s = 0.0
+            k = cfg.pipeline.mini_batch or len(current.batch)
+            pulls = agent.stream(current.ticket, k)
+            while True:
+                t_wait = time.perf_counter()
+                got = next(pulls, None)  # whole groups, as soon as k samples' worth are scored
+                wait_s += time.perf_counter() - t_wait
+                if got is None:
+                    break
+                mb = current.batch.select(got[0])
+                mb.rewards = got[1]
+                arrived.append(mb)
                 mb, channels = reward_channels(mb, cfg)  # failure policy; outcome + process channels
-                m = policy_update(
-                    model, ref, opt, mb, channels, cfg, kl_ctl, temperature=cfg.rollout.temperature
-                )
-                for k, v in m.items():
-                    upd.setdefault(k, []).append(v)
+                scored.append((mb, channels))
+                for e in range(cfg.pipeline.ppo_epochs if not cfg.pipeline.mini_batch else 1):
+                    _merge(
+                        upd,
+                        policy_update(
+                            model, ref, opt, mb, channels, cfg, kl_ctl, proximal=e > 0 or staleness > 0
+                        ),
+                    )
+            for _ in range(cfg.pipeline.ppo_epochs - 1 if cfg.pipeline.mini_batch else 0):
+                for mb, channels in scored:  # later epochs replay the mini-batches in arrival order
+                    _merge(upd, policy_update(model, ref, opt, mb, channels, cfg, kl_ctl, proximal=True))
             t_upd = time.perf_counter()
+            batch = current.batch
+            metrics = batch_metrics(Batch.concat(arrived))
             metrics.update({k: float(np.mean(v)) for k, v in upd.items()})
             n_tok = int(batch.response_mask_BT.sum())
             metrics.update(
                 {
                     "step": step,
-                    "time/generation_s": t_gen - t_step - batch.extra.get("time/process_s", 0.0),
+                    "time/generation_s": batch.extra["time/rollout_s"]
+                    - batch.extra.get("time/process_s", 0.0),
                     "time/process_s": batch.extra.get("time/process_s", 0.0),
-                    "time/reward_s": t_rew - t_gen,
-                    "time/update_s": t_upd - t_rew,
+                    "time/reward_wait_s": wait_s,
+                    "time/reward_s": wait_s,
+                    "time/update_s": t_upd - t_gen - wait_s,
                     "tokens_per_s": n_tok / max(t_upd - t_step, 1e-9),
                     "kl_coef": kl_ctl.value,
+                    "staleness": float(staleness),
+                    **{k: v for k, v in agent.metrics().items() if not k.startswith("agent/latency")},
                 }
             )
             if cfg.trainer.val_every > 0 and (step % cfg.trainer.val_every == 0 or step == cfg.trainer.steps):
@@ -153,15 +204,31 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
                         "data": stream.state_dict(),
                         "kl_ctl": kl_ctl.state_dict(),
                         "ref_model": ref.state_dict() if ref is not None else None,
+                        # the next step's batch when it was generated ahead (one-step off-policy)
+                        "pending": pending.batch.without_rewards() if pending is not None else None,
                     },
                 )
         save_pretrained(model, tok, run_dir / "checkpoints" / "final" / "model")
     finally:
         bar.close()
         log.close()
+        agent.close()
         rewarder.close()
     plot_curves(run_dir)
     return last
+
+
+@dataclass
+class Rollout:
+    """A generated batch and the agent's ticket for its rewards."""
+
+    batch: Batch
+    ticket: Ticket
+
+
+def _merge(acc: dict[str, list[float]], m: dict[str, float]) -> None:
+    for k, v in m.items():
+        acc.setdefault(k, []).append(v)
 
 
 def rollout(model: Any, tok: Any, stream: PromptStream, cfg: Config, step: int) -> Batch:
@@ -184,21 +251,6 @@ def rollout(model: Any, tok: Any, stream: PromptStream, cfg: Config, step: int) 
         process.compute_prefix_values(model, tok, batch, cfg.process)
         batch.extra["time/process_s"] = time.perf_counter() - t0
     return batch
-
-
-def mini_batches(batch: Batch, size: int, epochs: int) -> list[Batch]:
-    """Whole groups per mini-batch (so group baselines stay exact), ``epochs`` passes in order."""
-    if size <= 0 or size >= len(batch):
-        return [batch] * epochs
-    groups: dict[int, list[int]] = {}
-    for i, g in enumerate(batch.group_B.tolist()):
-        groups.setdefault(g, []).append(i)
-    chunks: list[list[int]] = [[]]
-    for members in groups.values():
-        if chunks[-1] and len(chunks[-1]) + len(members) > size:
-            chunks.append([])
-        chunks[-1].extend(members)
-    return [batch.select(c) for _ in range(epochs) for c in chunks]
 
 
 def batch_metrics(batch: Batch) -> dict[str, float]:

@@ -71,9 +71,15 @@ def policy_update(
     cfg: Config,
     kl_ctl: KLController,
     *,
-    temperature: float,
+    proximal: bool = False,
 ) -> dict[str, float]:
-    """Advantages for one mini-batch (whole groups), then one optimiser step on the policy loss."""
+    """Advantages for one mini-batch (whole groups), then one optimiser step on the policy loss.
+
+    ``proximal``: the policy has moved since the batch was generated (stale data, a later epoch);
+    the current policy's log-probs are then computed first, as the proximal policy of the decoupled
+    PPO objective (losses that do not use it ignore it).
+    """
+    temperature = cfg.rollout.temperature
     mask = batch.response_mask_BT
     ids = torch.cat([batch.prompt_ids_BP, batch.response_ids_BT], 1)
     attn = torch.cat([batch.prompt_mask_BP, mask], 1).long()
@@ -83,6 +89,10 @@ def policy_update(
     if ref_model is not None:
         with torch.no_grad():
             ref_logp, _ = token_logprobs(ref_model, ids, attn, n_response=T, temperature=temperature)
+    prox_logp = None
+    if proximal:
+        with torch.no_grad():
+            prox_logp, _ = token_logprobs(model, ids, attn, n_response=T, temperature=temperature)
     outcome_BT = ch.outcome_BT
     if cfg.loss.kl_in_reward and ref_logp is not None:
         outcome_BT, kl_now = apply_kl_penalty(
@@ -117,6 +127,7 @@ def policy_update(
         mask_BT=live,
         ref_logp_BT=ref_logp,
         entropy_BT=ent,
+        prox_logp_BT=prox_logp,
         kl_coef=kl_ctl.value,
     )
     opt.zero_grad(set_to_none=True)
@@ -133,5 +144,6 @@ def policy_update(
     metrics["adv/abs_mean"] = float(masked_mean(adv.adv_BT.abs(), live))
     if "kl_ref" in metrics:
         metrics["kl"] = metrics["kl_ref"]
-        kl_ctl.update(metrics["kl_ref"], n_steps=len(batch))
+    if "kl_in_reward" in metrics or "kl_ref" in metrics:
+        kl_ctl.update(metrics.get("kl_in_reward", metrics.get("kl_ref", 0.0)), n_steps=len(batch))
     return metrics
