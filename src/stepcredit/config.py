@@ -37,6 +37,14 @@ class TinyModelConfig:
     """Width of the MLP."""
     max_position_embeddings: int = 512
     """Longest sequence (prompt + response) the model accepts."""
+    tokenizer: str = "char"
+    """``char`` (one token per character) or ``bpe`` (a small BPE trained offline on arith text)."""
+    bpe_vocab_size: int = 400
+    """Vocabulary size of the ``bpe`` tokenizer."""
+
+    def __post_init__(self) -> None:
+        _check(self.tokenizer in ("char", "bpe"), "model.tiny.tokenizer", "char or bpe")
+        _check(self.bpe_vocab_size >= 128, "model.tiny.bpe_vocab_size", "must be >= 128")
 
 
 @dataclass(frozen=True)

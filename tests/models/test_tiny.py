@@ -53,3 +53,15 @@ def test_left_padding_does_not_change_logprobs() -> None:
     mask = torch.cat([torch.zeros(1, 4, dtype=torch.long), torch.ones_like(ids)], 1)
     lp2, _ = token_logprobs(model, padded, mask, n_response=3)
     assert torch.allclose(lp1, lp2, atol=1e-5)
+
+
+def test_bpe_tokenizer_is_deterministic_and_exact() -> None:
+    from stepcredit.models import build_tokenizer
+
+    a, b = build_tokenizer("bpe"), build_tokenizer("bpe")
+    assert a.get_vocab() == b.get_vocab() and len(a) == 400
+    text = "Let me start with 13. But 13 - 2 = 11.\nThe answer is 11."
+    ids = a(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) < len(text) / 2  # words and numbers are single tokens
+    assert a.decode(ids) == text
+    assert [a.pad_token_id, a.bos_token_id, a.eos_token_id] == [0, 1, 2]  # the ids the model config assumes

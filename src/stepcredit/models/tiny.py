@@ -27,15 +27,10 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer() -> Any:
-    """A character-level fast tokenizer (vocabulary: specials + printable ASCII + newline + tab)."""
-    from tokenizers import Tokenizer, decoders, models
+def _wrap(core: Any) -> Any:
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     core.add_special_tokens(SPECIAL_TOKENS)
-    core.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core,
         bos_token="<s>",
@@ -47,6 +42,52 @@ def build_tokenizer() -> Any:
     tok.chat_template = CHAT_TEMPLATE
     tok.padding_side = "left"
     return tok
+
+
+def build_tokenizer(kind: str = "char", *, vocab_size: int = 400) -> Any:
+    """The built-in tokenizer: ``char`` (one token per character) or ``bpe`` (see below)."""
+    if kind == "bpe":
+        return build_bpe_tokenizer(vocab_size)
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    core.decoder = decoders.Fuse()
+    return _wrap(core)
+
+
+def build_bpe_tokenizer(vocab_size: int = 400) -> Any:
+    """A small BPE tokenizer trained, deterministically and offline, on a fixed corpus of ``arith``
+    problems and traces (seed and settings independent of the run's data).
+
+    Words and numbers become single tokens ("▁13.", "▁answer"), so sequences are ~4x shorter than
+    with the character tokenizer, which makes generation and training on a CPU that much cheaper.
+    Every printable ASCII character stays in the vocabulary, so any ASCII text still encodes; other
+    characters map to ``<unk>``. Spaces are kept as ``▁`` (Metaspace), so offsets and decoding are exact.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from stepcredit.config import ArithConfig
+    from stepcredit.data.arith import make_rows
+
+    rows = make_rows(
+        ArithConfig(min_steps=1, max_steps=6, max_operand=20, mistake_prob=0.3),
+        3000,
+        seed=12345,
+        split="tokenizer",
+    )
+    corpus = [r["prompt"][0]["content"] for r in rows] + [r["extra_info"]["solution"] for r in rows]
+    core = Tokenizer(models.BPE(unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
+    core.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never")
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=[*CHARS, "▁"],
+        show_progress=False,
+    )
+    core.train_from_iterator(corpus, trainer)
+    return _wrap(core)
 
 
 def build_tiny_model(
@@ -79,7 +120,7 @@ def build_tiny_model(
 
 def build_tiny(cfg: TinyModelConfig, *, seed: int = 0, attn_implementation: str = "sdpa") -> tuple[Any, Any]:
     """(model, tokenizer) of the built-in tiny model."""
-    tok = build_tokenizer()
+    tok = build_tokenizer(cfg.tokenizer, vocab_size=cfg.bpe_vocab_size)
     model = build_tiny_model(cfg, vocab_size=len(tok), seed=seed, attn_implementation=attn_implementation)
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
