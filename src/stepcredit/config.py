@@ -88,6 +88,21 @@ class ArithConfig:
 
 
 @dataclass(frozen=True)
+class DomainDataConfig:
+    """One domain of a multi-domain run: where its prompts come from and the tag they carry."""
+
+    task: str = ""
+    """A built-in task name (``arith``, ``code``) or ``files``; empty = ``files`` when ``train_files`` is set."""
+    train_files: tuple[str, ...] = ()
+    """verl-style parquet or jsonl files of the domain's training prompts (``task=files``)."""
+    val_files: tuple[str, ...] = ()
+    """verl-style parquet or jsonl files of the domain's validation prompts (``task=files``)."""
+    tag: str = ""
+    """Tag of every row (validation reports ``val/accuracy/{tag}``); empty = the row's own tag
+    (``extra_info.tag``, else its data_source)."""
+
+
+@dataclass(frozen=True)
 class DataConfig:
     task: str = "arith"
     """A built-in task name (``arith``), or ``files`` to read ``train_files``/``val_files``."""
@@ -103,10 +118,42 @@ class DataConfig:
     """Number of validation prompts."""
     seed: int = 0
     """Seed of the generated data (independent of the trainer's seed)."""
+    domains: dict[str, DomainDataConfig] = field(default_factory=dict)
+    """Multi-domain training: domain name -> its data and tag; rows keep the domain name, by which
+    ``reward.domains`` routes and weights them. Empty = one domain from ``task``."""
+    domain_interleave_probs: dict[str, float] = field(default_factory=dict)
+    """Each domain's share of a step's prompts, in the order of ``domains`` (floor of share x prompts;
+    the last domain takes the remainder); must sum to 1. Empty = equal shares."""
 
     def __post_init__(self) -> None:
         _check(self.val_size >= 0, "data.val_size", "must be >= 0")
         _check(self.train_size > 0, "data.train_size", "must be > 0")
+        for name, d in self.domains.items():
+            _check(
+                bool(d.task or d.train_files),
+                f"data.domains.{name}",
+                "the domain has no data (set its task to a built-in task or give train_files)",
+            )
+            _check(
+                d.task not in ("", "files") or bool(d.train_files),
+                f"data.domains.{name}.train_files",
+                "task=files needs at least one file",
+            )
+        if self.domain_interleave_probs:
+            _check(bool(self.domains), "data.domain_interleave_probs", "needs data.domains")
+            for name, p in self.domain_interleave_probs.items():
+                _check(
+                    name in self.domains,
+                    f"data.domain_interleave_probs.{name}",
+                    f"not a domain of data.domains ({', '.join(self.domains)})",
+                )
+                _check(p >= 0, f"data.domain_interleave_probs.{name}", "must be >= 0")
+            missing = [d for d in self.domains if d not in self.domain_interleave_probs]
+            _check(
+                not missing, "data.domain_interleave_probs", f"no share for domain(s) {', '.join(missing)}"
+            )
+            total = sum(self.domain_interleave_probs.values())
+            _check(abs(total - 1.0) < 1e-6, "data.domain_interleave_probs", f"must sum to 1, got {total:g}")
 
 
 # --------------------------------------------------------------------------------------- rollout
@@ -479,6 +526,93 @@ class AlgorithmConfig:
         _check(self.process_weight >= 0, "algorithm.process_weight", "must be >= 0")
 
 
+@dataclass(frozen=True)
+class OutcomeProcessConfig:
+    """Processing of one domain's outcome scores before its estimator, in this order: masking,
+    normalisation ``(score - mean) / (std + algorithm.eps)``, clipping, scaling."""
+
+    mask_truncated: bool = False
+    """Mask responses that hit ``rollout.max_new_tokens`` (no loss, not in group baselines)."""
+    mean: str = "none"
+    """Mean subtracted: ``batch`` (the domain's valid scores in the processed batch), ``group`` (the
+    response's group), ``running`` (every valid score of the domain so far) or ``none``."""
+    std: str = "none"
+    """Std divided by (population std, same choices as ``mean``; ``none`` = 1)."""
+    clip: float = 0.0
+    """Clip the normalised score to [-clip, clip] (0 = no clipping)."""
+    scale: float = 1.0
+    """Multiply the (clipped) score by this."""
+
+    def __post_init__(self) -> None:
+        modes = ("batch", "group", "running", "none")
+        _check(self.mean in modes, "postprocess.outcome.mean", "batch, group, running or none")
+        _check(self.std in modes, "postprocess.outcome.std", "batch, group, running or none")
+        _check(self.clip >= 0, "postprocess.outcome.clip", "must be >= 0 (0 disables clipping)")
+
+
+@dataclass(frozen=True)
+class DynamicSamplingConfig:
+    """Drop groups whose outcome scores carry no signal and refill the batch with more prompts (DAPO)."""
+
+    enabled: bool = False
+    """Filter groups (needs ``pipeline.mini_batch=0`` and no one-step off-policy)."""
+    criterion: str = "std"
+    """``std``: drop groups whose valid scores are all equal; ``mean_bounds``: keep only groups with
+    ``mean_low < mean score < mean_high``."""
+    mean_low: float = 0.0
+    """Lower bound (exclusive) of a kept group's mean score (``criterion=mean_bounds``)."""
+    mean_high: float = 1.0
+    """Upper bound (exclusive) of a kept group's mean score (``criterion=mean_bounds``)."""
+    max_extra_batches: int = 0
+    """Extra rollouts of ``rollout.prompts_per_step`` prompts drawn at most per step to refill the batch."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.criterion in ("std", "mean_bounds"),
+            "postprocess.dynamic_sampling.criterion",
+            "std or mean_bounds",
+        )
+        _check(self.mean_low < self.mean_high, "postprocess.dynamic_sampling.mean_low", "must be < mean_high")
+        _check(self.max_extra_batches >= 0, "postprocess.dynamic_sampling.max_extra_batches", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class PostprocessConfig:
+    """Reward processing between scoring and the estimator (process rewards keep ``process.*``)."""
+
+    outcome: OutcomeProcessConfig = field(default_factory=OutcomeProcessConfig)
+    """Outcome-score processing of every domain without its own entry in ``domains``."""
+    domains: dict[str, OutcomeProcessConfig] = field(default_factory=dict)
+    """Per-domain outcome processing (replaces ``outcome`` for that domain)."""
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    """Dropping zero-signal groups and refilling the batch."""
+
+    def for_domain(self, domain: str) -> OutcomeProcessConfig:
+        """The outcome processing of ``domain``."""
+        return self.domains.get(domain, self.outcome)
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    """The value model (used when ``algorithm.use_critic=true``): a copy of the policy's backbone with a
+    scalar head, trained on the estimator's returns with the clipped value loss."""
+
+    lr: float = 1e-4
+    """AdamW learning rate of the critic."""
+    value_clip: float = 0.5
+    """Clip range of the new value around the rollout's value (PPO's clipped value loss); 0 = no clip."""
+    warmup: int = 0
+    """First RL steps in which only the critic trains (the policy's weights do not change)."""
+    grad_clip: float = 1.0
+    """Clip the critic's gradient norm to this value (0 disables)."""
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, "critic.lr", "must be > 0")
+        _check(self.value_clip >= 0, "critic.value_clip", "must be >= 0")
+        _check(self.warmup >= 0, "critic.warmup", "must be >= 0")
+        _check(self.grad_clip >= 0, "critic.grad_clip", "must be >= 0")
+
+
 # ------------------------------------------------------------------------------------------ loss
 @dataclass(frozen=True)
 class LossConfig:
@@ -536,6 +670,8 @@ class OptimConfig:
     """AdamW betas."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value (0 disables)."""
+    warmup_steps: int = 10
+    """RL steps over which the learning rate rises linearly from lr/warmup_steps to lr."""
 
     def __post_init__(self) -> None:
         _check(self.lr > 0, "optim.lr", "must be > 0")
@@ -621,6 +757,10 @@ class Config:
     """Training-free process rewards."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     """Advantage estimation."""
+    postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
+    """Per-domain outcome processing (masking, normalisation, clipping, scaling) and dynamic sampling."""
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    """The value model (when ``algorithm.use_critic``)."""
     loss: LossConfig = field(default_factory=LossConfig)
     """Policy loss, KL and entropy terms."""
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stepcredit.config import DataConfig
-from stepcredit.data import arith
+from stepcredit.data import arith, codegen
 from stepcredit.data.io import read_rows, read_samples, row_to_sample, write_rows
 from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
@@ -28,6 +28,16 @@ def _arith(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
 
     train = arith.make_rows(cfg.arith, cfg.train_size, seed=cfg.seed, split="train")
     val = arith.make_rows(cfg.arith, cfg.val_size, seed=cfg.seed, split="val")
+    return conv(train, "train"), conv(val, "val")
+
+
+@TASKS.register("code")
+def _code(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
+    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
+        return [row_to_sample(r, f"code:{split}:{i}") for i, r in enumerate(rows)]
+
+    train = codegen.make_rows(cfg.train_size, seed=cfg.seed, split="train")
+    val = codegen.make_rows(cfg.val_size, seed=cfg.seed, split="val")
     return conv(train, "train"), conv(val, "val")
 
 

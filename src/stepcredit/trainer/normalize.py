@@ -1,0 +1,157 @@
+"""Per-domain processing of outcome scores before the estimator, and dynamic sampling's group filter.
+
+Order per domain (each step optional, :class:`~stepcredit.config.OutcomeProcessConfig`): mask
+truncated responses, normalise ``(s - mean) / (std + eps)`` with mean and std each from the batch, the
+group, running statistics or none, clip to ``[-clip, clip]``, scale. Statistics are over valid
+scores only (a masked response never moves a baseline); stds are population stds. Running
+statistics are exact cumulative moments per domain (Welford), updated with the batch's valid scores
+before they are used (as ROLL's ``RunningMoments``), and saved in checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from stepcredit.config import OutcomeProcessConfig, PostprocessConfig
+
+
+class RunningStats:
+    """Cumulative count, mean and M2 of every valid outcome score seen, per domain (Welford 1962)."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, tuple[int, float, float]] = {}
+
+    def update(self, domain: str, x: torch.Tensor) -> None:
+        n, mean, m2 = self.stats.get(domain, (0, 0.0, 0.0))
+        for v in x.double().tolist():
+            n += 1
+            d = v - mean
+            mean += d / n
+            m2 += d * (v - mean)
+        self.stats[domain] = (n, mean, m2)
+
+    def mean_std(self, domain: str) -> tuple[float, float]:
+        """(mean, population std) of ``domain``; (0, 1) before any score was seen."""
+        n, mean, m2 = self.stats.get(domain, (0, 0.0, 0.0))
+        if n == 0:
+            return 0.0, 1.0
+        return mean, math.sqrt(m2 / n)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {d: list(v) for d, v in self.stats.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stats = {d: (int(v[0]), float(v[1]), float(v[2])) for d, v in state.items()}
+
+
+def _group_mean_std(
+    score_B: torch.Tensor, valid_B: torch.Tensor, group_B: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per response, the (mean, population std) of its group's valid scores (0, 0 for no valid member)."""
+    _, gid = torch.unique(group_B, return_inverse=True)
+    k = int(gid.max()) + 1 if gid.numel() else 0
+    w = valid_B.double()
+    x = torch.where(valid_B, score_B.double(), torch.zeros((), dtype=torch.float64))
+    cnt = torch.zeros(k, dtype=torch.float64).index_add_(0, gid, w).clamp(min=1)
+    mean = torch.zeros(k, dtype=torch.float64).index_add_(0, gid, x) / cnt
+    dev = (x - mean[gid]) * w
+    var = torch.zeros(k, dtype=torch.float64).index_add_(0, gid, dev * dev) / cnt
+    return mean[gid], var.sqrt()[gid]
+
+
+def normalize_outcomes(
+    score_B: torch.Tensor,
+    valid_B: torch.Tensor,
+    group_B: torch.Tensor,
+    *,
+    mean: str,
+    std: str,
+    eps: float,
+    running: tuple[float, float] = (0.0, 1.0),
+) -> torch.Tensor:
+    """``(s - mu) / (sigma + eps)`` with mu and sigma each from ``batch`` (valid scores of these
+    responses), ``group`` (valid scores of the response's group), ``running`` (the given moments) or
+    ``none`` (mu = 0, sigma = 1 with no eps). Invalid responses get 0."""
+    x = score_B.double()
+    if not bool(valid_B.any()):
+        return torch.zeros_like(score_B)
+    v = x[valid_B]
+    g_mean, g_std = _group_mean_std(score_B, valid_B, group_B) if "group" in (mean, std) else (x, x)
+    stats = {
+        "batch": (v.mean().expand_as(x), v.std(unbiased=False).expand_as(x)),
+        "group": (g_mean, g_std),
+        "running": (torch.full_like(x, running[0]), torch.full_like(x, running[1])),
+    }
+    mu = stats[mean][0] if mean != "none" else torch.zeros_like(x)
+    out = x - mu
+    if std != "none":
+        out = out / (stats[std][1] + eps)
+    return torch.where(valid_B, out, torch.zeros_like(out)).to(score_B.dtype)
+
+
+def is_noop(c: OutcomeProcessConfig) -> bool:
+    """True when ``c`` leaves scores and masks as they are."""
+    return not c.mask_truncated and c.mean == c.std == "none" and c.clip == 0 and c.scale == 1.0
+
+
+def process_outcomes(
+    score_B: torch.Tensor,
+    valid_B: torch.Tensor,
+    *,
+    group_B: torch.Tensor,
+    domain_B: list[str],
+    truncated_B: torch.Tensor,
+    cfg: PostprocessConfig,
+    eps: float,
+    running: RunningStats,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(score_B, valid_B) after each domain's masking, normalisation, clipping and scaling."""
+    score_B, valid_B = score_B.clone(), valid_B.clone()
+    for d in dict.fromkeys(domain_B):
+        c = cfg.for_domain(d)
+        if is_noop(c):
+            continue
+        rows = torch.tensor([x == d for x in domain_B], dtype=torch.bool)
+        if c.mask_truncated:
+            valid_B &= ~(rows & truncated_B.bool())
+        s, v = score_B[rows], valid_B[rows]
+        if "running" in (c.mean, c.std):
+            running.update(d, s[v])
+        s = normalize_outcomes(
+            s, v, group_B[rows], mean=c.mean, std=c.std, eps=eps, running=running.mean_std(d)
+        )
+        if c.clip > 0:
+            s = s.clamp(-c.clip, c.clip)
+        score_B[rows] = s * c.scale
+    return score_B, valid_B
+
+
+def zero_signal_groups(
+    score_B: torch.Tensor,
+    valid_B: torch.Tensor,
+    group_B: torch.Tensor,
+    *,
+    criterion: str,
+    mean_low: float = 0.0,
+    mean_high: float = 1.0,
+) -> set[int]:
+    """Group ids to drop: ``std`` -> every valid score of the group is equal (or none is valid);
+    ``mean_bounds`` -> the group's mean valid score is not strictly inside (mean_low, mean_high)."""
+    by_group: dict[int, list[float]] = {}
+    for g, s, ok in zip(group_B.tolist(), score_B.tolist(), valid_B.tolist(), strict=True):
+        by_group.setdefault(int(g), [])
+        if ok:
+            by_group[int(g)].append(float(s))
+    drop = set()
+    for g, xs in by_group.items():
+        if not xs:
+            drop.add(g)
+        elif criterion == "std":
+            if max(xs) - min(xs) <= 1e-9:
+                drop.add(g)
+        elif not mean_low < sum(xs) / len(xs) < mean_high:
+            drop.add(g)
+    return drop
