@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import tempfile
 import time
@@ -224,6 +225,8 @@ def main() -> None:
 
     torch.set_num_threads(2)
     setup_runtime()
+    # math-verify warns on every slow-path call made off the main thread (the agent's threads).
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
     names = ["baseline", *[n for n in RUNS if n != "baseline" and (not args.only or n in args.only)]]
     with tempfile.TemporaryDirectory(prefix="async_reward_") as tmp:
         work = args.workdir or Path(tmp)
