@@ -78,6 +78,9 @@ class ArithConfig:
     """Largest number a problem starts with or adds/subtracts."""
     mistake_prob: float = 0.15
     """Share of SFT traces that make a mistake and correct it."""
+    teacher_error_prob: float = 0.0
+    """Share of SFT traces whose slip the (noisy) teacher does not correct, so their final answer is
+    wrong: an SFT policy imitates that habit and RL with the verifier has to unlearn it."""
 
     def __post_init__(self) -> None:
         _check(
@@ -85,6 +88,7 @@ class ArithConfig:
         )
         _check(self.max_operand >= 1, "data.arith.max_operand", "must be >= 1")
         _check(0.0 <= self.mistake_prob <= 1.0, "data.arith.mistake_prob", "must be in [0, 1]")
+        _check(0.0 <= self.teacher_error_prob <= 1.0, "data.arith.teacher_error_prob", "must be in [0, 1]")
 
 
 @dataclass(frozen=True)

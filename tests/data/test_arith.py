@@ -43,3 +43,13 @@ def test_difficulty_knob() -> None:
     assert all(r["extra_info"]["steps"] == 1 for r in easy)
     assert all(r["extra_info"]["steps"] == 5 for r in hard)
     assert all(r["prompt"][0]["content"].count("Then ") == 5 for r in hard)
+
+
+def test_noisy_teacher_leaves_wrong_answers() -> None:
+    rows = make_rows(ArithConfig(teacher_error_prob=0.3), 1000, seed=0, split="train")
+    wrong = [r for r in rows if not r["extra_info"]["solution"].endswith(f"is {r['reward_model']['ground_truth']}.")]
+    assert 0.25 < len(wrong) / len(rows) < 0.35
+    for r in wrong:  # the slip is carried on: the trace is self-consistent but its answer is off
+        sol = r["extra_info"]["solution"]
+        assert sol.endswith(f"The answer is {_eval_trace(sol)}.")
+        assert _eval_trace(sol) != int(r["reward_model"]["ground_truth"])

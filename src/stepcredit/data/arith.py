@@ -84,15 +84,28 @@ def make_problem(rng: random.Random, cfg: ArithConfig) -> ArithProblem:
     return ArithProblem(name=name, item=item, start=start, ops=tuple(ops))
 
 
-def reference_trace(p: ArithProblem, rng: random.Random, *, mistake_prob: float) -> str:
-    """A natural chain-of-thought for ``p``, sometimes with a slip that is noticed and corrected."""
+def reference_trace(
+    p: ArithProblem, rng: random.Random, *, mistake_prob: float, teacher_error_prob: float = 0.0
+) -> str:
+    """A natural chain-of-thought for ``p``, sometimes with a slip that is noticed and corrected.
+
+    With probability ``teacher_error_prob`` the teacher slips and does not notice: the wrong value is
+    carried on and the final answer is wrong (a noisy demonstration). Draws from ``rng`` happen in the
+    same order whatever the probabilities, except for that one extra draw when it is non-zero.
+    """
     out = [f"Let me start with {p.start}."]
     v = p.start
     slip_at = rng.randrange(len(p.ops)) if rng.random() < mistake_prob else -1
+    silent_at = -1
+    if teacher_error_prob > 0 and rng.random() < teacher_error_prob:
+        silent_at = rng.randrange(len(p.ops))
     for i, (sign, n, _) in enumerate(p.ops):
         new = v + n if sign == "+" else v - n
         lead = "So" if sign == "+" else "But"
-        if i == slip_at:
+        if i == silent_at:
+            new = new + 1 if new == 0 or rng.random() < 0.5 else new - 1
+            out.append(f"{lead} {v} {sign} {n} = {new}.")
+        elif i == slip_at:
             wrong = new + rng.choice([-1, 1]) if new > 0 else new + 1
             out.append(f"{lead} {v} {sign} {n} = {wrong}.")
             fix = rng.choice(["Wait,", "Actually,"])
@@ -114,7 +127,9 @@ def make_rows(cfg: ArithConfig, n: int, *, seed: int, split: str) -> list[dict[s
     rows = []
     for i in range(n):
         p = make_problem(rng, cfg)
-        trace = reference_trace(p, rng, mistake_prob=cfg.mistake_prob)
+        trace = reference_trace(
+            p, rng, mistake_prob=cfg.mistake_prob, teacher_error_prob=cfg.teacher_error_prob
+        )
         rows.append(
             {
                 "data_source": DATA_SOURCE,
