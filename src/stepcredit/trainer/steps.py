@@ -245,7 +245,7 @@ def critic_update(
         gn = float(torch.nn.utils.clip_grad_norm_(critic.model.parameters(), clip))
         critic.opt.step()
     return {
-        "critic/value_loss": float(loss),
+        "critic/value_loss": float(loss.detach()),
         "critic/grad_norm": gn,
         "critic/values_mean": float(masked_mean(v.detach(), live_BT)),
         "critic/returns_mean": float(masked_mean(returns_BT.float(), live_BT)),

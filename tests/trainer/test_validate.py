@@ -1,0 +1,44 @@
+"""Validation accuracy per tag equals a manual count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stepcredit.reward import Rewarder
+from stepcredit.trainer import validate as val_mod
+from stepcredit.types import Sample
+
+
+def test_per_tag_accuracy_matches_a_manual_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    tags = ["easy", "easy", "easy", "hard", "hard", "gsm"]
+    truths = ["1", "2", "3", "4", "5", "6"]
+    answers = ["1", "2", "0", "4", "0", "0"]  # easy 2/3, hard 1/2, gsm 0/1; overall 3/6
+    samples = [
+        Sample(prompt=({"role": "user", "content": f"q{i}"},), ground_truth=t, data_source="arith", tag=g)
+        for i, (g, t) in enumerate(zip(tags, truths, strict=True))
+    ]
+    texts = [f"So it is. The answer is {a}." for a in answers]
+
+    class Out:
+        def __init__(self, n: int, start: int) -> None:
+            self.texts = texts[start : start + n]
+
+    calls: list[int] = []
+
+    def fake_generate(model: Any, tok: Any, part: list[Sample], **kw: Any) -> Out:
+        start = sum(calls)
+        calls.append(len(part))
+        return Out(len(part), start)
+
+    monkeypatch.setattr(val_mod, "generate", fake_generate)
+    with Rewarder() as r:
+        m, rows = val_mod.validate(None, None, samples, r, max_new_tokens=8, chunk=4)
+    manual: dict[str, list[bool]] = {}
+    for g, t, a in zip(tags, truths, answers, strict=True):
+        manual.setdefault(g, []).append(t == a)
+    for g, v in manual.items():
+        assert m[f"val/accuracy/{g}"] == pytest.approx(sum(v) / len(v))
+    assert m["val/accuracy"] == pytest.approx(0.5)
+    assert [row["score"] for row in rows] == [1.0, 1.0, 0.0, 1.0, 0.0, 0.0]
