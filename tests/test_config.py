@@ -30,16 +30,16 @@ def test_every_field_has_a_docstring() -> None:
 
 
 def test_unknown_key_lists_close_keys() -> None:
-    with pytest.raises(ConfigError, match="trainer.steps"):
+    with pytest.raises(ConfigError, match=r"trainer\.steps"):
         apply_overrides({}, ["trainer.stepz=3"])
-    with pytest.raises(ConfigError, match="unknown config key rollout.nn"):
+    with pytest.raises(ConfigError, match=r"unknown config key rollout\.nn"):
         C.from_dict({"rollout": {"nn": 3}})
 
 
 def test_types_are_checked() -> None:
-    with pytest.raises(ConfigError, match="rollout.n"):
+    with pytest.raises(ConfigError, match=r"rollout\.n"):
         C.from_dict({"rollout": {"n": "many"}})
-    with pytest.raises(ConfigError, match="rollout.temperature"):
+    with pytest.raises(ConfigError, match=r"rollout\.temperature"):
         C.from_dict({"rollout": {"temperature": -1}})
 
 

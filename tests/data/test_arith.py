@@ -47,7 +47,11 @@ def test_difficulty_knob() -> None:
 
 def test_noisy_teacher_leaves_wrong_answers() -> None:
     rows = make_rows(ArithConfig(teacher_error_prob=0.3), 1000, seed=0, split="train")
-    wrong = [r for r in rows if not r["extra_info"]["solution"].endswith(f"is {r['reward_model']['ground_truth']}.")]
+    wrong = [
+        r
+        for r in rows
+        if not r["extra_info"]["solution"].endswith(f"is {r['reward_model']['ground_truth']}.")
+    ]
     assert 0.25 < len(wrong) / len(rows) < 0.35
     for r in wrong:  # the slip is carried on: the trace is self-consistent but its answer is off
         sol = r["extra_info"]["solution"]

@@ -41,12 +41,12 @@ def test_seeded_init_and_missing_path() -> None:
     a, _ = load_policy(SMALL, seed=0)
     b, _ = load_policy(SMALL, seed=0)
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
-    with pytest.raises(UserError, match="model.path"):
+    with pytest.raises(UserError, match=r"model\.path"):
         load_policy(ModelConfig(path="/no/such/model"))
 
 
 def test_left_padding_does_not_change_logprobs() -> None:
-    model, tok = load_policy(SMALL, seed=0)
+    model, _ = load_policy(SMALL, seed=0)
     ids = torch.tensor([[5, 40, 41, 42, 43, 44]])
     lp1, _ = token_logprobs(model, ids, torch.ones_like(ids), n_response=3)
     padded = torch.cat([torch.zeros(1, 4, dtype=torch.long), ids], 1)
