@@ -13,6 +13,9 @@ runs starts from it and trains ``--steps`` RL steps with the same seed, through
 * ``off_policy``: ``pipeline.one_step_off_policy=true`` (generate step t+1 during step t's reward wait);
 * ``both``.
 
+All four use ``--loss`` (default ``decoupled_ppo``: the off-policy runs need a loss that corrects for
+stale data, and on fresh data it is PPO's clipped objective), so only the schedule differs.
+
 Reported: wall time of each ``train`` call (validation is left out of the runs: the final models are
 validated afterwards with the plain math verifier, greedy, on ``data.val_size`` prompts), the
 reduction of ``both`` against the baseline, the ideal reduction ``1 - sum max(G+T, R) / sum (G+T+R)``
@@ -128,6 +131,7 @@ def base_config(args: argparse.Namespace) -> dict[str, Any]:
             f"reward.agent.max_concurrency={args.concurrency or b}",
             f"reward.agent.max_in_flight={max(args.concurrency or b, 2 * b)}",
             f"reward.timeout_s={args.max_s + 30}",
+            f"loss.name={args.loss}",
             *args.overrides,
         ],
     )
@@ -216,6 +220,14 @@ def main() -> None:
     p.add_argument("--sft-steps", type=int, default=-1, help="SFT warm-up steps (-1 = the preset's)")
     p.add_argument("--preset", default="default", help="config preset the runs start from")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--loss",
+        default="decoupled_ppo",
+        help="policy loss of all four runs (off-policy needs a correcting one; on-policy it equals ppo_clip)",
+    )
+    p.add_argument(
+        "--init", type=Path, help="start from this saved model instead of training the SFT warm-up"
+    )
     p.add_argument("--only", nargs="*", choices=list(RUNS), help="run a subset (the baseline is always run)")
     p.add_argument("--workdir", type=Path, help="keep the runs here (default: a temporary directory)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every run")
@@ -232,7 +244,7 @@ def main() -> None:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        model_dir = warm_start(args, work)
+        model_dir = args.init or warm_start(args, work)
         sft_s = time.perf_counter() - t0
         out = {n: run(n, args, model_dir, work) for n in names}
 
