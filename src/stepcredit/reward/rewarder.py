@@ -163,10 +163,11 @@ class Rewarder:
             try:
                 entry = resolve_source(sample.data_source)
             except ConfigError:
-                # an unknown data_source falls back to its ability (e.g. ``code`` -> the sandbox)
-                if sample.ability not in REWARDS:
+                # an unknown data_source falls back to its ability where a reward opted in by
+                # registering ``ability:<name>`` (the sandbox: ``ability:code``); otherwise it is an error
+                if f"ability:{sample.ability}" not in REWARDS:
                     raise
-                entry = REWARDS.get(sample.ability)
+                entry = REWARDS.get(f"ability:{sample.ability}")
         return Route(entry, weight, {**c.kwargs.get(entry.name, {}), **extra})
 
     # ------------------------------------------------------------------------------ scoring

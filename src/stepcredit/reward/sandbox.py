@@ -790,7 +790,16 @@ def _register() -> None:
     from stepcredit.reward.base import register_scorer
 
     # VeRL's code data sources (verl.utils.reward_score.default_compute_score) plus our own "code".
-    @register_scorer("code", "codecontests", "apps", "codeforces", "taco", "primeintellect", "livecodebench")
+    @register_scorer(
+        "code",
+        "codecontests",
+        "apps",
+        "codeforces",
+        "taco",
+        "primeintellect",
+        "livecodebench",
+        "ability:code",
+    )
     def make_code_scorer(cfg: Any) -> CodeScorer:
         return CodeScorer(cfg.sandbox)
 
