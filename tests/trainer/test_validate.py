@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from stepcredit.reward import Rewarder
 from stepcredit.trainer import validate as val_mod
@@ -24,6 +25,7 @@ def test_per_tag_accuracy_matches_a_manual_count(monkeypatch: pytest.MonkeyPatch
     class Out:
         def __init__(self, n: int, start: int) -> None:
             self.texts = texts[start : start + n]
+            self.response_mask_BT = torch.ones(n, 3, dtype=torch.bool)
 
     calls: list[int] = []
 

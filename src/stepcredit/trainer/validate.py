@@ -29,12 +29,14 @@ def validate(
     if not samples:
         return {}, []
     texts: list[str] = []
+    n_tokens: list[int] = []
     for i in range(0, len(samples), chunk):
         part = samples[i : i + chunk]
         b = generate(
             model, tok, part, n=1, max_new_tokens=max_new_tokens, temperature=temperature, with_logprobs=False
         )
         texts.extend(b.texts)
+        n_tokens.extend(b.response_mask_BT.sum(1).tolist())
     results = rewarder.score_batch(samples, texts)
     by_tag: dict[str, list[bool]] = defaultdict(list)
     for s, r in zip(samples, results, strict=True):
@@ -44,7 +46,7 @@ def validate(
     if len(by_tag) > 1 or next(iter(by_tag)) != "default":
         for tag, v in sorted(by_tag.items()):
             metrics[f"val/accuracy/{tag}"] = sum(v) / len(v)
-    metrics["val/response_length/mean"] = sum(len(t) for t in texts) / len(texts)
+    metrics["val/response_length/mean"] = sum(n_tokens) / len(n_tokens)  # tokens, as in training
     rows = [
         {"prompt": s.prompt[-1]["content"], "response": t, "ground_truth": s.ground_truth, "score": r.score}
         for s, t, r in zip(samples, texts, results, strict=True)
