@@ -2,7 +2,7 @@
 # `make test` (set up, then lint, type-check and run the test suite). Both create .venv.
 #
 # torch is installed first and pinned to the local CPU wheel so that nothing pulls a CUDA build on a
-# CPU-only machine. GPU users: `make demo TORCH="torch --index-url https://download.pytorch.org/whl/cu128"`
+# CPU-only machine. GPU users: `make demo TORCH="torch==<version>"` with PIP_INDEX_URL pointing at their CUDA build
 # (or any torch you like), see the README.
 PYTHON ?= python3
 VENV   ?= .venv
