@@ -224,27 +224,39 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
             sampling: dict[str, float] = {}
             # critic warm-up: the critic learns the returns while the policy's weights stay as they are
             train_policy = step > cfg.critic.warmup
+
+            def update(
+                mb: Batch,
+                channels: Channels,
+                *,
+                proximal: bool,
+                upd: dict[str, list[float]] = upd,
+                train_policy: bool = train_policy,
+            ) -> None:
+                """One optimiser step on a mini-batch; ``proximal`` when the policy moved since generation."""
+                _merge(
+                    upd,
+                    policy_update(
+                        model,
+                        ref,
+                        opt,
+                        mb,
+                        channels,
+                        cfg,
+                        kl_ctl,
+                        proximal=proximal,
+                        critic=critic,
+                        update_policy=train_policy,
+                    ),
+                )
+
             if cfg.postprocess.dynamic_sampling.enabled:
                 kept, arrived, sampling = dynamic_sample(current, step)  # waits for every reward first
                 wait_s = sampling.pop("time/reward_wait_s")
                 if kept is not None:
                     mb, channels = reward_channels(kept, cfg, running)
                     for e in range(cfg.pipeline.ppo_epochs):
-                        _merge(
-                            upd,
-                            policy_update(
-                                model,
-                                ref,
-                                opt,
-                                mb,
-                                channels,
-                                cfg,
-                                kl_ctl,
-                                proximal=e > 0 or staleness > 0,
-                                critic=critic,
-                                update_policy=train_policy,
-                            ),
-                        )
+                        update(mb, channels, proximal=e > 0 or staleness > 0)
             else:
                 k = cfg.pipeline.mini_batch or len(current.batch)
                 pulls = agent.stream(current.ticket, k)
@@ -261,38 +273,10 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
                     mb, channels = reward_channels(mb, cfg, running)
                     done.append((mb, channels))
                     for e in range(cfg.pipeline.ppo_epochs if not cfg.pipeline.mini_batch else 1):
-                        _merge(
-                            upd,
-                            policy_update(
-                                model,
-                                ref,
-                                opt,
-                                mb,
-                                channels,
-                                cfg,
-                                kl_ctl,
-                                proximal=e > 0 or staleness > 0,
-                                critic=critic,
-                                update_policy=train_policy,
-                            ),
-                        )
+                        update(mb, channels, proximal=e > 0 or staleness > 0)
                 for _ in range(cfg.pipeline.ppo_epochs - 1 if cfg.pipeline.mini_batch else 0):
                     for mb, channels in done:  # later epochs replay the mini-batches in arrival order
-                        _merge(
-                            upd,
-                            policy_update(
-                                model,
-                                ref,
-                                opt,
-                                mb,
-                                channels,
-                                cfg,
-                                kl_ctl,
-                                proximal=True,
-                                critic=critic,
-                                update_policy=train_policy,
-                            ),
-                        )
+                        update(mb, channels, proximal=True)
             t_upd = time.perf_counter()
             batch = current.batch
             metrics = batch_metrics(Batch.concat(arrived), per_domain=multi)
