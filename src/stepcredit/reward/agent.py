@@ -69,7 +69,7 @@ from stepcredit.reward._agent_backends import (
     failures,
 )
 from stepcredit.reward.base import RewardFn
-from stepcredit.reward.rewarder import Rewarder, Route, build_rewarder
+from stepcredit.reward.rewarder import Rewarder, Route, build_rewarder, run_fast
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
 DEFAULT_CONCURRENCY = {"thread": 16, "ray": 2}
@@ -253,13 +253,8 @@ class RewardAgent:
                 continue
             args = (s.data_source, resp, s.ground_truth, s.extra_info)
             if entry.fast is not None:
-                t0 = time.perf_counter()
-                try:
-                    res = entry.fast(*args, **r.kwargs)
-                except Exception as e:
-                    res = _fail(Status.ERROR, f"{type(e).__name__}: {e}")
+                res = run_fast(entry, args, r.kwargs)
                 if res is not None:
-                    res.latency_s = time.perf_counter() - t0
                     done.append((i, res))
                     continue
             if self._is_batched(entry):

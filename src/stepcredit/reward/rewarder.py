@@ -239,13 +239,8 @@ class Rewarder:
                 continue
             args = (s.data_source, resp, s.ground_truth, s.extra_info)
             if entry.fast is not None:
-                t0 = time.perf_counter()
-                try:
-                    res = entry.fast(*args, **r.kwargs)
-                except Exception as e:
-                    res = _fail(Status.ERROR, f"{type(e).__name__}: {e}")
+                res = run_fast(entry, args, r.kwargs)
                 if res is not None:
-                    res.latency_s = time.perf_counter() - t0
                     results[i] = res
                     continue
             if entry.isolate:
@@ -337,6 +332,19 @@ class Rewarder:
             for i, v in zip(idx, new, strict=True):
                 out[i].info.setdefault("raw_score", out[i].score)
                 out[i].score = v
+
+
+def run_fast(entry: RewardFn, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RewardResult | None:
+    """The entry's inline fast path (None = undecided, go to the slow path); it raising is an error."""
+    assert entry.fast is not None
+    t0 = time.perf_counter()
+    try:
+        res = entry.fast(*args, **kwargs)
+    except Exception as e:
+        res = _fail(Status.ERROR, f"{type(e).__name__}: {e}")
+    if res is not None:
+        res.latency_s = time.perf_counter() - t0
+    return res
 
 
 def _fail(status: Status, message: str, source: str = "") -> RewardResult:
