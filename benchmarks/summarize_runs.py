@@ -12,6 +12,12 @@ import statistics
 from pathlib import Path
 
 
+def _share(rows: list[dict]) -> float:
+    eq = sum(r.get("groups/all_equal_adv_frac", 0.0) for r in rows)
+    moved = sum(r.get("groups/all_equal_nonzero_adv_frac", 0.0) for r in rows)
+    return moved / eq if eq > 0 else float("nan")
+
+
 def summarize(run: Path) -> dict[str, float | str]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     vals = [r for r in rows if isinstance(r.get("val/accuracy"), (int, float))]
@@ -30,6 +36,9 @@ def summarize(run: Path) -> dict[str, float | str]:
         "all_equal_groups_last10": statistics.mean(r.get("groups/all_equal_frac", float("nan")) for r in tail)
         if tail
         else float("nan"),
+        # of the groups with all-equal outcomes (no outcome signal), the share that still got a
+        # non-zero advantage somewhere, over all RL steps (logged since the process-reward runs)
+        "equal_groups_moved_share": _share(rl),
         "wall_s": sum(r.get("time/step_s", 0.0) for r in rl) + sum(r.get("time/sft_s", 0.0) for r in rows),
     }
 

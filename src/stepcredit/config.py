@@ -436,9 +436,11 @@ class ProcessConfig:
     """How V(prefix) is estimated: ``forced_answer_logprob`` (the policy's own log-prob of the gold
     answer) or ``monte_carlo`` (VinePPO: mean verifier reward of sampled continuations)."""
     strategy: str = "packed"
-    """Execution of forced_answer_logprob (same values): ``packed`` (one forward per response),
-    ``kv_packed`` (a causal pass over the response, then all suffixes in one pass over its cache),
-    ``kv_cache`` (reuse the response's cache per prefix) or ``naive`` (one forward per prefix)."""
+    """Execution of forced_answer_logprob (same values): ``packed`` (in training: only the suffixes, over
+    the rollout's own cache; elsewhere ``packed_single`` for short responses, ``kv_packed`` for long),
+    ``packed_single`` (one forward over prompt + response + all suffixes), ``kv_packed`` (a causal
+    pass over the response, then all suffixes in one pass over its cache), ``kv_cache`` (reuse the
+    response's cache per prefix) or ``naive`` (one forward per prefix)."""
     markers: tuple[str, ...] = (
         "Wait,",
         "Alternatively,",
@@ -479,9 +481,9 @@ class ProcessConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.strategy in ("packed", "kv_packed", "kv_cache", "naive"),
+            self.strategy in ("packed", "packed_single", "kv_packed", "kv_cache", "naive"),
             "process.strategy",
-            "packed, kv_packed, kv_cache or naive",
+            "packed, packed_single, kv_packed, kv_cache or naive",
         )
         _check(
             len(self.markers) > 0 and all(m.strip() for m in self.markers),

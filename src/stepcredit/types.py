@@ -101,6 +101,21 @@ class Sample:
         return replace(self, **kw)
 
 
+@dataclass(frozen=True)
+class RolloutCache:
+    """The KV cache of the rollout's forward pass over every prompt + response (the pass that computes
+    the behaviour log-probs), for the process stage to continue from.
+
+    Row ``b`` holds response ``b``: its left-padded prompt starts at column ``starts[b]``, its response
+    at the prompt width, and positions follow the attention mask (the prompt's first token is at
+    position 0). ``width`` is the number of cached columns.
+    """
+
+    cache: Any
+    starts: list[int]
+    width: int
+
+
 @dataclass
 class Batch:
     """What a rollout produces and every later stage reads or extends.
@@ -135,6 +150,9 @@ class Batch:
     prefix_values: list[list[float]] | None = None
     """Per response: V_0 (empty response), V_1, ..., V_S at the episode ends."""
     extra: dict[str, Any] = field(default_factory=dict)
+    kv_cache: RolloutCache | None = None
+    """The rollout's KV cache over prompt + response (``generate(keep_cache=True)``), held only until
+    the process stage has used it: never selected, concatenated or saved."""
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -177,7 +195,7 @@ class Batch:
 
     def without_rewards(self) -> Batch:
         """A copy without reward results (what a checkpoint stores of a batch still being scored)."""
-        return replace(self, rewards=None, extra=dict(self.extra))
+        return replace(self, rewards=None, extra=dict(self.extra), kv_cache=None)
 
     @staticmethod
     def concat(parts: list[Batch]) -> Batch:

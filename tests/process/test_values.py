@@ -10,6 +10,7 @@ import torch
 
 from stepcredit.config import Config, ProcessConfig
 from stepcredit.errors import ConfigError
+from stepcredit.models import token_logprobs
 from stepcredit.process import (
     ValueQuery,
     answer_suffix,
@@ -17,8 +18,9 @@ from stepcredit.process import (
     compute_prefix_values,
     resolve_force_prompt,
 )
+from stepcredit.process import values as values_mod
 from stepcredit.process.values import packed_layout, packed_mask
-from stepcredit.types import Batch
+from stepcredit.types import Batch, RolloutCache, Sample
 
 ROWS = [
     (
@@ -47,10 +49,27 @@ def max_diff(a: list[list[float]], b: list[list[float]]) -> float:
     return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
 
 
+def with_rollout_cache(model: Any, batch: Batch) -> Batch:
+    """The batch with the KV cache of a behaviour log-prob pass over it, as ``generate(keep_cache=True)``
+    leaves it (left-padded prompts, right-padded responses, positions from the mask)."""
+    caches: list[Any] = []
+    ids = torch.cat([batch.prompt_ids_BP, batch.response_ids_BT], 1)
+    att = torch.cat([batch.prompt_mask_BP, batch.response_mask_BT], 1).long()
+    with torch.no_grad():
+        token_logprobs(model, ids, att, n_response=batch.response_ids_BT.shape[1], cache_out=caches)
+    P = batch.prompt_ids_BP.shape[1]
+    batch.kv_cache = RolloutCache(caches[0], (P - batch.prompt_mask_BP.sum(1)).tolist(), ids.shape[1])
+    return batch
+
+
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_strategies_agree(
-    arch: str, attn: str, model_factory: Callable[..., Any], batch_factory: Callable[..., Batch]
+    arch: str,
+    attn: str,
+    model_factory: Callable[..., Any],
+    batch_factory: Callable[..., Batch],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     model, tok = model_factory(arch, attn)
     ref = values(model, tok, batch_factory(tok, ROWS), strategy="naive")
@@ -70,9 +89,63 @@ def test_strategies_agree(
         "packed (two per pass)": values(
             model, tok, batch_factory(tok, ROWS), strategy="packed", max_tokens_per_forward=400
         ),
+        "packed_single": values(model, tok, batch_factory(tok, ROWS), strategy="packed_single"),
+        "packed_single (one response per pass)": values(
+            model, tok, batch_factory(tok, ROWS), strategy="packed_single", max_tokens_per_forward=1
+        ),
+        "packed over the rollout cache": values(
+            model, tok, with_rollout_cache(model, batch_factory(tok, ROWS)), strategy="packed"
+        ),
+        "kv_packed over the rollout cache, one row per pass": values(
+            model,
+            tok,
+            with_rollout_cache(model, batch_factory(tok, ROWS)),
+            strategy="kv_packed",
+            max_tokens_per_forward=1,
+        ),
     }
+    # packed's layout for long responses (two calls) on these short rows
+    monkeypatch.setattr(values_mod, "ONE_CALL_MAX_BODY", 0)
+    got["packed (long-response layout)"] = values(model, tok, batch_factory(tok, ROWS), strategy="packed")
     for name, v in got.items():
         assert max_diff(v, ref) < 1e-4, name
+
+
+def test_rollout_cache_is_used_once_and_must_match_the_batch(
+    model_factory: Callable[..., Any], batch_factory: Callable[..., Batch]
+) -> None:
+    model, tok = model_factory("llama", "sdpa")
+    batch = with_rollout_cache(model, batch_factory(tok, ROWS))
+    values(model, tok, batch)
+    assert batch.kv_cache is None  # freed by the process stage
+    wrong = batch_factory(tok, ROWS)
+    wrong.kv_cache = with_rollout_cache(model, batch_factory(tok, ROWS[:2])).kv_cache
+    with pytest.raises(ValueError, match="holds 2 rows for 4 responses"):
+        values(model, tok, wrong)
+
+
+def test_generate_keeps_the_cache_and_values_match_a_fresh_pass(
+    model_factory: Callable[..., Any],
+) -> None:
+    """Through the real rollout: values continued from generation's own pass equal a fresh packed pass."""
+    from stepcredit.rollout import generate
+
+    model, tok = model_factory("llama", "sdpa")
+    samples = [
+        Sample(prompt=({"role": "user", "content": p},), ground_truth=a, uid=f"g:{i}")
+        for i, (p, _, a) in enumerate(ROWS)
+    ]
+    torch.manual_seed(0)
+    batch = generate(model, tok, samples, n=2, max_new_tokens=40, keep_cache=True)
+    assert batch.kv_cache is not None
+    fresh = batch.select(list(range(len(batch))))
+    assert fresh.kv_cache is None  # select never carries the cache
+    cfg = ProcessConfig(min_episode_tokens=2, max_episode_tokens=8)
+    compute_prefix_values(model, tok, batch, cfg)
+    compute_prefix_values(model, tok, fresh, cfg)
+    assert batch.prefix_values is not None and fresh.prefix_values is not None
+    assert sum(len(v) for v in batch.prefix_values) > len(batch)  # several prefixes per response
+    assert max_diff(batch.prefix_values, fresh.prefix_values) < 1e-4
 
 
 def test_padding_and_batch_composition_do_not_change_values(

@@ -77,17 +77,23 @@ def token_logprobs(
     n_response: int,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    cache_out: list[Any] | None = None,
 ) -> tuple[Any, Any]:
     """Log-probs (and optionally entropies) of the last ``n_response`` tokens of each row.
 
     ``input_ids`` is prompt (left-padded) + response (right-padded); position ids follow the
     attention mask so left padding does not shift positions. Returns ``logp_BT`` and ``entropy_BT``
-    (or None), both ``[B, n_response]``.
+    (or None), both ``[B, n_response]``. With ``cache_out`` (a list) the pass keeps its KV cache and
+    appends it there, for a later pass that continues from these tokens (the process stage's suffixes).
     """
     import torch
 
     pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False)
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=cache_out is not None
+    )
+    if cache_out is not None:
+        cache_out.append(out.past_key_values)
     logits = out.logits[:, -n_response - 1 : -1, :].float()
     if temperature != 1.0:
         logits = logits / temperature

@@ -83,16 +83,19 @@ def compute_prefix_values(
     """Fill ``batch.episode_ends`` and ``batch.prefix_values`` ([V_0, V_1, ..., V_S] per response).
 
     The gold answer is ``str(sample.ground_truth)``. With ``forced_answer_logprob`` and the ``packed``
-    strategy all prefixes of a response are valued in one forward pass (several responses per pass).
+    strategy all prefixes of a response are valued in one packed evaluation (several responses per
+    pass); when the batch carries the rollout's cache (``generate(keep_cache=True)``) only the
+    force-answer suffixes run through the model.
     ``score_fn(sample, text) -> float`` is the verifier the ``monte_carlo`` estimator needs.
     """
     ends, requests = build_requests(batch, tokenizer, cfg)
     estimator = VALUE_ESTIMATORS.get(cfg.value_estimator)
     was_training = bool(getattr(model, "training", False))
+    body, batch.kv_cache = batch.kv_cache, None  # used once, then freed
     model.eval()
     try:
         with torch.no_grad():
-            values = estimator(model, tokenizer, requests, cfg, score_fn=score_fn)
+            values = estimator(model, tokenizer, requests, cfg, score_fn=score_fn, body=body)
     finally:
         if was_training:
             model.train()

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from stepcredit.models import token_logprobs
-from stepcredit.types import Batch, Sample
+from stepcredit.types import Batch, RolloutCache, Sample
 
 
 def render_prompts(tok: Any, samples: list[Sample]) -> list[list[int]]:
@@ -49,11 +49,14 @@ def generate(
     group_offset: int = 0,
     with_logprobs: bool = True,
     policy_version: int = 0,
+    keep_cache: bool = False,
 ) -> Batch:
     """Sample ``n`` responses per prompt (greedy when ``temperature == 0``).
 
     Responses of prompt ``i`` get group id ``group_offset + i``. Runs under ``torch.no_grad`` (not
-    inference mode: its tensors would break the later backward pass).
+    inference mode: its tensors would break the later backward pass). ``keep_cache``: the behaviour
+    log-prob pass keeps its KV cache in ``batch.kv_cache`` (a :class:`~stepcredit.types.RolloutCache`)
+    so the process stage values prefixes without running the responses through the model again.
     """
     was_training = model.training
     model.eval()
@@ -90,6 +93,7 @@ def generate(
     for b in range(B):
         ids = resp[b, : int(mask[b].sum())].tolist()
         texts.append(tok.decode(ids, skip_special_tokens=True))
+    caches: list[Any] | None = [] if keep_cache and with_logprobs else None
     if with_logprobs:
         logp, _ = token_logprobs(
             model,
@@ -97,6 +101,7 @@ def generate(
             torch.cat([p_mask, mask], dim=1).long(),
             n_response=T,
             temperature=temperature if not greedy else 1.0,
+            cache_out=caches,
         )
         logp = torch.where(mask, logp, torch.zeros_like(logp))
     else:
@@ -115,4 +120,5 @@ def generate(
         texts=texts,
         truncated_B=truncated,
         policy_version=policy_version,
+        kv_cache=RolloutCache(caches[0], (P - p_mask.sum(1)).tolist(), P + T) if caches else None,
     )

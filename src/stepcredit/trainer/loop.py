@@ -386,6 +386,8 @@ def rollout(
         top_p=cfg.rollout.top_p,
         group_offset=(extra * (cfg.trainer.steps + 1) + step) * P,
         policy_version=step - 1,
+        # the process stage may continue from the behaviour log-prob pass instead of re-running responses
+        keep_cache=cfg.process.enabled,
     )
     if critic is not None:
         batch.values_BT = critic_values(critic, batch)

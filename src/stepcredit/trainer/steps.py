@@ -148,6 +148,7 @@ def policy_update(
         metrics.update(critic_update(critic, ids, attn, batch.values_BT, adv.ret_BT, live, cfg))
     metrics["adv/mean"] = float(masked_mean(adv.adv_BT, live))
     metrics["adv/abs_mean"] = float(masked_mean(adv.adv_BT.abs(), live))
+    metrics.update(outcome_free_signal(batch, ch, adv.adv_BT, live))
     if not update_policy:
         return metrics
     model.train()
@@ -178,6 +179,34 @@ def policy_update(
     if "kl_in_reward" in metrics or "kl_ref" in metrics:
         kl_ctl.update(metrics.get("kl_in_reward", metrics.get("kl_ref", 0.0)), n_steps=len(batch))
     return metrics
+
+
+def outcome_free_signal(
+    batch: Batch, ch: Channels, adv_BT: torch.Tensor, live_BT: torch.Tensor
+) -> dict[str, float]:
+    """How many groups carry no outcome signal (all valid outcome scores equal) and still get a
+    non-zero advantage on some token, as fractions of the groups of this mini-batch.
+
+    Outcome-only estimators give such groups exactly zero advantage; process rewards are what can
+    move them (``groups/all_equal_nonzero_adv_frac`` / ``groups/all_equal_frac`` is the share).
+    """
+    assert batch.rewards is not None
+    raw = torch.tensor([r.score for r in batch.rewards], dtype=torch.float64)
+    moved_B = ((adv_BT.abs() > 1e-8) & live_BT).any(1)
+    n_groups = n_equal = n_moved = 0
+    for g in batch.group_B.unique().tolist():
+        idx = ((batch.group_B == g) & ch.valid_B).nonzero().flatten()
+        n_groups += 1
+        if len(idx) == 0 or float(raw[idx].max() - raw[idx].min()) > 1e-6:
+            continue
+        n_equal += 1
+        n_moved += int(bool(moved_B[idx].any()))
+    if n_groups == 0:
+        return {}
+    return {
+        "groups/all_equal_adv_frac": n_equal / n_groups,
+        "groups/all_equal_nonzero_adv_frac": n_moved / n_groups,
+    }
 
 
 def advantages_by_domain(cfg: AlgorithmConfig, inp: AdvantageInputs, domain_B: list[str]) -> AdvantageOutputs:
