@@ -78,6 +78,21 @@ def test_strict_needs_a_marker_and_a_closed_think() -> None:
         ("18", "19", False),
         ("\\frac{1}{3}", "0.333", False),
         ("\\sqrt{2}", "1.414", None),  # left to math-verify
+        # Gaussian rationals: exact, with i as the imaginary unit
+        ("6-5i", "-5i+6", True),
+        ("(1+2i)^2", "-3+4i", True),
+        ("1+274i", "-3", False),
+        ("\\frac{1}{2}+i", "0.5+i", None),  # decimals with i: left to math-verify
+        # a list of two or more elements is never a single constant
+        ("(-2,1)", "4", False),
+        ("12\\pi", "(5,\\infty)", False),
+        ("\\frac{1}{2}", "\\left(-1, 6\\right]", False),
+        ("4", "(-\\infty, 2) \\cup (3, \\infty)", False),
+        ("1440", "\\{1\\pm\\sqrt{5},-2\\}", False),
+        ("0", "\\begin{pmatrix} -2 \\\\ -14 \\end{pmatrix}", False),
+        ("1000", "(1,000)", None),  # may be a number with a thousands separator
+        ("(a+5)(b+2)", "850", None),  # not a list: the first bracket closes early
+        ("(1,2)", "\\{1,2\\}", None),  # two lists: math-verify's business
     ],
 )
 def test_fast_verdict(gold: str, pred: str, verdict: bool | None) -> None:
@@ -137,3 +152,16 @@ def test_every_math500_solution_scores_1_on_its_answer() -> None:
 def test_normalize_is_idempotent() -> None:
     for s in ["$1,000$", "\\left( 3, \\frac{\\pi}{2} \\right)", "90^\\circ", "x = 5", "12\\text{ cm}."]:
         assert normalize(normalize(s)) == normalize(s)
+
+
+def test_values_that_differ_skip_simplify_but_keep_math_verify_verdicts() -> None:
+    """An expression in a variable against a number (or another variable's expression) is decided
+    by evaluating both at fixed points; equal values still go to verify."""
+    from math_verify import parse, verify
+
+    for gold, pred in [("x^3+3x-6", "1"), ("6r^2-4r-24", "66"), ("p - q", "\\frac{14}{3}"), ("2k", "2m")]:
+        r = math_compute_score("math", f"so \\boxed{{{pred}}}", gold)
+        assert (r.score, r.status) == (0.0, Status.OK), (gold, pred)
+        assert not verify(parse(f"${gold}$"), parse(f"$\\boxed{{{pred}}}$"))
+    r = math_compute_score("math", "so \\boxed{(x+1)^2}", "x^2+2x+1")
+    assert r.score == 1.0 and r.info["path"] == "math_verify"

@@ -269,8 +269,121 @@ def numbers_equal(a: tuple[Fraction, bool], b: tuple[Fraction, bool]) -> bool:
     return False
 
 
+_COMPLEX_OK_RE = re.compile(r"^[0-9+\-*/().i]+$")
+
+
+def _eval_gauss(node: ast.AST) -> tuple[Fraction, Fraction]:
+    """Exact value (real, imaginary) of a small arithmetic AST over the rationals and ``i``."""
+    if isinstance(node, ast.Expression):
+        return _eval_gauss(node.body)
+    if isinstance(node, ast.Name) and node.id == "i":
+        return Fraction(0), Fraction(1)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return Fraction(node.value), Fraction(0)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        a, b = _eval_gauss(node.operand)
+        return (-a, -b) if isinstance(node.op, ast.USub) else (a, b)
+    if isinstance(node, ast.BinOp):
+        (a, b), (c, d) = _eval_gauss(node.left), _eval_gauss(node.right)
+        if isinstance(node.op, ast.Add):
+            return a + c, b + d
+        if isinstance(node.op, ast.Sub):
+            return a - c, b - d
+        if isinstance(node.op, ast.Mult):
+            return a * c - b * d, a * d + b * c
+        if isinstance(node.op, ast.Div):
+            n = c * c + d * d
+            return (a * c + b * d) / n, (b * c - a * d) / n
+        if isinstance(node.op, ast.Pow) and d == 0 and c.denominator == 1 and 0 <= c <= 64:
+            re_, im = Fraction(1), Fraction(0)
+            for _ in range(int(c)):
+                re_, im = re_ * a - im * b, re_ * b + im * a
+            return re_, im
+    raise ValueError("not a Gaussian-rational expression")
+
+
+@functools.lru_cache(maxsize=65536)
+def to_complex(s: str) -> tuple[Fraction, Fraction] | None:
+    """The exact value of a normalised answer with integer parts and the imaginary unit ``i``
+    ("6-5i", "\\frac{1}{2}+3i", "(1+2i)^2"), or None. Decimals are left to :func:`to_number`/math-verify."""
+    if "i" not in s or len(s) > 80 or "." in s:
+        return None
+    t = s
+    for _ in range(3):
+        t2 = _FRAC_RE.sub(lambda m: f"(({m.group(1) or m.group(3)})/({m.group(2) or m.group(4)}))", t)
+        if t2 == t:
+            break
+        t = t2
+    t = (
+        t.replace("\\cdot", "*")
+        .replace("\\times", "*")
+        .replace("{", "(")
+        .replace("}", ")")
+        .replace("^", "**")
+    )
+    if not _COMPLEX_OK_RE.match(t) or re.search(r"ii|i[\d(]|\)\d|\)\(|\d\(|//|\*\*\*", t):
+        return None
+    t = re.sub(r"(?<=[\d)])i", "*i", t)  # "5i" -> "5*i"
+    try:
+        return _eval_gauss(ast.parse(t, mode="eval"))
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return None
+
+
+# A constant written with numbers, fractions, roots, pi and i only: a single number, never a list.
+_SCALAR_RE = re.compile(r"^(?:[0-9+\-*/().{}^]|\\frac|\\sqrt|\\pi|\\cdot|\\times|i)+$")
+_ROW_BREAK_RE = re.compile(r"\\+(?![a-zA-Z{}])")
+_THOUSANDS_LIST_RE = re.compile(r"^[(\[]-?\d{1,3}(?:,\d{3})+[)\]]$")
+
+
+def list_size(s: str) -> int:
+    """How many elements a normalised answer lists when it is a bracketed tuple, interval or set with
+    top-level commas ("(1,2)", "[0,3)", "\\{1,2,3\\}"), a union of intervals or a vector/matrix (entries
+    counted); 1 for anything else."""
+    if "\\cup" in s:
+        return 2
+    if s.startswith("\\begin{") and "matrix}" in s[:16]:
+        # row breaks (normalisation may have left "\\\\" as a single backslash) and column breaks
+        return 1 + len(_ROW_BREAK_RE.findall(s)) + s.count("&")
+    if _THOUSANDS_LIST_RE.match(s):  # "(1,000)" may be a number written with a separator
+        return 1
+    if s.startswith("\\{") and s.endswith("\\}"):
+        inner = s[2:-2]
+    elif s[:1] in "([" and s[-1:] in ")]":
+        inner = s[1:-1]
+    else:
+        return 1
+    depth, commas = 0, 0
+    i = 0
+    while i < len(inner):
+        c = inner[i]
+        if inner.startswith("\\{", i) or inner.startswith("\\}", i):
+            depth += 1 if inner[i + 1] == "{" else -1
+            i += 2
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth < 0:  # "(a+5)(b+2)": the first bracket closes before the end
+                return 1
+        elif c == "," and depth == 0:
+            commas += 1
+        i += 1
+    return commas + 1 if depth == 0 else 1
+
+
+def _is_scalar(s: str) -> bool:
+    return bool(_SCALAR_RE.match(s)) and bool(re.search(r"\d|\\pi", s))
+
+
 def fast_verdict(gold: str, pred: str) -> bool | None:
-    """True/False when the answers can be compared without sympy, else None (use math-verify)."""
+    """True/False when the answers can be compared without sympy, else None (use math-verify).
+
+    Decided here: equal normalised strings; two exact numbers (rationals, small arithmetic, Gaussian
+    rationals with ``i``); and a list of two or more elements (tuple, interval, set, union, vector)
+    against a constant (never equal under math-verify, whose comparison needs matching structure).
+    """
     g, p = normalize(gold), normalize(pred)
     if not g or not p:
         return None
@@ -279,6 +392,13 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
     gv, pv = to_number(g), to_number(p)
     if gv is not None and pv is not None:
         return numbers_equal(gv, pv)
+    gc = to_complex(g) if gv is None else (gv[0], Fraction(0))
+    pc = to_complex(p) if pv is None else (pv[0], Fraction(0))
+    if gc is not None and pc is not None and not (gv and gv[1]) and not (pv and pv[1]):
+        return gc == pc
+    for a, b in ((g, p), (p, g)):
+        if _is_scalar(a) and list_size(b) >= 2:
+            return False
     return None
 
 
@@ -351,8 +471,12 @@ def _clearly_different(g: list[Any], p: list[Any], gold: str, pred: str) -> bool
     if not all(isinstance(x, sympy.Expr) and not isinstance(x, MatrixExpr) for x in exprs):
         return False
     assert isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr)
-    syms = a.free_symbols
-    if syms != b.free_symbols or len(syms) > 3:
+    # Both sides are evaluated at the same points for the union of their variables: if they differ
+    # there, a - b is not identically 0 ("x^3+3x-6" vs "1"). Names equal up to case ("C" vs "c") are
+    # left to verify, whose string comparisons may treat them alike.
+    syms = a.free_symbols | b.free_symbols
+    names = [str(x) for x in syms]
+    if len(syms) > 3 or len({n.lower() for n in names}) != len(names):
         return False
     ordered = sorted(syms, key=str)
     points = _PROBE_POINTS if ordered else ((),)
