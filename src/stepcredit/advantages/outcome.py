@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from stepcredit.advantages.core import AdvantageInputs, AdvantageOutputs, register_estimator
-from stepcredit.ops import group_stats, masked_sum, masked_whiten_
+from stepcredit.ops import group_stats, masked_sum, whiten_zeroed
 
 
 def outcome_score_B(inp: AdvantageInputs) -> torch.Tensor:
@@ -21,7 +21,7 @@ def outcome_score_B(inp: AdvantageInputs) -> torch.Tensor:
 
 def spread_B(x_B: torch.Tensor, live_BT: torch.Tensor) -> torch.Tensor:
     """Give every counted token of response b the value x_B[b]; 0 elsewhere."""
-    return torch.where(live_BT, x_B[:, None], torch.zeros((), dtype=x_B.dtype, device=x_B.device))
+    return torch.where(live_BT, x_B[:, None], 0.0)
 
 
 def grpo_advantage_B(
@@ -84,5 +84,5 @@ def reinforce_pp_baseline(inp: AdvantageInputs, **_hp: Any) -> AdvantageOutputs:
     live_BT = inp.live_BT
     score_B = outcome_score_B(inp)
     mean_B, _, _ = group_stats(score_B, inp.group_B, inp.live_B)
-    adv_BT = masked_whiten_(spread_B(score_B - mean_B, live_BT), live_BT)
+    adv_BT = whiten_zeroed(spread_B(score_B - mean_B, live_BT), live_BT)
     return AdvantageOutputs(adv_BT=adv_BT, ret_BT=adv_BT)

@@ -21,12 +21,12 @@ from stepcredit.ops import (
     is_right_padded,
     last_token_index,
     masked_sum,
-    masked_whiten_,
+    whiten_zeroed,
 )
 
 
 def _zero(x: torch.Tensor) -> torch.Tensor:
-    return torch.zeros((), dtype=x.dtype, device=x.device)
+    return 0.0
 
 
 def _compaction(live_BT: torch.Tensor) -> torch.Tensor | None:
@@ -47,9 +47,9 @@ def discounted_returns(r_BT: torch.Tensor, live_BT: torch.Tensor, *, gamma: floa
     order = _compaction(live_BT)
     if order is None:
         # right padding: rewards zeroed after the end keep the returns there exactly 0
-        return discounted_reverse_cumsum(torch.where(live_BT, r_BT, _zero(r_BT)), discount=gamma)
+        return discounted_reverse_cumsum(torch.where(live_BT, r_BT, 0.0), discount=gamma)
     r_BT, live_c = r_BT.gather(1, order), live_BT.gather(1, order)
-    g_BT = discounted_reverse_cumsum(torch.where(live_c, r_BT, _zero(r_BT)), discount=gamma)
+    g_BT = discounted_reverse_cumsum(torch.where(live_c, r_BT, 0.0), discount=gamma)
     return torch.empty_like(g_BT).scatter_(1, order, g_BT)
 
 
@@ -58,7 +58,7 @@ def process_rewards_BT(inp: AdvantageInputs) -> torch.Tensor | None:
     steps = inp.steps_BT
     if inp.process_BT is None or steps is None:
         return None
-    return torch.where(steps, inp.process_BT, _zero(inp.process_BT))
+    return torch.where(steps, inp.process_BT, 0.0)
 
 
 @register_estimator("gae", needs_values=True, token_level=True)
@@ -88,8 +88,8 @@ def gae(
     if order is not None:
         r_BT, v_BT, live_c = r_BT.gather(1, order), v_BT.gather(1, order), live_BT.gather(1, order)
     # in place where possible: at B x T = 1024 x 4096 allocating a tensor costs more than the maths
-    v_BT = torch.where(live_c, v_BT, _zero(v_BT))
-    delta_BT = torch.where(live_c, r_BT, _zero(r_BT))
+    v_BT = torch.where(live_c, v_BT, 0.0)
+    delta_BT = torch.where(live_c, r_BT, 0.0)
     delta_BT.sub_(v_BT)
     delta_BT[:, :-1].add_(v_BT[:, 1:], alpha=gamma)  # V after the last counted token is 0
     a_BT = discounted_reverse_cumsum(delta_BT, discount=gamma * lam)
@@ -97,7 +97,7 @@ def gae(
     if order is not None:
         a_BT = torch.empty_like(a_BT).scatter_(1, order, a_BT)
         ret_BT = torch.empty_like(ret_BT).scatter_(1, order, ret_BT)
-    return AdvantageOutputs(adv_BT=masked_whiten_(a_BT, live_BT), ret_BT=ret_BT)
+    return AdvantageOutputs(adv_BT=whiten_zeroed(a_BT, live_BT), ret_BT=ret_BT)
 
 
 @register_estimator("reinforce_pp", token_level=True)
@@ -114,12 +114,12 @@ def reinforce_pp(
     """
     live_BT = inp.live_BT
     g_BT = discounted_returns(inp.outcome_BT, live_BT, gamma=gamma)
-    adv_BT = masked_whiten_(g_BT.clone(), live_BT)
+    adv_BT = whiten_zeroed(g_BT, live_BT)
     p_BT = process_rewards_BT(inp)
     if p_BT is not None:
         gp_BT = discounted_returns(p_BT, live_BT, gamma=gamma)
         g_BT.add_(gp_BT, alpha=process_weight)
-        adv_BT.add_(masked_whiten_(gp_BT, live_BT), alpha=process_weight)
+        adv_BT.add_(whiten_zeroed(gp_BT, live_BT), alpha=process_weight)
     return AdvantageOutputs(adv_BT=adv_BT, ret_BT=g_BT)
 
 
@@ -154,7 +154,7 @@ def grpo_process(
         z_BT = inp.process_BT - mean_B[:, None]
         if norm_by_std:
             z_BT = z_BT / (std_B[:, None] + eps)
-        z_BT = torch.where(steps_BT, z_BT, _zero(z_BT))
+        z_BT = torch.where(steps_BT, z_BT, 0.0)
         adv_BT.add_(discounted_returns(z_BT, live_BT, gamma=1.0), alpha=process_weight)
     return AdvantageOutputs(adv_BT=adv_BT, ret_BT=adv_BT)
 
@@ -170,19 +170,18 @@ def prime_rloo_rewards(
     n counts the valid members of the group (an invalid one contributes no m_j); a singleton group
     keeps its raw rewards. A response with no reward token has m = 0.
     """
-    zero = _zero(r_BT)
     cnt_B = at_BT.sum(1)
     m_B = masked_sum(r_BT, at_BT, dim=1) / cnt_B.clamp(min=1).to(r_BT.dtype)
     gid, k = group_index(group_B)
     s_G = torch.zeros(k, dtype=r_BT.dtype, device=r_BT.device).index_add_(
-        0, gid, torch.where(valid_B, m_B, zero)
+        0, gid, torch.where(valid_B, m_B, 0.0)
     )
     n_G = torch.zeros(k, dtype=r_BT.dtype, device=r_BT.device).index_add_(0, gid, valid_B.to(r_BT.dtype))
     n_B, s_B = n_G[gid], s_G[gid]
     denom_B = (n_B - 1).clamp(min=1)
     loo_BT = r_BT * (n_B / denom_B)[:, None] - (s_B / denom_B)[:, None]
     out_BT = torch.where((n_B > 1)[:, None], loo_BT, r_BT)
-    return torch.where(at_BT, out_BT, zero)
+    return torch.where(at_BT, out_BT, 0.0)
 
 
 @register_estimator("prime_rloo", needs_process=True, token_level=True)
@@ -208,4 +207,4 @@ def prime_rloo(inp: AdvantageInputs, *, process_weight: float = 1.0, **_hp: Any)
             inp.process_BT, steps_BT, inp.group_B, live_B
         )
     g_BT = discounted_returns(total_BT, live_BT, gamma=1.0)
-    return AdvantageOutputs(adv_BT=masked_whiten_(g_BT.clone(), live_BT), ret_BT=g_BT)
+    return AdvantageOutputs(adv_BT=whiten_zeroed(g_BT, live_BT), ret_BT=g_BT)
