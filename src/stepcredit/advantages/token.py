@@ -25,10 +25,6 @@ from stepcredit.ops import (
 )
 
 
-def _zero(x: torch.Tensor) -> torch.Tensor:
-    return 0.0
-
-
 def _compaction(live_BT: torch.Tensor) -> torch.Tensor | None:
     """None for right-padded masks; else a per-row gather index that moves counted tokens to the
     front (order kept), so a recurrence over counted tokens skips masked gaps (verl's convention
