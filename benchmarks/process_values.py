@@ -1,11 +1,16 @@
-"""Time of V(prefix) per response: naive vs kv_cache vs packed, against one plain forward pass.
+"""Time of V(prefix) per response: naive vs kv_cache vs the packed layouts, against one plain forward pass.
 
 For each model and (response tokens, boundaries) the same response is valued at V_0 and at
-``boundaries`` evenly spaced episode ends by the three execution strategies of
-``forced_answer_logprob``; ``max_abs_diff`` is the largest difference of kv_cache and packed from
-naive. The floor is one plain forward pass (built-in causal mask, no cache) over as many tokens as the
-packed sequence holds (prompt + response + one force/answer suffix per boundary), keeping as many
-logits: the least any method that evaluates those tokens can cost.
+``boundaries`` evenly spaced episode ends by every execution strategy of ``forced_answer_logprob``:
+``naive`` (a pass per prefix), ``kv_cache`` (a cropped cache per prefix), ``kv_packed`` (a causal pass,
+then all suffixes over its cache), ``packed_single`` (one pass over everything with a 4D mask) and
+``packed`` (what ``process.strategy=packed`` runs on a response alone: the single pass for short
+responses, the two-call layout for long ones). ``packed_cached`` is ``packed`` as training runs it,
+continuing from the KV cache that the rollout's behaviour log-prob pass already built (only the
+suffixes run; that cache is built outside the timing). ``max_abs_diff`` is the largest difference of
+any strategy from naive. The floor is one plain forward pass (built-in causal mask, no cache) over as
+many tokens as the packed sequence holds (prompt + response + one force/answer suffix per boundary),
+keeping as many logits: the least any method that evaluates those tokens from scratch can cost.
 
     python benchmarks/process_values.py [--quick] [--json]
 
@@ -32,6 +37,7 @@ import torch
 from stepcredit.config import ModelConfig
 from stepcredit.models import build_tiny
 from stepcredit.process import ValueQuery, answer_suffix, forced_answer_values
+from stepcredit.types import RolloutCache
 
 SIZES = [(200, 4), (800, 16), (2048, 32)]
 PROMPT_TOKENS = 32
@@ -71,6 +77,14 @@ def make_query(vocab: int, tokens: int, boundaries: int, suffix: list[int], n_an
     return ValueQuery(ids[:PROMPT_TOKENS], ids[PROMPT_TOKENS:], lens, suffix, n_answer)
 
 
+def rollout_cache(model: Any, q: ValueQuery) -> RolloutCache:
+    """The KV cache a rollout's behaviour log-prob pass leaves over prompt + response."""
+    ids = torch.tensor([q.context_ids + q.response_ids])
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+    return RolloutCache(cache, [0], ids.shape[1])
+
+
 def floor_pass(model: Any, q: ValueQuery) -> Callable[[], Any]:
     n = len(q.context_ids) + max(q.prefix_lens) + len(q.suffix_ids) * len(q.prefix_lens)
     keep = len(q.suffix_ids) * len(q.prefix_lens)
@@ -101,8 +115,14 @@ def bench(
         run_floor = floor_pass(model, q)
         runs: dict[str, Callable[[], Any]] = {
             s: (lambda s=s, q=q: forced_answer_values(model, [q], strategy=s))
-            for s in ("naive", "kv_cache", "kv_packed", "packed")
+            for s in ("naive", "kv_cache", "kv_packed", "packed_single", "packed")
         }
+        # in training: generation's behaviour log-prob pass already holds the response's cache, so
+        # only the suffixes run (the cache itself is built outside the timing)
+        body = rollout_cache(model, q)
+        runs["packed_cached"] = lambda q=q, body=body: forced_answer_values(
+            model, [q], strategy="packed", body=body
+        )
         runs["floor"] = run_floor
         times: dict[str, list[float]] = {k: [] for k in runs}
         # warm-up (allocator, kernels, lazy imports); on the big model only the cheap floor pass
@@ -123,13 +143,14 @@ def bench(
             res[f"{k}_ms"] = round(min(times[k]), 2)
         res["max_abs_diff"] = max(
             abs(a - b)
-            for s in ("kv_cache", "kv_packed", "packed")
+            for s in ("kv_cache", "kv_packed", "packed_single", "packed", "packed_cached")
             for a, b in zip(vals[s], vals["naive"], strict=True)
         )
         rows.append(res)
         print(
             f"{name:>10} {tokens:>6} {boundaries:>4} {res['naive_ms']:>10.1f} {res['kv_cache_ms']:>10.1f} "
-            f"{res['kv_packed_ms']:>10.1f} {res['packed_ms']:>10.1f} {res['floor_ms']:>10.1f} {res['naive_ms'] / res['packed_ms']:>8.2f}x "
+            f"{res['kv_packed_ms']:>10.1f} {res['packed_single_ms']:>10.1f} {res['packed_ms']:>10.1f} "
+            f"{res['packed_cached_ms']:>10.1f} {res['floor_ms']:>10.1f} {res['naive_ms'] / res['packed_ms']:>8.2f}x "
             f"{res['packed_ms'] / res['floor_ms']:>8.2f}x {res['max_abs_diff']:>9.1e}",
             flush=True,
         )
@@ -152,7 +173,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(
-        f"{'model':>10} {'tokens':>6} {'bnd':>4} {'naive ms':>10} {'kv ms':>10} {'kvpack ms':>10} {'packed ms':>10} "
+        f"{'model':>10} {'tokens':>6} {'bnd':>4} {'naive ms':>10} {'kv ms':>10} {'kvpack ms':>10} {'single ms':>10} "
+        f"{'packed ms':>10} {'cached ms':>10} "
         f"{'floor ms':>10} {'naive/pk':>9} {'pk/floor':>9} {'max diff':>9}"
     )
     results = []

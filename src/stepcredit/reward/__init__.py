@@ -9,6 +9,13 @@ Use::
     metrics = reward_metrics(results)
     rewarder.close()
 
+The asynchronous agent (what the trainer uses: bounded concurrency, whole groups as they finish)::
+
+    with build_agent(cfg.reward) as agent:
+        ticket = agent.submit_samples(samples, responses, group_ids)   # returns at once
+        for idx, results in agent.stream(ticket, 64):   # whole groups, >= 64 samples at a time
+            ...
+
 Every result has a ``status``; "could not score" (``timeout``, ``error``, ``sandbox_error``) has a NaN
 score and is never a silent 0 — the failure policy decides what it becomes.
 
@@ -37,6 +44,7 @@ to avoid a circular import through this package.
 """
 
 from stepcredit.reward import builtin  # noqa: F401  (fills REWARDS; must come last)
+from stepcredit.reward.agent import RewardAgent, RewardBackendError, Ticket, build_agent
 from stepcredit.reward.base import (
     REWARDS,
     FnRef,
@@ -53,11 +61,15 @@ from stepcredit.reward.rewarder import Rewarder, Route, build_rewarder
 __all__ = [
     "REWARDS",
     "FnRef",
+    "RewardAgent",
+    "RewardBackendError",
     "RewardFn",
     "Rewarder",
     "Route",
     "Scorer",
+    "Ticket",
     "apply_failure_policy",
+    "build_agent",
     "build_rewarder",
     "register_reward",
     "register_scorer",
