@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,17 @@ _SENTENCE_BREAK = re.compile(r"(?:\n|[.!?][ \t\n])\s*")
 
 _WINDOW = 8
 """Tokens of left context used when decoding one token (enough to settle multi-token characters)."""
+
+
+_SINGLES: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
+def _single_token_texts(tokenizer: Any) -> dict[int, str]:
+    """The memo of this tokenizer's single-token decodes (a fresh dict if it cannot be weakly keyed)."""
+    try:
+        return _SINGLES.setdefault(tokenizer, {})
+    except TypeError:
+        return {}
 
 
 def token_char_spans(response_ids: Sequence[int], tokenizer: Any) -> tuple[str, list[tuple[int, int]]]:
@@ -45,12 +57,15 @@ def token_char_spans(response_ids: Sequence[int], tokenizer: Any) -> tuple[str, 
 
     full = dec(ids)
     # Fast path: when tokens decode one by one to the full text (character and byte-level BPE
-    # vocabularies without split characters), one batched decode gives every span.
-    singles = [[i] for i in ids]
-    if backend is not None:
-        pieces = [str(p) for p in backend.decode_batch(singles, skip_special_tokens=False)]
-    else:
-        pieces = [dec(x) for x in singles]
+    # vocabularies without split characters), the single-token texts are the spans. They are memoised
+    # per tokenizer: a batched decode of a few dozen ids costs more in thread hand-offs than decoding.
+    memo = _single_token_texts(tokenizer)
+    pieces = []
+    for i in ids:
+        piece = memo.get(i)
+        if piece is None:
+            piece = memo[i] = dec([i])
+        pieces.append(piece)
     if "".join(pieces) == full:
         return full, _spans(pieces)
     pieces = []

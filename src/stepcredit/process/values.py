@@ -153,11 +153,17 @@ def _naive(
     return out
 
 
+def _shallow(cache: Any) -> Any:
+    """A cache sharing ``cache``'s tensors; a pass that appends to it leaves ``cache`` as it was."""
+    c = copy.copy(cache)
+    c.layers = [copy.copy(layer) for layer in cache.layers]
+    return c
+
+
 def _cropped(cache: Any, length: int) -> Any:
     # A shallow copy shares the tensors; crop re-slices (a view) and the suffix pass concatenates into
     # new tensors, so the full cache is never modified and never copied.
-    c = copy.copy(cache)
-    c.layers = [copy.copy(layer) for layer in cache.layers]
+    c = _shallow(cache)
     c.crop(length)
     return c
 
@@ -293,8 +299,7 @@ def _packed_one_call(
 
 def _select_rows(cache: Any, idx: list[int]) -> Any:
     """A cache holding only rows ``idx`` (new tensors; ``cache`` itself is never modified)."""
-    c = copy.copy(cache)
-    c.layers = [copy.copy(layer) for layer in cache.layers]
+    c = _shallow(cache)
     index = torch.tensor(idx, dtype=torch.long, device=cache.layers[0].keys.device)
     for layer in c.layers:
         layer.keys = layer.keys.index_select(0, index)
@@ -354,11 +359,15 @@ def _suffix_pass(
 def _on_rollout_cache(
     model: Any, queries: Sequence[ValueQuery], max_tokens: int, body: RolloutCache
 ) -> list[list[float]]:
-    """Suffix passes over the rollout's own cache, in row chunks of about ``max_tokens`` keys each."""
+    """Suffix passes over the rollout's own cache, all rows at once when they fit the budget."""
     if len(body.starts) != len(queries):
         raise ValueError(f"the rollout cache holds {len(body.starts)} rows for {len(queries)} responses")
     ws = max(len(q.suffix_ids) * len(q.prefix_lens) for q in queries)
-    per = max(1, max_tokens // (body.width + ws))
+    # The keys are in memory already; a pass adds its suffix tokens and a [rows, ws, width + ws] mask:
+    # at most max_tokens suffix tokens and max_tokens * 1024 mask entries per pass.
+    per = max(1, min(max_tokens // ws, max_tokens * 1024 // (ws * (body.width + ws))))
+    if per >= len(queries):
+        return _suffix_pass(model, _shallow(body.cache), body.width, queries, body.starts)
     out: list[list[float]] = []
     for s in range(0, len(queries), per):
         idx = list(range(s, min(s + per, len(queries))))
