@@ -235,12 +235,9 @@ def _eval(node: ast.AST) -> tuple[Fraction, bool]:
     raise ValueError("not arithmetic")
 
 
-@functools.lru_cache(maxsize=65536)
-def to_number(s: str) -> tuple[Fraction, bool] | None:
-    """The exact value of a normalised answer that is a number, fraction or small arithmetic expression,
-    and whether it was written with a decimal point; None for anything else (left to math-verify)."""
-    if not s or len(s) > 80:
-        return None
+def _as_python_arith(s: str) -> str:
+    """A normalised answer's simple LaTeX arithmetic in Python syntax (\\frac, \\cdot, \\times, \\div,
+    braces, ^); whatever else it contains is left for the caller's character check to reject."""
     t = s
     for _ in range(3):
         t2 = _FRAC_RE.sub(lambda m: f"(({m.group(1) or m.group(3)})/({m.group(2) or m.group(4)}))", t)
@@ -248,7 +245,16 @@ def to_number(s: str) -> tuple[Fraction, bool] | None:
             break
         t = t2
     t = t.replace("\\cdot", "*").replace("\\times", "*").replace("\\div", "/").replace("{", "(")
-    t = t.replace("}", ")").replace("^", "**")
+    return t.replace("}", ")").replace("^", "**")
+
+
+@functools.lru_cache(maxsize=65536)
+def to_number(s: str) -> tuple[Fraction, bool] | None:
+    """The exact value of a normalised answer that is a number, fraction or small arithmetic expression,
+    and whether it was written with a decimal point; None for anything else (left to math-verify)."""
+    if not s or len(s) > 80:
+        return None
+    t = _as_python_arith(s)
     if not _ARITH_OK_RE.match(t) or not re.search(r"\d", t) or "//" in t or "***" in t:
         return None
     if re.search(r"\d\(|\)\d|\)\(", t):  # implicit multiplication "2(3)" is math-verify's business
@@ -308,19 +314,7 @@ def to_complex(s: str) -> tuple[Fraction, Fraction] | None:
     ("6-5i", "\\frac{1}{2}+3i", "(1+2i)^2"), or None. Decimals are left to :func:`to_number`/math-verify."""
     if "i" not in s or len(s) > 80 or "." in s:
         return None
-    t = s
-    for _ in range(3):
-        t2 = _FRAC_RE.sub(lambda m: f"(({m.group(1) or m.group(3)})/({m.group(2) or m.group(4)}))", t)
-        if t2 == t:
-            break
-        t = t2
-    t = (
-        t.replace("\\cdot", "*")
-        .replace("\\times", "*")
-        .replace("{", "(")
-        .replace("}", ")")
-        .replace("^", "**")
-    )
+    t = _as_python_arith(s)
     if not _COMPLEX_OK_RE.match(t) or re.search(r"ii|i[\d(]|\)\d|\)\(|\d\(|//|\*\*\*", t):
         return None
     t = re.sub(r"(?<=[\d)])i", "*i", t)  # "5i" -> "5*i"
