@@ -1,10 +1,14 @@
 """Advantage estimators: stepcredit vs verl 0.9.1 (``verl.trainer.ppo.core_algos``) in one process.
 
-    python benchmarks/advantages.py [--json] [--threads 1] [--shapes 256x1024,1024x4096]
+    python benchmarks/advantages.py [--json] [--threads N] [--shapes 256x1024,1024x4096]
 
 Each estimator runs on the same float32 batch (groups of 8, right padding, lengths in [T/4, T]);
-times are the median of several runs after a warm-up; ``max_abs_diff`` compares advantages on the
-counted tokens. verl has no ``grpo_process`` or ``prime_rloo``: those rows carry our time only.
+times are the median of several runs after a warm-up, ours and verl's timed in alternation, with the
+same number of torch threads (default: one per core, as a training run uses; verl's loop over time
+gains little from more); ``max_abs_diff`` compares advantages on the counted tokens. verl has no ``grpo_process`` or ``prime_rloo``: those rows carry our time only.
+Like ``stepcredit train``, the process first lets glibc keep freed batch-sized tensors
+(:func:`stepcredit.runtime.keep_freed_memory`; ``--system-malloc`` skips it): without it, page faults
+on fresh 16 MiB tensors take about half of our time at 1024 x 4096 (and less of verl's).
 With ``--json`` the last stdout line is ``{"results": [...]}``.
 """
 
@@ -23,6 +27,7 @@ import torch
 
 from stepcredit.advantages import ESTIMATORS, AdvantageInputs, AdvantageOutputs, hparams
 from stepcredit.config import AlgorithmConfig
+from stepcredit.runtime import keep_freed_memory
 
 GAMMA, LAM = 0.99, 0.95
 
@@ -56,6 +61,28 @@ def median_ms(fn: Callable[[], Any], runs: int) -> float:
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def paired_median_ms(
+    ours: Callable[[], Any], theirs: Callable[[], Any], runs: int, their_runs: int
+) -> tuple[float, float]:
+    """Medians of both, timed in alternation (ours, theirs, ours, ...) after one warm-up call each, so
+    that a slow spell of the machine falls on both rather than on whichever ran during it."""
+    ours()
+    theirs()
+    a: list[float] = []
+    b: list[float] = []
+    per = max(1, runs // their_runs)  # our runs between two of theirs
+    while len(a) < runs or len(b) < their_runs:
+        for _ in range(per if len(a) < runs else 0):
+            t0 = time.perf_counter()
+            ours()
+            a.append((time.perf_counter() - t0) * 1e3)
+        if len(b) < their_runs:
+            t0 = time.perf_counter()
+            theirs()
+            b.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(a), statistics.median(b)
 
 
 def cases(d: dict[str, torch.Tensor]) -> list[tuple[str, AdvantageInputs, Callable[[], torch.Tensor] | None]]:
@@ -118,13 +145,16 @@ def run(shapes: list[tuple[int, int]], runs: int) -> list[dict[str, Any]]:
                 with torch.no_grad():
                     return fn(inp, **hp)
 
-            ours_ms = median_ms(ours, runs)
-            row: dict[str, Any] = {"estimator": name, "shape": f"{B}x{T}", "ours_ms": round(ours_ms, 3)}
+            row: dict[str, Any] = {"estimator": name, "shape": f"{B}x{T}"}
             if verl_fn is None:
-                row.update(verl_ms=None, speedup=None, max_abs_diff=None)
+                row.update(
+                    ours_ms=round(median_ms(ours, runs), 3), verl_ms=None, speedup=None, max_abs_diff=None
+                )
             else:
+                # verl's Python loop over time takes seconds at 1024 x 4096: fewer runs of it there
                 slow = B * T > 1_000_000 and name in ("reinforce_pp", "gae")
-                verl_ms = median_ms(verl_fn, 3 if slow else runs)
+                ours_ms, verl_ms = paired_median_ms(ours, verl_fn, runs, 3 if slow else runs)
+                row["ours_ms"] = round(ours_ms, 3)
                 diff = (ours().adv_BT - verl_fn()).abs()[d["mask"]].max().item()
                 row.update(verl_ms=round(verl_ms, 3), speedup=round(verl_ms / ours_ms, 2), max_abs_diff=diff)
             results.append(row)
@@ -134,19 +164,35 @@ def run(shapes: list[tuple[int, int]], runs: int) -> list[dict[str, Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=torch.get_num_threads(),
+        help="torch intra-op threads for both sides (default: torch's default, one per core)",
+    )
     ap.add_argument("--shapes", default="256x1024,1024x4096", help="comma-separated BxT")
     ap.add_argument("--runs", type=int, default=7, help="timed runs per measurement (median)")
+    ap.add_argument(
+        "--system-malloc",
+        action="store_true",
+        help="leave glibc's malloc as it is instead of the settings stepcredit's runtime applies",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
+    # The process settings a stepcredit run uses (the CLI applies them); verl's functions run in the
+    # same process and get the same allocator.
+    kept = False if args.system_malloc else keep_freed_memory()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     results = run([(b, t) for b, t in shapes], args.runs)
 
     def fmt(v: Any, spec: str) -> str:
         return "-" if v is None else format(v, spec)
 
-    print(f"torch {torch.__version__}, {args.threads} thread(s), float32, median of {args.runs} runs")
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), float32, median of {args.runs} runs, "
+        f"malloc keeps freed memory: {kept}"
+    )
     print(f"{'estimator':<22} {'shape':>10} {'ours ms':>10} {'verl ms':>10} {'speedup':>9} {'max|diff|':>10}")
     for r in results:
         print(
@@ -154,7 +200,7 @@ def main() -> None:
             f"{fmt(r['speedup'], '8.1f') + 'x' if r['speedup'] else '-':>9} {fmt(r['max_abs_diff'], '10.2e'):>10}"
         )
     if args.json:
-        print(json.dumps({"results": results}))
+        print(json.dumps({"results": results, "threads": args.threads, "malloc_keeps_freed_memory": kept}))
 
 
 if __name__ == "__main__":

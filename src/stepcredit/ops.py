@@ -90,7 +90,7 @@ def last_token_index(mask_BT: torch.Tensor) -> torch.Tensor:
     return torch.where(mask_BT, pos, torch.zeros_like(pos)).max(dim=1).values
 
 
-def discounted_reverse_cumsum(x_BT: torch.Tensor, *, discount: float, block: int = 64) -> torch.Tensor:
+def discounted_reverse_cumsum(x_BT: torch.Tensor, *, discount: float, block: int = 32) -> torch.Tensor:
     """out[:, t] = sum_{k >= 0} discount^k x[:, t + k], without a loop over time.
 
     Blocked matrix form of the linear recurrence y_t = x_t + c y_{t+1} (c = ``discount``):

@@ -103,10 +103,14 @@ def build_config(args: argparse.Namespace, *, resume: Path | None = None) -> Con
 
 
 def setup_runtime() -> None:
-    """Quiet third-party progress bars and warnings that would drown the run's own output."""
+    """Quiet third-party progress bars and warnings that would drown the run's own output, and let
+    malloc keep freed batch-sized tensors (:func:`stepcredit.runtime.keep_freed_memory`)."""
     import os
     import warnings
 
+    from stepcredit.runtime import keep_freed_memory
+
+    keep_freed_memory()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", category=UserWarning)
     try:
