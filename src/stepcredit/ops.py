@@ -180,8 +180,3 @@ def whiten_zeroed(x_BT: torch.Tensor, mask_BT: torch.Tensor, *, eps: float = 1e-
         ss = torch.linalg.vector_norm(out, dim=-1).double().square().sum()
     var = ss / (n - 1).clamp(min=1)
     return out.mul_(torch.rsqrt(var + eps).to(out.dtype))
-
-
-def masked_whiten_fast(x_BT: torch.Tensor, mask_BT: torch.Tensor, *, eps: float = 1e-8) -> torch.Tensor:
-    """:func:`masked_whiten` (``shift_mean=True``) for any ``x_BT``; entries off the mask become 0."""
-    return whiten_zeroed(torch.where(mask_BT, x_BT, 0.0), mask_BT, eps=eps)

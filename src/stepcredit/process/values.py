@@ -113,6 +113,37 @@ def answer_suffix(tokenizer: Any, force: str, answer: str) -> tuple[list[int], i
     return both, len(both) - k
 
 
+def request_suffixes(
+    tokenizer: Any,
+    requests: Sequence[PrefixRequest],
+    force_prompt: str,
+    *,
+    row: Callable[[int, PrefixRequest], str],
+    key: str,
+) -> list[tuple[list[int], int]]:
+    """:func:`answer_suffix` of every request's gold answer (each distinct answer tokenised once).
+
+    DataError for an answer without tokens (named by ``row(index, request)``); ConfigError, naming the
+    config ``key``, when the force prompt merges entirely with an answer.
+    """
+    force = resolve_force_prompt(tokenizer, force_prompt)
+    cache: dict[str, tuple[list[int], int]] = {}
+    out = []
+    for b, r in enumerate(requests):
+        if r.answer not in cache:
+            cache[r.answer] = answer_suffix(tokenizer, force, r.answer)
+        suffix, n_answer = cache[r.answer]
+        if n_answer == 0:
+            raise DataError(f"{row(b, r)}: the gold answer {r.answer!r} has no tokens")
+        if n_answer == len(suffix):
+            raise ConfigError(
+                f"config key {key}: {force!r} merges entirely with the answer {r.answer!r} "
+                "when tokenised; end it with a separator"
+            )
+        out.append((suffix, n_answer))
+    return out
+
+
 def _device(model: Any) -> torch.device:
     return next(model.parameters()).device
 
@@ -441,7 +472,8 @@ def _packed(
     if body is not None:
         return _on_rollout_cache(model, queries, max_tokens, body)
     short = [i for i, q in enumerate(queries) if len(q.context_ids) + max(q.prefix_lens) <= ONE_CALL_MAX_BODY]
-    long = [i for i in range(len(queries)) if i not in set(short)]
+    is_short = set(short)
+    long = [i for i in range(len(queries)) if i not in is_short]
     out: list[list[float]] = [[] for _ in queries]
     for part, fn in ((short, _packed_one_call), (long, _kv_packed)):
         if part:
@@ -478,21 +510,17 @@ def forced_answer_logprob(
 ) -> list[list[float]]:
     """Mean log-prob of the gold answer after each prefix and a force-answer prompt (``body``: the
     rollout's cache of the same responses, which the packed strategies continue from)."""
-    force = resolve_force_prompt(tokenizer, cfg.force_prompt)
-    suffixes: dict[str, tuple[list[int], int]] = {}
-    queries = []
-    for r in requests:
-        if r.answer not in suffixes:
-            suffixes[r.answer] = answer_suffix(tokenizer, force, r.answer)
-        suffix, n_answer = suffixes[r.answer]
-        if n_answer == 0:
-            raise DataError(f"sample {r.sample.uid or '?'}: the gold answer {r.answer!r} has no tokens")
-        if n_answer == len(suffix):
-            raise ConfigError(
-                f"config key process.force_prompt: {force!r} merges entirely with the answer {r.answer!r} "
-                "when tokenised; end it with a separator"
-            )
-        queries.append(ValueQuery(r.prompt_ids, r.response_ids, r.prefix_lens, suffix, n_answer))
+    suffixes = request_suffixes(
+        tokenizer,
+        requests,
+        cfg.force_prompt,
+        row=lambda _b, r: f"sample {r.sample.uid or '?'}",
+        key="process.force_prompt",
+    )
+    queries = [
+        ValueQuery(r.prompt_ids, r.response_ids, r.prefix_lens, suffix, n_answer)
+        for r, (suffix, n_answer) in zip(requests, suffixes, strict=True)
+    ]
     return forced_answer_values(
         model, queries, strategy=cfg.strategy, max_tokens_per_forward=cfg.max_tokens_per_forward, body=body
     )

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from stepcredit.config import ProcessConfig
-from stepcredit.errors import ConfigError, DataError
-from stepcredit.process import answer_suffix, build_requests, marginal_utilities, resolve_force_prompt
+from stepcredit.process import build_requests, marginal_utilities
+from stepcredit.process.values import request_suffixes
 from stepcredit.types import Batch, Sample
 
 
@@ -88,20 +88,15 @@ def plan_probes(
     ones stepcredit's own trainer uses.
     """
     ends, requests = build_requests(_batch(prompts, responses, answers), tokenizer, cfg)
-    force = resolve_force_prompt(tokenizer, cfg.force_prompt)
-    suffixes: dict[str, tuple[list[int], int]] = {}
+    suffixes = request_suffixes(
+        tokenizer,
+        requests,
+        cfg.force_prompt,
+        row=lambda b, _r: f"row {b}",
+        key="stepcredit.process.force_prompt",
+    )
     probes: list[ValueProbe] = []
-    for b, r in enumerate(requests):
-        if r.answer not in suffixes:
-            suffixes[r.answer] = answer_suffix(tokenizer, force, r.answer)
-        suffix, n_answer = suffixes[r.answer]
-        if n_answer == 0:
-            raise DataError(f"row {b}: the gold answer {r.answer!r} has no tokens")
-        if n_answer == len(suffix):
-            raise ConfigError(
-                f"config key stepcredit.process.force_prompt: {force!r} merges entirely with the answer "
-                f"{r.answer!r} when tokenised; end it with a separator"
-            )
+    for b, (r, (suffix, n_answer)) in enumerate(zip(requests, suffixes, strict=True)):
         head, answer_ids = suffix[:-n_answer], suffix[-n_answer:]
         for i, n in enumerate(r.prefix_lens):
             probes.append(ValueProbe(b, i, [*r.prompt_ids, *r.response_ids[:n], *head], list(answer_ids)))
