@@ -99,6 +99,27 @@ def _stepcredit_batch(prompts: list[list[int]], responses: list[list[int]]) -> B
     )
 
 
+def _trainer_advantages(
+    model: Any, tok: Any, cfg: Any, prompts: list[list[int]], responses: list[list[int]]
+) -> tuple[Batch, Any, Any]:
+    """stepcredit's own trainer path: values in rollout, reward channels, then the estimator."""
+    batch = _stepcredit_batch(prompts, responses)
+    compute_prefix_values(model, tok, batch, cfg.process)
+    batch, ch = reward_channels(batch, cfg)
+    want = compute_advantages(
+        cfg.algorithm,
+        AdvantageInputs(
+            outcome_BT=ch.outcome_BT,
+            mask_BT=batch.response_mask_BT,
+            group_B=batch.group_B,
+            valid_B=ch.valid_B,
+            process_BT=ch.process_BT,
+            process_mask_BT=ch.process_mask_BT,
+        ),
+    )
+    return batch, ch, want
+
+
 def _actor_answer_logprobs(model: Any, probes: list[ValueProbe]) -> list[torch.Tensor]:
     # What verl's actor compute_log_prob returns for a probe's "response": log p of each answer token.
     out = []
@@ -124,21 +145,8 @@ def test_process_channel_and_advantages_equal_stepcredit_trainer(model_tok: Any,
     prompts, responses = _ids(tok)
 
     # stepcredit's own trainer path
-    batch = _stepcredit_batch(prompts, responses)
-    compute_prefix_values(model, tok, batch, cfg.process)
-    batch, ch = reward_channels(batch, cfg)
+    batch, ch, want = _trainer_advantages(model, tok, cfg, prompts, responses)
     assert ch.process_BT is not None and ch.process_mask_BT is not None
-    want = compute_advantages(
-        cfg.algorithm,
-        AdvantageInputs(
-            outcome_BT=ch.outcome_BT,
-            mask_BT=batch.response_mask_BT,
-            group_B=batch.group_B,
-            valid_B=ch.valid_B,
-            process_BT=ch.process_BT,
-            process_mask_BT=ch.process_mask_BT,
-        ),
-    )
 
     # the plugin's path on verl's tensors
     answers = [a for _, _, a in ROWS]
@@ -260,20 +268,7 @@ def test_stepcredit_sync_advantage_stage_on_fake_transfer_queue(model_tok: Any, 
     }
     cfg = from_dict({**sc, "algorithm": {"advantage": "grpo_process", "process_weight": 0.5}})
     prompts, responses = _ids(tok)
-    batch = _stepcredit_batch(prompts, responses)
-    compute_prefix_values(model, tok, batch, cfg.process)
-    batch, ch = reward_channels(batch, cfg)
-    want = compute_advantages(
-        cfg.algorithm,
-        AdvantageInputs(
-            outcome_BT=ch.outcome_BT,
-            mask_BT=batch.response_mask_BT,
-            group_B=batch.group_B,
-            valid_B=ch.valid_B,
-            process_BT=ch.process_BT,
-            process_mask_BT=ch.process_mask_BT,
-        ),
-    )
+    batch, _ch, want = _trainer_advantages(model, tok, cfg, prompts, responses)
 
     store = FakeTQ()
     monkeypatch.setattr(trainer_mod, "tq", store)
