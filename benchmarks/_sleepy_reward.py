@@ -18,7 +18,7 @@ import random
 import time
 from typing import Any
 
-from stepcredit.reward.math_verifier import math_compute_score
+from stepcredit.reward.verifiers.math import math_compute_score
 from stepcredit.types import RewardResult
 
 

@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE))
 from _sleepy_reward import fingerprint  # noqa: E402
 from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime  # noqa: E402
 from stepcredit.config import Config, RewardConfig, from_dict  # noqa: E402
-from stepcredit.reward.agent import RewardAgent, Ticket  # noqa: E402
+from stepcredit.reward.run.agent import RewardAgent, Ticket  # noqa: E402
 from stepcredit.types import RewardResult  # noqa: E402
 
 RUNS: dict[str, dict[str, Any]] = {

@@ -3,7 +3,7 @@
     python benchmarks/sandbox.py [--json] [--runs 24]
 
 Three small competitive-programming programs (read stdin, compute, print) are each run ``--runs``
-times per setting, at concurrency 1 and 2, once through :class:`stepcredit.reward.sandbox.Sandbox`
+times per setting, at concurrency 1 and 2, once through :class:`stepcredit.reward.verifiers.code.sandbox.Sandbox`
 (namespaces, own uid, limits, private tmpfs, output capture, verdict) and once as
 ``subprocess.run([python, "-I", "-S", "-B", file], input=..., capture_output=True, timeout=...)`` with
 the same interpreter. Latency is per test case, measured around the call (p50/p95); throughput is
@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from stepcredit.config import SandboxConfig
-from stepcredit.reward.sandbox import PASSED, Sandbox, TestCase
+from stepcredit.reward.verifiers.code.sandbox import PASSED, Sandbox, TestCase
 
 PROGRAMS: list[tuple[str, str, str, str]] = [
     ("sum", "print(sum(map(int, input().split())))", "1 2 3 4 5\n", "15"),

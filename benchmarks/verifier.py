@@ -53,14 +53,14 @@ def load_pairs(name: str, limit: int) -> list[tuple[str, str, str, bool]]:
 def clear_caches() -> None:
     import math_verify.parser as mvp
 
-    from stepcredit.reward import math_verifier as mv
+    from stepcredit.reward.verifiers import math as mv
 
     for f in (mv.normalize, mv.to_number, mv._mv_parse_answer, mvp.parse_latex_cached, mvp.parse_expr_cached):
         f.cache_clear()
 
 
 def run_ours(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool]]:
-    from stepcredit.reward.math_verifier import math_compute_score
+    from stepcredit.reward.verifiers.math import math_compute_score
 
     clear_caches()
     t0 = time.perf_counter()

@@ -330,7 +330,7 @@ class RewardDomainConfig:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """The asynchronous reward agent (:mod:`stepcredit.reward.agent`): where and how requests run."""
+    """The asynchronous reward agent (:mod:`stepcredit.reward.run.agent`): where and how requests run."""
 
     backend: str = "process"
     """``process`` (the kill-safe pool: hard kill on timeout, for CPU-bound functions), ``thread``

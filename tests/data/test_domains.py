@@ -67,7 +67,7 @@ def test_rows_keep_domain_and_tag() -> None:
 
 
 def test_code_task_reference_solutions_pass_the_sandbox() -> None:
-    from stepcredit.reward.sandbox import SandboxConfig, get_sandbox, score_code_batch
+    from stepcredit.reward.verifiers.code.sandbox import SandboxConfig, get_sandbox, score_code_batch
 
     if get_sandbox(SandboxConfig()).unavailable():
         pytest.skip("bubblewrap sandbox unavailable")

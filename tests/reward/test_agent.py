@@ -21,7 +21,7 @@ import pytest
 from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig, RewardDomainConfig, from_dict
 from stepcredit.errors import ConfigError
 from stepcredit.reward import build_rewarder
-from stepcredit.reward.agent import RewardAgent, RewardBackendError, build_agent
+from stepcredit.reward.run.agent import RewardAgent, RewardBackendError, build_agent
 from stepcredit.types import RewardResult, Sample, Status
 
 FNS = textwrap.dedent(

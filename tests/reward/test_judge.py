@@ -29,7 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from stepcredit.config import JudgeConfig
-from stepcredit.reward.judge import Judge, JudgeRequest, judge_samples, parse_score
+from stepcredit.reward.scorers.judge import Judge, JudgeRequest, judge_samples, parse_score
 from stepcredit.types import Sample, Status
 
 

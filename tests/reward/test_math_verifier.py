@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepcredit.reward.math_verifier import (
+from stepcredit.reward.verifiers.math import (
     extract_answer,
     extract_gold,
     fast_verdict,

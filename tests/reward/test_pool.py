@@ -14,7 +14,7 @@ import pytest
 
 from stepcredit.config import RewardConfig, RewardCustomConfig
 from stepcredit.reward import build_rewarder
-from stepcredit.reward.rewarder import Rewarder
+from stepcredit.reward.run.rewarder import Rewarder
 from stepcredit.types import Sample, Status
 
 TIMEOUT = 1.0

@@ -12,7 +12,7 @@ import torch
 from stepcredit.config import RewardModelConfig
 from stepcredit.errors import ConfigError
 from stepcredit.models.tiny import build_tokenizer
-from stepcredit.reward.reward_model import RewardModel, RewardModelWorker, score_samples
+from stepcredit.reward.scorers.reward_model import RewardModel, RewardModelWorker, score_samples
 from stepcredit.types import Sample, Status
 
 

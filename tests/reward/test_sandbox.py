@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stepcredit.config import SandboxConfig
-from stepcredit.reward import sandbox as sb
+from stepcredit.reward.verifiers.code import sandbox as sb
 from stepcredit.types import Status
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")

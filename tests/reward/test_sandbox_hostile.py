@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from stepcredit.config import SandboxConfig
-from stepcredit.reward import sandbox as sb
+from stepcredit.reward.verifiers.code import sandbox as sb
 from stepcredit.types import RewardResult
 
 HOSTILE_DIR = Path(__file__).parent / "hostile"

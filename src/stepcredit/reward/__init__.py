@@ -44,7 +44,6 @@ to avoid a circular import through this package.
 """
 
 from stepcredit.reward import builtin  # noqa: F401  (fills REWARDS; must come last)
-from stepcredit.reward.agent import RewardAgent, RewardBackendError, Ticket, build_agent
 from stepcredit.reward.base import (
     REWARDS,
     FnRef,
@@ -55,8 +54,15 @@ from stepcredit.reward.base import (
     resolve_source,
     to_result,
 )
-from stepcredit.reward.policy import apply_failure_policy, reward_metrics
-from stepcredit.reward.rewarder import Rewarder, Route, build_rewarder
+from stepcredit.reward.postprocess import (
+    RunningStats,
+    apply_failure_policy,
+    process_outcomes,
+    reward_metrics,
+    zero_signal_groups,
+)
+from stepcredit.reward.run.agent import RewardAgent, RewardBackendError, Ticket, build_agent
+from stepcredit.reward.run.rewarder import Rewarder, Route, build_rewarder
 
 __all__ = [
     "REWARDS",
@@ -66,14 +72,17 @@ __all__ = [
     "RewardFn",
     "Rewarder",
     "Route",
+    "RunningStats",
     "Scorer",
     "Ticket",
     "apply_failure_policy",
     "build_agent",
     "build_rewarder",
+    "process_outcomes",
     "register_reward",
     "register_scorer",
     "resolve_source",
     "reward_metrics",
     "to_result",
+    "zero_signal_groups",
 ]

@@ -3,9 +3,9 @@
 Add one import line here per new built-in module (the pool's workers import this module too).
 """
 
-from stepcredit.reward import (  # noqa: F401  (each module registers itself)
+from stepcredit.reward.scorers import (  # noqa: F401  (each module registers itself)
     judge,  # LLM judge: data_source judge
-    math_verifier,
     reward_model,  # reward models: reward_model.style model
-    sandbox,  # code sandbox: data_source code (and VeRL's code sources)
 )
+from stepcredit.reward.verifiers import math  # noqa: F401  (math, gsm8k, MATH, arith, ...)
+from stepcredit.reward.verifiers.code import sandbox  # noqa: F401  (data_source code, VeRL's code sources)

@@ -25,11 +25,11 @@ from stepcredit.losses import KLController
 from stepcredit.models import load_policy, save_pretrained
 from stepcredit.models.critic import ValueModel
 from stepcredit.reward import apply_failure_policy, build_rewarder, reward_metrics
-from stepcredit.reward.agent import Ticket, build_agent
+from stepcredit.reward.postprocess import RunningStats, zero_signal_groups
+from stepcredit.reward.run.agent import Ticket, build_agent
 from stepcredit.rollout import generate
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import MetricsLogger, peak_rss_mb, plot_curves
-from stepcredit.trainer.normalize import RunningStats, zero_signal_groups
 from stepcredit.trainer.progress import Progress
 from stepcredit.trainer.sft import run_sft
 from stepcredit.trainer.steps import Channels, Critic, critic_values, policy_update, reward_channels

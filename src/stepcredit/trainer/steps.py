@@ -22,7 +22,7 @@ from stepcredit.models.critic import ValueModel
 from stepcredit.ops import last_token_index, masked_mean
 from stepcredit.process import utilities_to_tokens
 from stepcredit.reward import apply_failure_policy
-from stepcredit.trainer.normalize import RunningStats, process_outcomes
+from stepcredit.reward.postprocess import RunningStats, process_outcomes
 from stepcredit.types import Batch
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from stepcredit.config import OutcomeProcessConfig, PostprocessConfig
-from stepcredit.trainer.normalize import (
+from stepcredit.reward.postprocess import (
     RunningStats,
     normalize_outcomes,
     process_outcomes,

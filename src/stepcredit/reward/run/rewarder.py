@@ -9,7 +9,7 @@ Routing of one sample, first match wins:
 4. the reward registered under the sample's ``data_source`` (exact name, then a pattern like ``aime*``).
 
 Execution: a function's ``fast`` pre-check runs inline (the math verifier decides plain numbers
-there, without IPC); what it leaves undecided runs in the :class:`~stepcredit.reward.pool.KillSafePool`
+there, without IPC); what it leaves undecided runs in the :class:`~stepcredit.reward.run.pool.KillSafePool`
 with ``reward.timeout_s`` as a hard deadline. Scorers (reward models, judges, sandboxes) get their
 whole sub-batch at once in a helper thread. Results come back in input order, always one per response.
 """
@@ -28,7 +28,7 @@ from typing import Any
 from stepcredit.config import RewardConfig
 from stepcredit.errors import ConfigError, UserError
 from stepcredit.reward.base import REWARDS, FnRef, RewardFn, Scorer, load_ref, parse_spec, resolve_source
-from stepcredit.reward.pool import PRELOAD, KillSafePool, call_reward, callable_of
+from stepcredit.reward.run.pool import PRELOAD, KillSafePool, call_reward, callable_of
 from stepcredit.types import RewardResult, Sample, Status
 
 

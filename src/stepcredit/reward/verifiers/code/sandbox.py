@@ -54,7 +54,7 @@ from typing import Any
 from stepcredit.config import SandboxConfig
 from stepcredit.types import RewardResult, Sample, Status
 
-RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_runner.py")
+RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
 ASSERT_FAILED = 86
 """Exit code of the runner when the assert statement failed (a wrong answer, not a crash)."""
 RUNNER_FAILED = 97

@@ -3,7 +3,7 @@ they complete, so the trainer can update on early groups while slow rewards are 
 
 Use::
 
-    from stepcredit.reward.agent import build_agent
+    from stepcredit.reward.run.agent import build_agent
     agent = build_agent(cfg.reward, rewarder)      # backend: cfg.reward.agent.backend
     ticket = agent.submit(batch)                   # returns at once
     for idx, results in agent.stream(ticket, k):   # whole groups, >= k samples per yield (last may be fewer)
@@ -59,7 +59,8 @@ import numpy as np
 
 from stepcredit.config import RewardConfig
 from stepcredit.errors import UserError
-from stepcredit.reward._agent_backends import (
+from stepcredit.reward.base import RewardFn
+from stepcredit.reward.run.backends import (
     AsyncLoop,
     Job,
     ProcessBackend,
@@ -68,8 +69,7 @@ from stepcredit.reward._agent_backends import (
     Timer,
     failures,
 )
-from stepcredit.reward.base import RewardFn
-from stepcredit.reward.rewarder import Rewarder, Route, build_rewarder, run_fast
+from stepcredit.reward.run.rewarder import Rewarder, Route, build_rewarder, run_fast
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
 DEFAULT_CONCURRENCY = {"thread": 16, "ray": 2}

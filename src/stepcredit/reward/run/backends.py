@@ -11,7 +11,7 @@ the agent for a job: a failure is a typed result.
   to ``concurrency`` abandoned threads at once; past that cap no replacement starts, so a function
   that hangs for ever ends in the agent's step deadline rather than in unbounded threads. An async
   function is cancelled at its deadline (a real stop, unless it blocks the loop).
-* :class:`ProcessBackend`: the :class:`~stepcredit.reward.pool.KillSafePool`; a deadline kills the
+* :class:`ProcessBackend`: the :class:`~stepcredit.reward.run.pool.KillSafePool`; a deadline kills the
   worker's process group. A worker that died under a job (killed, segfault) is reported as
   ``worker_died`` so the agent re-submits the job.
 * :class:`RayBackend`: one Ray actor per concurrency slot, one job at a time each; a deadline kills
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepcredit.reward.base import FnRef, RewardFn, load_ref, to_result
-from stepcredit.reward.pool import PRELOAD, KillSafePool, call_reward, callable_of
+from stepcredit.reward.run.pool import PRELOAD, KillSafePool, call_reward, callable_of
 from stepcredit.types import RewardResult, Status
 
 
@@ -387,7 +387,7 @@ def worker_died(res: RewardResult) -> bool:
     """Did the pool answer this job because its worker process died (not because the function failed)?
 
     The pool reports a dead worker, a failed send and a failed start as ``error`` results with these
-    messages (see :mod:`stepcredit.reward.pool`); the agent re-submits such jobs.
+    messages (see :mod:`stepcredit.reward.run.pool`); the agent re-submits such jobs.
     """
     msg = str(res.info.get("message", "")) if res.status == Status.ERROR else ""
     return msg.startswith(("reward worker crashed", "could not send the job", "reward pool failure"))

@@ -4,7 +4,7 @@ This file is copied into each sandbox and run by the sandbox's interpreter as
 ``python -I -S -B runner.py SPEC_PATH MARKER_FD``; it must import nothing outside the standard library
 and stay valid on any Python >= 3.8 (the sandbox's interpreter need not be the host's).
 
-Protocol with :mod:`stepcredit.reward.sandbox`:
+Protocol with :mod:`stepcredit.reward.verifiers.code.sandbox`:
 
 * ``MARKER_FD`` receives ``S`` once the limits are in place (the host then starts the wall clock) or
   ``E<message>`` when the runner itself failed; it is closed before any untrusted code runs, so the

@@ -11,7 +11,7 @@ reply carries its job id and a slot runs one job at a time, so a result cannot r
 sample. ``submit`` returns a :class:`concurrent.futures.Future`, usable from any thread and, through
 ``asyncio.wrap_future``, from asyncio.
 
-Workers are fresh interpreters (``python -m stepcredit.reward._worker``), not ``fork``s (the parent may
+Workers are fresh interpreters (``python -m stepcredit.reward.run._worker``), not ``fork``s (the parent may
 hold threads and locks, e.g. torch's) nor ``multiprocessing`` spawns (those re-run the user's
 ``__main__`` script). They get the parent's ``sys.path``, run in their own session, print user output
 to stderr (stdout is never the channel) and exit when the parent dies. A replacement is started right
@@ -98,7 +98,7 @@ def worker_main(fd: int) -> None:
     threading.Thread(target=_parent_watchdog, args=(os.getppid(),), daemon=True).start()
     _, path, preload = conn.recv()
     sys.path[:] = list(path) + [p for p in sys.path if p not in path]
-    from stepcredit.reward import math_verifier
+    from stepcredit.reward.verifiers import math as math_verifier
 
     math_verifier.disable_math_verify_timeouts()
     for mod in preload:
@@ -162,7 +162,7 @@ class _Slot:
     def start_worker(self) -> None:
         parent, child = mp.Pipe(duplex=True)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "stepcredit.reward._worker", str(child.fileno())],
+            [sys.executable, "-m", "stepcredit.reward.run._worker", str(child.fileno())],
             pass_fds=(child.fileno(),),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: a kill takes user code's children too

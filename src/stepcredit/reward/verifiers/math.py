@@ -14,7 +14,7 @@ Scoring a response against a ground truth goes in three steps:
    :class:`fractions.Fraction` (decimals to 1e-6 relative, as math-verify's ``float_rounding=6``).
    This decides GSM8K-style answers and most MATH answers without sympy.
 3. **Slow path**: everything else goes to the ``math-verify`` library (``parse`` + ``verify``), which
-   can hang on adversarial input; the :class:`~stepcredit.reward.rewarder.Rewarder` therefore runs it
+   can hang on adversarial input; the :class:`~stepcredit.reward.run.rewarder.Rewarder` therefore runs it
    in the kill-safe pool. We never parse LaTeX into sympy ourselves.
 
 The functions registered here follow VeRL's signature

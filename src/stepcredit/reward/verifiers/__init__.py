@@ -1,0 +1,1 @@
+"""Rule verifiers: deterministic callables from a response and a gold answer to a RewardResult."""
