@@ -21,15 +21,10 @@ pytest.importorskip("verl")
 from stepcredit.advantages import AdvantageInputs, compute_advantages
 from stepcredit.config import TinyModelConfig, from_dict
 from stepcredit.integrations.verl.estimators import verl_advantages
-from stepcredit.integrations.verl.process import (
-    ValueProbe,
-    plan_probes,
-    process_channel,
-    values_from_logprobs,
-)
+from stepcredit.integrations.verl.process import ValueProbe, plan_probes, values_from_logprobs
 from stepcredit.integrations.verl.reward_manager import result_of, reward_output
 from stepcredit.models import build_tiny
-from stepcredit.process import compute_prefix_values
+from stepcredit.process import compute_prefix_values, process_channel
 from stepcredit.reward import apply_failure_policy
 from stepcredit.trainer.steps import reward_channels
 from stepcredit.types import Batch, RewardResult, Sample, Status

@@ -2,7 +2,7 @@
 
 A response is split into episodes (:func:`segment_episodes`); right after generation, while the policy
 is loaded, :func:`compute_prefix_values` stores V_0 (empty response) and V_1..V_S (after each episode)
-on the batch; later stages turn them into the process channel with :func:`utilities_to_tokens`, which
+on the batch; later stages turn them into the process channel with :func:`process_channel`, which
 is arithmetic only. Value estimators are registered in :data:`VALUE_ESTIMATORS`.
 """
 
@@ -16,7 +16,7 @@ from stepcredit.config import Config, ProcessConfig
 from stepcredit.errors import ConfigError
 from stepcredit.process.diagnostics import describe_episodes
 from stepcredit.process.segment import segment_episodes, token_char_spans
-from stepcredit.process.utility import marginal_utilities, utilities_to_tokens
+from stepcredit.process.utility import marginal_utilities, process_channel
 from stepcredit.process.values import (
     STRATEGIES,
     VALUE_ESTIMATORS,
@@ -42,10 +42,10 @@ __all__ = [
     "describe_episodes",
     "forced_answer_values",
     "marginal_utilities",
+    "process_channel",
     "resolve_force_prompt",
     "segment_episodes",
     "token_char_spans",
-    "utilities_to_tokens",
 ]
 
 

@@ -18,8 +18,6 @@ from collections.abc import Sequence
 import torch
 
 from stepcredit.config import ProcessConfig
-from stepcredit.ops import check_shape
-from stepcredit.types import Batch
 
 
 def marginal_utilities(
@@ -40,26 +38,36 @@ def marginal_utilities(
     return out
 
 
-def utilities_to_tokens(batch: Batch, cfg: ProcessConfig) -> torch.Tensor:
-    """The process channel ``process_BT``: U_i at episode i's last token, 0 elsewhere (float32)."""
-    if batch.episode_ends is None or batch.prefix_values is None:
-        raise ValueError(
-            "utilities_to_tokens: batch has no episode_ends/prefix_values (run compute_prefix_values)"
-        )
-    resp = batch.response_ids_BT
-    B, T = resp.shape
-    check_shape("response_mask_BT", batch.response_mask_BT, (B, T))
-    if len(batch.episode_ends) != B or len(batch.prefix_values) != B:
-        raise ValueError(f"utilities_to_tokens: expected {B} episode lists, got {len(batch.episode_ends)}")
-    process_BT = torch.zeros(B, T, dtype=torch.float32, device=resp.device)
-    for b, (ends, values) in enumerate(zip(batch.episode_ends, batch.prefix_values, strict=True)):
+def process_channel(
+    episode_ends: Sequence[Sequence[int]],
+    prefix_values: Sequence[Sequence[float]],
+    response_mask_BT: torch.Tensor,
+    cfg: ProcessConfig,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The process channel: (process_BT float32, process_mask_BT bool) on a right-padded response layout.
+
+        U_i = scale * clip(V_i - V_(i-1))  at the last token of episode i   (see marginal_utilities)
+
+    ``process_mask_BT`` is True at the episode ends that carry a U_i. Ends outside the response or on
+    tokens ``response_mask_BT`` does not count carry nothing. A row with no episodes (a padding row of
+    verl's batch, a domain without process rewards) gets an all-zero channel. The one version used by
+    the trainer and the verl plugin.
+    """
+    mask_BT = response_mask_BT.bool()
+    B, T = mask_BT.shape
+    if len(episode_ends) != B or len(prefix_values) != B:
+        raise ValueError(f"expected {B} rows of episode ends and values, got {len(episode_ends)}")
+    process_BT = torch.zeros(B, T, dtype=torch.float32)
+    steps_BT = torch.zeros(B, T, dtype=torch.bool)
+    for b, (ends, values) in enumerate(zip(episode_ends, prefix_values, strict=True)):
+        if not ends:
+            continue
         if len(values) != len(ends) + 1:
-            raise ValueError(
-                f"response {b}: {len(ends)} episodes need {len(ends) + 1} values, got {len(values)}"
-            )
+            raise ValueError(f"row {b}: {len(ends)} episodes need {len(ends) + 1} values, got {len(values)}")
         us = marginal_utilities(values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero")
         for e, u in zip(ends, us, strict=True):
-            if not 0 <= e < T:
-                raise ValueError(f"response {b}: episode end {e} outside [0, {T})")
-            process_BT[b, e] = u
-    return process_BT
+            if 0 <= e < T:
+                process_BT[b, e] = u
+                steps_BT[b, e] = True
+    steps_BT &= mask_BT
+    return process_BT.to(response_mask_BT.device), steps_BT.to(response_mask_BT.device)

@@ -20,7 +20,7 @@ from stepcredit.losses.value import clipped_value_loss
 from stepcredit.models import token_logprobs
 from stepcredit.models.critic import ValueModel
 from stepcredit.ops import last_token_index, masked_mean
-from stepcredit.process import utilities_to_tokens
+from stepcredit.process import process_channel
 from stepcredit.reward import apply_failure_policy
 from stepcredit.reward.postprocess import RunningStats, process_outcomes
 from stepcredit.types import Batch
@@ -75,13 +75,11 @@ def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = No
         outcome_BT[torch.arange(len(batch)), last_token_index(mask)] = score_B
     process_BT = process_mask_BT = None
     if cfg.process.enabled:
-        process_BT = utilities_to_tokens(batch, cfg.process)
-        process_mask_BT = torch.zeros(mask.shape, dtype=torch.bool)
-        for b, ends in enumerate(batch.episode_ends or []):
-            for e in ends:
-                if 0 <= e < mask.shape[1]:
-                    process_mask_BT[b, e] = True
-        process_mask_BT &= mask
+        if batch.episode_ends is None or batch.prefix_values is None:
+            raise ValueError("process rewards enabled but the batch has no V(prefix) values")
+        process_BT, process_mask_BT = process_channel(
+            batch.episode_ends, batch.prefix_values, mask, cfg.process
+        )
     return batch, Channels(outcome_BT, process_BT, process_mask_BT, score_B, valid_B)
 
 

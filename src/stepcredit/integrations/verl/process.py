@@ -9,8 +9,9 @@ per-token log-probs of the probe's response are exactly the answer tokens that s
     V(prefix) = 1/|a| * sum_j log p(a_j | prompt + prefix + force + a_<j)
 
 This module holds the two pure halves around that call: :func:`plan_probes` (episodes and probes,
-by stepcredit's own :func:`~stepcredit.process.build_requests`) and :func:`process_channel` (values ->
-U_i at episode ends on verl's right-padded [B, T] response layout), plus :func:`values_from_logprobs`.
+by stepcredit's own :func:`~stepcredit.process.build_requests`) and :func:`values_from_logprobs`. The
+values become U_i at episode ends on verl's right-padded [B, T] layout by the trainer's own
+:func:`stepcredit.process.process_channel`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 
 from stepcredit.config import ProcessConfig
-from stepcredit.process import build_requests, marginal_utilities
+from stepcredit.process import build_requests
 from stepcredit.process.values import request_suffixes
 from stepcredit.types import Batch, Sample
 
@@ -117,37 +118,3 @@ def values_from_logprobs(
             raise ValueError(f"probes of row {p.row} out of order")
         out[p.row].append(float(lp.float().mean()))
     return out
-
-
-def process_channel(
-    episode_ends: Sequence[Sequence[int]],
-    prefix_values: Sequence[Sequence[float]],
-    response_mask_BT: torch.Tensor,
-    cfg: ProcessConfig,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(process_BT float32, process_mask_BT bool) on verl's right-padded response layout.
-
-        U_i = scale * clip(V_i - V_(i-1))  at the last token of episode i   (see marginal_utilities)
-
-    as stepcredit's trainer builds it (``utilities_to_tokens`` + the step mask of ``reward_channels``):
-    ends outside the response or on tokens the mask does not count carry nothing. A row with no
-    episodes (a padding row of verl's batch) gets an all-zero channel.
-    """
-    mask_BT = response_mask_BT.bool()
-    B, T = mask_BT.shape
-    if len(episode_ends) != B or len(prefix_values) != B:
-        raise ValueError(f"expected {B} rows of episode ends and values, got {len(episode_ends)}")
-    process_BT = torch.zeros(B, T, dtype=torch.float32)
-    steps_BT = torch.zeros(B, T, dtype=torch.bool)
-    for b, (ends, values) in enumerate(zip(episode_ends, prefix_values, strict=True)):
-        if not ends:
-            continue
-        if len(values) != len(ends) + 1:
-            raise ValueError(f"row {b}: {len(ends)} episodes need {len(ends) + 1} values, got {len(values)}")
-        us = marginal_utilities(values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero")
-        for e, u in zip(ends, us, strict=True):
-            if 0 <= e < T:
-                process_BT[b, e] = u
-                steps_BT[b, e] = True
-    steps_BT &= mask_BT
-    return process_BT.to(response_mask_BT.device), steps_BT.to(response_mask_BT.device)

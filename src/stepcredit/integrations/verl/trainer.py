@@ -48,13 +48,9 @@ from verl.workers.utils.padding import response_from_nested, response_to_nested
 from stepcredit.errors import ConfigError
 from stepcredit.integrations.verl.config import stepcredit_config, to_plain
 from stepcredit.integrations.verl.estimators import PREFIX, group_ids, verl_advantages
-from stepcredit.integrations.verl.process import (
-    ValueProbe,
-    plan_probes,
-    process_channel,
-    values_from_logprobs,
-)
+from stepcredit.integrations.verl.process import ValueProbe, plan_probes, values_from_logprobs
 from stepcredit.integrations.verl.reward_manager import result_of, reward_config
+from stepcredit.process import process_channel
 from stepcredit.reward import apply_failure_policy
 
 logger = logging.getLogger(__name__)
