@@ -116,6 +116,19 @@ class RolloutCache:
     width: int
 
 
+_BATCH_TENSORS = (
+    "group_B",
+    "prompt_ids_BP",
+    "prompt_mask_BP",
+    "response_ids_BT",
+    "response_mask_BT",
+    "behaviour_logp_BT",
+    "truncated_B",
+    "ref_logp_BT",
+    "values_BT",
+)
+
+
 @dataclass
 class Batch:
     """What a rollout produces and every later stage reads or extends.
@@ -141,7 +154,9 @@ class Batch:
     truncated_B: torch.Tensor
     """True where the response hit the length limit without eos."""
     policy_version: int = 0
-    """The optimiser step of the weights that generated this batch (for staleness)."""
+    """RL steps completed by the weights that generated this batch (staleness = steps since)."""
+    policy_updates: int = 0
+    """Optimiser steps taken by the weights that generated this batch (has the policy moved since?)."""
     ref_logp_BT: torch.Tensor | None = None
     values_BT: torch.Tensor | None = None
     rewards: list[RewardResult] | None = None
@@ -149,7 +164,6 @@ class Batch:
     """Per response: token indices (into the response) of each episode's last token."""
     prefix_values: list[list[float]] | None = None
     """Per response: V_0 (empty response), V_1, ..., V_S at the episode ends."""
-    extra: dict[str, Any] = field(default_factory=dict)
     kv_cache: RolloutCache | None = None
     """The rollout's KV cache over prompt + response (``generate(keep_cache=True)``), held only until
     the process stage has used it: never selected, concatenated or saved."""
@@ -167,13 +181,9 @@ class Batch:
             if x is None:
                 return None
             if hasattr(x, "index_select"):
-                return x.index_select(0, index)
+                return x.index_select(0, index.to(x.device))
             return [x[i] for i in idx]
 
-        extra = {
-            k: pick(v) if (hasattr(v, "index_select") or isinstance(v, list)) and len(v) == len(self) else v
-            for k, v in self.extra.items()
-        }
         return Batch(
             samples=pick(self.samples),
             group_B=pick(self.group_B),
@@ -185,17 +195,34 @@ class Batch:
             texts=pick(self.texts),
             truncated_B=pick(self.truncated_B),
             policy_version=self.policy_version,
+            policy_updates=self.policy_updates,
             ref_logp_BT=pick(self.ref_logp_BT),
             values_BT=pick(self.values_BT),
             rewards=pick(self.rewards),
             episode_ends=pick(self.episode_ends),
             prefix_values=pick(self.prefix_values),
-            extra=extra,
         )
+
+    def to(self, device: Any) -> Batch:
+        """The same batch with its tensors on ``device`` (the rollout cache stays where it is)."""
+
+        def move(x: Any) -> Any:
+            return x.to(device) if hasattr(x, "to") and hasattr(x, "device") else x
+
+        return replace(
+            self,
+            **{f: move(getattr(self, f)) for f in _BATCH_TENSORS if getattr(self, f) is not None},
+        )
+
+    def with_rewards(self, results: list[RewardResult]) -> Batch:
+        """A copy carrying one reward result per response (the reward stage's output)."""
+        if len(results) != len(self):
+            raise ValueError(f"{len(results)} reward results for {len(self)} responses")
+        return replace(self, rewards=list(results), kv_cache=None)
 
     def without_rewards(self) -> Batch:
         """A copy without reward results (what a checkpoint stores of a batch still being scored)."""
-        return replace(self, rewards=None, extra=dict(self.extra), kv_cache=None)
+        return replace(self, rewards=None, kv_cache=None)
 
     @staticmethod
     def concat(parts: list[Batch]) -> Batch:
@@ -239,6 +266,7 @@ class Batch:
             texts=[t for b in parts for t in b.texts],
             truncated_B=torch.cat([b.truncated_B for b in parts]),
             policy_version=min(b.policy_version for b in parts),
+            policy_updates=min(b.policy_updates for b in parts),
             ref_logp_BT=cat_opt("ref_logp_BT"),
             values_BT=cat_opt("values_BT"),
             rewards=cat_list("rewards"),

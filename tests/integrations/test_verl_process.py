@@ -26,7 +26,7 @@ from stepcredit.integrations.verl.reward_manager import result_of, reward_output
 from stepcredit.models import build_tiny
 from stepcredit.process import compute_prefix_values, process_channel
 from stepcredit.reward import apply_failure_policy
-from stepcredit.trainer.steps import reward_channels
+from stepcredit.trainer.update import reward_channels
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
 ROWS = [  # (prompt, response, gold answer); two prompts, two responses each

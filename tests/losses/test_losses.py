@@ -212,6 +212,9 @@ def test_config_checks() -> None:
     check_config(Config())
     with pytest.raises(ConfigError, match=r"valid: .*ppo_clip"):
         check_config(Config(loss=LossConfig(name="ppo")))
-    for bad in ({"agg": "mean"}, {"kl_estimator": "k4"}, {"dual_clip_c": 0.5}, {"kl_ctrl": "pid"}):
+    for bad in ({"agg": "mean"}, {"dual_clip_c": 0.5}, {"kl_ctrl": "pid"}):
         with pytest.raises(ConfigError):
             LossConfig(**bad)  # type: ignore[arg-type]
+    # registry names are checked against the registry at start-up, not repeated in the config tree
+    with pytest.raises(ConfigError, match=r"loss.kl_estimator: unknown 'k4' \(valid: k1, k2, k3\)"):
+        check_config(Config(loss=LossConfig(kl_estimator="k4")))

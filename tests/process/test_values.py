@@ -242,7 +242,7 @@ def test_check_config() -> None:
     with pytest.raises(ConfigError, match=r"process\.value_estimator"):
         check_config(Config(process=ProcessConfig(value_estimator="forced_answer")))
     with pytest.raises(ConfigError, match=r"process\.strategy"):
-        ProcessConfig(strategy="fast")
+        check_config(Config(process=ProcessConfig(strategy="fast")))
     with pytest.raises(ConfigError, match=r"process\.max_episode_tokens"):
         ProcessConfig(max_episode_tokens=2, min_episode_tokens=3)
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from stepcredit.config import from_dict
 from stepcredit.data import PromptStream, load_task
-from stepcredit.losses import KLController
 from stepcredit.losses.value import clipped_value_loss
 from stepcredit.models import load_policy
-from stepcredit.trainer.loop import _build_critic, rollout
-from stepcredit.trainer.steps import policy_update, reward_channels
+from stepcredit.rollout import generate
+from stepcredit.trainer.critic import critic_values
+from stepcredit.trainer.state import build_state
+from stepcredit.trainer.update import train_on, update
 from stepcredit.types import RewardResult
 
 
@@ -33,24 +36,25 @@ def test_critic_warmup_leaves_the_policy_unchanged_and_trains_the_critic() -> No
             "algorithm": {"advantage": "gae", "use_critic": True},
             "critic": {"warmup": 1, "lr": 0.01},
             "loss": {"kl_coef": 0.0},
+            "optim": {"lr": 0.01, "warmup_steps": 0},
         }
     )
     model, tok = load_policy(cfg.model, seed=0)
-    critic = _build_critic(model, cfg, None)
-    assert critic is not None
     train, _ = load_task(cfg.data)
-    batch = rollout(model, tok, PromptStream(train, seed=0), cfg, 1, critic=critic)
+    state = build_state(cfg, model, tok, PromptStream(train, seed=0))
+    state.start_rl()
+    assert state.critic is not None
+    batch = generate(model, tok, state.stream.take(2), n=2, max_new_tokens=8)
+    batch = replace(batch, values_BT=critic_values(state.critic, batch))
     assert batch.values_BT is not None and batch.values_BT.shape == batch.response_mask_BT.shape
-    batch.rewards = [RewardResult(score=float(i % 2)) for i in range(len(batch))]
-    mb, ch = reward_channels(batch, cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    batch = batch.with_rewards([RewardResult(score=float(i % 2)) for i in range(len(batch))])
     policy0 = {k: v.clone() for k, v in model.state_dict().items()}
-    critic0 = {k: v.clone() for k, v in critic.model.state_dict().items()}
-    kl = KLController.from_config(cfg.loss)
-    m = policy_update(model, None, opt, mb, ch, cfg, kl, critic=critic, update_policy=False)
+    critic0 = {k: v.clone() for k, v in state.critic.model.state_dict().items()}
+    p, m = train_on(state, batch, train_policy=False)
     assert all(torch.equal(policy0[k], v) for k, v in model.state_dict().items())
-    assert not all(torch.equal(critic0[k], v) for k, v in critic.model.state_dict().items())
-    assert m["critic/value_loss"] > 0 and "loss" not in m
+    assert not all(torch.equal(critic0[k], v) for k, v in state.critic.model.state_dict().items())
+    assert m["critic/value_loss"] > 0 and "loss" not in m and state.updates == 0
     # after the warm-up both train
-    policy_update(model, None, opt, mb, ch, cfg, kl, critic=critic, update_policy=True)
+    update(state, p, train_policy=True)
     assert not all(torch.equal(policy0[k], v) for k, v in model.state_dict().items())
+    assert state.updates == 1

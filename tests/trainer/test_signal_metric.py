@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from stepcredit.trainer.steps import Channels, outcome_free_signal
+from stepcredit.trainer.metrics import outcome_free_signal
 from stepcredit.types import Batch, RewardResult, Sample
 
 
@@ -32,8 +32,8 @@ def test_counts_equal_groups_and_those_with_advantage() -> None:
     adv = torch.zeros(6, 3)
     adv[1, 0] = 0.3
     adv[4:] = 1.0
-    ch = Channels(torch.zeros(6, 3), None, None, torch.zeros(6), torch.ones(6, dtype=torch.bool))
-    m = outcome_free_signal(batch, ch, adv, batch.response_mask_BT)
+    valid_B = torch.ones(6, dtype=torch.bool)
+    m = outcome_free_signal(batch.rewards, batch.group_B, valid_B, adv, batch.response_mask_BT)
     assert m == {"groups/all_equal_adv_frac": 2 / 3, "groups/all_equal_nonzero_adv_frac": 1 / 3}
 
 
@@ -47,6 +47,6 @@ def test_masked_samples_and_masked_tokens_do_not_count() -> None:
     adv = torch.zeros(2, 3)
     adv[0, 2] = 5.0
     adv[1, 0] = 5.0  # invalid sample: ignored
-    ch = Channels(torch.zeros(2, 3), None, None, torch.zeros(2), valid)
-    m = outcome_free_signal(batch, ch, adv, live & valid[:, None])
+    valid_B = valid
+    m = outcome_free_signal(batch.rewards, batch.group_B, valid_B, adv, live & valid[:, None])
     assert m == {"groups/all_equal_adv_frac": 1.0, "groups/all_equal_nonzero_adv_frac": 0.0}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stepcredit.errors import ConfigError
-from stepcredit.losses.kl import kl_estimate
+from stepcredit.losses.kl import KL_ESTIMATORS, kl_estimate
 from stepcredit.ops import check_shape, masked_mean
 from stepcredit.registry import Registry
 
@@ -73,7 +73,30 @@ def aggregate(
 
 # ----------------------------------------------------------------------------------- policy loss
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
-LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered policy loss: the per-token function plus what the start-up check needs to know."""
+
+    fn: PolicyLossFn
+    corrects_staleness: bool = False
+    """Built for data from an older policy (one-step off-policy): the trust region or the weights
+    account for the behaviour policy differing from the current one."""
+
+
+LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+
+
+def register_loss(name: str, *, corrects_staleness: bool = False) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator: ``@register_loss("ppo_clip")`` adds a per-token policy loss to :data:`LOSSES`."""
+
+    def deco(fn: PolicyLossFn) -> PolicyLossFn:
+        LOSSES.add(name, PolicyLoss(fn=fn, corrects_staleness=corrects_staleness))
+        return fn
+
+    return deco
+
 
 # ratio = exp(log-ratio): clamp the log-ratio for stability (verl / TRL use the same bound).
 _LOG_RATIO_CLAMP = 20.0
@@ -107,7 +130,7 @@ def _clipped_surrogate(
     return loss_BT, metrics
 
 
-@LOSSES.register("ppo_clip")
+@register_loss("ppo_clip")
 def ppo_clip(
     *,
     logp_BT: torch.Tensor,
@@ -131,7 +154,8 @@ def ppo_clip(
     )
 
 
-@LOSSES.register("decoupled_ppo")
+# Hilton et al. 2022: the proximal policy centres the trust region, the behaviour policy only weights.
+@register_loss("decoupled_ppo", corrects_staleness=True)
 def decoupled_ppo(
     *,
     logp_BT: torch.Tensor,
@@ -164,7 +188,8 @@ def decoupled_ppo(
     return loss_BT * w_BT, metrics
 
 
-@LOSSES.register("topr")
+# TOPR is built for off-policy data (its truncated weights on negative samples).
+@register_loss("topr", corrects_staleness=True)
 def topr(
     *,
     logp_BT: torch.Tensor,
@@ -189,7 +214,7 @@ def topr(
     return -w_BT * adv_BT * logp_BT, metrics
 
 
-@LOSSES.register("gspo")
+@register_loss("gspo")
 def gspo(
     *,
     logp_BT: torch.Tensor,
@@ -259,7 +284,7 @@ def compute_policy_loss(
     beta = cfg.kl_coef if kl_coef is None else kl_coef
     norm_len = cfg.agg_norm_len or None
 
-    pg_BT, tmetrics = LOSSES.get(cfg.name)(
+    pg_BT, tmetrics = LOSSES.get(cfg.name).fn(
         logp_BT=logp_BT,
         old_logp_BT=old_logp_BT,
         adv_BT=adv_BT,
@@ -309,6 +334,10 @@ def check_config(cfg: Config) -> None:
     if cfg.loss.name not in LOSSES:
         raise ConfigError(
             f"config key loss.name: unknown policy loss {cfg.loss.name!r} (valid: {', '.join(LOSSES)})"
+        )
+    if cfg.loss.kl_estimator not in KL_ESTIMATORS:
+        raise ConfigError(
+            f"config key loss.kl_estimator: unknown {cfg.loss.kl_estimator!r} (valid: {', '.join(KL_ESTIMATORS)})"
         )
     if cfg.loss.agg not in AGGREGATIONS:
         raise ConfigError(

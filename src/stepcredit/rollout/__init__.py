@@ -57,13 +57,15 @@ def generate(
     inference mode: its tensors would break the later backward pass). ``keep_cache``: the behaviour
     log-prob pass keeps its KV cache in ``batch.kv_cache`` (a :class:`~stepcredit.types.RolloutCache`)
     so the process stage values prefixes without running the responses through the model again.
+    Generation runs on the model's device; the returned batch is on the CPU (the cache stays on the device).
     """
     was_training = model.training
     model.eval()
     prompt_ids = render_prompts(tok, samples)
     p_ids, p_mask = left_pad(prompt_ids, tok.pad_token_id)
-    p_ids = p_ids.repeat_interleave(n, dim=0)
-    p_mask = p_mask.repeat_interleave(n, dim=0)
+    dev = next(model.parameters()).device
+    p_ids = p_ids.repeat_interleave(n, dim=0).to(dev)
+    p_mask = p_mask.repeat_interleave(n, dim=0).to(dev)
     P = p_ids.shape[1]
     greedy = temperature <= 0
     gen_kw: dict[str, Any] = {
@@ -78,20 +80,23 @@ def generate(
     resp = out[:, P:]
     B = resp.shape[0]
     if resp.shape[1] == 0:
-        resp = torch.full((B, 1), tok.eos_token_id, dtype=torch.long)
+        resp = torch.full((B, 1), tok.eos_token_id, dtype=torch.long, device=dev)
     # A response ends at its first eos (inclusive); everything after is padding.
     is_eos = resp == tok.eos_token_id
     has_eos = is_eos.any(dim=1)
-    first_eos = torch.where(has_eos, is_eos.float().argmax(dim=1), torch.full((B,), resp.shape[1] - 1))
-    pos = torch.arange(resp.shape[1]).unsqueeze(0)
+    first_eos = torch.where(
+        has_eos, is_eos.float().argmax(dim=1), torch.full_like(has_eos, resp.shape[1] - 1, dtype=torch.long)
+    )
+    pos = torch.arange(resp.shape[1], device=dev).unsqueeze(0)
     mask = pos <= first_eos.unsqueeze(1)
     T = int(mask.sum(1).max())
     resp = torch.where(mask, resp, torch.full_like(resp, tok.pad_token_id))[:, :T]
     mask = mask[:, :T]
     truncated = ~has_eos
     texts = []
+    resp_cpu, lens = resp.cpu(), mask.sum(1).tolist()
     for b in range(B):
-        ids = resp[b, : int(mask[b].sum())].tolist()
+        ids = resp_cpu[b, : int(lens[b])].tolist()
         texts.append(tok.decode(ids, skip_special_tokens=True))
     caches: list[Any] | None = [] if keep_cache and with_logprobs else None
     if with_logprobs:
@@ -105,20 +110,20 @@ def generate(
         )
         logp = torch.where(mask, logp, torch.zeros_like(logp))
     else:
-        logp = torch.zeros(resp.shape, dtype=torch.float32)
+        logp = torch.zeros(resp.shape, dtype=torch.float32, device=dev)
     if was_training:
         model.train()
     group = torch.arange(len(samples), dtype=torch.long).repeat_interleave(n) + group_offset
     return Batch(
         samples=[s for s in samples for _ in range(n)],
         group_B=group,
-        prompt_ids_BP=p_ids,
-        prompt_mask_BP=p_mask,
-        response_ids_BT=resp,
-        response_mask_BT=mask,
-        behaviour_logp_BT=logp,
+        prompt_ids_BP=p_ids.cpu(),
+        prompt_mask_BP=p_mask.cpu(),
+        response_ids_BT=resp_cpu,
+        response_mask_BT=mask.cpu(),
+        behaviour_logp_BT=logp.float().cpu(),
         texts=texts,
-        truncated_B=truncated,
+        truncated_B=truncated.cpu(),
         policy_version=policy_version,
         kv_cache=RolloutCache(caches[0], (P - p_mask.sum(1)).tolist(), P + T) if caches else None,
     )

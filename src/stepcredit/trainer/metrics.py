@@ -1,12 +1,117 @@
-"""Run-directory outputs: ``metrics.jsonl``, TensorBoard events and ``curves.png``."""
+"""What a step reports: batch figures, the per-step accumulator, and the run-directory outputs
+(``metrics.jsonl``, TensorBoard events, ``curves.png``)."""
 
 from __future__ import annotations
 
 import json
 import math
 import resource
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
+
+from stepcredit.reward import reward_metrics
+from stepcredit.types import Batch, RewardResult, Status
+
+
+class StepMetrics:
+    """One step's figures: update metrics averaged over mini-batches and epochs, counters summed."""
+
+    def __init__(self) -> None:
+        self.means: dict[str, list[float]] = {}
+        self.sums: dict[str, float] = {}
+
+    def add(self, m: dict[str, float]) -> None:
+        for k, v in m.items():
+            self.means.setdefault(k, []).append(v)
+
+    def count(self, key: str, n: float) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + n
+
+    def add_times(self, times: dict[str, float]) -> None:
+        """Costs of work done during this step (a rollout's generation and process values)."""
+        for k, v in times.items():
+            self.count(k, v)
+
+    def result(self) -> dict[str, float]:
+        out = {k: float(np.mean(v)) for k, v in self.means.items()}
+        out.update(self.sums)
+        return out
+
+
+def batch_metrics(batch: Batch, *, per_domain: bool = False) -> dict[str, float]:
+    """Reward, length and status figures of a scored batch (before any update); with ``per_domain``
+    also ``{domain}/reward/mean``, ``{domain}/response_length/mean``, ``{domain}/status/{status}``..."""
+    assert batch.rewards is not None
+    if per_domain:
+        m = batch_metrics(batch)
+        domain_B = [s.domain for s in batch.samples]
+        for d in dict.fromkeys(domain_B):
+            part = batch.select([i for i, x in enumerate(domain_B) if x == d])
+            assert part.rewards is not None
+            sub = batch_metrics(part)
+            for k in (
+                "reward/mean",
+                "response_length/mean",
+                "response_length/max",
+                "response/truncated_frac",
+            ):
+                m[f"{d}/{k}"] = sub[k]
+            m[f"{d}/groups/all_equal_frac"] = sub["groups/all_equal_frac"]
+            m[f"{d}/count"] = float(len(part))
+            for st in Status:
+                m[f"{d}/status/{st.value}"] = float(sum(r.status == st for r in part.rewards))
+        return m
+    scores = [r.score for r in batch.rewards if r.ok]
+    lengths = batch.response_mask_BT.sum(1).float()
+    m = {
+        "reward/mean": float(np.mean(scores)) if scores else float("nan"),
+        "response_length/mean": float(lengths.mean()),
+        "response_length/max": float(lengths.max()),
+        "response/truncated_frac": float(batch.truncated_B.float().mean()),
+    }
+    m.update(reward_metrics(batch.rewards))
+    # groups whose outcome scores are all equal carry no outcome signal
+    by_group: dict[int, set[float]] = {}
+    for g, r in zip(batch.group_B.tolist(), batch.rewards, strict=True):
+        by_group.setdefault(g, set()).add(round(r.score, 6) if r.ok else float("nan"))
+    m["groups/all_equal_frac"] = float(np.mean([len(v) == 1 for v in by_group.values()]))
+    return m
+
+
+def outcome_free_signal(
+    rewards: Sequence[RewardResult],
+    group_B: torch.Tensor,
+    valid_B: torch.Tensor,
+    adv_BT: torch.Tensor,
+    live_BT: torch.Tensor,
+) -> dict[str, float]:
+    """How many groups carry no outcome signal (all valid raw outcome scores equal) and still get a
+    non-zero advantage on some token, as fractions of the groups of a mini-batch.
+
+    Outcome-only estimators give such groups exactly zero advantage; process rewards are what can
+    move them (``groups/all_equal_nonzero_adv_frac`` / ``groups/all_equal_adv_frac`` is the share).
+    """
+    raw_B = torch.tensor([r.score for r in rewards], dtype=torch.float64)
+    moved_B = ((adv_BT.abs() > 1e-8) & live_BT).any(1).cpu()
+    group_B, valid_B = group_B.cpu(), valid_B.cpu()
+    n_groups = n_equal = n_moved = 0
+    for g in group_B.unique().tolist():
+        idx = ((group_B == g) & valid_B).nonzero().flatten()
+        n_groups += 1
+        if len(idx) == 0 or float(raw_B[idx].max() - raw_B[idx].min()) > 1e-6:
+            continue
+        n_equal += 1
+        n_moved += int(bool(moved_B[idx].any()))
+    if n_groups == 0:
+        return {}
+    return {
+        "groups/all_equal_adv_frac": n_equal / n_groups,
+        "groups/all_equal_nonzero_adv_frac": n_moved / n_groups,
+    }
 
 
 def peak_rss_mb() -> float:

@@ -64,6 +64,7 @@ def run_sft(
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.98))
     model.train()
+    dev = next(model.parameters()).device
     metrics: dict[str, float] = {}
     order: list[int] = []
     for step in range(cfg.steps):
@@ -77,7 +78,7 @@ def run_sft(
             rng.shuffle(extra)
             order.extend(extra)
         idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        ids, mask, r_mask = sft_batch([pairs[i] for i in idx], tok.pad_token_id)
+        ids, mask, r_mask = (x.to(dev) for x in sft_batch([pairs[i] for i in idx], tok.pad_token_id))
         logp, _ = token_logprobs(model, ids, mask.long(), n_response=r_mask.shape[1])
         loss = -(logp * r_mask).sum() / r_mask.sum()
         opt.zero_grad(set_to_none=True)

@@ -1,0 +1,106 @@
+"""``rollout_and_submit``: draw prompts, generate with the current weights, store what needs the
+policy loaded (critic values, V(prefix) for process rewards), and hand the batch to the reward agent,
+which scores it in the background."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from stepcredit import process
+from stepcredit.reward import RewardAgent, Rewarder, Ticket
+from stepcredit.rollout import generate
+from stepcredit.trainer.critic import critic_values
+from stepcredit.trainer.state import TrainState
+from stepcredit.types import Batch, Sample
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """A generated batch, the agent's ticket for its rewards, and what generating it cost."""
+
+    batch: Batch
+    ticket: Ticket
+    times: dict[str, float] = field(default_factory=dict)
+    """``time/generation_s``, ``time/process_s``; ``process/unscored_rows`` when a value could not be computed."""
+
+
+def verifier_score(rewarder: Rewarder) -> Callable[[Sample, str], float]:
+    """The verifier Monte Carlo values need: the same routing as the outcome reward, NaN when the
+    reward could not be computed (the row then gets no process credit, see :func:`with_values`)."""
+
+    def score(sample: Sample, text: str) -> float:
+        r = rewarder.score_batch([sample], [text])[0]
+        return float(r.score) if r.ok else math.nan
+
+    return score
+
+
+def with_values(
+    state: TrainState, batch: Batch, rewarder: Rewarder, domains: frozenset[str]
+) -> tuple[Batch, int]:
+    """V(prefix) at episode ends for the responses of ``domains`` (the rest get no episodes, hence an
+    all-zero process channel). Returns the batch and the number of rows left without values because
+    a value could not be computed (NaN)."""
+    cfg = state.cfg.process
+    rows = [i for i, s in enumerate(batch.samples) if s.domain in domains]
+    score_fn = verifier_score(rewarder)  # used by estimators that need a verifier, ignored by the rest
+    if len(rows) == len(batch):
+        part = batch
+    else:
+        part = batch.select(rows)  # a sub-batch has no rollout cache: its values recompute the prefixes
+    if rows:
+        process.compute_prefix_values(state.model, state.tok, part, cfg, score_fn=score_fn)
+    ends: list[list[int]] = [[] for _ in range(len(batch))]
+    values: list[list[float]] = [[] for _ in range(len(batch))]
+    unscored = 0
+    for j, i in enumerate(rows):
+        assert part.episode_ends is not None and part.prefix_values is not None
+        if any(math.isnan(v) for v in part.prefix_values[j]):
+            unscored += 1
+            continue
+        ends[i], values[i] = part.episode_ends[j], part.prefix_values[j]
+    return replace(batch, episode_ends=ends, prefix_values=values, kv_cache=None), unscored
+
+
+def rollout_and_submit(
+    state: TrainState,
+    agent: RewardAgent,
+    rewarder: Rewarder,
+    step: int,
+    *,
+    process_domains: frozenset[str] = frozenset(),
+    extra: int = 0,
+) -> Rollout:
+    """Generate ``rollout.n`` responses to each of ``rollout.prompts_per_step`` prompts for RL step
+    ``step`` with the current weights (labelled with the policy's clocks), then V(prefix) and critic
+    values while the policy is loaded; scoring starts at once. ``extra`` numbers dynamic sampling's
+    refill rollouts (their group ids stay distinct from every other batch's)."""
+    cfg = state.cfg
+    P = cfg.rollout.prompts_per_step
+    t0 = time.perf_counter()
+    batch = generate(
+        state.model,
+        state.tok,
+        state.stream.take(P),
+        n=cfg.rollout.n,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
+        group_offset=(extra * (cfg.trainer.steps + 1) + step) * P,
+        policy_version=state.step,
+        # the process stage continues from the behaviour log-prob pass instead of re-running responses
+        keep_cache=cfg.process.enabled,
+    )
+    batch = replace(batch, policy_updates=state.updates)
+    if state.critic is not None:
+        batch = replace(batch, values_BT=critic_values(state.critic, batch))
+    t1 = time.perf_counter()
+    times = {"time/generation_s": t1 - t0}
+    if cfg.process.enabled:
+        batch, unscored = with_values(state, batch, rewarder, process_domains)
+        times["time/process_s"] = time.perf_counter() - t1
+        times["process/unscored_rows"] = float(unscored)
+    return Rollout(batch, agent.submit(batch), times)

@@ -1,0 +1,106 @@
+"""Everything the loop trains and carries from step to step, built once and saved in checkpoints."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from stepcredit.config import Config
+from stepcredit.data import PromptStream
+from stepcredit.data.domains import MixedStream
+from stepcredit.errors import ConfigError
+from stepcredit.losses import KLController
+from stepcredit.reward import RunningStats
+from stepcredit.trainer.critic import Critic, build_critic
+
+
+@dataclass
+class TrainState:
+    """The policy, its optimiser, the reference, the critic, the KL controller, the running outcome
+    statistics and the data position, plus the two clocks of the policy:
+
+    ``step`` counts completed RL steps (a batch's staleness is ``step - batch.policy_version``) and
+    ``updates`` counts optimiser steps (the policy moved since a batch was generated exactly when
+    ``updates > batch.policy_updates``: the decoupled loss then needs its proximal log-probs).
+    """
+
+    cfg: Config
+    model: Any
+    tok: Any
+    opt: torch.optim.Optimizer
+    kl_ctl: KLController
+    running: RunningStats
+    stream: PromptStream | MixedStream
+    ref: Any | None = None
+    critic: Critic | None = None
+    step: int = 0
+    updates: int = 0
+
+    def set_lr(self, step: int) -> None:
+        """Linear warm-up: Adam's first steps move every weight by ~lr whatever the gradient's size."""
+        lr = self.cfg.optim.lr * min(1.0, step / max(1, self.cfg.optim.warmup_steps))
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+
+    def start_rl(self, ckpt: dict[str, Any] | None = None) -> None:
+        """After SFT (or from a checkpoint): the frozen reference (the SFT policy) and the critic."""
+        if self.cfg.loss.kl_coef > 0:
+            self.ref = frozen_copy(self.model, ckpt["ref_model"] if ckpt else None)
+        self.critic = build_critic(self.model, self.cfg, ckpt)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "data": self.stream.state_dict(),
+            "kl_ctl": self.kl_ctl.state_dict(),
+            "outcome_stats": self.running.state_dict(),
+            "critic": self.critic.model.state_dict() if self.critic is not None else None,
+            "critic_opt": self.critic.opt.state_dict() if self.critic is not None else None,
+            "ref_model": self.ref.state_dict() if self.ref is not None else None,
+            "policy_step": self.step,
+            "policy_updates": self.updates,
+        }
+
+    def load_state_dict(self, ckpt: dict[str, Any]) -> None:
+        """Restore from a checkpoint (before :meth:`start_rl`, which restores reference and critic)."""
+        self.model.load_state_dict(ckpt["model"])
+        self.opt.load_state_dict(ckpt["optimizer"])
+        self.stream.load_state_dict(ckpt["data"])
+        self.kl_ctl.load_state_dict(ckpt["kl_ctl"])
+        self.running.load_state_dict(ckpt.get("outcome_stats") or {})
+        self.step = int(ckpt.get("policy_step", ckpt["step"]))
+        self.updates = int(ckpt.get("policy_updates", 0))
+
+
+def build_state(cfg: Config, model: Any, tok: Any, stream: PromptStream | MixedStream) -> TrainState:
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay
+    )
+    return TrainState(cfg, model, tok, opt, KLController.from_config(cfg.loss), RunningStats(), stream)
+
+
+def frozen_copy(model: Any, state: dict[str, Any] | None = None) -> Any:
+    ref = copy.deepcopy(model)
+    if state is not None:
+        ref.load_state_dict(state)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def resolve_device(name: str) -> torch.device:
+    """``trainer.device``: ``auto`` is the GPU when there is one, else the CPU; asking for a GPU that
+    is not there fails at start-up with one line."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"config key trainer.device: {name!r} but torch sees no CUDA device (use cpu or auto)"
+        )
+    return dev

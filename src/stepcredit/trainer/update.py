@@ -1,0 +1,275 @@
+"""``train_on(mini_batch)``: the DESIGN's four lines for one mini-batch of whole, scored groups.
+
+    channels = reward_channels(mb)        # failure policy, per-domain outcome processing, process channel
+    prepared = prepare(state, mb)         # + KL shaping, advantages (registry lookup by name)
+    metrics  = update(state, prepared)    # critic step, policy-loss step
+    train_on = prepare + update           # (later PPO epochs call update again on the same prepared)
+
+Each function returns what it computed (a new sub-batch, :class:`Channels`, :class:`Prepared`, a
+metrics dict); nothing is written into the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from stepcredit.advantages import AdvantageInputs, AdvantageOutputs, compute_advantages
+from stepcredit.config import AlgorithmConfig, Config
+from stepcredit.losses import compute_policy_loss
+from stepcredit.losses.kl import apply_kl_penalty
+from stepcredit.models import token_logprobs
+from stepcredit.ops import last_token_index, masked_mean
+from stepcredit.process import process_channel
+from stepcredit.reward import RunningStats, apply_failure_policy, process_outcomes
+from stepcredit.trainer.critic import critic_update
+from stepcredit.trainer.metrics import outcome_free_signal
+from stepcredit.types import Batch
+
+if TYPE_CHECKING:
+    from stepcredit.trainer.state import TrainState
+
+
+@dataclass(frozen=True)
+class Channels:
+    """A mini-batch's two reward channels (kept apart until the estimator combines them) and masks."""
+
+    outcome_BT: torch.Tensor
+    """The processed outcome score at each response's last token, 0 elsewhere."""
+    process_BT: torch.Tensor | None
+    """U_i at episode ends (None without process rewards)."""
+    process_mask_BT: torch.Tensor | None
+    """True at the tokens that carry a U_i."""
+    score_B: torch.Tensor
+    """Processed outcome scores."""
+    valid_B: torch.Tensor
+    """False where the reward failed or the response is masked (no loss, not in any baseline)."""
+
+    def to(self, device: torch.device) -> Channels:
+        def move(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x.to(device)
+
+        return Channels(
+            self.outcome_BT.to(device),
+            move(self.process_BT),
+            move(self.process_mask_BT),
+            self.score_B.to(device),
+            self.valid_B.to(device),
+        )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A mini-batch ready for one or more optimiser steps: advantages are fixed across PPO epochs."""
+
+    batch: Batch
+    """The mini-batch after the failure policy (groups dropped by ``drop_group`` removed)."""
+    channels: Channels
+    adv: AdvantageOutputs
+    ref_logp_BT: torch.Tensor | None
+    """Log-probs under the frozen reference (None without a KL term)."""
+    live_BT: torch.Tensor
+    """Response tokens of valid samples: what the losses count."""
+    metrics: dict[str, float]
+    """Figures of the preparation (KL in reward, advantage statistics, outcome-free signal)."""
+    dropped: int
+    """Responses removed by the failure policy's ``drop_group``."""
+
+
+def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = None) -> tuple[Batch, Channels]:
+    """Failure policy (drop groups, mask failed samples), each domain's outcome processing
+    (``cfg.postprocess``: mask truncated, normalise, clip, scale), then the outcome channel (score at
+    the last token) and the process channel (:func:`stepcredit.process.process_channel`, arithmetic
+    on stored V(prefix) only). Returns the batch without dropped groups and its channels."""
+    if batch.rewards is None:
+        raise ValueError("reward_channels: the mini-batch has no reward results")
+    score_B, valid_B, keep_B = apply_failure_policy(batch.rewards, batch.group_B, cfg.reward)
+    if not bool(keep_B.all()):
+        idx = keep_B.nonzero().flatten().tolist()
+        batch = batch.select(idx)
+        score_B, valid_B = score_B[idx], valid_B[idx]
+    score_B, valid_B = process_outcomes(
+        score_B,
+        valid_B,
+        group_B=batch.group_B,
+        domain_B=[s.domain for s in batch.samples],
+        truncated_B=batch.truncated_B,
+        cfg=cfg.postprocess,
+        eps=cfg.algorithm.eps,
+        running=running if running is not None else RunningStats(),
+    )
+    mask_BT = batch.response_mask_BT
+    score_B = score_B.to(mask_BT.device)
+    valid_B = valid_B.to(mask_BT.device)
+    outcome_BT = torch.zeros(mask_BT.shape, dtype=torch.float32, device=mask_BT.device)
+    if len(batch):
+        outcome_BT[torch.arange(len(batch), device=mask_BT.device), last_token_index(mask_BT)] = score_B
+    process_BT = process_mask_BT = None
+    if cfg.process.enabled:
+        if batch.episode_ends is None or batch.prefix_values is None:
+            raise ValueError("process rewards are enabled but the batch has no V(prefix) values")
+        process_BT, process_mask_BT = process_channel(
+            batch.episode_ends, batch.prefix_values, mask_BT, cfg.process
+        )
+    return batch, Channels(outcome_BT, process_BT, process_mask_BT, score_B, valid_B)
+
+
+def advantages_by_domain(cfg: AlgorithmConfig, inp: AdvantageInputs, domain_B: list[str]) -> AdvantageOutputs:
+    """The estimator run on each domain's responses apart, so batch-level statistics (whitening in
+    ``reinforce_pp``, ``gae``) are per domain; groups never span domains, so per-group estimators
+    give the same result either way. One domain: a single call."""
+    domains = list(dict.fromkeys(domain_B))
+    if len(domains) <= 1:
+        return compute_advantages(cfg, inp)
+    adv_BT = torch.zeros_like(inp.outcome_BT)
+    ret_BT = torch.zeros_like(inp.outcome_BT)
+    for d in domains:
+        idx = torch.tensor([i for i, x in enumerate(domain_B) if x == d], dtype=torch.long)
+        idx = idx.to(inp.outcome_BT.device)
+
+        def pick(x: torch.Tensor | None, idx: torch.Tensor = idx) -> torch.Tensor | None:
+            return None if x is None else x.index_select(0, idx)
+
+        out = compute_advantages(
+            cfg,
+            AdvantageInputs(
+                outcome_BT=inp.outcome_BT.index_select(0, idx),
+                mask_BT=inp.mask_BT.index_select(0, idx),
+                group_B=inp.group_B.index_select(0, idx),
+                valid_B=pick(inp.valid_B),
+                process_BT=pick(inp.process_BT),
+                process_mask_BT=pick(inp.process_mask_BT),
+                values_BT=pick(inp.values_BT),
+            ),
+        )
+        adv_BT[idx] = out.adv_BT.to(adv_BT.dtype)
+        ret_BT[idx] = out.ret_BT.to(ret_BT.dtype)
+    return AdvantageOutputs(adv_BT=adv_BT, ret_BT=ret_BT)
+
+
+def _sequences(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt + response ids and attention mask, ``[B, P + T]``."""
+    ids_BL = torch.cat([batch.prompt_ids_BP, batch.response_ids_BT], 1)
+    attn_BL = torch.cat([batch.prompt_mask_BP, batch.response_mask_BT], 1).long()
+    return ids_BL, attn_BL
+
+
+def prepare(state: TrainState, batch: Batch) -> Prepared:
+    """Reward channels, the reference log-probs, KL in the reward (when configured) and advantages."""
+    cfg = state.cfg
+    n_in = len(batch)
+    batch, ch = reward_channels(batch, cfg, state.running)  # on the CPU, where the batch lives
+    dev = next(state.model.parameters()).device
+    batch, ch = batch.to(dev), ch.to(dev)
+    mask_BT = batch.response_mask_BT
+    T = mask_BT.shape[1]
+    metrics: dict[str, float] = {}
+    ref_logp_BT = None
+    if state.ref is not None:
+        ids_BL, attn_BL = _sequences(batch)
+        with torch.no_grad():
+            ref_logp_BT, _ = token_logprobs(
+                state.ref, ids_BL, attn_BL, n_response=T, temperature=cfg.rollout.temperature
+            )
+    outcome_BT = ch.outcome_BT
+    if cfg.loss.kl_in_reward and ref_logp_BT is not None:
+        # KL shaping: -beta * KL(behaviour || ref) per token joins the outcome channel (Ziegler et al. 2019)
+        outcome_BT, kl_now = apply_kl_penalty(
+            outcome_BT,
+            logp_BT=batch.behaviour_logp_BT,
+            ref_logp_BT=ref_logp_BT,
+            mask_BT=mask_BT,
+            coef=state.kl_ctl.value,
+            kind=cfg.loss.kl_estimator,
+        )
+        metrics["kl_in_reward"] = kl_now
+    adv = advantages_by_domain(
+        cfg.algorithm,
+        AdvantageInputs(
+            outcome_BT=outcome_BT,
+            mask_BT=mask_BT,
+            group_B=batch.group_B,
+            valid_B=ch.valid_B,
+            process_BT=ch.process_BT,
+            process_mask_BT=ch.process_mask_BT,
+            values_BT=batch.values_BT,
+        ),
+        [s.domain for s in batch.samples],
+    )
+    live_BT = mask_BT & ch.valid_B[:, None]
+    metrics["adv/mean"] = float(masked_mean(adv.adv_BT, live_BT))
+    metrics["adv/abs_mean"] = float(masked_mean(adv.adv_BT.abs(), live_BT))
+    assert batch.rewards is not None
+    metrics.update(outcome_free_signal(batch.rewards, batch.group_B, ch.valid_B, adv.adv_BT, live_BT))
+    return Prepared(batch, ch, adv, ref_logp_BT, live_BT, metrics, dropped=n_in - len(batch))
+
+
+def update(state: TrainState, p: Prepared, *, train_policy: bool = True) -> dict[str, float]:
+    """One critic step (with a critic) and one policy-loss step on a prepared mini-batch.
+
+    When the policy has moved since the batch was generated (an optimiser step since then: stale
+    data, an earlier mini-batch or epoch), its current log-probs are computed first as the proximal
+    policy of the decoupled objective (losses that do not use it ignore it). ``train_policy=False``
+    (critic warm-up): only the critic learns.
+    """
+    cfg = state.cfg
+    proximal = state.updates > p.batch.policy_updates
+    batch = p.batch
+    T = batch.response_mask_BT.shape[1]
+    ids_BL, attn_BL = _sequences(batch)
+    temperature = cfg.rollout.temperature
+    metrics = dict(p.metrics)
+    if state.critic is not None:
+        metrics.update(
+            critic_update(state.critic, ids_BL, attn_BL, batch.values_BT, p.adv.ret_BT, p.live_BT, cfg)
+        )
+    if not train_policy:
+        return metrics
+    prox_logp_BT = None
+    if proximal:
+        with torch.no_grad():
+            prox_logp_BT, _ = token_logprobs(
+                state.model, ids_BL, attn_BL, n_response=T, temperature=temperature
+            )
+    state.model.train()
+    logp_BT, entropy_BT = token_logprobs(
+        state.model, ids_BL, attn_BL, n_response=T, temperature=temperature, with_entropy=True
+    )
+    out = compute_policy_loss(
+        cfg.loss,
+        logp_BT=logp_BT,
+        old_logp_BT=batch.behaviour_logp_BT,
+        adv_BT=p.adv.adv_BT,
+        mask_BT=p.live_BT,
+        ref_logp_BT=p.ref_logp_BT,
+        entropy_BT=entropy_BT,
+        prox_logp_BT=prox_logp_BT,
+        kl_coef=state.kl_ctl.value,
+    )
+    state.opt.zero_grad(set_to_none=True)
+    grad_norm = 0.0
+    if bool(p.live_BT.any()):  # else every sample of this mini-batch was masked: nothing to learn
+        out.loss.backward()
+        clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(state.model.parameters(), clip))
+        state.opt.step()
+        state.updates += 1
+    metrics.update(out.metrics)
+    metrics["grad_norm"] = grad_norm
+    metrics["proximal"] = float(proximal)
+    if "kl_ref" in metrics:
+        metrics["kl"] = metrics["kl_ref"]
+    kl_seen = metrics.get("kl_in_reward", metrics.get("kl_ref"))
+    if kl_seen is not None:
+        state.kl_ctl.update(kl_seen, n_steps=len(batch))
+    return metrics
+
+
+def train_on(
+    state: TrainState, batch: Batch, *, train_policy: bool = True
+) -> tuple[Prepared, dict[str, float]]:
+    """Reward post-processing -> process channel -> advantages -> critic -> loss, for one mini-batch."""
+    p = prepare(state, batch)
+    return p, update(state, p, train_policy=train_policy)
