@@ -743,9 +743,13 @@ class TrainerConfig:
     """Show a live progress bar."""
     tensorboard: bool = True
     """Write TensorBoard events when tensorboard is installed."""
+    stop_after_steps: int = 0
+    """Stop after this many RL steps of this invocation (0 = run to ``steps``), leaving the run
+    resumable exactly as a preempted job would (``--resume DIR`` continues it)."""
 
     def __post_init__(self) -> None:
         _check(self.steps >= 0, "trainer.steps", "must be >= 0")
+        _check(self.stop_after_steps >= 0, "trainer.stop_after_steps", "must be >= 0")
         _check(
             self.device in ("cpu", "auto") or self.device.split(":")[0] == "cuda",
             "trainer.device",

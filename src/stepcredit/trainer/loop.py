@@ -106,7 +106,10 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
             set_rng_state(ckpt["rng"])  # last, so nothing above consumes random numbers
 
         # --- phase 2: RL
-        for step in range(state.step + 1, cfg.trainer.steps + 1):
+        last_step = cfg.trainer.steps
+        if cfg.trainer.stop_after_steps:
+            last_step = min(last_step, state.step + cfg.trainer.stop_after_steps)
+        for step in range(state.step + 1, last_step + 1):
             t_step = time.perf_counter()
             state.set_lr(step)
             counts = StepMetrics()

@@ -1,0 +1,221 @@
+"""Every switch composes: pairwise combinations of the loop's switches through ``train()``.
+
+Factors (levels): the mini-batch pipeline (off / 8 responses), one-step off-policy, process rewards
+(off / forced-answer / Monte Carlo values), dynamic sampling, the critic with GAE, two domains
+(arith + code in the sandbox), KL in the reward, PPO epochs (1 / 2) and every registered loss.
+A greedy pairwise covering array (every pair of levels of every two factors appears in some run) is
+built once, deterministically; each run is 2 RL steps of a tiny model.
+
+Checked per run: it finishes; every generated response is trained or dropped with a reason
+(``samples/generated == samples/trained + samples/dropped``); staleness is 1 exactly when off-policy
+is on (step 2); the decoupled loss is applied (a proximal pass, importance weights != 1) when the
+policy moved since generation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepcredit.config import from_dict
+from stepcredit.losses import LOSSES
+from stepcredit.trainer import train
+
+FACTORS: dict[str, list[Any]] = {
+    "loss": LOSSES.names(),
+    "process": ["off", "forced_answer_logprob", "monte_carlo"],
+    "mini_batch": [0, 8],
+    "off_policy": [False, True],
+    "dynamic_sampling": [False, True],
+    "critic": [False, True],
+    "multi_domain": [False, True],
+    "kl_in_reward": [False, True],
+    "ppo_epochs": [1, 2],
+}
+
+
+def allowed(run: dict[str, Any]) -> bool:
+    """Combinations that cannot work are refused at start-up (tested below), not run here."""
+    if run.get("off_policy") and "loss" in run:
+        return bool(LOSSES.get(run["loss"]).corrects_staleness)
+    return True
+
+
+def pairwise(factors: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """A small set of runs covering every allowed pair of levels (greedy, deterministic)."""
+    names = list(factors)
+    todo = {
+        ((a, x), (b, y))
+        for a, b in itertools.combinations(names, 2)
+        for x in factors[a]
+        for y in factors[b]
+        if allowed({a: x, b: y})
+    }
+    runs: list[dict[str, Any]] = []
+    while todo:
+        (a, x), (b, y) = min(todo, key=repr)
+        run: dict[str, Any] = {a: x, b: y}
+        for name in names:
+            if name in run:
+                continue
+            best = max(
+                (v for v in factors[name] if allowed({**run, name: v})),
+                key=lambda v, name=name: sum(
+                    (((name, v), (o, run[o])) in todo or ((o, run[o]), (name, v)) in todo) for o in run
+                ),
+            )
+            run[name] = best
+        covered = {((p, run[p]), (q, run[q])) for p, q in itertools.combinations(names, 2)}
+        todo -= covered
+        runs.append(run)
+    return runs
+
+
+RUNS = pairwise(FACTORS)
+
+
+def config(run: dict[str, Any], **over: Any) -> Any:
+    """A 2-step tiny run with the switches of ``run``."""
+    d: dict[str, Any] = {
+        "model": {"tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}},
+        "data": {"train_size": 64, "val_size": 4},
+        "sft": {"steps": 2, "batch_size": 8},
+        "rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 16},
+        "optim": {"lr": 1e-3, "warmup_steps": 0},
+        "loss": {"name": run["loss"], "kl_coef": 0.05, "kl_in_reward": run["kl_in_reward"]},
+        "pipeline": {
+            "mini_batch": run["mini_batch"],
+            "ppo_epochs": run["ppo_epochs"],
+            "one_step_off_policy": run["off_policy"],
+        },
+        "postprocess": {
+            "dynamic_sampling": {"enabled": run["dynamic_sampling"], "max_extra_batches": 1},
+        },
+        "algorithm": {"advantage": "grpo"},
+        # the agent's backends have their own tests; threads keep 14 runs from spawning 14 worker pools
+        "reward": {"agent": {"backend": "thread"}},
+        "trainer": {"steps": 2, "val_every": 0, "save_every": 0, "progress": False, "tensorboard": False},
+    }
+    if run["process"] != "off":
+        d["process"] = {
+            "enabled": True,
+            "value_estimator": run["process"],
+            "mc_samples": 2,
+            "mc_max_new_tokens": 8,
+        }
+        d["algorithm"]["advantage"] = "grpo_process"
+    if run["critic"]:
+        d["algorithm"] = {"advantage": "gae", "use_critic": True}
+    if run["multi_domain"]:
+        d["data"]["domains"] = {
+            "arith": {"task": "arith", "tag": "arith"},
+            "code": {"task": "code", "tag": "code"},
+        }
+        d["data"]["domain_interleave_probs"] = {"arith": 0.5, "code": 0.5}
+        d["reward"]["domains"] = {"arith": {"fn": "arith"}, "code": {"fn": "code"}}
+    for key, value in over.items():
+        section, field = key.split("__")
+        d.setdefault(section, {})[field] = value
+    return from_dict(d)
+
+
+def rows(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_pairwise_runs_cover_every_allowed_pair() -> None:
+    names = list(FACTORS)
+    for a, b in itertools.combinations(names, 2):
+        for x, y in itertools.product(FACTORS[a], FACTORS[b]):
+            if allowed({a: x, b: y}):
+                assert any(r[a] == x and r[b] == y for r in RUNS), (a, x, b, y)
+    assert all(allowed(r) for r in RUNS)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: "-".join(f"{k}={v}" for k, v in r.items()))
+def test_switches_compose(run: dict[str, Any], tmp_path: Path) -> None:
+    last = train(config(run), tmp_path)
+    assert last["step"] == 2
+    steps = [r for r in rows(tmp_path) if r["step"] > 0]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        # no sample lost: every generated response was trained on or dropped (with its reason)
+        assert r["samples/generated"] == r["samples/trained"] + r["samples/dropped"], r
+        assert r["samples/generated"] >= 16
+        if not run["dynamic_sampling"]:
+            assert r["samples/dropped"] == r["samples/dropped_failed"]
+    # staleness is 1 exactly when off-policy is on (step 2 trains on a batch made before step 1's update)
+    assert steps[0]["staleness"] == 0.0
+    assert steps[1]["staleness"] == (1.0 if run["off_policy"] else 0.0)
+    moved = run["off_policy"] or run["ppo_epochs"] > 1 or run["mini_batch"]
+    trained = [r for r in steps if r["samples/trained"] > 0]
+    if run["loss"] == "decoupled_ppo" and moved and not run["critic"]:
+        # the proximal pass ran and the behaviour weights pi_prox / pi_behav moved away from 1
+        assert any(r["proximal"] > 0 for r in trained)
+        assert any(abs(r["behav_weight"] - 1.0) > 1e-6 for r in trained)
+    if run["process"] != "off":  # values were computed for step 1's batch (and step 2's unless off-policy)
+        assert math.isfinite(steps[0]["time/process_s"]) and steps[0]["process/unscored_rows"] == 0
+
+
+def test_decoupled_loss_differs_from_ppo_once_the_policy_moved() -> None:
+    import torch
+
+    from stepcredit.losses import decoupled_ppo, ppo_clip
+
+    g = torch.Generator().manual_seed(0)
+    old = torch.randn(3, 5, generator=g)
+    prox = old + 0.3 * torch.randn(3, 5, generator=g)  # the policy moved since the data was generated
+    logp = prox + 0.05 * torch.randn(3, 5, generator=g)
+    adv = torch.randn(3, 5, generator=g)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    kw = {"logp_BT": logp, "old_logp_BT": old, "adv_BT": adv, "mask_BT": mask}
+    plain, _ = ppo_clip(**kw)
+    same, _ = decoupled_ppo(**kw)  # no proximal policy: plain PPO against the behaviour policy
+    dec, m = decoupled_ppo(**kw, prox_logp_BT=prox)
+    assert torch.allclose(plain, same)
+    assert not torch.allclose(plain, dec)
+    assert abs(float(m["behav_weight"]) - 1.0) > 1e-3
+
+
+def test_a_combination_that_cannot_work_fails_at_start_up(tmp_path: Path) -> None:
+    from stepcredit.errors import ConfigError
+
+    bad = config({**RUNS[0], "off_policy": True, "loss": "ppo_clip"})
+    with pytest.raises(ConfigError, match=r"loss\.name: pipeline\.one_step_off_policy"):
+        train(bad, tmp_path)
+
+
+def test_resume_after_an_interrupted_off_policy_run_continues_exactly(tmp_path: Path) -> None:
+    """Stop after step 2 (its checkpoint holds the batch generated ahead for step 3), resume, and
+    compare step 3 with an uninterrupted run."""
+    run = {
+        **RUNS[0],
+        "off_policy": True,
+        "loss": "decoupled_ppo",
+        "dynamic_sampling": False,
+        "process": "off",
+    }
+    over = {"trainer__steps": 3, "trainer__save_every": 1}
+    train(config(run, **over), tmp_path / "full")
+    train(config(run, **over, trainer__stop_after_steps=2), tmp_path / "part")
+    assert [r["step"] for r in rows(tmp_path / "part")] == [0, 1, 2]
+    train(config(run, **over), tmp_path / "part", resume=tmp_path / "part")
+    a = {r["step"]: r for r in rows(tmp_path / "full")}
+    b = {r["step"]: r for r in rows(tmp_path / "part")}
+    assert sorted(b) == [0, 1, 2, 3] and b[3]["staleness"] == 1.0
+    for key in (
+        "reward/mean",
+        "response_length/mean",
+        "loss",
+        "kl",
+        "grad_norm",
+        "adv/abs_mean",
+        "behav_weight",
+    ):
+        x, y = a[3][key], b[3][key]
+        assert (x is None and y is None) or math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9), (key, x, y)
