@@ -275,7 +275,9 @@ class RewardModelConfig:
     kind: str = "auto"
     """``sequence``, ``token`` or ``auto`` (from the model's architecture name)."""
     channel: str = "outcome"
-    """``outcome``: the score at the last valid token; ``process``: a score at every response token."""
+    """``outcome`` (the score at the last valid token) is the only channel: a token model's per-token
+    scores are on its own tokenizer and nothing maps them onto the policy's tokens; step credit comes
+    from ``process.*`` (values from the policy itself)."""
     batch_size: int = 8
     """Responses per forward pass."""
     max_length: int = 1024
@@ -291,7 +293,11 @@ class RewardModelConfig:
         _check(
             self.kind in ("auto", "sequence", "token"), "reward.reward_model.kind", "auto, sequence or token"
         )
-        _check(self.channel in ("outcome", "process"), "reward.reward_model.channel", "outcome or process")
+        _check(
+            self.channel == "outcome",
+            "reward.reward_model.channel",
+            "outcome (per-token reward-model scores are not mapped onto the policy's tokens; use process.*)",
+        )
         _check(self.worker in ("inline", "process"), "reward.reward_model.worker", "inline or process")
         _check(
             self.batch_size >= 1 and self.max_length >= 2, "reward.reward_model.batch_size", "must be >= 1"

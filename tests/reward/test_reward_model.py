@@ -83,21 +83,19 @@ def test_sequence_score_is_the_logit_at_the_last_token_even_if_it_is_eos(seq_dir
     assert rm.score([PROMPTS[0]], [RESPONSES[0]])[0].score == pytest.approx(expected, abs=1e-5)
 
 
-def test_token_model_outcome_and_process_channels(tok_dir: Path) -> None:
-    outcome = RewardModel(RewardModelConfig(path=str(tok_dir), batch_size=2))
-    process = RewardModel(RewardModelConfig(path=str(tok_dir), batch_size=2, channel="process"))
-    assert outcome.kind == "token"
-    o, p = outcome.score(PROMPTS, RESPONSES), process.score(PROMPTS, RESPONSES)
-    for r_o, r_p, resp in zip(o, p, RESPONSES, strict=True):
-        n_tokens = len(outcome.tok(resp, add_special_tokens=False)["input_ids"])
-        assert len(r_p.info["token_scores"]) == n_tokens
-        # the outcome score is the process channel's last token score
-        assert r_o.score == pytest.approx(r_p.info["token_scores"][-1], abs=1e-5)
-    singles = [
-        process.score([pr], [r])[0].info["token_scores"] for pr, r in zip(PROMPTS, RESPONSES, strict=True)
-    ]
-    for r_p, single in zip(p, singles, strict=True):
-        assert r_p.info["token_scores"] == pytest.approx(single, abs=1e-5)
+def test_token_model_scores_the_last_token_and_padding_changes_nothing(tok_dir: Path) -> None:
+    rm = RewardModel(RewardModelConfig(path=str(tok_dir), batch_size=2))
+    assert rm.kind == "token"
+    batched = [r.score for r in rm.score(PROMPTS, RESPONSES)]
+    singles = [rm.score([pr], [r])[0].score for pr, r in zip(PROMPTS, RESPONSES, strict=True)]
+    assert batched == pytest.approx(singles, abs=1e-5)
+
+
+def test_the_process_channel_is_refused() -> None:
+    # per-token scores live on the reward model's tokenizer and nothing maps them onto the policy's
+    # tokens: refused in the config tree with one line (process rewards come from process.*)
+    with pytest.raises(ConfigError, match=r"reward\.reward_model\.channel"):
+        RewardModelConfig(path="x", channel="process")
 
 
 def test_truncation_keeps_the_response(seq_dir: Path) -> None:
@@ -108,8 +106,6 @@ def test_truncation_keeps_the_response(seq_dir: Path) -> None:
 
 
 def test_config_errors(seq_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="token-classification"):
-        RewardModel(RewardModelConfig(path=str(seq_dir), channel="process"))
     with pytest.raises(ConfigError, match="labels"):
         RewardModel(RewardModelConfig(path=str(build("sequence", tmp_path / "two", num_labels=2))))
     with pytest.raises(ConfigError, match="not a model directory"):

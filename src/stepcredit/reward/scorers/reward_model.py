@@ -7,9 +7,9 @@ left first. Batches are left-padded with explicit ``position_ids`` (so padding d
 and the model's ``pad_token_id`` is hidden during the forward pass, so a sequence model pools the last
 position, which is the last valid token even when that token is the eos/pad id.
 
-* ``outcome`` channel: the score of the last valid token (a sequence model's pooled logit, or a token
-  model's logit at the last token).
-* ``process`` channel (token models): also one score per response token, in ``info["token_scores"]``.
+The score is that of the last valid token (a sequence model's pooled logit, or a token model's
+logit at the last token): the outcome channel. Per-token scores are not returned: they are on the
+reward model's tokenizer, and step credit comes from the process stage instead.
 
 ``worker: process`` runs the model in its own spawned process (its own device and thread count), so
 it does not compete with the policy; a crashed or hung worker gives typed ``error``/``timeout`` results.
@@ -69,11 +69,6 @@ class RewardModel:
             raise ConfigError(
                 f"reward_model.path {cfg.path}: the model has {model.config.num_labels} labels, expected 1"
             )
-        if cfg.channel == "process" and self.kind != "token":
-            raise ConfigError(
-                "reward.reward_model.channel=process needs a token-classification model "
-                f"(got a {self.kind} model); use channel=outcome"
-            )
 
     @staticmethod
     def _load(cfg: RewardModelConfig) -> tuple[Any, Any]:
@@ -130,7 +125,7 @@ class RewardModel:
     def score(
         self, prompts: Sequence[Sequence[dict[str, str]] | str], responses: Sequence[str]
     ) -> list[RewardResult]:
-        """One result per response: ``score`` at the last valid token (and token scores for ``process``)."""
+        """One result per response: ``score`` at the last valid token."""
         import torch
 
         out: list[RewardResult] = []
@@ -162,13 +157,10 @@ class RewardModel:
             finally:
                 self.model.config.pad_token_id = saved_pad
             dt = (time.monotonic() - t0) / len(chunk)
-            for b, (_, n_resp) in enumerate(chunk):
+            for b in range(len(chunk)):
                 info: dict[str, Any] = {"kind": self.kind}
                 if self.kind == "token":
-                    tok_scores = logits[b, :, 0]
-                    score = float(tok_scores[-1])
-                    if self.cfg.channel == "process":
-                        info["token_scores"] = tok_scores[width - n_resp :].tolist() if n_resp else []
+                    score = float(logits[b, -1, 0])
                 else:
                     score = float(logits[b].reshape(-1)[0])
                 out.append(
