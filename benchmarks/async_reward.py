@@ -18,8 +18,10 @@ stale data, and on fresh data it is PPO's clipped objective), so only the schedu
 
 Reported: wall time of each ``train`` call (validation is left out of the runs: the final models are
 validated afterwards with the plain math verifier, greedy, on ``data.val_size`` prompts), the
-reduction of ``both`` against the baseline, the ideal reduction ``1 - sum max(G+T, R) / sum (G+T+R)``
-from the baseline's per-step generation+training (G+T) and reward wait (R) times, validation accuracy
+reduction of ``both`` against the baseline, the ideal reduction ``1 - max(sum(G+T), sum(R)/2) / sum(G+T+R)``
+(a lower bound on any schedule's wall time, see :func:`ideal_reduction`) from the baseline's per-step
+generation+training (G+T) and reward wait (R) times, whether the decoupled loss was applied (the
+share of updates with a proximal pass, and the behaviour weights' distance from 1), validation accuracy
 of each run, and the audit of every reward the trainer pulled from the agent: ``lost`` (indices of a
 submitted batch never handed to the trainer) and ``misassigned`` (a result handed out twice, or to a
 response other than the one it scored, by the fingerprint the reward function returns).
@@ -172,6 +174,9 @@ def run(name: str, args: argparse.Namespace, model_dir: Path, work: Path) -> dic
     return {
         "wall_s": wall,
         "steps": steps,
+        # the decoupled objective is applied when a proximal pass ran (the policy moved since generation)
+        "proximal_frac": sum(r.get("proximal", 0.0) for r in steps) / max(1, len(steps)),
+        "behav_weight_dev": max((abs(r.get("behav_weight", 1.0) - 1.0) for r in steps), default=0.0),
         "accuracy": validate_final(cfg, work / name / "checkpoints" / "final" / "model"),
         **audit.counts(),
     }
@@ -197,11 +202,18 @@ def validate_final(cfg: Config, model_dir: Path) -> float:
 
 
 def ideal_reduction(steps: list[dict[str, Any]]) -> tuple[float, float, float]:
-    """(ideal reduction, mean G+T, mean R) from the baseline's per-step times."""
+    """(ideal reduction, mean G+T, mean R) from the baseline's per-step times.
+
+    A lower bound on the wall time of any schedule of the same work: the main thread's work (G+T:
+    generation, process values, updates) is serial, so wall >= sum(G+T); and at most two batches
+    are being scored at once (one-step off-policy: the current batch and the one generated ahead),
+    so wall >= sum(R) / 2. The ideal reduction is 1 - max(sum(G+T), sum(R)/2) / sum(G+T+R). (A
+    per-step max(G+T, R) is not a bound: the batch generated ahead is scored across two steps.)
+    """
     gt = [r.get("time/generation_s", 0.0) + r.get("time/process_s", 0.0) + r["time/update_s"] for r in steps]
     rw = [r.get("time/reward_wait_s", r.get("time/reward_s", 0.0)) for r in steps]
-    total = sum(g + w for g, w in zip(gt, rw, strict=True))
-    ideal = sum(max(g, w) for g, w in zip(gt, rw, strict=True))
+    total = sum(gt) + sum(rw)
+    ideal = max(sum(gt), sum(rw) / 2)
     n = max(1, len(steps))
     return (1.0 - ideal / total if total else 0.0), sum(gt) / n, sum(rw) / n
 
@@ -256,11 +268,15 @@ def main() -> None:
         f"SFT warm-up {sft_s:.1f} s (shared)"
     )
     print(f"baseline per step: generation+training {gt:.2f} s, reward wait {rw:.2f} s")
-    print(f"{'run':<11} {'wall_s':>8} {'vs_base':>8} {'val_acc':>8} {'lost':>5} {'misasg':>6} {'failed':>6}")
+    print(
+        f"{'run':<11} {'wall_s':>8} {'vs_base':>8} {'val_acc':>8} {'lost':>5} {'misasg':>6} {'failed':>6} "
+        f"{'proximal':>8} {'|w-1|max':>9}"
+    )
     for n, r in out.items():
         print(
             f"{n:<11} {r['wall_s']:8.1f} {100 * (1 - r['wall_s'] / base):7.1f}% {r['accuracy']:8.3f} "
-            f"{r['lost']:5d} {r['misassigned']:6d} {r['failed']:6d}"
+            f"{r['lost']:5d} {r['misassigned']:6d} {r['failed']:6d} {r['proximal_frac']:8.2f} "
+            f"{r['behav_weight_dev']:9.2e}"
         )
     last = out.get("both", out[names[-1]])
     reduction = 100 * (1 - last["wall_s"] / base)
@@ -277,6 +293,8 @@ def main() -> None:
             "lost": sum(r["lost"] for r in out.values()),
             "misassigned": sum(r["misassigned"] for r in out.values()),
             "failed": sum(r["failed"] for r in out.values()),
+            "proximal_frac": {n: round(r["proximal_frac"], 3) for n, r in out.items()},
+            "behav_weight_dev": {n: r["behav_weight_dev"] for n, r in out.items()},
             "generation_training_s_per_step": round(gt, 3),
             "reward_wait_s_per_step": round(rw, 3),
             "steps": args.steps,
