@@ -13,6 +13,7 @@ sampling), :mod:`.update` (``train_on``), :mod:`.critic`, :mod:`.state` (what a 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import random
@@ -30,72 +31,48 @@ from stepcredit.data.domains import build_data, check_routes
 from stepcredit.errors import ConfigError, UserError
 from stepcredit.models import load_policy, save_pretrained
 from stepcredit.process.domains import process_domains
-from stepcredit.reward import build_agent, build_rewarder
+from stepcredit.reward import Rewarder, build_agent, build_rewarder
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import MetricsLogger, StepMetrics, batch_metrics, peak_rss_mb, plot_curves
 from stepcredit.trainer.progress import Progress
 from stepcredit.trainer.rollout import Rollout, rollout_and_submit
 from stepcredit.trainer.sampling import step_stream
 from stepcredit.trainer.sft import run_sft
-from stepcredit.trainer.state import build_state, resolve_device
+from stepcredit.trainer.state import TrainState, build_state, resolve_device
 from stepcredit.trainer.update import Prepared, train_on, update
 from stepcredit.trainer.validate import validate
-from stepcredit.types import Batch
+from stepcredit.types import Batch, Sample
 
 
 def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str, Any]:
     """Run SFT (unless resuming) and ``cfg.trainer.steps`` RL steps; returns the last metrics row."""
     # --- set-up: data, policy, rewards (a route no reward scores fails here, before any work)
     check_config(cfg)
-    torch.set_num_threads(cfg.trainer.threads)
-    seed_everything(cfg.trainer.seed)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    _start_run(cfg, run_dir)
     train_set, val_set, stream = build_data(cfg.data, seed=cfg.trainer.seed)
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
-    model.to(resolve_device(cfg.trainer.device))  # policy, reference, critic, rollout and values follow it
-    rewarder = build_rewarder(cfg.reward)
-    agent = None
+    model.to(resolve_device(cfg.trainer.device))  # the reference, critic, rollout and values follow it
     ckpt = _resume_state(resume) if resume is not None else None
-    log = MetricsLogger(
-        run_dir, tensorboard=cfg.trainer.tensorboard, truncate_after=ckpt["step"] if ckpt else None
-    )
-    bar = Progress(total=cfg.trainer.steps, enabled=cfg.trainer.progress)
-    last: dict[str, Any] = {}
-    try:
+    with contextlib.ExitStack() as closing:
+        rewarder = closing.enter_context(build_rewarder(cfg.reward))
         check_routes(train_set + val_set, rewarder.route)
-        agent = build_agent(cfg.reward, rewarder)
+        agent = closing.enter_context(build_agent(cfg.reward, rewarder))
+        log = closing.enter_context(contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt)))
+        bar = closing.enter_context(contextlib.closing(Progress(cfg.trainer.steps, cfg.trainer.progress)))
         state = build_state(cfg, model, tok, stream)
         domains = process_domains(cfg.process, train_set) if cfg.process.enabled else frozenset()
-
-        def rollout_for(step: int, extra: int = 0) -> Rollout:
-            assert agent is not None
-            return rollout_and_submit(state, agent, rewarder, step, process_domains=domains, extra=extra)
-
-        def validation() -> dict[str, float]:
-            if cfg.trainer.val_every <= 0:
-                return {}
-            metrics, rows = validate(
-                model,
-                tok,
-                val_set,
-                rewarder,
-                max_new_tokens=cfg.rollout.max_new_tokens,
-                temperature=cfg.rollout.val_temperature,
-            )
-            _write_samples(run_dir, rows)
-            return metrics
+        rollout_for = functools.partial(rollout_and_submit, state, agent, rewarder, process_domains=domains)
+        validation = functools.partial(_validate, state, val_set, rewarder, run_dir)
 
         # --- phase 1: supervised warm-up; the reference model is the SFT policy
         if ckpt is None:
             t0 = time.perf_counter()
-            if cfg.sft.steps > 0:
-                run_sft(
-                    model, tok, train_set, cfg.sft, seed=cfg.trainer.seed, on_step=bar.sft_step(cfg.sft.steps)
-                )
-            sft_row = {"step": 0, "phase": "sft", "time/sft_s": time.perf_counter() - t0, **validation()}
-            log.log(sft_row)
-            bar.update(0, sft_row)
+            run_sft(
+                model, tok, train_set, cfg.sft, seed=cfg.trainer.seed, on_step=bar.sft_step(cfg.sft.steps)
+            )
+            log_row(
+                log, bar, {"step": 0, "phase": "sft", "time/sft_s": time.perf_counter() - t0, **validation()}
+            )
         else:
             state.load_state_dict(ckpt)
         state.start_rl(ckpt)
@@ -106,10 +83,8 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
             set_rng_state(ckpt["rng"])  # last, so nothing above consumes random numbers
 
         # --- phase 2: RL
-        last_step = cfg.trainer.steps
-        if cfg.trainer.stop_after_steps:
-            last_step = min(last_step, state.step + cfg.trainer.stop_after_steps)
-        for step in range(state.step + 1, last_step + 1):
+        last: dict[str, Any] = {}
+        for step in range(state.step + 1, _last_step(cfg, state.step) + 1):
             t_step = time.perf_counter()
             state.set_lr(step)
             counts = StepMetrics()
@@ -124,38 +99,24 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
             arrived: list[Batch] = []
             prepared: list[Prepared] = []
             for mb in step_stream(agent, current, cfg, counts, functools.partial(rollout_for, step), arrived):
-                p, m = train_on(state, mb, train_policy=train_policy)
+                p, metrics = train_on(state, mb, train_policy=train_policy)  # postprocess ... loss
                 prepared.append(p)
-                counts.add(m)
+                counts.add(metrics)
             for _ in range(cfg.pipeline.ppo_epochs - 1):  # later epochs replay mini-batches in arrival order
                 for p in prepared:
                     counts.add(update(state, p, train_policy=train_policy))
             state.step = step
-            row = _step_row(
-                step, current.batch, arrived, counts, prepared, multi_domain=bool(cfg.data.domains)
-            )
-            row |= {"kl_coef": state.kl_ctl.value, **agent.metrics()}
-            row["time/update_s"] = time.perf_counter() - t_step - sum(row.get(k, 0.0) for k in _WAIT_KEYS)
+            last = _step_row(state, current.batch, arrived, counts, prepared, agent.metrics(), t_step)
             if cfg.trainer.val_every > 0 and (step % cfg.trainer.val_every == 0 or step == cfg.trainer.steps):
-                row.update(validation())
-            row["time/step_s"] = step_s = time.perf_counter() - t_step
-            row |= {"tokens_per_s": row.pop("_tokens") / step_s, "memory/peak_rss_mb": peak_rss_mb()}
-            log.log(row)
-            bar.update(step, row)
-            last = row
+                last.update(validation())
+            log_row(log, bar, last, t_step)
             if cfg.trainer.save_every > 0 and (
-                step % cfg.trainer.save_every == 0 or step == cfg.trainer.steps
+                step % cfg.trainer.save_every == 0 or step == _last_step(cfg, 0)
             ):
                 # the next step's batch when it was generated ahead (one-step off-policy) is saved with it
-                extra_state = {"pending": pending.batch.without_rewards() if pending is not None else None}
-                save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **extra_state})
+                ahead = {"pending": pending.batch.without_rewards() if pending is not None else None}
+                save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **ahead})
         save_pretrained(model, tok, run_dir / "checkpoints" / "final" / "model")
-    finally:
-        bar.close()
-        log.close()
-        if agent is not None:
-            agent.close()
-        rewarder.close()
     plot_curves(run_dir)
     return last
 
@@ -163,21 +124,66 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
 _WAIT_KEYS = ("time/reward_wait_s", "time/generation_s", "time/process_s")
 
 
+def _start_run(cfg: Config, run_dir: Path) -> None:
+    torch.set_num_threads(cfg.trainer.threads)
+    seed_everything(cfg.trainer.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def _last_step(cfg: Config, done: int) -> int:
+    """The last RL step of this invocation (``trainer.stop_after_steps`` ends it early, resumable)."""
+    if cfg.trainer.stop_after_steps:
+        return min(cfg.trainer.steps, done + cfg.trainer.stop_after_steps)
+    return cfg.trainer.steps
+
+
+def _validate(
+    state: TrainState, val_set: list[Sample], rewarder: Rewarder, run_dir: Path
+) -> dict[str, float]:
+    """Greedy validation by tag (``val/accuracy``...); the answers go to ``samples.jsonl``."""
+    cfg = state.cfg
+    if cfg.trainer.val_every <= 0:
+        return {}
+    metrics, rows = validate(
+        state.model,
+        state.tok,
+        val_set,
+        rewarder,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.val_temperature,
+    )
+    _write_samples(run_dir, rows)
+    return metrics
+
+
+def log_row(log: MetricsLogger, bar: Progress, row: dict[str, Any], t_step: float | None = None) -> None:
+    """Finish a row (step time, throughput, memory), write it and show it."""
+    if t_step is not None:
+        row["time/step_s"] = step_s = time.perf_counter() - t_step
+        row["tokens_per_s"] = row.pop("_tokens") / step_s
+        row["memory/peak_rss_mb"] = peak_rss_mb()
+    log.log(row)
+    bar.update(int(row["step"]), row)
+
+
 def _step_row(
-    step: int,
+    state: TrainState,
     current: Batch,
     arrived: list[Batch],
     counts: StepMetrics,
     prepared: list[Prepared],
-    *,
-    multi_domain: bool,
+    agent_metrics: dict[str, float],
+    t_step: float,
 ) -> dict[str, Any]:
-    """The step's metrics row: reward figures of every scored response, the update metrics, and the
-    sample accounting (generated = trained + dropped, each drop with its reason)."""
+    """The step's metrics row: reward figures of every scored response, the update metrics, the
+    agent's figures and the sample accounting (generated = trained + dropped, each drop with its reason)."""
     row: dict[str, Any] = {
-        "step": step,
-        "staleness": float(step - 1 - current.policy_version),
-        **batch_metrics(Batch.concat(arrived), per_domain=multi_domain),
+        "step": state.step,
+        "staleness": float(state.step - 1 - current.policy_version),
+        "kl_coef": state.kl_ctl.value,
+        **batch_metrics(Batch.concat(arrived), per_domain=bool(state.cfg.data.domains)),
+        **agent_metrics,
         **counts.result(),
         "samples/trained": float(sum(len(p.batch) for p in prepared)),
         "samples/dropped_failed": float(sum(p.dropped for p in prepared)),
@@ -187,6 +193,7 @@ def _step_row(
     row["samples/dropped"] = sum(
         row.get(f"samples/dropped_{why}", 0.0) for why in ("failed", "no_signal", "surplus")
     )
+    row["time/update_s"] = time.perf_counter() - t_step - sum(row.get(k, 0.0) for k in _WAIT_KEYS)
     return row
 
 

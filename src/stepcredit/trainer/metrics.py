@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from stepcredit.config import TrainerConfig
 from stepcredit.reward import reward_metrics
 from stepcredit.types import Batch, RewardResult, Status
 
@@ -122,7 +123,12 @@ def peak_rss_mb() -> float:
 class MetricsLogger:
     """Appends one JSON object per step to ``metrics.jsonl`` and mirrors scalars to TensorBoard."""
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool = True, truncate_after: int | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, cfg: TrainerConfig | None = None, ckpt: dict[str, Any] | None = None
+    ) -> None:
+        """``ckpt``: the checkpoint a run resumes from (rows after its step are dropped)."""
+        tensorboard = cfg.tensorboard if cfg is not None else True
+        truncate_after = int(ckpt["step"]) if ckpt is not None else None
         self.path = run_dir / "metrics.jsonl"
         if truncate_after is not None and self.path.exists():
             # On resume drop rows of steps after the checkpoint: they will be recomputed.

@@ -7,7 +7,7 @@ from typing import Any
 
 
 class Progress:
-    def __init__(self, *, total: int, enabled: bool) -> None:
+    def __init__(self, total: int, enabled: bool) -> None:
         self._p: Any = None
         self._rl: Any = None
         self._sft: Any = None

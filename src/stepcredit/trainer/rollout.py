@@ -70,9 +70,9 @@ def rollout_and_submit(
     agent: RewardAgent,
     rewarder: Rewarder,
     step: int,
+    extra: int = 0,
     *,
     process_domains: frozenset[str] = frozenset(),
-    extra: int = 0,
 ) -> Rollout:
     """Generate ``rollout.n`` responses to each of ``rollout.prompts_per_step`` prompts for RL step
     ``step`` with the current weights (labelled with the policy's clocks), then V(prefix) and critic
