@@ -77,7 +77,9 @@ def test_strict_needs_a_marker_and_a_closed_think() -> None:
         ("\\text{Evelyn}", "\\text{Evelyn}", True),
         ("18", "19", False),
         ("\\frac{1}{3}", "0.333", False),
-        ("\\sqrt{2}", "1.414", None),  # left to math-verify
+        ("\\sqrt{2}", "1.414", False),  # a closed form against a decimal: clearly apart
+        ("\\sqrt{2}", "1.4142136", None),  # within math-verify's rounding: left to it
+        ("2\\sqrt{3}", "\\sqrt{12}", True),
         # Gaussian rationals: exact, with i as the imaginary unit
         ("6-5i", "-5i+6", True),
         ("(1+2i)^2", "-3+4i", True),
@@ -101,6 +103,8 @@ def test_fast_verdict(gold: str, pred: str, verdict: bool | None) -> None:
 
 def test_math_verify_decides_latex_equivalence() -> None:
     r = math_compute_score("math", "so \\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}")
+    assert (r.score, r.status, r.info["path"]) == (1.0, Status.OK, "fast")  # constants: read as floats
+    r = math_compute_score("math", "so \\boxed{\\frac{a}{2}}", "\\frac{1}{2}a")
     assert (r.score, r.status, r.info["path"]) == (1.0, Status.OK, "math_verify")
     r = math_compute_score("math", "so \\boxed{\\sqrt{3}}", "\\frac{1}{\\sqrt{2}}")
     assert (r.score, r.status) == (0.0, Status.OK)

@@ -23,16 +23,22 @@ The functions registered here follow VeRL's signature
 
 from __future__ import annotations
 
-import ast
 import functools
 import math
-import operator
 import re
 import threading
 from fractions import Fraction
 from typing import Any
 
 from stepcredit.reward.base import register_reward
+from stepcredit.reward.verifiers.latex import (
+    _DECIMAL_COMMA_RE,
+    compare_structures,
+    normalize,
+    numbers_equal,
+    parse_answer,
+    to_number,
+)
 from stepcredit.types import RewardResult, Status
 
 MODES = ("strict", "flexible")
@@ -47,9 +53,25 @@ _PHRASE_RES = (
     re.compile(r"(?im)^[\s*#>_-]*answer\s*[*_]*\s*[:：]\s*[*_]*\s*([^\n]*)"),
     re.compile(r"(?m)^\s*A\s*[:：]\s*([^\n]*)"),
 )
-_NUMBER_TOKEN = r"[-+−]?\$?\s*(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?"
+# A number as a person writes it: thousands separated by a comma or a (thin) space, a decimal point
+# or comma, or a leading dot.
+_NUMBER_BODY = r"(?:\d{1,3}(?:(?:,|[ \u00a0\u2009\u202f])\d{3})+(?![\d])(?:\.\d+)?|\d+(?:[.,]\d+)?|\.\d+)"
+_NUMBER_TOKEN = rf"[-+−]?\$?\s*{_NUMBER_BODY}(?:\s*/\s*\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"^({_NUMBER_TOKEN})(?![\d.]*\s*[+\-*/^=(])")
-_ALL_NUMBERS_RE = re.compile(r"[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+# Never a digit glued inside a word ("AZYUK2A") or to another number; a unit may follow ("5cm").
+_BARE_NUMBER_RE = re.compile(rf"(?<![A-Za-z0-9_.,\\])[-−]?{_NUMBER_BODY}(?![\d])")
+# The math environments math-verify reads (math_verify/parser.py, make_latex_env_pattern): display
+# $$...$$ and \[...\], inline $...$ (one line, not after a digit: "$5" is money) and \(...\).
+_MATH_ENV_RE = re.compile(
+    r"(?<!\\)\$\$(?P<dd>(?:[^$]|\$(?!\$))+?)(?<!\\)\$\$"
+    r"|(?<!\\)\\\[(?P<db>(?:[^\\]|\\(?!\]))+?)(?<!\\)\\\]"
+    r"|(?<![\\\d])\$(?P<id>(?:\\\$|[^\n$])+?)(?<!\\)\$"
+    r"|(?<!\\)\\\((?P<ip>(?:[^\\\n]|\\(?!\)))+?)(?<!\\)\\\)",
+    re.DOTALL,
+)
+# Between two math environments that together give several answers ("$x=1$ or $x=2$").
+_JOINER_RE = re.compile(r"^\s*(?:,|,?\s*and|,?\s*or)\s*$")
+_ENGLISH_RE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}")
 
 
 def strip_think(text: str, *, strict: bool) -> str | None:
@@ -113,9 +135,48 @@ def _clean_phrase(s: str) -> str | None:
     return None
 
 
+def _is_math(content: str, after: str) -> bool:
+    """Whether a ``$...$`` span is mathematics rather than text between two dollar amounts
+    ("$18 a day, or $126": the closing sign stands before a number, and the span reads as English)."""
+    if not content.strip():
+        return False
+    if after[:1].isdigit():
+        return False
+    text = re.sub(r"\\[a-zA-Z]+\s*\{[^{}]*\}|\\[a-zA-Z]+", " ", content)
+    return _ENGLISH_RE.search(text) is None
+
+
+def last_math(text: str) -> str | None:
+    """The last mathematical expression in ``$...$``, ``$$...$$``, ``\\(...\\)`` or ``\\[...\\]``; when
+    the last few are joined by commas, "and" or "or", all of them, comma-separated (several answers)."""
+    spans: list[tuple[int, int, str]] = []
+    for m in _MATH_ENV_RE.finditer(text):
+        content = next(g for g in m.groups() if g is not None)
+        if m.group("id") is not None and not _is_math(content, text[m.end() : m.end() + 1]):
+            continue
+        spans.append((m.start(), m.end(), content.strip()))
+    if not spans:
+        return None
+    picked = [spans[-1]]
+    for prev in reversed(spans[:-1]):
+        if len(picked) >= 6 or not _JOINER_RE.match(text[prev[1] : picked[-1][0]]):
+            break
+        picked.append(prev)
+    return ", ".join(c for _, _, c in reversed(picked))
+
+
+def last_number(text: str) -> str | None:
+    """The last number standing on its own (never one glued inside a word such as ``AZYUK2A``)."""
+    nums = _BARE_NUMBER_RE.findall(text)
+    return nums[-1] if nums else None
+
+
 def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, str]:
-    """The final answer of a response and how it was found (``boxed``, ``####``, ``phrase``, ``last_number``,
-    ``none``). ``None`` when nothing answer-like was found (the response is unparseable)."""
+    """The final answer of a response and how it was found (``boxed``, ``####``, ``phrase``, ``latex``,
+    ``last_number``, ``none``). ``None`` when nothing answer-like was found (the response is unparseable).
+
+    Without a boxed answer, ``####`` or an answer phrase, ``flexible`` mode takes the last math
+    expression (as math-verify does), and a bare number only when the text holds no math at all."""
     strict = mode == "strict"
     body = strip_think(text, strict=strict)
     if body is None:
@@ -142,9 +203,12 @@ def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, st
         return best[1], "phrase"
     if strict:
         return None, "none"
-    nums = _ALL_NUMBERS_RE.findall(body)
-    if nums:
-        return nums[-1], "last_number"
+    latex = last_math(body)
+    if latex is not None:
+        return latex, "latex"
+    num = last_number(body)
+    if num is not None:
+        return num, "last_number"
     return None, "none"
 
 
@@ -160,239 +224,46 @@ def extract_gold(ground_truth: Any) -> str:
     return s
 
 
-# ------------------------------------------------------------------------------- normalisation
-_UNIT_TEXT_RE = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{\s*[a-zA-Z][a-zA-Z\s.]*\}")
-_SPACES_RE = re.compile(r"\\[,;:! ]|~|\\quad|\\qquad|\\displaystyle")
-_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°")
-_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
-_ASSIGN_RE = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*=\s*(?=[^=])")
-
-
-@functools.lru_cache(maxsize=65536)
-def normalize(s: str) -> str:
-    """A canonical spelling of an answer string; equal outputs mean equal answers (never the reverse)."""
-    s = s.strip()
-    for left, right in (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
-        while len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
-            s = s[len(left) : len(s) - len(right)].strip()
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    s = s.replace("\\left", "").replace("\\right", "")
-    s = _SPACES_RE.sub(" ", s)
-    s = _DEGREE_RE.sub("", s)
-    s = s.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
-    s = s.replace("−", "-")
-    whole_text = re.fullmatch(r"\\(?:text|textbf|mathrm)\s*\{([^{}]*)\}", s.strip())
-    if whole_text:  # "\text{Evelyn}", "\text{(C)}": the answer itself, not a unit
-        s = whole_text.group(1)
-    else:
-        s = _UNIT_TEXT_RE.sub("", s)
-    s = s.strip().rstrip(".").strip()
-    s = _ASSIGN_RE.sub("", s)
-    if _THOUSANDS_RE.match(s):
-        s = s.replace(",", "")
-    s = re.sub(r"\s+", "", s)
-    choice = re.fullmatch(r"\(([A-Za-z])\)", s)  # "(C)" -> "C"
-    if choice:
-        s = choice.group(1)
-    if re.fullmatch(r"[-+]?\d+\.0+", s):
-        s = s.split(".")[0]
-    return s
-
-
-# ------------------------------------------------------------------------------------- numbers
-_FRAC_RE = re.compile(r"\\frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}|\\frac\s*(\d)\s*(\d)")
-_ARITH_OK_RE = re.compile(r"^[0-9+\-*/().]+$")
-_OPS: dict[type, Any] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-}
-
-
-def _eval(node: ast.AST) -> tuple[Fraction, bool]:
-    """Exact value of a small arithmetic AST and whether a decimal literal took part."""
-    if isinstance(node, ast.Expression):
-        return _eval(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        if isinstance(node.value, float):
-            return Fraction(repr(node.value)), True
-        return Fraction(node.value), False
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v, d = _eval(node.operand)
-        return (-v if isinstance(node.op, ast.USub) else v), d
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        a, da = _eval(node.left)
-        b, db = _eval(node.right)
-        return _OPS[type(node.op)](a, b), da or db
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-        a, da = _eval(node.left)
-        b, db = _eval(node.right)
-        # Bounded so that "9^9^9" cannot hang the fast path.
-        if b.denominator != 1 or abs(b) > 64 or abs(a.numerator) > 10**6:
-            raise ValueError("exponent too large")
-        return a ** int(b), da or db
-    raise ValueError("not arithmetic")
-
-
-def _as_python_arith(s: str) -> str:
-    """A normalised answer's simple LaTeX arithmetic in Python syntax (\\frac, \\cdot, \\times, \\div,
-    braces, ^); whatever else it contains is left for the caller's character check to reject."""
-    t = s
-    for _ in range(3):
-        t2 = _FRAC_RE.sub(lambda m: f"(({m.group(1) or m.group(3)})/({m.group(2) or m.group(4)}))", t)
-        if t2 == t:
-            break
-        t = t2
-    t = t.replace("\\cdot", "*").replace("\\times", "*").replace("\\div", "/").replace("{", "(")
-    return t.replace("}", ")").replace("^", "**")
-
-
-@functools.lru_cache(maxsize=65536)
-def to_number(s: str) -> tuple[Fraction, bool] | None:
-    """The exact value of a normalised answer that is a number, fraction or small arithmetic expression,
-    and whether it was written with a decimal point; None for anything else (left to math-verify)."""
-    if not s or len(s) > 80:
-        return None
-    t = _as_python_arith(s)
-    if not _ARITH_OK_RE.match(t) or not re.search(r"\d", t) or "//" in t or "***" in t:
-        return None
-    if re.search(r"\d\(|\)\d|\)\(", t):  # implicit multiplication "2(3)" is math-verify's business
-        return None
-    try:
-        return _eval(ast.parse(t, mode="eval"))
-    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError):
-        return None
-
-
-def numbers_equal(a: tuple[Fraction, bool], b: tuple[Fraction, bool]) -> bool:
-    """Exact equality; with a decimal on either side, equality to 1e-6 relative (math-verify rounds to 6)."""
-    (x, dx), (y, dy) = a, b
-    if x == y:
-        return True
-    if dx or dy:
-        return abs(x - y) <= Fraction(1, 10**6) * max(Fraction(1), abs(y))
+# ------------------------------------------------------------------------------------ fast path
+def _percent_eq(gold: str, pred: str) -> bool:
+    """Whether one side is a percentage whose value over 100 is the other side ("50\\%" vs "0.5");
+    the plain reading (50 vs 50) is :func:`normalize`'s."""
+    for pct, other in ((pred, gold), (gold, pred)):
+        if "%" in pct:
+            pv, ov = to_number(normalize(pct)), to_number(normalize(other))
+            if pv is not None and ov is not None and numbers_equal((pv[0] / 100, pv[1]), ov):
+                return True
     return False
 
 
-_COMPLEX_OK_RE = re.compile(r"^[0-9+\-*/().i]+$")
-
-
-def _eval_gauss(node: ast.AST) -> tuple[Fraction, Fraction]:
-    """Exact value (real, imaginary) of a small arithmetic AST over the rationals and ``i``."""
-    if isinstance(node, ast.Expression):
-        return _eval_gauss(node.body)
-    if isinstance(node, ast.Name) and node.id == "i":
-        return Fraction(0), Fraction(1)
-    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return Fraction(node.value), Fraction(0)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        a, b = _eval_gauss(node.operand)
-        return (-a, -b) if isinstance(node.op, ast.USub) else (a, b)
-    if isinstance(node, ast.BinOp):
-        (a, b), (c, d) = _eval_gauss(node.left), _eval_gauss(node.right)
-        if isinstance(node.op, ast.Add):
-            return a + c, b + d
-        if isinstance(node.op, ast.Sub):
-            return a - c, b - d
-        if isinstance(node.op, ast.Mult):
-            return a * c - b * d, a * d + b * c
-        if isinstance(node.op, ast.Div):
-            n = c * c + d * d
-            return (a * c + b * d) / n, (b * c - a * d) / n
-        if isinstance(node.op, ast.Pow) and d == 0 and c.denominator == 1 and 0 <= c <= 64:
-            re_, im = Fraction(1), Fraction(0)
-            for _ in range(int(c)):
-                re_, im = re_ * a - im * b, re_ * b + im * a
-            return re_, im
-    raise ValueError("not a Gaussian-rational expression")
-
-
-@functools.lru_cache(maxsize=65536)
-def to_complex(s: str) -> tuple[Fraction, Fraction] | None:
-    """The exact value of a normalised answer with integer parts and the imaginary unit ``i``
-    ("6-5i", "\\frac{1}{2}+3i", "(1+2i)^2"), or None. Decimals are left to :func:`to_number`/math-verify."""
-    if "i" not in s or len(s) > 80 or "." in s:
-        return None
-    t = _as_python_arith(s)
-    if not _COMPLEX_OK_RE.match(t) or re.search(r"ii|i[\d(]|\)\d|\)\(|\d\(|//|\*\*\*", t):
-        return None
-    t = re.sub(r"(?<=[\d)])i", "*i", t)  # "5i" -> "5*i"
-    try:
-        return _eval_gauss(ast.parse(t, mode="eval"))
-    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
-        return None
-
-
-# A constant written with numbers, fractions, roots, pi and i only: a single number, never a list.
-_SCALAR_RE = re.compile(r"^(?:[0-9+\-*/().{}^]|\\frac|\\sqrt|\\pi|\\cdot|\\times|i)+$")
-_ROW_BREAK_RE = re.compile(r"\\+(?![a-zA-Z{}])")
-_THOUSANDS_LIST_RE = re.compile(r"^[(\[]-?\d{1,3}(?:,\d{3})+[)\]]$")
-
-
-def list_size(s: str) -> int:
-    """How many elements a normalised answer lists when it is a bracketed tuple, interval or set with
-    top-level commas ("(1,2)", "[0,3)", "\\{1,2,3\\}"), a union of intervals or a vector/matrix (entries
-    counted); 1 for anything else."""
-    if "\\cup" in s:
-        return 2
-    if s.startswith("\\begin{") and "matrix}" in s[:16]:
-        # row breaks (normalisation may have left "\\\\" as a single backslash) and column breaks
-        return 1 + len(_ROW_BREAK_RE.findall(s)) + s.count("&")
-    if _THOUSANDS_LIST_RE.match(s):  # "(1,000)" may be a number written with a separator
-        return 1
-    if s.startswith("\\{") and s.endswith("\\}"):
-        inner = s[2:-2]
-    elif s[:1] in "([" and s[-1:] in ")]":
-        inner = s[1:-1]
-    else:
-        return 1
-    depth, commas = 0, 0
-    i = 0
-    while i < len(inner):
-        c = inner[i]
-        if inner.startswith("\\{", i) or inner.startswith("\\}", i):
-            depth += 1 if inner[i + 1] == "{" else -1
-            i += 2
-            continue
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth < 0:  # "(a+5)(b+2)": the first bracket closes before the end
-                return 1
-        elif c == "," and depth == 0:
-            commas += 1
-        i += 1
-    return commas + 1 if depth == 0 else 1
-
-
-def _is_scalar(s: str) -> bool:
-    return bool(_SCALAR_RE.match(s)) and bool(re.search(r"\d|\\pi", s))
+def _readings(s: str) -> list[str]:
+    """A normalised answer and, for "1000,99" (a decimal comma or a list of two), its other reading."""
+    if _DECIMAL_COMMA_RE.match(s):
+        return [s, s.replace(",", ".")]
+    return [s]
 
 
 def fast_verdict(gold: str, pred: str) -> bool | None:
     """True/False when the answers can be compared without sympy, else None (use math-verify).
 
-    Decided here: equal normalised strings; two exact numbers (rationals, small arithmetic, Gaussian
-    rationals with ``i``); and a list of two or more elements (tuple, interval, set, union, vector)
-    against a constant (never equal under math-verify, whose comparison needs matching structure).
+    Decided here (see :mod:`~stepcredit.reward.verifiers.latex`): equal normalised strings; exact
+    numbers (rationals, small arithmetic, Gaussian rationals with ``i``) and constant closed forms
+    (roots, pi); assignments and chains by their last exact right-hand side; single-variable
+    inequalities either way round; tuples and intervals (ends must match), sets and lists of answers
+    (in any order), matrices in any environment; a constant against a list of two or more elements.
     """
     g, p = normalize(gold), normalize(pred)
     if not g or not p:
         return None
     if g == p:
         return True
-    gv, pv = to_number(g), to_number(p)
-    if gv is not None and pv is not None:
-        return numbers_equal(gv, pv)
-    gc = to_complex(g) if gv is None else (gv[0], Fraction(0))
-    pc = to_complex(p) if pv is None else (pv[0], Fraction(0))
-    if gc is not None and pc is not None and not (gv and gv[1]) and not (pv and pv[1]):
-        return gc == pc
-    for a, b in ((g, p), (p, g)):
-        if _is_scalar(a) and list_size(b) >= 2:
-            return False
+    verdicts = [
+        compare_structures(parse_answer(x), parse_answer(y)) for x in _readings(g) for y in _readings(p)
+    ]
+    if any(v is True for v in verdicts) or _percent_eq(gold, pred):
+        return True
+    if all(v is False for v in verdicts):
+        return False
     return None
 
 
