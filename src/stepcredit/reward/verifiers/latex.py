@@ -155,6 +155,12 @@ def normalize(s: str) -> str:
     s = s.replace("−", "-").replace("–", "-").replace("∞", "\\infty")
     for pat, rep in _RELATION_WORDS:
         s = pat.sub(lambda _m, rep=rep: rep, s)  # type: ignore[misc]
+    # "x = 3 or x = 4", "1 \text{ and } 2": several answers, read as a list
+    s = re.sub(
+        r"\s*(?:\\(?:text|mbox|textrm)\s*\{\s*(?:or|and)\s*\}|(?<![a-zA-Z\\])(?:or|and)(?![a-zA-Z]))\s*",
+        ",",
+        s,
+    )
     s = _unwrap_text(s)
     approx = re.split(r"\\approx|≈", s, maxsplit=1)
     if approx[0].strip():  # "x = 1/3 \approx 0.33": the exact value comes before the approximation
@@ -484,7 +490,10 @@ _MATRIX_RE = re.compile(
 )
 _REL_SPLIT_RE = re.compile(r"(≤|≥|≠|<|>|=)")
 _FLIP = {"<": ">", ">": "<", "≤": "≥", "≥": "≤", "≠": "≠", "=": "="}
-_SIMPLE_LHS_RE = re.compile(r"^(?:[a-zA-Z]|\\[a-zA-Z]+)(?:_\{?[a-zA-Z0-9]+\}?)?(?:\([a-zA-Z]\))?$")
+_SIMPLE_LHS_RE = re.compile(
+    r"^(?:[a-zA-Z]|\\[a-zA-Z]+|\\(?:mathbf|bold|vec|boldsymbol|overrightarrow)\{[a-zA-Z]\})"
+    r"(?:_\{?[a-zA-Z0-9]+\}?)?(?:\([a-zA-Z]\))?$"
+)
 
 
 def _split_top(s: str, sep: str = ",") -> list[str]:
@@ -634,6 +643,11 @@ def _unordered(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool | None:
     return None
 
 
+def is_simple_lhs(s: str) -> bool:
+    """Whether a normalised left-hand side names one variable (``x``, ``a_1``, ``f(x)``, ``\\mathbf{v}``)."""
+    return _SIMPLE_LHS_RE.match(s) is not None
+
+
 def _assignment_rhs(r: Relation) -> tuple[str, str] | None:
     """(lhs, last exact rhs) of an assignment or chain ``x = 5+5+1 = 16``; None for other relations."""
     if not r.ops or any(op != "=" for op in r.ops) or not _SIMPLE_LHS_RE.match(r.parts[0]):
@@ -681,8 +695,10 @@ def compare_structures(a: Any, b: Any) -> bool | None:
             return compare_structures(parse_answer(ra[1]), parse_answer(rb[1]))
         if not isinstance(b, Relation):
             return compare_structures(parse_answer(ra[1]), b)
-    if isinstance(b, Relation) and (rb := _assignment_rhs(b)) is not None and not isinstance(a, Relation):
-        return compare_structures(a, parse_answer(rb[1]))
+    if isinstance(b, Relation) and not isinstance(a, Relation) and all(op == "=" for op in b.ops):
+        # math-verify: a predicted equation against a gold that is none compares its last
+        # right-hand side ("(a,b) = (-2,1)", "p(8) = ... = \\frac{3}{56}", "2x = 10" vs "10").
+        return compare_structures(a, parse_answer(b.parts[-1]))
     if isinstance(a, str) and isinstance(b, str):
         return _scalar_eq(a, b)
     if isinstance(a, Relation) and isinstance(b, Relation):

@@ -33,7 +33,9 @@ from typing import Any
 from stepcredit.reward.base import register_reward
 from stepcredit.reward.verifiers.latex import (
     _DECIMAL_COMMA_RE,
+    Relation,
     compare_structures,
+    is_simple_lhs,
     normalize,
     numbers_equal,
     parse_answer,
@@ -58,8 +60,12 @@ _PHRASE_RES = (
 _NUMBER_BODY = r"(?:\d{1,3}(?:(?:,|[ \u00a0\u2009\u202f])\d{3})+(?![\d])(?:\.\d+)?|\d+(?:[.,]\d+)?|\.\d+)"
 _NUMBER_TOKEN = rf"[-+−]?\$?\s*{_NUMBER_BODY}(?:\s*/\s*\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"^({_NUMBER_TOKEN})(?![\d.]*\s*[+\-*/^=(])")
-# Never a digit glued inside a word ("AZYUK2A") or to another number; a unit may follow ("5cm").
-_BARE_NUMBER_RE = re.compile(rf"(?<![A-Za-z0-9_.,\\])[-−]?{_NUMBER_BODY}(?![\d])")
+# Never a digit glued inside a word ("AZYUK2A") or to another number; a unit may follow ("5cm"). A
+# plain fraction counts as one number ("1/3", "\frac{1}{3}", as math-verify's latexFraction and expr).
+_BARE_NUMBER_RE = re.compile(
+    r"(?<![A-Za-z0-9_.,\\])(?:[-−]?\\[dtc]?frac\{\d+\}\{\d+\}|[-−]?\d+\s*/\s*\d+(?![\d.])"
+    rf"|[-−]?{_NUMBER_BODY}(?![\d]))"
+)
 # The math environments math-verify reads (math_verify/parser.py, make_latex_env_pattern): display
 # $$...$$ and \[...\], inline $...$ (one line, not after a digit: "$5" is money) and \(...\).
 _MATH_ENV_RE = re.compile(
@@ -71,6 +77,11 @@ _MATH_ENV_RE = re.compile(
 )
 # Between two math environments that together give several answers ("$x=1$ or $x=2$").
 _JOINER_RE = re.compile(r"^\s*(?:,|,?\s*and|,?\s*or)\s*$")
+_STOP_WORDS = frozenset(
+    "a an and are as at be but by each for from he her his in is it of on or per she so than that the"  # noqa: SIM905
+    " then there they this to was we were which with you".split()
+)
+"""Words that mark a ``$...$`` span as prose: "or" and "and" between answers belong outside math."""
 _ENGLISH_RE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}")
 
 
@@ -135,15 +146,20 @@ def _clean_phrase(s: str) -> str | None:
     return None
 
 
-def _is_math(content: str, after: str) -> bool:
+def _is_math(content: str, after: str, *, joiners_ok: bool = False) -> bool:
     """Whether a ``$...$`` span is mathematics rather than text between two dollar amounts
-    ("$18 a day, or $126": the closing sign stands before a number, and the span reads as English)."""
-    if not content.strip():
+    ("$18 a day, or $126", "$5 each, so $15"): a closing sign right before a number, a number then
+    a space at the very end, or English words mean text. ``joiners_ok``: "or"/"and" may join answers."""
+    if not content.strip() or after[:1].isdigit():
         return False
-    if after[:1].isdigit():
+    if content[:1].isdigit() and content[-1:].isspace():
         return False
     text = re.sub(r"\\[a-zA-Z]+\s*\{[^{}]*\}|\\[a-zA-Z]+", " ", content)
-    return _ENGLISH_RE.search(text) is None
+    if _ENGLISH_RE.search(text):
+        return False
+    words = re.findall(r"(?<![a-zA-Z])[a-zA-Z]{2,}(?![a-zA-Z])", text)
+    stop = _STOP_WORDS - {"or", "and"} if joiners_ok else _STOP_WORDS
+    return not any(w.lower() in stop for w in words)
 
 
 def last_math(text: str) -> str | None:
@@ -154,7 +170,7 @@ def last_math(text: str) -> str | None:
         content = next(g for g in m.groups() if g is not None)
         if m.group("id") is not None and not _is_math(content, text[m.end() : m.end() + 1]):
             continue
-        spans.append((m.start(), m.end(), content.strip()))
+        spans.append((m.start(), m.end(), content.strip().rstrip(".,;").strip()))
     if not spans:
         return None
     picked = [spans[-1]]
@@ -162,7 +178,20 @@ def last_math(text: str) -> str | None:
         if len(picked) >= 6 or not _JOINER_RE.match(text[prev[1] : picked[-1][0]]):
             break
         picked.append(prev)
+    if len(picked) > 1 and not all(_joinable(c) for _, _, c in picked):
+        # math-verify reads a joined group only when every part parses, else it falls back to the
+        # last expression alone ("$x \ge \frac{11}{10} = 1.1$, and $r = 10\%$" -> "r = 10\%").
+        return picked[0][2]
     return ", ".join(c for _, _, c in reversed(picked))
+
+
+def _joinable(content: str) -> bool:
+    """Whether one of several joined answers is a value, a set, a matrix or an assignment ``x = ...``
+    (not an inequality, nor an equation chain with a compound left side such as ``AB = 5/4 = 1.25``)."""
+    parsed = parse_answer(normalize(content))
+    if not isinstance(parsed, Relation):
+        return True
+    return all(op == "=" for op in parsed.ops) and len(parsed.parts) == 2 and is_simple_lhs(parsed.parts[0])
 
 
 def last_number(text: str) -> str | None:
@@ -173,10 +202,11 @@ def last_number(text: str) -> str | None:
 
 def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, str]:
     """The final answer of a response and how it was found (``boxed``, ``####``, ``phrase``, ``latex``,
-    ``last_number``, ``none``). ``None`` when nothing answer-like was found (the response is unparseable).
+    ``bare``, ``last_number``, ``none``). ``None`` when nothing answer-like was found (the response is unparseable).
 
     Without a boxed answer, ``####`` or an answer phrase, ``flexible`` mode takes the last math
-    expression (as math-verify does), and a bare number only when the text holds no math at all."""
+    expression (as math-verify does); a short response that is math without delimiters as a whole;
+    and the last number (or plain fraction) only when the text holds no math at all."""
     strict = mode == "strict"
     body = strip_think(text, strict=strict)
     if body is None:
@@ -206,6 +236,9 @@ def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, st
     latex = last_math(body)
     if latex is not None:
         return latex, "latex"
+    bare = body.strip().rstrip(".").strip()
+    if bare and len(bare) <= 80 and "\n" not in bare and _is_math(bare, "", joiners_ok=True):
+        return bare, "bare"  # the whole response is an answer without delimiters: "\frac{1}{3}", "x \ge 5"
     num = last_number(body)
     if num is not None:
         return num, "last_number"
