@@ -169,3 +169,82 @@ def test_values_that_differ_skip_simplify_but_keep_math_verify_verdicts() -> Non
         assert not verify(parse(f"${gold}$"), parse(f"$\\boxed{{{pred}}}$"))
     r = math_compute_score("math", "so \\boxed{(x+1)^2}", "x^2+2x+1")
     assert r.score == 1.0 and r.info["path"] == "math_verify"
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "how"),
+    [
+        ("So the result is $\\frac13$.", "\\frac13", "latex"),  # the last math, not the digits "13"
+        ("First $x = 2$, and in the end $$ y = 7 $$", "y = 7", "latex"),
+        ("Hence \\(k = 3\\) and so on.", "k = 3", "latex"),
+        ("We find\n\\[\nx = 4\n\\]", "x = 4", "latex"),
+        ("so $x=1$ or $x=2$", "x=1, x=2", "latex"),  # several answers joined, as math-verify does
+        ("it is $x \\ge \\frac{11}{10} = 1.1$, and $r = 10\\%$.", "r = 10\\%", "latex"),
+        ("a total of $6$ possible values of $x.$", "6", "latex"),  # a variable named in prose
+        ("9 and 50 $\\emph{do}$ divide $1\\,100$ so", "1\\,100", "latex"),
+        (
+            "the answer $t=17$ fits. Much later we check $17\\cdot 19 = 323 = 14\\cdot 23 + 1$.",
+            "t=17",
+            "phrase",
+        ),
+        ("She pays $5 each, so $15 in total.", "15", "last_number"),  # money, not math
+        ("In total she has 1 000 apples.", "1 000", "last_number"),
+        ("It costs 1000,99 euros.", "1000,99", "last_number"),
+        ("It is .4 of the whole.", ".4", "last_number"),
+        ("so 1/3 of the cake", "1/3", "last_number"),
+        ("The code is AZYUK2A.", None, "bare"),  # one token, no number standing on its own
+        ("\\frac{1}{3}", "\\frac{1}{3}", "bare"),
+        ("x \\geq 5", "x \\geq 5", "bare"),
+    ],
+)
+def test_extraction_without_anchor(text: str, answer: str | None, how: str) -> None:
+    got, got_how = extract_answer(text)
+    if answer is None:
+        assert got is None or fast_verdict("2", got) is not True
+    else:
+        assert (got, got_how) == (answer, how)
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "score"),
+    [
+        # The examples, unboxed.
+        ("So the result is $\\frac13$.", "1/3", 1.0),
+        ("So $k = \\frac{1}{3}$.", "\\frac{1}{3}", 1.0),
+        ("We get $\\dfrac{1}{3}$.", "\\frac13", 1.0),
+        ("We get $\\sqrt3$.", "\\sqrt{3}", 1.0),
+        ("We get 1 000 apples.", "1000", 1.0),
+        ("It costs 1000,99 euros.", "1000.99", 1.0),
+        ("It is .4 here.", "0.4", 1.0),
+        ("so $x \\geq 5$", "x >= 5", 1.0),
+        ("so $5 \\leq x$", "x \\ge 5", 1.0),
+        ("so $5 \\geq x$", "x \\ge 5", 0.0),
+        ("so $[0,1)$", "[0,1)", 1.0),
+        ("so $(0,1]$", "[0,1)", 0.0),
+        ("so $\\begin{pmatrix}1\\\\2\\end{pmatrix}$", "\\begin{bmatrix}1\\\\2\\end{bmatrix}", 1.0),
+        (
+            "so $\\left[\\begin{array}{c}1\\\\2\\end{array}\\right]$",
+            "\\begin{pmatrix}1\\\\2\\end{pmatrix}",
+            1.0,
+        ),
+        ("so $\\begin{pmatrix}1\\\\3\\end{pmatrix}$", "\\begin{bmatrix}1\\\\2\\end{bmatrix}", 0.0),
+        ("so $\\frac{1}{3} \\text{meters}$", "\\frac13", 1.0),
+        ("so $\\left( \\frac{1}{3} \\right)$", "\\frac13", 1.0),
+        ("so $y=-\\frac{1}{2}x+\\frac{3}{4}$", "2x+4y-3=0", 1.0),  # up to a factor: math-verify
+        ("so $x = 5+5+1 = 1/3 \\approx 11$", "1/3", 1.0),
+        ("the code is AZYUK2A", "2", 0.0),
+        ("so $\\{1,2,3\\}$", "\\{3,2,1\\}", 1.0),
+        ("so $(1,2,3)$", "(3,2,1)", 0.0),
+        ("so $x=1$ or $x=2$", "1,2", 1.0),
+        ("the area is $54\\text{ cm}^2$.", "54", 1.0),
+        ("so $d = 15\\frac{39}{40}$", "\\frac{639}{40}", 1.0),  # a mixed number
+        ("so $x \\in (-\\infty, 2) \\cup (3, \\infty)$", "(-\\infty, 2) \\cup (3, \\infty)", 1.0),
+        ("so $x \\in (-\\infty, 2) \\cup [3, \\infty)$", "(-\\infty, 2) \\cup (3, \\infty)", 0.0),
+        ("so $50\\%$", "0.5", 1.0),
+        ("so $1\\,000$ and we are done", "1000", 1.0),
+    ],
+)
+def test_unboxed_latex_responses(response: str, gold: str, score: float) -> None:
+    r = math_compute_score("math", response, gold)
+    assert r.score == score, (r.extracted, r.info)
+    assert r.status in ((Status.OK,) if score else (Status.OK, Status.UNPARSEABLE))

@@ -41,6 +41,7 @@ _RELATION_WORDS = tuple(
         (r"\\gt(?![a-zA-Z])", ">"),
     )
 )
+_MIXED_RE = re.compile(r"(?<![\d.}^_{])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
 _UNIT_WORDS_RE = re.compile(r"^(.*?[\d}.)])\s+([a-zA-Z]{2,}\.?(?:\s+[a-zA-Z]+\.?)*)$")
 
 
@@ -122,8 +123,12 @@ def _unwrap_text(s: str) -> str:
         inner = s[m.end() : end - 1]
         rest = (s[: m.start()] + s[end:]).strip(" .,")
         is_word = re.fullmatch(r"\s*[a-zA-Z][a-zA-Z\s.]*", inner) is not None
-        keep = "" if is_word and re.search(r"[\d}]", rest) else inner
-        s = s[: m.start()] + keep + s[end:]
+        if is_word and re.search(r"[\d}]", rest):
+            # a unit, with its power if any ("54\text{ cm}^2")
+            power = re.match(r"\s*\^\s*(?:\{\s*\d\s*\}|\d)", s[end:])
+            s = s[: m.start()] + s[end + (power.end() if power else 0) :]
+        else:
+            s = s[: m.start()] + inner + s[end:]
     return s
 
 
@@ -171,6 +176,8 @@ def normalize(s: str) -> str:
         s = unit.group(1)  # "12 meters", "\frac13 cm": a number then English words
     if "\\frac" in s:
         s = _brace_args(s, "frac", 2)
+        # "15\frac{39}{40}" is a mixed number, as math-verify (latex2sympy) reads it
+        s = _MIXED_RE.sub(r"(\1+\\frac{\2}{\3})", s)
     if "\\sqrt" in s:
         s = _brace_args(s, "sqrt", 1)
     # "1 000" and "1\,000": a space between digit groups of three is a thousands separator
@@ -488,6 +495,7 @@ class Relation:
 _MATRIX_RE = re.compile(
     r"^[\[(]?\\begin\{(pmatrix|bmatrix|Bmatrix|matrix|smallmatrix|array)\}(.*)\\end\{\1\}[\])]?$"
 )
+_MEMBER_RE = re.compile(r"^(.+?)\\in(?![a-zA-Z])(.+)$")
 _REL_SPLIT_RE = re.compile(r"(≤|≥|≠|<|>|=)")
 _FLIP = {"<": ">", ">": "<", "≤": "≥", "≥": "≤", "≠": "≠", "=": "="}
 _SIMPLE_LHS_RE = re.compile(
@@ -578,6 +586,9 @@ def parse_answer(s: str) -> Any:
     items = _split_top(s)
     if len(items) >= 2 and all(items):
         return Seq("", "", tuple(parse_answer(x) for x in items))
+    member = _MEMBER_RE.match(s)
+    if member and is_simple_lhs(member.group(1)):  # "x \in (0, 1]": the set is the answer
+        return parse_answer(member.group(2))
     rel = _REL_SPLIT_RE.split(s)
     if len(rel) >= 3:
         sides, ops = tuple(rel[0::2]), tuple(rel[1::2])

@@ -34,6 +34,7 @@ from stepcredit.reward.base import register_reward
 from stepcredit.reward.verifiers.latex import (
     _DECIMAL_COMMA_RE,
     Relation,
+    Seq,
     compare_structures,
     is_simple_lhs,
     normalize,
@@ -75,6 +76,9 @@ _MATH_ENV_RE = re.compile(
     r"|(?<!\\)\\\((?P<ip>(?:[^\\\n]|\\(?!\)))+?)(?<!\\)\\\)",
     re.DOTALL,
 )
+# A math span that is no answer: emphasis, or one variable named in prose ("values of $x.$").
+_PROSE_MATH_RE = re.compile(r"^\s*(?:\\emph\s*\{[^{}]*\}|[a-zA-Z]\s*[.,;]?)\s*$")
+_ANSWER_WORD_RE = re.compile(r"(?i)\banswer\b")
 # Between two math environments that together give several answers ("$x=1$ or $x=2$").
 _JOINER_RE = re.compile(r"^\s*(?:,|,?\s*and|,?\s*or)\s*$")
 _STOP_WORDS = frozenset(
@@ -135,7 +139,7 @@ def _clean_phrase(s: str) -> str | None:
     if len(dollars) >= 2:
         inner = s[dollars[0] + 1 : dollars[1]].strip()
         # "$\frac12$" is LaTeX; "$18 a day, or $126" is money around English words.
-        if inner and not re.search(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}", inner):
+        if inner and _is_math(inner, s[dollars[1] + 1 : dollars[1] + 2]):
             return inner
     s = s.rstrip(" .;!")
     m = _LEADING_NUMBER_RE.match(s)
@@ -146,19 +150,24 @@ def _clean_phrase(s: str) -> str | None:
     return None
 
 
-def _is_math(content: str, after: str, *, joiners_ok: bool = False) -> bool:
+def _is_math(content: str, after: str, *, whole: bool = False) -> bool:
     """Whether a ``$...$`` span is mathematics rather than text between two dollar amounts
     ("$18 a day, or $126", "$5 each, so $15"): a closing sign right before a number, a number then
-    a space at the very end, or English words mean text. ``joiners_ok``: "or"/"and" may join answers."""
+    a space at the very end, or English words mean text. ``whole``: the span is the whole response,
+    where "or"/"and" may join answers and one letter may be the answer ("B")."""
     if not content.strip() or after[:1].isdigit():
         return False
     if content[:1].isdigit() and content[-1:].isspace():
+        return False
+    if not whole and _PROSE_MATH_RE.match(
+        content
+    ):  # "$\emph{do}$", "$x.$": prose in math mode, a variable named
         return False
     text = re.sub(r"\\[a-zA-Z]+\s*\{[^{}]*\}|\\[a-zA-Z]+", " ", content)
     if _ENGLISH_RE.search(text):
         return False
     words = re.findall(r"(?<![a-zA-Z])[a-zA-Z]{2,}(?![a-zA-Z])", text)
-    stop = _STOP_WORDS - {"or", "and"} if joiners_ok else _STOP_WORDS
+    stop = _STOP_WORDS - {"or", "and"} if whole else _STOP_WORDS
     return not any(w.lower() in stop for w in words)
 
 
@@ -189,9 +198,27 @@ def _joinable(content: str) -> bool:
     """Whether one of several joined answers is a value, a set, a matrix or an assignment ``x = ...``
     (not an inequality, nor an equation chain with a compound left side such as ``AB = 5/4 = 1.25``)."""
     parsed = parse_answer(normalize(content))
-    if not isinstance(parsed, Relation):
-        return True
-    return all(op == "=" for op in parsed.ops) and len(parsed.parts) == 2 and is_simple_lhs(parsed.parts[0])
+    parts = parsed.items if isinstance(parsed, Seq) else (parsed,)
+    for part in parts:
+        if isinstance(part, Relation) and not (
+            all(op == "=" for op in part.ops) and len(part.parts) == 2 and is_simple_lhs(part.parts[0])
+        ):
+            return False
+    return True
+
+
+def _answer_then_math(text: str) -> str | None:
+    """The math expression within 50 characters after the last word "answer" that has one ("the
+    answer $t=17$ satisfies ..."); math-verify ranks this anchor above a plain last expression."""
+    found = None
+    for m in _ANSWER_WORD_RE.finditer(text):
+        env = _MATH_ENV_RE.search(text, m.end(), min(len(text), m.end() + 50 + 200))
+        if env is None or env.start() - m.end() > 50:
+            continue
+        content = next(g for g in env.groups() if g is not None)
+        if env.group("id") is None or _is_math(content, text[env.end() : env.end() + 1]):
+            found = content.strip().rstrip(".,;").strip()
+    return found
 
 
 def last_number(text: str) -> str | None:
@@ -233,11 +260,14 @@ def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, st
         return best[1], "phrase"
     if strict:
         return None, "none"
+    anchored = _answer_then_math(body)
+    if anchored is not None:
+        return anchored, "phrase"
     latex = last_math(body)
     if latex is not None:
         return latex, "latex"
     bare = body.strip().rstrip(".").strip()
-    if bare and len(bare) <= 80 and "\n" not in bare and _is_math(bare, "", joiners_ok=True):
+    if bare and len(bare) <= 80 and "\n" not in bare and _is_math(bare, "", whole=True):
         return bare, "bare"  # the whole response is an answer without delimiters: "\frac{1}{3}", "x \ge 5"
     num = last_number(body)
     if num is not None:
