@@ -299,11 +299,12 @@ def _percent_eq(gold: str, pred: str) -> bool:
     return False
 
 
-def _readings(s: str) -> list[str]:
-    """A normalised answer and, for "1000,99" (a decimal comma or a list of two), its other reading."""
-    if _DECIMAL_COMMA_RE.match(s):
-        return [s, s.replace(",", ".")]
-    return [s]
+def _pred_readings(pred: str, gold: str) -> list[str]:
+    """A normalised prediction and, for "1000,99" against a gold number, its decimal-comma reading
+    (a list of two is the other reading; a gold list "1,5" is never read as 1.5)."""
+    if _DECIMAL_COMMA_RE.match(pred) and to_number(gold) is not None:
+        return [pred, pred.replace(",", ".")]
+    return [pred]
 
 
 def fast_verdict(gold: str, pred: str) -> bool | None:
@@ -320,9 +321,7 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
         return None
     if g == p:
         return True
-    verdicts = [
-        compare_structures(parse_answer(x), parse_answer(y)) for x in _readings(g) for y in _readings(p)
-    ]
+    verdicts = [compare_structures(parse_answer(g), parse_answer(y)) for y in _pred_readings(p, g)]
     if any(v is True for v in verdicts) or _percent_eq(gold, pred):
         return True
     if all(v is False for v in verdicts):
