@@ -23,13 +23,25 @@ from fractions import Fraction
 from typing import Any
 
 # ------------------------------------------------------------------------------- normalisation
-_WRAPPERS = ("text", "textbf", "textit", "textrm", "mathrm", "mathbf", "mbox", "mathit", "textsf", "hbox")
+_WRAPPERS = (
+    "text",
+    "textbf",
+    "textit",
+    "textrm",
+    "textnormal",
+    "mathrm",
+    "mathbf",
+    "mbox",
+    "mathit",
+    "textsf",
+    "hbox",
+)
 _WRAPPER_RE = re.compile(r"\\(?:" + "|".join(_WRAPPERS) + r")\s*\{")
 _SPACES_RE = re.compile(
     r"(?<!\\)\\[,;:! >]|~|\\quad|\\qquad|\\displaystyle|\\textstyle|[\u00a0\u2009\u202f\u2005\u2006]"
 )
 _DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
-_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_THOUSANDS_RE = re.compile(r"^[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
 _DECIMAL_COMMA_RE = re.compile(r"^[-+]?\d+,\d+$")
 _RELATION_WORDS = tuple(
     (re.compile(pat), rep)
@@ -186,6 +198,8 @@ def normalize(s: str) -> str:
     s = re.sub(r"(?<![\d}])\.(?=\d)", "0.", s)
     if _THOUSANDS_RE.match(s):
         s = s.replace(",", "")
+    elif re.fullmatch(r"[-+]?0,\d+", s):  # "0,111" can only be a decimal comma
+        s = s.replace(",", ".")
     choice = re.fullmatch(r"\(([A-Za-z])\)", s)  # "(C)" -> "C"
     if choice:
         s = choice.group(1)
@@ -548,6 +562,8 @@ def _matrix(s: str) -> Matrix | None:
     if not m:
         return None
     body = m.group(2)
+    if "\\begin" in body or "\\end" in body:  # a product or sum of matrices, not one matrix
+        return None
     if m.group(1) == "array" and body.startswith("{"):
         end = _group_end(body, 0)
         body = body[end:] if end > 0 else body

@@ -78,6 +78,9 @@ _MATH_ENV_RE = re.compile(
 )
 # A math span that is no answer: emphasis, or one variable named in prose ("values of $x.$").
 _PROSE_MATH_RE = re.compile(r"^\s*(?:\\emph\s*\{[^{}]*\}|[a-zA-Z]\s*[.,;]?)\s*$")
+_FINAL_IS_RE = re.compile(r"(?i)\bfinal\s+answer\s+is\s*:?\s*([^\n]*)")
+# "The largest $n$ is 34": the clause before "is", within one sentence of at most 100 characters.
+_IS_CLAUSE_RE = re.compile(r"^(?:(?![.!?]\s)[^\n]){0,100}?\s+is\s*:?\s+(.*)$", re.IGNORECASE)
 _ANSWER_WORD_RE = re.compile(r"(?i)\banswer\b")
 # Between two math environments that together give several answers ("$x=1$ or $x=2$").
 _JOINER_RE = re.compile(r"^\s*(?:,|,?\s*and|,?\s*or)\s*$")
@@ -131,10 +134,14 @@ def last_boxed(text: str) -> tuple[int, str] | None:
 
 
 def _clean_phrase(s: str) -> str | None:
-    """The answer inside the tail of an answer phrase ("18 dollars.", "$\\frac12$.", "**26**")."""
+    """The answer inside the tail of an answer phrase ("18 dollars.", "$\\frac12$.", "**26**",
+    "The largest $n$ is 34.", "Jane started growing Sphere 3 hours ago.")."""
     s = s.strip().strip("*_").strip()
     if not s:
         return None
+    clause = _IS_CLAUSE_RE.match(s)  # "The final answer is $X$", "the largest $n$ is 34"
+    if clause and clause.group(1).strip() and not re.match(r"[-$\\\d.(\[]", s):
+        s = clause.group(1).strip()
     dollars = [i for i, c in enumerate(s) if c == "$" and (i == 0 or s[i - 1] != "\\")]
     if len(dollars) >= 2:
         inner = s[dollars[0] + 1 : dollars[1]].strip()
@@ -145,6 +152,11 @@ def _clean_phrase(s: str) -> str | None:
     m = _LEADING_NUMBER_RE.match(s)
     if m:
         return m.group(1).strip()
+    if not _is_math(s, "", whole=True):
+        # an English sentence: its first number within 50 characters, as math-verify's "answer" anchor
+        num = _BARE_NUMBER_RE.search(s[:50])
+        if num:
+            return num.group(0)
     if len(s) <= 60:
         return s
     return None
@@ -241,6 +253,13 @@ def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, st
     boxed = last_boxed(body)
     hashes = list(_HASH_RE.finditer(body))
     hash_hit = (hashes[-1].start(), hashes[-1].group(1)) if hashes else None
+    final = list(_FINAL_IS_RE.finditer(body))
+    if final and boxed is not None and final[-1].start() > boxed[0]:
+        # "\boxed{200} ... The final answer is $10,455$.": math-verify ranks "final answer is"
+        # with the boxed answer and takes the later of the two
+        cand = _clean_phrase(final[-1].group(1))
+        if cand:
+            return cand, "phrase"
     strong = [h for h in (boxed, hash_hit) if h is not None]
     if strong:
         pos, content = max(strong, key=lambda h: h[0])
