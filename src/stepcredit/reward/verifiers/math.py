@@ -187,11 +187,15 @@ def last_math(text: str) -> str | None:
     """The last mathematical expression in ``$...$``, ``$$...$$``, ``\\(...\\)`` or ``\\[...\\]``; when
     the last few are joined by commas, "and" or "or", all of them, comma-separated (several answers)."""
     spans: list[tuple[int, int, str]] = []
-    for m in _MATH_ENV_RE.finditer(text):
+    pos = 0
+    while (m := _MATH_ENV_RE.search(text, pos)) is not None:
         content = next(g for g in m.groups() if g is not None)
         if m.group("id") is not None and not _is_math(content, text[m.end() : m.end() + 1]):
+            # Not math: its closing sign may open the next span ("... 12=$1250$ dollars").
+            pos = m.end() - 1
             continue
         spans.append((m.start(), m.end(), content.strip().rstrip(".,;").strip()))
+        pos = m.end()
     if not spans:
         return None
     picked = [spans[-1]]
