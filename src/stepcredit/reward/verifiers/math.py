@@ -4,15 +4,18 @@ Scoring a response against a ground truth goes in three steps:
 
 1. **Extraction** (:func:`extract_answer`): the text after the last ``</think>`` is searched for, in
    order of strength, the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces) or GSM8K's ``#### N``
-   (whichever comes last), then the last answer phrase (``Final answer: ...``, ``The answer is ...``,
-   an ``Answer: ...`` line, GSM8K's ``A: 26``). In ``flexible`` mode a response without any of these
-   falls back to its last number (or to math-verify's own anchor-free extraction); ``strict`` mode
-   calls it unparseable, and an unfinished ``<think>`` block is unparseable too.
-2. **Fast path** (:func:`fast_verdict`): after normalisation (``$``, units in ``\\text{}``, ``%``,
-   thousands separators, ``\\dfrac``, ``\\left``/``\\right``, trailing ``.0`` ...) two identical strings
-   are equal, and two plain numbers, fractions or small arithmetic expressions are compared exactly as
-   :class:`fractions.Fraction` (decimals to 1e-6 relative, as math-verify's ``float_rounding=6``).
-   This decides GSM8K-style answers and most MATH answers without sympy.
+   (whichever comes last; a later "The final answer is ..." wins over a box), then the last answer
+   phrase (``Final answer: ...``, ``The answer is ...``, an ``Answer: ...`` line, GSM8K's ``A: 26``,
+   "answer" followed by math). In ``flexible`` mode a response without any of these gives its last
+   math expression (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``, as math-verify reads them),
+   else the whole response when it is short math without delimiters, else its last number standing on
+   its own; ``strict`` mode calls it unparseable, and an unfinished ``<think>`` block is unparseable too.
+2. **Fast path** (:func:`fast_verdict`, with :mod:`~stepcredit.reward.verifiers.latex`): both answers are
+   normalised (delimiters, units, ``%``, thousands separators, ``\\dfrac``, ``\\left``/``\\right`` ...)
+   and read as structures (numbers compared exactly as :class:`fractions.Fraction`, constant closed
+   forms as floats, relations, intervals, sets, tuples, matrices, lists of answers); the verdict is
+   given where the structures make it certain. This decides GSM8K answers and most MATH answers
+   without sympy.
 3. **Slow path**: everything else goes to the ``math-verify`` library (``parse`` + ``verify``), which
    can hang on adversarial input; the :class:`~stepcredit.reward.run.rewarder.Rewarder` therefore runs it
    in the kill-safe pool. We never parse LaTeX into sympy ourselves.
