@@ -190,6 +190,7 @@ def test_values_that_differ_skip_simplify_but_keep_math_verify_verdicts() -> Non
         ("She pays $5 each, so $15 in total.", "15", "last_number"),  # money, not math
         ("one million lire equals $\\frac{3}{2}\\cdot10,\\!000/12=$1250$$ dollars.", "1250", "latex"),
         ("Final Answer: The largest $n$ is 34.", "34", "phrase"),
+        ("The line is $ax + by = 3$ here", "ax + by = 3", "latex"),  # "by" is a product, not a word
         ("Final Answer: Jane started growing Sphere 3 hours ago. I hope it is correct.", "3", "phrase"),
         (
             "so $\\boxed{200}$, then $\\boxed{255}$. The final answer is $10,455$. I hope it is correct.",

@@ -183,7 +183,9 @@ def _is_math(content: str, after: str, *, whole: bool = False) -> bool:
         return False
     words = re.findall(r"(?<![a-zA-Z])[a-zA-Z]{2,}(?![a-zA-Z])", text)
     stop = _STOP_WORDS - {"or", "and"} if whole else _STOP_WORDS
-    return not any(w.lower() in stop for w in words)
+    hits = [w for w in words if w.lower() in stop]
+    # One two-letter word can be a product of variables ("$ax + by = c$"); a longer one, or two, is prose.
+    return not (len(hits) >= 2 or any(len(w) >= 3 for w in hits))
 
 
 def last_math(text: str) -> str | None:
