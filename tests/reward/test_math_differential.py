@@ -343,8 +343,8 @@ def test_generated_pairs_cover_the_categories() -> None:
     assert generate() == pairs  # deterministic
 
 
-SAMPLE_EVERY = 10
-"""math-verify is run on every pair we get wrong, and on every 10th pair to check the labels.
+SAMPLE_EVERY = 20
+"""math-verify is run on every pair we get wrong, and on every 20th pair to check the labels.
 
 Why not on all of them: math-verify takes ~24 ms per pair here (each new LaTeX string costs a fresh
 ANTLR parse, often 50-100 ms for tuples, sets and matrices), ~120 s for the 5,000 pairs, while ours
