@@ -251,6 +251,9 @@ def test_extraction_without_anchor(text: str, answer: str | None, how: str) -> N
         ("so $x \\in (-\\infty, 2) \\cup [3, \\infty)$", "(-\\infty, 2) \\cup (3, \\infty)", 0.0),
         ("so $50\\%$", "0.5", 1.0),
         ("so $1\\,000$ and we are done", "1000", 1.0),
+        ("is $\\boxed{32, 349}$", "32349", 0.0),  # a comma and a space: a list, not a separator
+        ("is $\\boxed{32,\\! 349}$", "32349", 1.0),
+        ("Soucis : 2,74 $ a..", "2.74", 1.0),  # a sentence is not a bare answer; its number is
     ],
 )
 def test_unboxed_latex_responses(response: str, gold: str, score: float) -> None:

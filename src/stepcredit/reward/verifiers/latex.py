@@ -163,6 +163,7 @@ def normalize(s: str) -> str:
     -> ``0.4``. Assignments and chains are kept: :func:`parse_answer` reads them.
     """
     s = _strip_delimiters(s)
+    listed = re.search(r"\d,\s+\d", s) is not None  # "32, 349" is a list of two, not 32349
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
     s = re.sub(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![a-zA-Z])\s*\.?", "", s)
     s = s.replace("{,}", ",").replace("{.}", ".")
@@ -196,7 +197,7 @@ def normalize(s: str) -> str:
     s = re.sub(r"(?<=\d) (?=\d{3}(?!\d))", "", s)
     s = re.sub(r"\s+", "", s)
     s = re.sub(r"(?<![\d}])\.(?=\d)", "0.", s)
-    if _THOUSANDS_RE.match(s):
+    if _THOUSANDS_RE.match(s) and not listed:
         s = s.replace(",", "")
     elif re.fullmatch(r"[-+]?0,\d+", s):  # "0,111" can only be a decimal comma
         s = s.replace(",", ".")

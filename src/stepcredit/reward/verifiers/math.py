@@ -181,6 +181,8 @@ def _is_math(content: str, after: str, *, whole: bool = False) -> bool:
     text = re.sub(r"\\[a-zA-Z]+\s*\{[^{}]*\}|\\[a-zA-Z]+", " ", content)
     if _ENGLISH_RE.search(text):
         return False
+    if whole and any(w.lower() not in ("or", "and") for w in re.findall(r"(?<![a-zA-Z])[a-zA-Z]{2,}", text)):
+        return False  # a whole response with a word in it is prose ("Soucis : 2,74 $ a.."), not an answer
     words = re.findall(r"(?<![a-zA-Z])[a-zA-Z]{2,}(?![a-zA-Z])", text)
     stop = _STOP_WORDS - {"or", "and"} if whole else _STOP_WORDS
     hits = [w for w in words if w.lower() in stop]
