@@ -1,7 +1,11 @@
 """Throughput and verdicts of stepcredit's math verifier vs ``math_verify.parse`` + ``verify``, same run.
 
 Pairs: every GSM8K test solution against its own answer (label 1) and against another row's
-different answer (label 0); the same for MATH-500 solutions and answers. Both verifiers run in this
+different answer (label 0); the same for MATH-500 solutions and answers. Each set is scored twice,
+as ``boxed`` and ``unboxed`` responses: GSM8K solutions end in ``#### N`` (unboxed), which the boxed
+variant replaces by ``The answer is $\\boxed{N}$.``; MATH-500 solutions carry ``\\boxed{X}`` (boxed),
+which the unboxed variant replaces by ``X`` (inside ``$...$``, so the answer is the last math
+expression, as a model writes it without a box). Both verifiers run in this
 process, on the main thread, after one untimed warm-up pass, with their caches cleared before each
 timed pass. ``agree`` is the share
 of pairs on which the two verdicts are equal; ``worse`` counts pairs where math-verify is right and we
@@ -25,18 +29,45 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("STEPCREDIT_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
-def load_pairs(name: str, limit: int) -> list[tuple[str, str, str, bool]]:
-    """(data_source, response, ground truth, label) for one dataset."""
+Pair = tuple[str, str, str, bool]
+
+
+def _unbox(solution: str) -> str:
+    """A MATH solution with its last ``\\boxed{X}`` replaced by ``X`` (``$X$`` when it stood outside math)."""
+    from stepcredit.reward.verifiers.math import last_boxed
+
+    hit = last_boxed(solution)
+    if hit is None:
+        return solution
+    start, content = hit
+    end = solution.index(content, start) + len(content) + 1
+    before = solution[:start]
+    in_math = before.count("$") % 2 == 1 or before.rfind("\\[") > before.rfind("\\]")
+    return before + (content if in_math else f"${content}$") + solution[end:]
+
+
+def _box(solution: str) -> str:
+    """A GSM8K solution with its final ``#### N`` replaced by a boxed answer sentence."""
+    body, answer = solution.rsplit("####", 1)
+    return f"{body}The answer is $\\boxed{{{answer.strip()}}}$."
+
+
+def load_pairs(name: str, limit: int, variant: str) -> list[Pair]:
+    """(data_source, response, ground truth, label) for one dataset, ``boxed`` or ``unboxed``."""
     if name == "gsm8k":
         rows = [json.loads(line) for line in (DATA / "gsm8k" / "test.jsonl").open()]
         sols = [r["answer"] for r in rows]
         golds = [s.rsplit("####", 1)[1].strip().replace(",", "") for s in sols]
         source = "openai/gsm8k"
+        if variant == "boxed":
+            sols = [_box(s) for s in sols]
     else:
         rows = [json.loads(line) for line in (DATA / "math500" / "test.jsonl").open()]
         sols = [r["solution"] for r in rows]
         golds = [r["answer"] for r in rows]
         source = "HuggingFaceH4/MATH-500"
+        if variant == "unboxed":
+            sols = [_unbox(s) for s in sols]
     if limit:
         sols, golds = sols[:limit], golds[:limit]
     pairs = []
@@ -53,9 +84,17 @@ def load_pairs(name: str, limit: int) -> list[tuple[str, str, str, bool]]:
 def clear_caches() -> None:
     import math_verify.parser as mvp
 
-    from stepcredit.reward.verifiers import math as mv
+    from stepcredit.reward.verifiers import latex, math
 
-    for f in (mv.normalize, mv.to_number, mv._mv_parse_answer, mvp.parse_latex_cached, mvp.parse_expr_cached):
+    caches: list[Any] = [
+        latex.normalize,
+        latex.to_number,
+        latex.to_complex,
+        latex.const_value,
+        latex.parse_answer,
+    ]
+    caches += [math._mv_parse_answer, mvp.parse_latex_cached, mvp.parse_expr_cached]
+    for f in caches:
         f.cache_clear()
 
 
@@ -96,8 +135,8 @@ def run_rewarder(pairs: list[tuple[str, str, str, bool]]) -> float:
         return time.perf_counter() - t0
 
 
-def bench(dataset: str, limit: int) -> dict[str, Any]:
-    pairs = load_pairs(dataset, limit)
+def bench(dataset: str, limit: int, variant: str) -> dict[str, Any]:
+    pairs = load_pairs(dataset, limit, variant)
     labels = [p[3] for p in pairs]
     # An untimed pass first: the LaTeX parser both verifiers share (antlr) builds its lookahead
     # tables lazily, and whichever runs first would otherwise pay for it.
@@ -128,12 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     if not DATA.is_dir():
         print(f"benchmarks/verifier.py: {DATA} not found (set STEPCREDIT_SHARED_DATA)", file=sys.stderr)
         return 2
-    out = {name: bench(name, args.limit) for name in ("gsm8k", "math500")}
+    out = {
+        name: {variant: bench(name, args.limit, variant) for variant in ("boxed", "unboxed")}
+        for name in ("gsm8k", "math500")
+    }
     cols = ["pairs", "ours_per_s", "math_verify_per_s", "speedup", "agree", "ours_correct"]
     cols += ["math_verify_correct", "worse", "better", "rewarder_per_s"]
-    print(f"{'dataset':<9}" + "".join(f"{c:>20}" for c in cols))
-    for name, r in out.items():
-        print(f"{name:<9}" + "".join(f"{r[c]!s:>20}" for c in cols))
+    print(f"{'dataset':<17}" + "".join(f"{c:>20}" for c in cols))
+    for name, variants in out.items():
+        for variant, r in variants.items():
+            print(f"{name + ' ' + variant:<17}" + "".join(f"{r[c]!s:>20}" for c in cols))
     if args.json:
         print(json.dumps(out))
     return 0

@@ -77,7 +77,9 @@ def test_strict_needs_a_marker_and_a_closed_think() -> None:
         ("\\text{Evelyn}", "\\text{Evelyn}", True),
         ("18", "19", False),
         ("\\frac{1}{3}", "0.333", False),
-        ("\\sqrt{2}", "1.414", None),  # left to math-verify
+        ("\\sqrt{2}", "1.414", False),  # a closed form against a decimal: clearly apart
+        ("\\sqrt{2}", "1.4142136", None),  # within math-verify's rounding: left to it
+        ("2\\sqrt{3}", "\\sqrt{12}", True),
         # Gaussian rationals: exact, with i as the imaginary unit
         ("6-5i", "-5i+6", True),
         ("(1+2i)^2", "-3+4i", True),
@@ -101,6 +103,8 @@ def test_fast_verdict(gold: str, pred: str, verdict: bool | None) -> None:
 
 def test_math_verify_decides_latex_equivalence() -> None:
     r = math_compute_score("math", "so \\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}")
+    assert (r.score, r.status, r.info["path"]) == (1.0, Status.OK, "fast")  # constants: read as floats
+    r = math_compute_score("math", "so \\boxed{\\frac{a}{2}}", "\\frac{1}{2}a")
     assert (r.score, r.status, r.info["path"]) == (1.0, Status.OK, "math_verify")
     r = math_compute_score("math", "so \\boxed{\\sqrt{3}}", "\\frac{1}{\\sqrt{2}}")
     assert (r.score, r.status) == (0.0, Status.OK)
@@ -165,3 +169,94 @@ def test_values_that_differ_skip_simplify_but_keep_math_verify_verdicts() -> Non
         assert not verify(parse(f"${gold}$"), parse(f"$\\boxed{{{pred}}}$"))
     r = math_compute_score("math", "so \\boxed{(x+1)^2}", "x^2+2x+1")
     assert r.score == 1.0 and r.info["path"] == "math_verify"
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "how"),
+    [
+        ("So the result is $\\frac13$.", "\\frac13", "latex"),  # the last math, not the digits "13"
+        ("First $x = 2$, and in the end $$ y = 7 $$", "y = 7", "latex"),
+        ("Hence \\(k = 3\\) and so on.", "k = 3", "latex"),
+        ("We find\n\\[\nx = 4\n\\]", "x = 4", "latex"),
+        ("so $x=1$ or $x=2$", "x=1, x=2", "latex"),  # several answers joined, as math-verify does
+        ("it is $x \\ge \\frac{11}{10} = 1.1$, and $r = 10\\%$.", "r = 10\\%", "latex"),
+        ("a total of $6$ possible values of $x.$", "6", "latex"),  # a variable named in prose
+        ("9 and 50 $\\emph{do}$ divide $1\\,100$ so", "1\\,100", "latex"),
+        (
+            "the answer $t=17$ fits. Much later we check $17\\cdot 19 = 323 = 14\\cdot 23 + 1$.",
+            "t=17",
+            "phrase",
+        ),
+        ("She pays $5 each, so $15 in total.", "15", "last_number"),  # money, not math
+        ("one million lire equals $\\frac{3}{2}\\cdot10,\\!000/12=$1250$$ dollars.", "1250", "latex"),
+        ("Final Answer: The largest $n$ is 34.", "34", "phrase"),
+        ("The line is $ax + by = 3$ here", "ax + by = 3", "latex"),  # "by" is a product, not a word
+        ("Final Answer: Jane started growing Sphere 3 hours ago. I hope it is correct.", "3", "phrase"),
+        (
+            "so $\\boxed{200}$, then $\\boxed{255}$. The final answer is $10,455$. I hope it is correct.",
+            "10,455",
+            "phrase",
+        ),
+        ("In total she has 1 000 apples.", "1 000", "last_number"),
+        ("It costs 1000,99 euros.", "1000,99", "last_number"),
+        ("It is .4 of the whole.", ".4", "last_number"),
+        ("so 1/3 of the cake", "1/3", "last_number"),
+        ("The code is AZYUK2A.", None, "bare"),  # one token, no number standing on its own
+        ("\\frac{1}{3}", "\\frac{1}{3}", "bare"),
+        ("x \\geq 5", "x \\geq 5", "bare"),
+    ],
+)
+def test_extraction_without_anchor(text: str, answer: str | None, how: str) -> None:
+    got, got_how = extract_answer(text)
+    if answer is None:
+        assert got is None or fast_verdict("2", got) is not True
+    else:
+        assert (got, got_how) == (answer, how)
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "score"),
+    [
+        # The examples, unboxed.
+        ("So the result is $\\frac13$.", "1/3", 1.0),
+        ("So $k = \\frac{1}{3}$.", "\\frac{1}{3}", 1.0),
+        ("We get $\\dfrac{1}{3}$.", "\\frac13", 1.0),
+        ("We get $\\sqrt3$.", "\\sqrt{3}", 1.0),
+        ("We get 1 000 apples.", "1000", 1.0),
+        ("It costs 1000,99 euros.", "1000.99", 1.0),
+        ("It is .4 here.", "0.4", 1.0),
+        ("so $x \\geq 5$", "x >= 5", 1.0),
+        ("so $5 \\leq x$", "x \\ge 5", 1.0),
+        ("so $5 \\geq x$", "x \\ge 5", 0.0),
+        ("so $[0,1)$", "[0,1)", 1.0),
+        ("so $(0,1]$", "[0,1)", 0.0),
+        ("so $\\begin{pmatrix}1\\\\2\\end{pmatrix}$", "\\begin{bmatrix}1\\\\2\\end{bmatrix}", 1.0),
+        (
+            "so $\\left[\\begin{array}{c}1\\\\2\\end{array}\\right]$",
+            "\\begin{pmatrix}1\\\\2\\end{pmatrix}",
+            1.0,
+        ),
+        ("so $\\begin{pmatrix}1\\\\3\\end{pmatrix}$", "\\begin{bmatrix}1\\\\2\\end{bmatrix}", 0.0),
+        ("so $\\frac{1}{3} \\text{meters}$", "\\frac13", 1.0),
+        ("so $\\left( \\frac{1}{3} \\right)$", "\\frac13", 1.0),
+        ("so $y=-\\frac{1}{2}x+\\frac{3}{4}$", "2x+4y-3=0", 1.0),  # up to a factor: math-verify
+        ("so $x = 5+5+1 = 1/3 \\approx 11$", "1/3", 1.0),
+        ("the code is AZYUK2A", "2", 0.0),
+        ("so $\\{1,2,3\\}$", "\\{3,2,1\\}", 1.0),
+        ("so $(1,2,3)$", "(3,2,1)", 0.0),
+        ("so $x=1$ or $x=2$", "1,2", 1.0),
+        ("the area is $54\\text{ cm}^2$.", "54", 1.0),
+        ("so $d = 15\\frac{39}{40}$", "\\frac{639}{40}", 1.0),  # a mixed number
+        ("so $x \\in (-\\infty, 2) \\cup (3, \\infty)$", "(-\\infty, 2) \\cup (3, \\infty)", 1.0),
+        ("so $x \\in (-\\infty, 2) \\cup [3, \\infty)$", "(-\\infty, 2) \\cup (3, \\infty)", 0.0),
+        ("so $50\\%$", "0.5", 1.0),
+        ("so $1\\,000$ and we are done", "1000", 1.0),
+        ("is $\\boxed{32, 349}$", "32349", 0.0),  # a comma and a space: a list, not a separator
+        ("is $\\boxed{32,\\! 349}$", "32349", 1.0),
+        ("Soucis : 2,74 $ a..", "2.74", 1.0),  # a sentence is not a bare answer; its number is
+    ],
+)
+def test_unboxed_latex_responses(response: str, gold: str, score: float) -> None:
+    r = math_compute_score("math", response, gold)
+    assert r.score == score, (r.extracted, r.info)
+    assert r.status in ((Status.OK,) if score else (Status.OK, Status.UNPARSEABLE))

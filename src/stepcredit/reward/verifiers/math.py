@@ -4,15 +4,18 @@ Scoring a response against a ground truth goes in three steps:
 
 1. **Extraction** (:func:`extract_answer`): the text after the last ``</think>`` is searched for, in
    order of strength, the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces) or GSM8K's ``#### N``
-   (whichever comes last), then the last answer phrase (``Final answer: ...``, ``The answer is ...``,
-   an ``Answer: ...`` line, GSM8K's ``A: 26``). In ``flexible`` mode a response without any of these
-   falls back to its last number (or to math-verify's own anchor-free extraction); ``strict`` mode
-   calls it unparseable, and an unfinished ``<think>`` block is unparseable too.
-2. **Fast path** (:func:`fast_verdict`): after normalisation (``$``, units in ``\\text{}``, ``%``,
-   thousands separators, ``\\dfrac``, ``\\left``/``\\right``, trailing ``.0`` ...) two identical strings
-   are equal, and two plain numbers, fractions or small arithmetic expressions are compared exactly as
-   :class:`fractions.Fraction` (decimals to 1e-6 relative, as math-verify's ``float_rounding=6``).
-   This decides GSM8K-style answers and most MATH answers without sympy.
+   (whichever comes last; a later "The final answer is ..." wins over a box), then the last answer
+   phrase (``Final answer: ...``, ``The answer is ...``, an ``Answer: ...`` line, GSM8K's ``A: 26``,
+   "answer" followed by math). In ``flexible`` mode a response without any of these gives its last
+   math expression (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``, as math-verify reads them),
+   else the whole response when it is short math without delimiters, else its last number standing on
+   its own; ``strict`` mode calls it unparseable, and an unfinished ``<think>`` block is unparseable too.
+2. **Fast path** (:func:`fast_verdict`, with :mod:`~stepcredit.reward.verifiers.latex`): both answers are
+   normalised (delimiters, units, ``%``, thousands separators, ``\\dfrac``, ``\\left``/``\\right`` ...)
+   and read as structures (numbers compared exactly as :class:`fractions.Fraction`, constant closed
+   forms as floats, relations, intervals, sets, tuples, matrices, lists of answers); the verdict is
+   given where the structures make it certain. This decides GSM8K answers and most MATH answers
+   without sympy.
 3. **Slow path**: everything else goes to the ``math-verify`` library (``parse`` + ``verify``), which
    can hang on adversarial input; the :class:`~stepcredit.reward.run.rewarder.Rewarder` therefore runs it
    in the kill-safe pool. We never parse LaTeX into sympy ourselves.
@@ -23,16 +26,25 @@ The functions registered here follow VeRL's signature
 
 from __future__ import annotations
 
-import ast
 import functools
 import math
-import operator
 import re
 import threading
 from fractions import Fraction
 from typing import Any
 
 from stepcredit.reward.base import register_reward
+from stepcredit.reward.verifiers.latex import (
+    _DECIMAL_COMMA_RE,
+    Relation,
+    Seq,
+    compare_structures,
+    is_simple_lhs,
+    normalize,
+    numbers_equal,
+    parse_answer,
+    to_number,
+)
 from stepcredit.types import RewardResult, Status
 
 MODES = ("strict", "flexible")
@@ -47,9 +59,40 @@ _PHRASE_RES = (
     re.compile(r"(?im)^[\s*#>_-]*answer\s*[*_]*\s*[:：]\s*[*_]*\s*([^\n]*)"),
     re.compile(r"(?m)^\s*A\s*[:：]\s*([^\n]*)"),
 )
-_NUMBER_TOKEN = r"[-+−]?\$?\s*(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?"
+# A number as a person writes it: thousands separated by a comma or a (thin) space, a decimal point
+# or comma, or a leading dot.
+_NUMBER_BODY = r"(?:\d{1,3}(?:(?:,|[ \u00a0\u2009\u202f])\d{3})+(?![\d])(?:\.\d+)?|\d+(?:[.,]\d+)?|\.\d+)"
+_NUMBER_TOKEN = rf"[-+−]?\$?\s*{_NUMBER_BODY}(?:\s*/\s*\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"^({_NUMBER_TOKEN})(?![\d.]*\s*[+\-*/^=(])")
-_ALL_NUMBERS_RE = re.compile(r"[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+# Never a digit glued inside a word ("AZYUK2A") or to another number; a unit may follow ("5cm"). A
+# plain fraction counts as one number ("1/3", "\frac{1}{3}", as math-verify's latexFraction and expr).
+_BARE_NUMBER_RE = re.compile(
+    r"(?<![A-Za-z0-9_.,\\])(?:[-−]?\\[dtc]?frac\{\d+\}\{\d+\}|[-−]?\d+\s*/\s*\d+(?![\d.])"
+    rf"|[-−]?{_NUMBER_BODY}(?![\d]))"
+)
+# The math environments math-verify reads (math_verify/parser.py, make_latex_env_pattern): display
+# $$...$$ and \[...\], inline $...$ (one line, not after a digit: "$5" is money) and \(...\).
+_MATH_ENV_RE = re.compile(
+    r"(?<!\\)\$\$(?P<dd>(?:[^$]|\$(?!\$))+?)(?<!\\)\$\$"
+    r"|(?<!\\)\\\[(?P<db>(?:[^\\]|\\(?!\]))+?)(?<!\\)\\\]"
+    r"|(?<![\\\d])\$(?P<id>(?:\\\$|[^\n$])+?)(?<!\\)\$"
+    r"|(?<!\\)\\\((?P<ip>(?:[^\\\n]|\\(?!\)))+?)(?<!\\)\\\)",
+    re.DOTALL,
+)
+# A math span that is no answer: emphasis, or one variable named in prose ("values of $x.$").
+_PROSE_MATH_RE = re.compile(r"^\s*(?:\\emph\s*\{[^{}]*\}|[a-zA-Z]\s*[.,;]?)\s*$")
+_FINAL_IS_RE = re.compile(r"(?i)\bfinal\s+answer\s+is\s*:?\s*([^\n]*)")
+# "The largest $n$ is 34": the clause before "is", within one sentence of at most 100 characters.
+_IS_CLAUSE_RE = re.compile(r"^(?:(?![.!?]\s)[^\n]){0,100}?\s+is\s*:?\s+(.*)$", re.IGNORECASE)
+_ANSWER_WORD_RE = re.compile(r"(?i)\banswer\b")
+# Between two math environments that together give several answers ("$x=1$ or $x=2$").
+_JOINER_RE = re.compile(r"^\s*(?:,|,?\s*and|,?\s*or)\s*$")
+_STOP_WORDS = frozenset(
+    "a an and are as at be but by each for from he her his in is it of on or per she so than that the"  # noqa: SIM905
+    " then there they this to was we were which with you".split()
+)
+"""Words that mark a ``$...$`` span as prose: "or" and "and" between answers belong outside math."""
+_ENGLISH_RE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{2,}\s+[a-zA-Z]{2,}")
 
 
 def strip_think(text: str, *, strict: bool) -> str | None:
@@ -94,28 +137,126 @@ def last_boxed(text: str) -> tuple[int, str] | None:
 
 
 def _clean_phrase(s: str) -> str | None:
-    """The answer inside the tail of an answer phrase ("18 dollars.", "$\\frac12$.", "**26**")."""
+    """The answer inside the tail of an answer phrase ("18 dollars.", "$\\frac12$.", "**26**",
+    "The largest $n$ is 34.", "Jane started growing Sphere 3 hours ago.")."""
     s = s.strip().strip("*_").strip()
     if not s:
         return None
+    clause = _IS_CLAUSE_RE.match(s)  # "The final answer is $X$", "the largest $n$ is 34"
+    if clause and clause.group(1).strip() and not re.match(r"[-$\\\d.(\[]", s):
+        s = clause.group(1).strip()
     dollars = [i for i, c in enumerate(s) if c == "$" and (i == 0 or s[i - 1] != "\\")]
     if len(dollars) >= 2:
         inner = s[dollars[0] + 1 : dollars[1]].strip()
         # "$\frac12$" is LaTeX; "$18 a day, or $126" is money around English words.
-        if inner and not re.search(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}", inner):
+        if inner and _is_math(inner, s[dollars[1] + 1 : dollars[1] + 2]):
             return inner
     s = s.rstrip(" .;!")
     m = _LEADING_NUMBER_RE.match(s)
     if m:
         return m.group(1).strip()
+    if not _is_math(s, "", whole=True):
+        # an English sentence: its first number within 50 characters, as math-verify's "answer" anchor
+        num = _BARE_NUMBER_RE.search(s[:50])
+        if num:
+            return num.group(0)
     if len(s) <= 60:
         return s
     return None
 
 
+def _is_math(content: str, after: str, *, whole: bool = False) -> bool:
+    """Whether a ``$...$`` span is mathematics rather than text between two dollar amounts
+    ("$18 a day, or $126", "$5 each, so $15"): a closing sign right before a number, a number then
+    a space at the very end, or English words mean text. ``whole``: the span is the whole response,
+    where "or"/"and" may join answers and one letter may be the answer ("B")."""
+    if not content.strip() or after[:1].isdigit():
+        return False
+    if content[:1].isdigit() and content[-1:].isspace():
+        return False
+    if not whole and _PROSE_MATH_RE.match(
+        content
+    ):  # "$\emph{do}$", "$x.$": prose in math mode, a variable named
+        return False
+    text = re.sub(r"\\[a-zA-Z]+\s*\{[^{}]*\}|\\[a-zA-Z]+", " ", content)
+    if _ENGLISH_RE.search(text):
+        return False
+    if whole and any(w.lower() not in ("or", "and") for w in re.findall(r"(?<![a-zA-Z])[a-zA-Z]{2,}", text)):
+        return False  # a whole response with a word in it is prose ("Soucis : 2,74 $ a.."), not an answer
+    words = re.findall(r"(?<![a-zA-Z])[a-zA-Z]{2,}(?![a-zA-Z])", text)
+    stop = _STOP_WORDS - {"or", "and"} if whole else _STOP_WORDS
+    hits = [w for w in words if w.lower() in stop]
+    # One two-letter word can be a product of variables ("$ax + by = c$"); a longer one, or two, is prose.
+    return not (len(hits) >= 2 or any(len(w) >= 3 for w in hits))
+
+
+def last_math(text: str) -> str | None:
+    """The last mathematical expression in ``$...$``, ``$$...$$``, ``\\(...\\)`` or ``\\[...\\]``; when
+    the last few are joined by commas, "and" or "or", all of them, comma-separated (several answers)."""
+    spans: list[tuple[int, int, str]] = []
+    pos = 0
+    while (m := _MATH_ENV_RE.search(text, pos)) is not None:
+        content = next(g for g in m.groups() if g is not None)
+        if m.group("id") is not None and not _is_math(content, text[m.end() : m.end() + 1]):
+            # Not math: its closing sign may open the next span ("... 12=$1250$ dollars").
+            pos = m.end() - 1
+            continue
+        spans.append((m.start(), m.end(), content.strip().rstrip(".,;").strip()))
+        pos = m.end()
+    if not spans:
+        return None
+    picked = [spans[-1]]
+    for prev in reversed(spans[:-1]):
+        if len(picked) >= 6 or not _JOINER_RE.match(text[prev[1] : picked[-1][0]]):
+            break
+        picked.append(prev)
+    if len(picked) > 1 and not all(_joinable(c) for _, _, c in picked):
+        # math-verify reads a joined group only when every part parses, else it falls back to the
+        # last expression alone ("$x \ge \frac{11}{10} = 1.1$, and $r = 10\%$" -> "r = 10\%").
+        return picked[0][2]
+    return ", ".join(c for _, _, c in reversed(picked))
+
+
+def _joinable(content: str) -> bool:
+    """Whether one of several joined answers is a value, a set, a matrix or an assignment ``x = ...``
+    (not an inequality, nor an equation chain with a compound left side such as ``AB = 5/4 = 1.25``)."""
+    parsed = parse_answer(normalize(content))
+    parts = parsed.items if isinstance(parsed, Seq) else (parsed,)
+    for part in parts:
+        if isinstance(part, Relation) and not (
+            all(op == "=" for op in part.ops) and len(part.parts) == 2 and is_simple_lhs(part.parts[0])
+        ):
+            return False
+    return True
+
+
+def _answer_then_math(text: str) -> str | None:
+    """The math expression within 50 characters after the last word "answer" that has one ("the
+    answer $t=17$ satisfies ..."); math-verify ranks this anchor above a plain last expression."""
+    found = None
+    for m in _ANSWER_WORD_RE.finditer(text):
+        env = _MATH_ENV_RE.search(text, m.end(), min(len(text), m.end() + 50 + 200))
+        if env is None or env.start() - m.end() > 50:
+            continue
+        content = next(g for g in env.groups() if g is not None)
+        if env.group("id") is None or _is_math(content, text[env.end() : env.end() + 1]):
+            found = content.strip().rstrip(".,;").strip()
+    return found
+
+
+def last_number(text: str) -> str | None:
+    """The last number standing on its own (never one glued inside a word such as ``AZYUK2A``)."""
+    nums = _BARE_NUMBER_RE.findall(text)
+    return nums[-1] if nums else None
+
+
 def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, str]:
-    """The final answer of a response and how it was found (``boxed``, ``####``, ``phrase``, ``last_number``,
-    ``none``). ``None`` when nothing answer-like was found (the response is unparseable)."""
+    """The final answer of a response and how it was found (``boxed``, ``####``, ``phrase``, ``latex``,
+    ``bare``, ``last_number``, ``none``). ``None`` when nothing answer-like was found (the response is unparseable).
+
+    Without a boxed answer, ``####`` or an answer phrase, ``flexible`` mode takes the last math
+    expression (as math-verify does); a short response that is math without delimiters as a whole;
+    and the last number (or plain fraction) only when the text holds no math at all."""
     strict = mode == "strict"
     body = strip_think(text, strict=strict)
     if body is None:
@@ -123,6 +264,13 @@ def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, st
     boxed = last_boxed(body)
     hashes = list(_HASH_RE.finditer(body))
     hash_hit = (hashes[-1].start(), hashes[-1].group(1)) if hashes else None
+    final = list(_FINAL_IS_RE.finditer(body))
+    if final and boxed is not None and final[-1].start() > boxed[0]:
+        # "\boxed{200} ... The final answer is $10,455$.": math-verify ranks "final answer is"
+        # with the boxed answer and takes the later of the two
+        cand = _clean_phrase(final[-1].group(1))
+        if cand:
+            return cand, "phrase"
     strong = [h for h in (boxed, hash_hit) if h is not None]
     if strong:
         pos, content = max(strong, key=lambda h: h[0])
@@ -142,9 +290,18 @@ def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, st
         return best[1], "phrase"
     if strict:
         return None, "none"
-    nums = _ALL_NUMBERS_RE.findall(body)
-    if nums:
-        return nums[-1], "last_number"
+    anchored = _answer_then_math(body)
+    if anchored is not None:
+        return anchored, "phrase"
+    latex = last_math(body)
+    if latex is not None:
+        return latex, "latex"
+    bare = body.strip().rstrip(".").strip()
+    if bare and len(bare) <= 80 and "\n" not in bare and _is_math(bare, "", whole=True):
+        return bare, "bare"  # the whole response is an answer without delimiters: "\frac{1}{3}", "x \ge 5"
+    num = last_number(body)
+    if num is not None:
+        return num, "last_number"
     return None, "none"
 
 
@@ -160,239 +317,45 @@ def extract_gold(ground_truth: Any) -> str:
     return s
 
 
-# ------------------------------------------------------------------------------- normalisation
-_UNIT_TEXT_RE = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{\s*[a-zA-Z][a-zA-Z\s.]*\}")
-_SPACES_RE = re.compile(r"\\[,;:! ]|~|\\quad|\\qquad|\\displaystyle")
-_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°")
-_THOUSANDS_RE = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
-_ASSIGN_RE = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?\s*=\s*(?=[^=])")
-
-
-@functools.lru_cache(maxsize=65536)
-def normalize(s: str) -> str:
-    """A canonical spelling of an answer string; equal outputs mean equal answers (never the reverse)."""
-    s = s.strip()
-    for left, right in (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
-        while len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
-            s = s[len(left) : len(s) - len(right)].strip()
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    s = s.replace("\\left", "").replace("\\right", "")
-    s = _SPACES_RE.sub(" ", s)
-    s = _DEGREE_RE.sub("", s)
-    s = s.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
-    s = s.replace("−", "-")
-    whole_text = re.fullmatch(r"\\(?:text|textbf|mathrm)\s*\{([^{}]*)\}", s.strip())
-    if whole_text:  # "\text{Evelyn}", "\text{(C)}": the answer itself, not a unit
-        s = whole_text.group(1)
-    else:
-        s = _UNIT_TEXT_RE.sub("", s)
-    s = s.strip().rstrip(".").strip()
-    s = _ASSIGN_RE.sub("", s)
-    if _THOUSANDS_RE.match(s):
-        s = s.replace(",", "")
-    s = re.sub(r"\s+", "", s)
-    choice = re.fullmatch(r"\(([A-Za-z])\)", s)  # "(C)" -> "C"
-    if choice:
-        s = choice.group(1)
-    if re.fullmatch(r"[-+]?\d+\.0+", s):
-        s = s.split(".")[0]
-    return s
-
-
-# ------------------------------------------------------------------------------------- numbers
-_FRAC_RE = re.compile(r"\\frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}|\\frac\s*(\d)\s*(\d)")
-_ARITH_OK_RE = re.compile(r"^[0-9+\-*/().]+$")
-_OPS: dict[type, Any] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-}
-
-
-def _eval(node: ast.AST) -> tuple[Fraction, bool]:
-    """Exact value of a small arithmetic AST and whether a decimal literal took part."""
-    if isinstance(node, ast.Expression):
-        return _eval(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        if isinstance(node.value, float):
-            return Fraction(repr(node.value)), True
-        return Fraction(node.value), False
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v, d = _eval(node.operand)
-        return (-v if isinstance(node.op, ast.USub) else v), d
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        a, da = _eval(node.left)
-        b, db = _eval(node.right)
-        return _OPS[type(node.op)](a, b), da or db
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-        a, da = _eval(node.left)
-        b, db = _eval(node.right)
-        # Bounded so that "9^9^9" cannot hang the fast path.
-        if b.denominator != 1 or abs(b) > 64 or abs(a.numerator) > 10**6:
-            raise ValueError("exponent too large")
-        return a ** int(b), da or db
-    raise ValueError("not arithmetic")
-
-
-def _as_python_arith(s: str) -> str:
-    """A normalised answer's simple LaTeX arithmetic in Python syntax (\\frac, \\cdot, \\times, \\div,
-    braces, ^); whatever else it contains is left for the caller's character check to reject."""
-    t = s
-    for _ in range(3):
-        t2 = _FRAC_RE.sub(lambda m: f"(({m.group(1) or m.group(3)})/({m.group(2) or m.group(4)}))", t)
-        if t2 == t:
-            break
-        t = t2
-    t = t.replace("\\cdot", "*").replace("\\times", "*").replace("\\div", "/").replace("{", "(")
-    return t.replace("}", ")").replace("^", "**")
-
-
-@functools.lru_cache(maxsize=65536)
-def to_number(s: str) -> tuple[Fraction, bool] | None:
-    """The exact value of a normalised answer that is a number, fraction or small arithmetic expression,
-    and whether it was written with a decimal point; None for anything else (left to math-verify)."""
-    if not s or len(s) > 80:
-        return None
-    t = _as_python_arith(s)
-    if not _ARITH_OK_RE.match(t) or not re.search(r"\d", t) or "//" in t or "***" in t:
-        return None
-    if re.search(r"\d\(|\)\d|\)\(", t):  # implicit multiplication "2(3)" is math-verify's business
-        return None
-    try:
-        return _eval(ast.parse(t, mode="eval"))
-    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError):
-        return None
-
-
-def numbers_equal(a: tuple[Fraction, bool], b: tuple[Fraction, bool]) -> bool:
-    """Exact equality; with a decimal on either side, equality to 1e-6 relative (math-verify rounds to 6)."""
-    (x, dx), (y, dy) = a, b
-    if x == y:
-        return True
-    if dx or dy:
-        return abs(x - y) <= Fraction(1, 10**6) * max(Fraction(1), abs(y))
+# ------------------------------------------------------------------------------------ fast path
+def _percent_eq(gold: str, pred: str) -> bool:
+    """Whether one side is a percentage whose value over 100 is the other side ("50\\%" vs "0.5");
+    the plain reading (50 vs 50) is :func:`normalize`'s."""
+    for pct, other in ((pred, gold), (gold, pred)):
+        if "%" in pct:
+            pv, ov = to_number(normalize(pct)), to_number(normalize(other))
+            if pv is not None and ov is not None and numbers_equal((pv[0] / 100, pv[1]), ov):
+                return True
     return False
 
 
-_COMPLEX_OK_RE = re.compile(r"^[0-9+\-*/().i]+$")
-
-
-def _eval_gauss(node: ast.AST) -> tuple[Fraction, Fraction]:
-    """Exact value (real, imaginary) of a small arithmetic AST over the rationals and ``i``."""
-    if isinstance(node, ast.Expression):
-        return _eval_gauss(node.body)
-    if isinstance(node, ast.Name) and node.id == "i":
-        return Fraction(0), Fraction(1)
-    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return Fraction(node.value), Fraction(0)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        a, b = _eval_gauss(node.operand)
-        return (-a, -b) if isinstance(node.op, ast.USub) else (a, b)
-    if isinstance(node, ast.BinOp):
-        (a, b), (c, d) = _eval_gauss(node.left), _eval_gauss(node.right)
-        if isinstance(node.op, ast.Add):
-            return a + c, b + d
-        if isinstance(node.op, ast.Sub):
-            return a - c, b - d
-        if isinstance(node.op, ast.Mult):
-            return a * c - b * d, a * d + b * c
-        if isinstance(node.op, ast.Div):
-            n = c * c + d * d
-            return (a * c + b * d) / n, (b * c - a * d) / n
-        if isinstance(node.op, ast.Pow) and d == 0 and c.denominator == 1 and 0 <= c <= 64:
-            re_, im = Fraction(1), Fraction(0)
-            for _ in range(int(c)):
-                re_, im = re_ * a - im * b, re_ * b + im * a
-            return re_, im
-    raise ValueError("not a Gaussian-rational expression")
-
-
-@functools.lru_cache(maxsize=65536)
-def to_complex(s: str) -> tuple[Fraction, Fraction] | None:
-    """The exact value of a normalised answer with integer parts and the imaginary unit ``i``
-    ("6-5i", "\\frac{1}{2}+3i", "(1+2i)^2"), or None. Decimals are left to :func:`to_number`/math-verify."""
-    if "i" not in s or len(s) > 80 or "." in s:
-        return None
-    t = _as_python_arith(s)
-    if not _COMPLEX_OK_RE.match(t) or re.search(r"ii|i[\d(]|\)\d|\)\(|\d\(|//|\*\*\*", t):
-        return None
-    t = re.sub(r"(?<=[\d)])i", "*i", t)  # "5i" -> "5*i"
-    try:
-        return _eval_gauss(ast.parse(t, mode="eval"))
-    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
-        return None
-
-
-# A constant written with numbers, fractions, roots, pi and i only: a single number, never a list.
-_SCALAR_RE = re.compile(r"^(?:[0-9+\-*/().{}^]|\\frac|\\sqrt|\\pi|\\cdot|\\times|i)+$")
-_ROW_BREAK_RE = re.compile(r"\\+(?![a-zA-Z{}])")
-_THOUSANDS_LIST_RE = re.compile(r"^[(\[]-?\d{1,3}(?:,\d{3})+[)\]]$")
-
-
-def list_size(s: str) -> int:
-    """How many elements a normalised answer lists when it is a bracketed tuple, interval or set with
-    top-level commas ("(1,2)", "[0,3)", "\\{1,2,3\\}"), a union of intervals or a vector/matrix (entries
-    counted); 1 for anything else."""
-    if "\\cup" in s:
-        return 2
-    if s.startswith("\\begin{") and "matrix}" in s[:16]:
-        # row breaks (normalisation may have left "\\\\" as a single backslash) and column breaks
-        return 1 + len(_ROW_BREAK_RE.findall(s)) + s.count("&")
-    if _THOUSANDS_LIST_RE.match(s):  # "(1,000)" may be a number written with a separator
-        return 1
-    if s.startswith("\\{") and s.endswith("\\}"):
-        inner = s[2:-2]
-    elif s[:1] in "([" and s[-1:] in ")]":
-        inner = s[1:-1]
-    else:
-        return 1
-    depth, commas = 0, 0
-    i = 0
-    while i < len(inner):
-        c = inner[i]
-        if inner.startswith("\\{", i) or inner.startswith("\\}", i):
-            depth += 1 if inner[i + 1] == "{" else -1
-            i += 2
-            continue
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth < 0:  # "(a+5)(b+2)": the first bracket closes before the end
-                return 1
-        elif c == "," and depth == 0:
-            commas += 1
-        i += 1
-    return commas + 1 if depth == 0 else 1
-
-
-def _is_scalar(s: str) -> bool:
-    return bool(_SCALAR_RE.match(s)) and bool(re.search(r"\d|\\pi", s))
+def _pred_readings(pred: str, gold: str) -> list[str]:
+    """A normalised prediction and, for "1000,99" against a gold number, its decimal-comma reading
+    (a list of two is the other reading; a gold list "1,5" is never read as 1.5)."""
+    if _DECIMAL_COMMA_RE.match(pred) and to_number(gold) is not None:
+        return [pred, pred.replace(",", ".")]
+    return [pred]
 
 
 def fast_verdict(gold: str, pred: str) -> bool | None:
     """True/False when the answers can be compared without sympy, else None (use math-verify).
 
-    Decided here: equal normalised strings; two exact numbers (rationals, small arithmetic, Gaussian
-    rationals with ``i``); and a list of two or more elements (tuple, interval, set, union, vector)
-    against a constant (never equal under math-verify, whose comparison needs matching structure).
+    Decided here (see :mod:`~stepcredit.reward.verifiers.latex`): equal normalised strings; exact
+    numbers (rationals, small arithmetic, Gaussian rationals with ``i``) and constant closed forms
+    (roots, pi); assignments and chains by their last exact right-hand side; single-variable
+    inequalities either way round; tuples and intervals (ends must match), sets and lists of answers
+    (in any order), matrices in any environment; a constant against a list of two or more elements.
     """
     g, p = normalize(gold), normalize(pred)
     if not g or not p:
         return None
     if g == p:
         return True
-    gv, pv = to_number(g), to_number(p)
-    if gv is not None and pv is not None:
-        return numbers_equal(gv, pv)
-    gc = to_complex(g) if gv is None else (gv[0], Fraction(0))
-    pc = to_complex(p) if pv is None else (pv[0], Fraction(0))
-    if gc is not None and pc is not None and not (gv and gv[1]) and not (pv and pv[1]):
-        return gc == pc
-    for a, b in ((g, p), (p, g)):
-        if _is_scalar(a) and list_size(b) >= 2:
-            return False
+    verdicts = [compare_structures(parse_answer(g), parse_answer(y)) for y in _pred_readings(p, g)]
+    if any(v is True for v in verdicts) or _percent_eq(gold, pred):
+        return True
+    if all(v is False for v in verdicts):
+        return False
     return None
 
 
