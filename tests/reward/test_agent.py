@@ -32,6 +32,8 @@ FNS = textwrap.dedent(
         i, mode = extra_info["i"], extra_info["mode"]
         if mode == "raise":
             raise ValueError(f"boom {i}")
+        if mode == "exit":
+            os._exit(3)  # the worker dies under this sample
         if mode == "hang":
             time.sleep(kw["hang_s"])  # then a valid-looking late result, which must be discarded
         elif mode == "nan":
@@ -245,27 +247,19 @@ def test_a_stuck_backend_ends_the_step_after_the_deadline(fns: Path) -> None:
             agent.get(ticket, 1)
 
 
-def test_dead_process_backend_is_an_error_not_a_hang(fns: Path) -> None:
-    # A worker that dies on every job: re-submitted `resubmits` times, then a typed error.
+def test_a_sample_that_kills_its_worker_is_an_error_and_spares_its_chunk(fns: Path) -> None:
+    # Sample 2 kills its worker every time: re-submitted `resubmits` times (alone), then a typed
+    # error; the other samples of its chunk are scored once, normally.
     cfg = _cfg(fns, "chaos", kwargs={"hang_s": 0.0}, backend="process", max_concurrency=1, resubmits=1)
     with build_agent(cfg) as agent:
-        agent.backend.pool.submit = _crashing_submit(agent.backend.pool.submit)  # type: ignore[union-attr,method-assign]
-        (r,) = agent.score_batch([_s(0, mode="ok")], ["x"])
-        assert r.status == Status.ERROR and "crashed" in r.info["message"] and r.info["resubmits"] == 1
-        assert agent.metrics()["agent/worker_deaths"] == 2
-
-
-def _crashing_submit(real: Any) -> Any:
-    from concurrent.futures import Future
-
-    def submit(*a: Any, **kw: Any) -> Future[RewardResult]:
-        f: Future[RewardResult] = Future()
-        f.set_result(
-            RewardResult.failure(Status.ERROR, "reward worker crashed (exit code -9) while running x")
+        res = agent.score_batch(
+            [_s(i, mode="exit" if i == 2 else "ok") for i in range(4)], ["x"] * 4, [0] * 4
         )
-        return f
-
-    return submit
+        r = res[2]
+        assert r.status == Status.ERROR and "crashed" in r.info["message"] and r.info["resubmits"] == 1
+        assert [x.score for i, x in enumerate(res) if i != 2] == [0.0, 1.0, 3.0]
+        m = agent.metrics()
+        assert m["agent/worker_deaths"] == 2 and m["agent/chunk_size_max"] == 4
 
 
 # ---------------------------------------------------------------------------------------- groups
@@ -365,7 +359,7 @@ def _key(r: RewardResult) -> tuple[Any, ...]:
 def test_routing_fast_path_and_domain_weights_match_the_rewarder(fns: Path) -> None:
     cfg = RewardConfig(
         domains={"w": RewardDomainConfig(fn=f"{fns}:as_float", weight=3.0)},
-        agent=AgentConfig(backend="thread"),
+        agent=AgentConfig(backend="process"),
         custom=RewardCustomConfig(isolate=False),
     )
     samples = [
@@ -378,7 +372,7 @@ def test_routing_fast_path_and_domain_weights_match_the_rewarder(fns: Path) -> N
     rw = build_rewarder(cfg)
     with build_agent(cfg, rw) as agent:
         got = agent.score_batch(samples, texts)
-        assert agent._remote is None  # nothing else started
+        assert agent._backend is None  # no worker process: isolate=False runs on in-process threads
     want = rw.score_batch(samples, texts)
     rw.close()
     assert [_key(r) for r in got] == [_key(r) for r in want]
@@ -414,8 +408,19 @@ def test_metrics_and_config(fns: Path) -> None:
         {"reward": {"agent": {"backend": "ray", "max_in_flight": 8}, "custom": {"batched": True}}}
     )
     assert cfg.reward.agent.backend == "ray" and cfg.reward.custom.batched
-    with pytest.raises(ConfigError, match=r"reward\.agent\.backend"):
-        AgentConfig(backend="celery")
+    # the backend is checked against the backend registry (valid names listed), at build time
+    with pytest.raises(
+        ConfigError,
+        match=r"reward\.agent\.backend: unknown reward agent backend 'celery'.*process, ray, thread",
+    ):
+        build_agent(RewardConfig(agent=AgentConfig(backend="celery")))
+    with pytest.raises(
+        ConfigError,
+        match=r"reward\.agent\.ray_scorers: backend 'thread' cannot host scorers; use one of: ray",
+    ):
+        build_agent(RewardConfig(agent=AgentConfig(backend="thread", ray_scorers={"code": {"sandbox": 1}})))
+    with pytest.raises(ConfigError, match=r"reward\.agent\.ray_scorers\.math: 'math' is a reward function"):
+        build_agent(RewardConfig(agent=AgentConfig(backend="ray", ray_scorers={"math": {}})))
     with pytest.raises(ConfigError, match=r"reward\.agent\.deadline_s"):
         AgentConfig(deadline_s=0)
     with pytest.raises(ConfigError, match=r"unknown config key reward\.agent\.timeout"):
