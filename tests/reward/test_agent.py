@@ -118,17 +118,24 @@ def _s(i: int, **extra: Any) -> Sample:
     return Sample(prompt=(), ground_truth=str(i), extra_info={"i": i, **extra}, uid=f"u{i}")
 
 
-def _mode(i: int) -> str:
-    # Exactly 10% exceptions, 5% hangs, 1% NaN, spread over the batch.
+def _mode(i: int, hang_every: int = 0) -> str:
+    # Exactly 10% exceptions, 5% hangs, 1% NaN, spread over the batch. With hang_every, only one
+    # sample in hang_every hangs (the others of that 5% are ok): on the process and Ray backends each
+    # hang costs a killed worker and a fresh interpreter (~2 s of CPU here), so the 10,000-request run
+    # there keeps a few hangs, in the middle of chunks, rather than 500.
     j = i % 100
+    if 10 <= j < 15 and hang_every:
+        return "hang" if i % hang_every == 10 else "ok"
     return "raise" if j < 10 else "hang" if j < 15 else "nan" if j < 16 else "ok"
 
 
 EXPECTED = {"raise": Status.ERROR, "hang": Status.TIMEOUT, "nan": Status.ERROR, "ok": Status.OK}
 
 
-def _fault_injection(agent: RewardAgent, n: int, timeout_s: float, margin_s: float) -> dict[str, float]:
-    samples = [_s(i, mode=_mode(i)) for i in range(n)]
+def _fault_injection(
+    agent: RewardAgent, n: int, timeout_s: float, margin_s: float, hang_every: int = 0
+) -> dict[str, float]:
+    samples = [_s(i, mode=_mode(i, hang_every)) for i in range(n)]
     t0 = time.monotonic()
     ticket = agent.submit_samples(samples, ["x"] * n, [i // 8 for i in range(n)])
     assert time.monotonic() - t0 < 1.0  # submit returns at once
@@ -138,7 +145,7 @@ def _fault_injection(agent: RewardAgent, n: int, timeout_s: float, margin_s: flo
         assert set(idx) == {j for i in idx for j in range(i // 8 * 8, min(n, i // 8 * 8 + 8))}  # whole groups
         seen.extend(idx)
         for i, r in zip(idx, results, strict=True):
-            mode = _mode(i)
+            mode = _mode(i, hang_every)
             assert r.status == EXPECTED[mode], (i, mode, r)
             if mode == "ok":
                 assert r.score == float(i) and r.info["i"] == i  # its own result, not a neighbour's
@@ -195,12 +202,12 @@ def test_fault_injection_thread_backend_10k(fns: Path) -> None:
     assert m["agent/latency_p99_s/custom"] <= timeout + 0.3
 
 
-def test_fault_injection_process_backend(fns: Path) -> None:
+def test_fault_injection_process_backend_10k(fns: Path) -> None:
     timeout = 0.5
     cfg = _cfg(fns, "chaos", kwargs={"hang_s": 60.0}, backend="process", max_concurrency=2, timeout_s=timeout)
     agent = build_agent(cfg)
-    m = _fault_injection(agent, 100, timeout, margin_s=0.5)
-    assert m["agent/timeouts"] == 5
+    m = _fault_injection(agent, 10_000, timeout, margin_s=0.5, hang_every=5000)
+    assert m["agent/timeouts"] == 2 and m["agent/chunk_size_max"] > 1  # chunked, hangs and all
     backend = agent.backend
     pids = backend.pool.pids  # type: ignore[union-attr]
     assert pids
@@ -443,14 +450,14 @@ def ray_local() -> Any:
 def test_ray_backend_fault_injection_dead_actor_and_deadline(
     fns: Path, tmp_path: Path, ray_local: Any
 ) -> None:
-    # Fault injection: 200 requests, 5% hangs killed with their actor.
+    # Fault injection: 10,000 requests in chunks, a few hangs killed with their actor.
     timeout = 0.5
     cfg = _cfg(fns, "chaos", kwargs={"hang_s": 60.0}, backend="ray", max_concurrency=2, timeout_s=timeout)
     agent = build_agent(cfg)
     # the bound (timeout + 1 s): killing and replacing a Ray actor is slower than a pool
     # worker, and 0.5 s was missed once with both cores busy with training runs
-    m = _fault_injection(agent, 200, timeout, margin_s=1.0)
-    assert m["agent/timeouts"] == 10
+    m = _fault_injection(agent, 10_000, timeout, margin_s=1.0, hang_every=5000)
+    assert m["agent/timeouts"] == 2 and m["agent/chunk_size_max"] > 1
     backend = agent.backend
     pids = backend.all_pids()  # type: ignore[union-attr]
     agent.close()
@@ -475,6 +482,7 @@ def test_ray_backend_fault_injection_dead_actor_and_deadline(
     with build_agent(cfg) as agent:
         ticket = agent.submit_samples([_s(0)], ["0"])
         with pytest.raises(
-            RewardBackendError, match=r"backend ray is stuck or dead \(ray backend, 0 of 2 actors ready"
+            RewardBackendError,
+            match=r"backend ray is stuck or dead \(ray backend, 0 of 2 reward actors ready",
         ):
             agent.get(ticket, 0)

@@ -330,6 +330,10 @@ class RewardAgent:
         # Enough chunks for every worker: a share of the queue and of the in-flight window each.
         share = math.ceil(self._queued / self.concurrency)
         window = max(1, a.max_in_flight // self.concurrency)
+        if per is not None and a.max_in_flight * per < a.chunk_s:
+            # the whole window is less work than one chunk: more workers would not finish it sooner,
+            # fewer and larger chunks cost less dispatch (two in flight, so one is always queued)
+            window = max(window, a.max_in_flight // 2)
         return max(1, min(size, a.max_chunk, share, window))
 
     def _take_locked(self) -> tuple[_Unit, list[int]] | None:
