@@ -26,9 +26,9 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig  # noqa: E402
-from stepcredit.reward.run.agent import build_agent  # noqa: E402
-from stepcredit.types import Sample  # noqa: E402
+from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig
+from stepcredit.reward.run.agent import build_agent
+from stepcredit.types import Sample
 
 FN = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
