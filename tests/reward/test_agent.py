@@ -90,6 +90,11 @@ FNS = textwrap.dedent(
     async def abatch_fn(data_sources, solution_strs, ground_truths, extra_infos, **kw):
         return [float(e["i"]) for e in extra_infos]
 
+    def hang_batch(data_sources, solution_strs, ground_truths, extra_infos, **kw):
+        if any(e.get("hang") for e in extra_infos):
+            time.sleep(kw["hang_s"])
+        return [float(e["i"]) for e in extra_infos]
+
     def marked_batch(data_sources, solution_strs, ground_truths, extra_infos, **kw):
         return [float(e["i"]) for e in extra_infos]
 
@@ -395,6 +400,28 @@ def test_batched_function_gets_whole_groups_per_call(fns: Path, backend: str) ->
     assert [r.status for r in res] == [Status.ERROR if i == 5 else Status.OK for i in range(10)]
     assert [r.score for i, r in enumerate(res) if i != 5] == [float(i) for i in range(10) if i != 5]
     assert [r.info["n"] for i, r in enumerate(res) if i != 5] == [4] * 7 + [2, 2]  # chunks 0-3, 4-7, 8-9
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_a_batched_call_past_its_deadline_is_split_into_its_groups(fns: Path, backend: str) -> None:
+    # One call of 3 groups times out because of sample 2 (group 1): retried one group per call,
+    # groups 0 and 2 are scored, group 1 times out.
+    cfg = _cfg(
+        fns,
+        "hang_batch",
+        kwargs={"hang_s": 5.0},
+        batched=True,
+        backend=backend,
+        batch_size=6,
+        max_concurrency=1,
+        timeout_s=0.5,
+    )
+    with build_agent(cfg) as agent:
+        agent.warmup()
+        res = agent.score_batch([_s(i, hang=i == 2) for i in range(6)], ["x"] * 6, [i // 2 for i in range(6)])
+        assert [r.status for r in res] == [Status.OK] * 2 + [Status.TIMEOUT] * 2 + [Status.OK] * 2
+        assert [res[i].score for i in (0, 1, 4, 5)] == [0.0, 1.0, 4.0, 5.0]
+        assert agent.metrics()["agent/chunks"] == 4  # the 3-group call, then one call per group
 
 
 def test_batched_declared_by_attribute_and_async_batched(fns: Path) -> None:
