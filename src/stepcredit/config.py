@@ -365,9 +365,22 @@ class AgentConfig:
     """CPUs each reward actor reserves."""
     ray_startup_timeout_s: float = 60.0
     """How long a new Ray actor may take to start before it is replaced."""
+    chunk_s: float = 0.02
+    """Target run time of one chunk (samples of one function sent to a worker at once, whole groups
+    where they fit); its size adapts to the measured per-sample time. 0 = one sample per request."""
+    max_chunk: int = 256
+    """Most samples in one chunk."""
+    ray_resources: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources each reward actor reserves (e.g. ``{cpu_node: 1}``), on top of ray_num_cpus."""
+    ray_scorers: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Scorers run as Ray actors of their own, name -> resources (e.g. ``{code: {sandbox: 1}}``: sandbox
+    actors only on nodes that declare ``sandbox``); others (the judge) stay in the driver."""
+    ray_scorer_concurrency: int = 2
+    """Actors per scorer listed in ray_scorers."""
 
     def __post_init__(self) -> None:
-        _check(self.backend in ("thread", "process", "ray"), "reward.agent.backend", "thread, process or ray")
+        # reward.agent.backend is checked against the backend registry at start-up
+        # (stepcredit.reward.run.backends.check_config), not against names listed here.
         _check(self.max_concurrency >= 0, "reward.agent.max_concurrency", "must be >= 0")
         _check(self.max_in_flight >= 1, "reward.agent.max_in_flight", "must be >= 1")
         _check(self.timeout_s >= 0, "reward.agent.timeout_s", "must be >= 0 (0 = reward.timeout_s)")
@@ -379,6 +392,13 @@ class AgentConfig:
         _check(self.ray_local_cpus >= 1, "reward.agent.ray_local_cpus", "must be >= 1")
         _check(self.ray_num_cpus >= 0, "reward.agent.ray_num_cpus", "must be >= 0")
         _check(self.ray_startup_timeout_s > 0, "reward.agent.ray_startup_timeout_s", "must be > 0")
+        _check(self.chunk_s >= 0, "reward.agent.chunk_s", "must be >= 0 (0 = one sample per request)")
+        _check(self.max_chunk >= 1, "reward.agent.max_chunk", "must be >= 1")
+        for key, res in [("ray_resources", self.ray_resources)] + [
+            (f"ray_scorers.{k}", v) for k, v in self.ray_scorers.items()
+        ]:
+            _check(all(float(v) >= 0 for v in res.values()), f"reward.agent.{key}", "amounts must be >= 0")
+        _check(self.ray_scorer_concurrency >= 1, "reward.agent.ray_scorer_concurrency", "must be >= 1")
 
 
 @dataclass(frozen=True)

@@ -156,3 +156,33 @@ def test_pool_workers_are_this_process_children_only_while_open(tmp_path: Path) 
     assert pids <= {c.pid for c in psutil.Process(os.getpid()).children()}
     rw.close()
     assert all(_gone(p) for p in pids)
+
+
+# ---------------------------------------------------------------------------------------- chunks
+def test_a_chunk_times_each_item_and_a_hang_costs_its_neighbours_nothing(rewarder: Rewarder) -> None:
+    # Items 0-2 finish (sent before item 3 starts: flush_s=0), item 3 hangs (killed at its own
+    # deadline), items 4-5 never ran: the caller gets 0-2's results, a timeout for 3 and None (run
+    # again) for 4-5.
+    ref = rewarder.custom.ref  # type: ignore[union-attr]
+    assert ref is not None
+    texts = ["a", "b", "a", "sleep", "a", "a"]
+    t0 = time.monotonic()
+    items = [("x", t, "a", {}) for t in texts]
+    out = rewarder.pool.submit_chunk(ref, items, timeout_s=TIMEOUT, flush_s=0.0).result(30)
+    assert time.monotonic() - t0 < TIMEOUT + 1.0 + 0.5  # one item's deadline, not six
+    assert [r.score for r in out.results[:3]] == [1.0, 0.0, 1.0]  # type: ignore[union-attr]
+    assert out.results[3] is not None and out.results[3].status == Status.TIMEOUT
+    assert out.results[4:] == [None, None] and not out.died and not out.whole
+
+
+def test_a_chunk_item_that_kills_its_worker_is_named(rewarder: Rewarder) -> None:
+    ref = rewarder.custom.ref  # type: ignore[union-attr]
+    assert ref is not None
+    out = rewarder.pool.submit_chunk(
+        ref, [("x", t, "a", {}) for t in ["a", "exit", "a"]], timeout_s=TIMEOUT, flush_s=0.0
+    ).result(30)
+    assert out.died == [1] and out.results[1] is not None and "crashed" in out.results[1].info["message"]
+    assert out.results[0] is not None and out.results[0].score == 1.0 and out.results[2] is None
+    # the slot has a fresh worker: the next chunk runs
+    again = rewarder.pool.submit_chunk(ref, [("x", "a", "a", {})], timeout_s=TIMEOUT).result(30)
+    assert again.results[0] is not None and again.results[0].score == 1.0

@@ -1,45 +1,49 @@
-"""The asynchronous reward agent: scores a batch in the background and hands back whole groups as
-they complete, so the trainer can update on early groups while slow rewards are still running.
+"""The asynchronous reward agent: a scheduler over the :class:`~stepcredit.reward.run.rewarder.Rewarder`
+that scores a batch in the background and hands back whole groups as they complete, so the trainer
+can update on early groups while slow rewards are still running.
 
 Use::
 
     from stepcredit.reward.run.agent import build_agent
-    agent = build_agent(cfg.reward, rewarder)      # backend: cfg.reward.agent.backend
-    ticket = agent.submit(batch)                   # returns at once
-    for idx, results in agent.stream(ticket, k):   # whole groups, >= k samples per yield (last may be fewer)
-        mb = batch.select(idx); mb.rewards = results
-    agent.metrics(); agent.close()
+    with build_agent(cfg.reward, rewarder) as agent:    # backend: cfg.reward.agent.backend
+        ticket = agent.submit(batch)                   # returns at once
+        for idx, results in agent.stream(ticket, k):   # whole groups, >= k samples per yield (last may be fewer)
+            mb = batch.select(idx); mb.rewards = results
+        agent.metrics()
 
-What runs where (one rule per sample, after the rewarder's own routing, :meth:`Rewarder.route`):
+Division of labour: the rewarder decides *what* each sample needs (:meth:`Rewarder.plan`: routing,
+the inline fast path, scorers) and finishes each group (:meth:`Rewarder.finish`: domain weights,
+``post_process_scores``); the agent decides *where and when* the rest runs:
 
-* a function's ``fast`` pre-check runs inline in :meth:`RewardAgent.submit` (the math verifier
-  decides plain numbers there);
-* scorers (reward models, judges, sandboxes) get the batch's share at once on a helper thread and
-  enforce their own timeouts and concurrency;
-* a function registered or configured with ``isolate=False`` runs on the agent's threads (it shares
-  state with the trainer's process);
-* everything else runs on ``reward.agent.backend``: ``process`` (the kill-safe pool: a deadline kills
-  the worker), ``thread`` (threads, and the agent's event loop for ``async def`` functions: a sync
-  function past its deadline is answered ``timeout`` and its late result is discarded, since a thread
-  cannot be stopped) or ``ray`` (one actor per slot; a deadline kills the actor).
+* scorers (reward models, judges, sandboxes) get the batch's share on a helper thread of the driver
+  and enforce their own timeouts and concurrency; with a backend that hosts scorers, those listed in
+  ``reward.agent.ray_scorers`` run instead as their own actors, placed by resources (e.g. ``sandbox``);
+* a function registered or configured with ``isolate=False`` runs on the in-process backend (threads);
+* everything else runs on ``reward.agent.backend`` (a registry entry, see
+  :mod:`stepcredit.reward.run.backends`: ``process``, ``thread``, ``ray``), in *chunks*: samples of
+  one route sent to a worker in one message, whole groups where they fit, sized so that a chunk runs
+  about ``reward.agent.chunk_s`` at the measured per-sample time (a slow reward still streams group by
+  group, a trivial one goes in chunks of up to ``max_chunk``).
 
 Reward function shapes (:mod:`stepcredit.reward.base`): a function or a class with ``compute_score``
 (instantiated once per process, optional ``post_process_scores(scores_of_one_group)``), returning a
-float, a dict with ``"score"`` (other keys kept in ``info``), a tuple ``(score, request, explanation)``
-(the rest kept in ``info["rest"]``) or a :class:`RewardResult`; sync or async. A *batched* function has
-VeRL's batch signature ``compute_score(data_sources, solution_strs, ground_truths, extra_infos, **kw)``
-returning one value per sample; declare it with ``reward.custom.batched=true`` or an attribute
-``batched = True`` on the function (or class); it is called with ``reward.agent.batch_size`` samples of
-whole groups (one group when 0).
+float, a dict with ``"score"``, a tuple ``(score, ...)`` or a :class:`RewardResult`; sync or async. A
+*batched* function has VeRL's batch signature ``compute_score(data_sources, solution_strs,
+ground_truths, extra_infos, **kw)`` returning one value per sample; declare it with
+``reward.custom.batched=true`` or an attribute ``batched = True``; it is called with
+``reward.agent.batch_size`` samples of whole groups (one group when 0).
 
-Guarantees: every index of a submitted batch comes back exactly once, with its own result and a typed
-status (a failed sample is a result, never an exception); a non-finite score is an ``error``; a group
-is released only when all its members are scored, after ``post_process_scores``; groups are released in
-completion order. Failed attempts (error, timeout) are retried ``retries`` times with backoff; a job
-whose worker died (killed process, lost Ray actor) is re-submitted up to ``resubmits`` times.
-Backpressure: at most ``max_in_flight`` requests are with the backend, the rest wait in the agent's
-queue (``submit`` never blocks). A batch not fully scored ``deadline_s`` after its submission ends the
-step with :class:`RewardBackendError`, which names the backend's state.
+Guarantees (chunking changes none of them): every index of a submitted batch comes back exactly once,
+with its own result and a typed status (a failed sample is a result, never an exception); a
+non-finite score is an ``error``. Each sample has its own deadline: one that hangs is answered
+``timeout`` (its worker killed where the backend can), the samples before it in its chunk keep their
+results and those after it run again. A batched call that times out is split into its groups and
+retried. Failed samples (error, timeout) are retried ``retries`` times with backoff; a sample whose
+worker died (killed process, lost Ray actor) is re-submitted up to ``resubmits`` times. Backpressure: at
+most ``max_in_flight`` samples are with the backend, the rest wait in the agent's queue (``submit``
+never blocks). A group is released only when all its members are scored, after ``post_process_scores``;
+groups are released in completion order. A batch not fully scored ``deadline_s`` after its
+submission ends the step with :class:`RewardBackendError`, which names the backend's state.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import itertools
+import math
 import random
 import threading
 import time
@@ -59,23 +64,25 @@ import numpy as np
 
 from stepcredit.config import RewardConfig
 from stepcredit.errors import UserError
-from stepcredit.reward.base import RewardFn
 from stepcredit.reward.run.backends import (
+    BACKENDS,
     AsyncLoop,
+    Backend,
+    BackendArgs,
     Job,
-    ProcessBackend,
-    RayBackend,
-    ThreadBackend,
     Timer,
-    failures,
+    check_config,
 )
-from stepcredit.reward.run.rewarder import Rewarder, Route, build_rewarder, run_fast
+from stepcredit.reward.run.pool import Outcome, failures
+from stepcredit.reward.run.rewarder import Rewarder, Route, build_rewarder, call_args
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
-DEFAULT_CONCURRENCY = {"thread": 16, "ray": 2}
-"""Requests at once when ``reward.agent.max_concurrency`` is 0 (process: ``reward.workers``)."""
 LATENCY_WINDOW = 10_000
 """Latencies kept per source for the percentiles of :meth:`RewardAgent.metrics`."""
+PROBE_CHUNK = 4
+"""Chunk size for a function whose per-sample time has not been measured yet."""
+EMA = 0.3
+"""Weight of the newest chunk in the running per-sample time of a function."""
 
 
 class RewardBackendError(UserError):
@@ -95,6 +102,10 @@ class Ticket:
     results: list[RewardResult | None] = field(default_factory=list)
     """Per index, filled as scored (final, post-processed values once its group is released)."""
     routes: list[Route | None] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    """Per index, failed attempts retried so far."""
+    resubmits: list[int] = field(default_factory=list)
+    """Per index, times re-submitted after its worker died."""
     groups: dict[Hashable, list[int]] = field(default_factory=dict)
     remaining: dict[Hashable, int] = field(default_factory=dict)
     ready: deque[list[int]] = field(default_factory=deque)
@@ -115,18 +126,26 @@ class Ticket:
 
 
 @dataclass(eq=False)
-class _Req:
-    """One request (a sample, or a chunk of whole groups for a batched function) across its attempts."""
+class _Unit:
+    """Queued work: indices of one ticket and one route, in group order."""
 
     ticket: Ticket
+    route: Route
     idx: list[int]
-    entry: RewardFn
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    batched: bool
-    local: bool
-    attempt: int = 0
-    resubmits: int = 0
+    fixed: bool = False
+    """Sent as it is (a batched call's whole groups, a remote scorer's sub-batch), never merged or cut."""
+    scorer: bool = False
+    local: bool = False
+    """Runs on the in-process backend (``isolate=False``)."""
+    solo: bool = False
+    """Run one sample per chunk (its chunk timed out as a whole: the culprit is unknown)."""
+
+
+@dataclass(eq=False)
+class _Flight:
+    unit: _Unit
+    idx: list[int]
+    sent_at: float
 
 
 class RewardAgent:
@@ -135,15 +154,17 @@ class RewardAgent:
     def __init__(self, cfg: RewardConfig | None = None, rewarder: Rewarder | None = None) -> None:
         self.cfg = cfg or (rewarder.cfg if rewarder is not None else RewardConfig())
         a = self.cfg.agent
-        self.backend_name = a.backend
+        self.spec = check_config(self.cfg)
         self.rewarder = rewarder if rewarder is not None else build_rewarder(self.cfg)
         self._own_rewarder = rewarder is None
         self.timeout_s = a.timeout_s or self.cfg.timeout_s
-        self.concurrency = a.max_concurrency or DEFAULT_CONCURRENCY.get(a.backend, self.cfg.workers)
+        self.concurrency = a.max_concurrency or self.spec.default_concurrency or self.cfg.workers
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._queue: deque[_Req] = deque()
-        self._jobs: dict[int, _Req] = {}
+        self._queue: deque[_Unit] = deque()
+        self._queued = 0
+        self._in_flight = 0
+        self._jobs: dict[int, _Flight] = {}
         self._keys = itertools.count()
         self._tickets = itertools.count()
         self._open: set[Ticket] = set()
@@ -151,14 +172,27 @@ class RewardAgent:
         self._closed = False
         self._timer = Timer()
         self._loop: AsyncLoop | None = None
-        self._local: ThreadBackend | None = None
-        self._remote: ProcessBackend | RayBackend | ThreadBackend | None = None
+        self._backend: Backend | None = None
+        self._local: Backend | None = None
         self._scorers = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="reward-agent-scorer")
         self._rng = random.Random(0)
+        self._per_sample_s: dict[str, float] = {}
         self._count: dict[str, int] = dict.fromkeys(
-            ("submitted", "completed", "retries", "timeouts", "errors", "resubmits", "worker_deaths"), 0
+            (
+                "submitted",
+                "completed",
+                "retries",
+                "timeouts",
+                "errors",
+                "resubmits",
+                "worker_deaths",
+                "chunks",
+            ),
+            0,
         )
         self._lat: dict[str, deque[float]] = {}
+        self._chunk_sizes: deque[int] = deque(maxlen=LATENCY_WINDOW)
+        self._window = (time.monotonic(), 0)  # (since, completed then): requests/s between metrics() calls
 
     # ------------------------------------------------------------------------------ backends
     def _event_loop(self) -> AsyncLoop:
@@ -167,42 +201,34 @@ class RewardAgent:
                 self._loop = AsyncLoop()
             return self._loop
 
-    def _threads(self) -> ThreadBackend:
-        with self._lock:
-            if self._local is None:
-                n = self.concurrency if self.backend_name == "thread" else DEFAULT_CONCURRENCY["thread"]
-                self._local = ThreadBackend(n, self._on_done, self._timer, self._event_loop)
-            return self._local
+    def _make(self, spec: Any, concurrency: int) -> Backend:
+        only_custom = self.rewarder.custom is not None and not self.rewarder.domains
+        args = BackendArgs(self.cfg, concurrency, self._on_done, self._timer, self._event_loop, only_custom)
+        return spec.make(args)  # type: ignore[no-any-return]
 
     @property
-    def backend(self) -> ProcessBackend | RayBackend | ThreadBackend:
+    def backend(self) -> Backend:
         """The configured backend, started on first use (a fast-path-only run never starts one)."""
-        if self.backend_name == "thread":
-            return self._threads()
         with self._lock:
             if self._closed:
                 raise RuntimeError("reward agent is closed")
-            if self._remote is None:
-                a = self.cfg.agent
-                if self.backend_name == "process":
-                    only_custom = self.rewarder.custom is not None and not self.rewarder.domains
-                    self._remote = ProcessBackend(self.concurrency, self._on_done, only_custom=only_custom)
-                else:
-                    self._remote = RayBackend(
-                        self.concurrency,
-                        self._on_done,
-                        address=a.ray_address,
-                        local_cpus=a.ray_local_cpus,
-                        num_cpus=a.ray_num_cpus,
-                        startup_timeout_s=a.ray_startup_timeout_s,
-                    )
-            return self._remote
+            if self._backend is None:
+                self._backend = self._make(self.spec, self.concurrency)
+            return self._backend
+
+    def _in_process(self) -> Backend:
+        """Where ``isolate=False`` functions run: the backend itself when it runs in this process."""
+        if self.spec.in_process:
+            return self.backend
+        with self._lock:
+            if self._local is None:
+                spec = next(BACKENDS.get(n) for n in BACKENDS if BACKENDS.get(n).in_process)
+                self._local = self._make(spec, spec.default_concurrency or self.concurrency)
+            return self._local
 
     def warmup(self) -> None:
         """Start the backend now (pool workers, Ray and its actors start on first use otherwise)."""
-        b = self.backend
-        if isinstance(b, ProcessBackend):
-            b.pool.warmup()
+        self.backend.warmup()
 
     # ------------------------------------------------------------------------------- submit
     def submit(self, batch: Batch) -> Ticket:
@@ -227,66 +253,52 @@ class RewardAgent:
             keys = [s.uid or f"#{i}" for i, s in enumerate(samples)]
         t = Ticket(next(self._tickets), samples, texts, keys, submitted_at=time.monotonic())
         t.results = [None] * n
-        t.routes = [None] * n
+        t.attempts = [0] * n
+        t.resubmits = [0] * n
         for i, k in enumerate(keys):
             t.groups.setdefault(k, []).append(i)
         t.remaining = {k: len(v) for k, v in t.groups.items()}
 
-        done: list[tuple[int, RewardResult]] = []
-        reqs: list[_Req] = []
-        scorer_idx: dict[int, list[int]] = {}
-        batched_idx: dict[int, list[int]] = {}
-        entries: dict[int, RewardFn] = {}
-        for i, (s, resp) in enumerate(zip(samples, texts, strict=True)):
-            try:
-                r = t.routes[i] = self.rewarder.route(s)
-            except UserError as e:
-                done.append((i, _fail(Status.ERROR, str(e), source=s.data_source)))
-                continue
-            entry = r.entry
-            entries[id(entry)] = entry
-            if entry.factory is not None:
-                scorer_idx.setdefault(id(entry), []).append(i)
-                continue
-            if not isinstance(resp, str):
-                done.append((i, _fail(Status.ERROR, f"response is {type(resp).__name__}, expected str")))
-                continue
-            args = (s.data_source, resp, s.ground_truth, s.extra_info)
-            if entry.fast is not None:
-                res = run_fast(entry, args, r.kwargs)
-                if res is not None:
-                    done.append((i, res))
-                    continue
-            if self._is_batched(entry):
-                batched_idx.setdefault(id(entry), []).append(i)
-                continue
-            local = not entry.isolate or entry.ref is None
-            reqs.append(_Req(t, [i], entry, args, dict(r.kwargs), False, local))
-        for eid, idx in batched_idx.items():
-            reqs.extend(self._batched_reqs(t, entries[eid], idx))
+        plan = self.rewarder.plan(samples, texts)
+        t.routes = plan.routes
+        units: list[_Unit] = []
+        local_scorers = []
+        remote_scorers = self.spec.hosts_scorers and self.cfg.agent.ray_scorers
+        for entry, idx in plan.scorers:
+            if remote_scorers and entry.name in self.cfg.agent.ray_scorers:
+                route = t.routes[idx[0]]
+                assert route is not None
+                size = self.cfg.agent.batch_size or self.cfg.agent.max_chunk
+                units += [
+                    _Unit(t, route, c, fixed=True, scorer=True) for c in self._group_chunks(t, idx, size)
+                ]
+            else:
+                local_scorers.append((entry, idx))
+        for route, idx in plan.calls:
+            local = not route.entry.isolate or route.entry.ref is None
+            if self.rewarder.is_batched(route.entry):
+                chunks = self._group_chunks(t, idx, self.cfg.agent.batch_size)
+                units += [_Unit(t, route, c, fixed=True, local=local) for c in chunks]
+            else:
+                units += [_Unit(t, route, c, local=local) for c in self._group_chunks(t, idx, 1)]
         with self._lock:
             self._open.add(t)
             self._count["submitted"] += n
-            self._queue.extend(reqs)
-        for eid, idx in scorer_idx.items():
-            self._run_scorer(t, entries[eid], idx)
-        for i, res in done:
-            self._record(t, [i], [res])
+            self._queue.extend(units)
+            self._queued += sum(len(u.idx) for u in units)
+        for entry, idx in local_scorers:
+            self._scorers.submit(self._run_scorer, t, entry, idx)
+        if plan.done:
+            self._record(t, [i for i, _ in plan.done], [r for _, r in plan.done])
         self._dispatch()
         return t
 
-    def _is_batched(self, entry: RewardFn) -> bool:
-        if entry is self.rewarder.custom and self.cfg.custom.batched:
-            return True
-        fn = entry.fn
-        return bool(getattr(fn, "batched", False) or getattr(getattr(fn, "__self__", None), "batched", False))
-
-    def _batched_reqs(self, t: Ticket, entry: RewardFn, idx: list[int]) -> list[_Req]:
-        # Chunks of whole groups, so that a call completes groups rather than fragments of many.
+    @staticmethod
+    def _group_chunks(t: Ticket, idx: list[int], size: int) -> list[list[int]]:
+        """``idx`` cut into runs of whole groups of about ``size`` samples (0 = one group each)."""
         by_group: dict[Hashable, list[int]] = {}
         for i in idx:
             by_group.setdefault(t.keys[i], []).append(i)
-        size = self.cfg.agent.batch_size
         chunks: list[list[int]] = []
         cur: list[int] = []
         for members in by_group.values():
@@ -296,122 +308,213 @@ class RewardAgent:
             cur.extend(members)
         if cur:
             chunks.append(cur)
-        out = []
-        for chunk in chunks:
-            route = t.routes[chunk[0]]
-            assert route is not None
-            ss = [t.samples[i] for i in chunk]
-            args = (
-                [s.data_source for s in ss],
-                [t.texts[i] for i in chunk],
-                [s.ground_truth for s in ss],
-                [s.extra_info for s in ss],
-            )
-            local = not entry.isolate or entry.ref is None
-            out.append(_Req(t, chunk, entry, args, dict(route.kwargs), True, local))
-        return out
+        return chunks
 
-    def _run_scorer(self, t: Ticket, entry: RewardFn, idx: list[int]) -> None:
-        def run() -> None:
-            try:
-                got = self.rewarder._run_scorer(entry, [t.samples[i] for i in idx], [t.texts[i] for i in idx])
-            except Exception as e:
-                got = [_fail(Status.ERROR, f"{type(e).__name__}: {e}", source=entry.name) for _ in idx]
+    def _run_scorer(self, t: Ticket, entry: Any, idx: list[int]) -> None:
+        try:
+            got = self.rewarder.run_scorer(entry, [t.samples[i] for i in idx], [t.texts[i] for i in idx])
+        except Exception as e:
+            got = failures(len(idx), Status.ERROR, f"{type(e).__name__}: {e}", entry.name)
+        with self._lock:
             for r in got:
-                self._note(r)
-            self._record(t, idx, got)
-
-        self._scorers.submit(run)
+                self._note_locked(r)
+        self._record(t, idx, got)
 
     # ----------------------------------------------------------------------------- dispatch
+    def _chunk_size(self, unit: _Unit) -> int:
+        a = self.cfg.agent
+        if unit.solo or a.chunk_s <= 0:
+            return 1
+        per = self._per_sample_s.get(unit.route.entry.name)
+        size = PROBE_CHUNK if per is None else int(a.chunk_s / max(per, 1e-7))
+        # Enough chunks for every worker: a share of the queue and of the in-flight window each.
+        share = math.ceil(self._queued / self.concurrency)
+        window = max(1, a.max_in_flight // self.concurrency)
+        if per is not None and a.max_in_flight * per < a.chunk_s:
+            # the whole window is less work than one chunk: more workers would not finish it sooner,
+            # fewer and larger chunks cost less dispatch (two in flight, so one is always queued)
+            window = max(window, a.max_in_flight // 2)
+        return max(1, min(size, a.max_chunk, share, window))
+
+    def _take_locked(self) -> tuple[_Unit, list[int]] | None:
+        """The next chunk off the queue (merging queued units of the same ticket and route), or None."""
+        room = self.cfg.agent.max_in_flight - self._in_flight
+        while self._queue and room > 0:
+            unit = self._queue[0]
+            if unit.ticket.error is not None:
+                self._queue.popleft()
+                self._queued -= len(unit.idx)
+                continue
+            if unit.fixed:
+                if len(unit.idx) > room and self._in_flight:
+                    return None  # a whole call that does not fit: wait until it does
+                self._queue.popleft()
+                return unit, unit.idx
+            size = self._chunk_size(unit)
+            if size > room:
+                if self._in_flight:
+                    return None  # wait for room for a whole chunk rather than send slivers
+                size = room
+            idx: list[int] = []
+            while self._queue and len(idx) < size:
+                head = self._queue[0]
+                if (
+                    head.ticket is not unit.ticket
+                    or head.route is not unit.route
+                    or head.fixed
+                    or head.solo != unit.solo
+                ):
+                    break
+                take = size - len(idx)
+                if len(head.idx) <= take:
+                    idx.extend(head.idx)
+                    self._queue.popleft()
+                else:
+                    idx.extend(head.idx[:take])
+                    head.idx = head.idx[take:]
+            return unit, idx
+        return None
+
     def _dispatch(self) -> None:
-        """Hand queued requests to their backend while fewer than ``max_in_flight`` are there."""
-        limit = self.cfg.agent.max_in_flight
+        """Hand chunks to their backend while fewer than ``max_in_flight`` samples are there."""
         while True:
             with self._lock:
-                if self._closed or not self._queue or len(self._jobs) >= limit:
+                if self._closed:
                     return
-                req = self._queue.popleft()
-                if req.ticket.error is not None:
-                    continue
+                got = self._take_locked()
+                if got is None:
+                    return
+                unit, idx = got
+                self._queued -= len(idx)
+                self._in_flight += len(idx)
                 key = next(self._keys)
-                self._jobs[key] = req
-            job = Job(
-                key,
-                req.entry,
-                req.args,
-                req.kwargs,
-                req.batched,
-                len(req.idx),
-                self.timeout_s,
-                req.entry.name,
-            )
+                self._jobs[key] = _Flight(unit, idx, time.monotonic())
+                self._count["chunks"] += 1
+                self._chunk_sizes.append(len(idx))
+            t, entry = unit.ticket, unit.route.entry
+            if unit.scorer:
+                items = [(t.samples[i], t.texts[i]) for i in idx]
+                timeout = self.cfg.agent.deadline_s  # scorers enforce their own per-sample timeouts
+            else:
+                items = [call_args(t.samples[i], t.texts[i]) for i in idx]
+                timeout = self.timeout_s
+            kwargs = dict(unit.route.kwargs)
+            job = Job(key, entry, items, kwargs, unit.fixed, timeout, entry.name, scorer=unit.scorer)
             try:
-                backend = self._threads() if req.local else self.backend
+                backend = self._in_process() if unit.local else self.backend
                 backend.submit(job)
             except Exception as e:  # a backend that cannot start (Ray missing, agent closing)
-                self._on_done(
-                    job, failures(job, Status.ERROR, f"reward backend failed: {type(e).__name__}: {e}"), False
-                )
+                msg = f"reward backend failed: {type(e).__name__}: {e}"
+                self._on_done(job, Outcome(list(failures(len(idx), Status.ERROR, msg, entry.name))))
 
-    def _on_done(self, job: Job, results: list[RewardResult], died: bool) -> None:
-        """A backend's answer to one attempt: retry, re-submit, or record the final results."""
+    def _on_done(self, job: Job, outcome: Outcome) -> None:
+        """A backend's answer to one chunk: final results, retries, re-submissions and re-runs."""
         a = self.cfg.agent
-        final = False
+        final: list[tuple[int, RewardResult]] = []
         with self._lock:
-            req = self._jobs.pop(job.key, None)
-            if req is None or req.ticket.error is not None or self._closed:
-                pass
-            elif died and req.resubmits < a.resubmits:
-                req.resubmits += 1
-                self._count["resubmits"] += 1
-                self._count["worker_deaths"] += 1
-                self._queue.appendleft(req)  # it was in flight: it goes first
-            else:
-                self._count["worker_deaths"] += int(died)
-                for r in results:
-                    self._note_locked(r)
-                failed = all(r.status in (Status.ERROR, Status.TIMEOUT) for r in results)
-                if failed and not died and req.attempt < a.retries:
-                    req.attempt += 1
-                    self._count["retries"] += 1
-                    self._backoff += 1
-                    delay = self._rng.uniform(0.0, a.retry_backoff_s * 2 ** (req.attempt - 1))
-                    self._timer.schedule(time.monotonic() + delay, functools.partial(self._requeue, req))
-                else:
-                    final = True
+            flight = self._jobs.pop(job.key, None)
+            if flight is None:
+                return  # a late answer (its ticket expired, or the agent closed)
+            self._in_flight -= len(flight.idx)
+            t = flight.unit.ticket
+            if t.error is None and not self._closed:
+                final = self._settle_locked(flight, outcome, a.retries, a.resubmits)
         if final:
-            assert req is not None
-            if req.attempt or req.resubmits:
-                for r in results:
-                    r.info.setdefault("attempts", req.attempt + 1)
-                    if req.resubmits:
-                        r.info.setdefault("resubmits", req.resubmits)
-            self._record(req.ticket, req.idx, results)
+            self._record(t, [i for i, _ in final], [r for _, r in final])
         self._dispatch()
 
-    def _requeue(self, req: _Req) -> None:
+    def _settle_locked(
+        self, flight: _Flight, outcome: Outcome, retries: int, resubmits: int
+    ) -> list[tuple[int, RewardResult]]:
+        unit, t = flight.unit, flight.unit.ticket
+        name = unit.route.entry.name
+        ran = [r for r in outcome.results if r is not None]
+        if ran and not unit.scorer:
+            per = sum(r.latency_s for r in ran) / len(ran)
+            old = self._per_sample_s.get(name)
+            self._per_sample_s[name] = per if old is None else (1 - EMA) * old + EMA * per
+        if outcome.whole and unit.fixed and not unit.scorer:
+            groups = self._group_chunks(t, flight.idx, 0)
+            if len(groups) > 1:  # a batched call timed out: retry its groups one call each
+                for g in reversed(groups):
+                    self._queue.appendleft(_Unit(t, unit.route, g, fixed=True, local=unit.local))
+                self._queued += len(flight.idx)
+                return []
+        if outcome.whole and not unit.fixed and len(flight.idx) > 1:
+            self._requeue_locked(_Unit(t, unit.route, list(flight.idx), local=unit.local, solo=True))
+            return []
+        died = set(outcome.died)
+        if died:
+            self._count["worker_deaths"] += 1
+        final: list[tuple[int, RewardResult]] = []
+        again: list[int] = []
+        retry: list[int] = []
+        for pos, i in enumerate(flight.idx):
+            r = outcome.results[pos]
+            if r is not None and not unit.scorer and r.latency_s > self.timeout_s and r.status == Status.OK:
+                # A score computed past its deadline (a busy machine made the watchdog late) is a
+                # timeout all the same, whatever backend ran it, so the deadline means one thing.
+                (late,) = failures(
+                    1,
+                    Status.TIMEOUT,
+                    f"reward function {unit.route.entry.name} exceeded "
+                    f"{self.timeout_s:g} s (its late result is discarded)",
+                    r.source,
+                )
+                late.latency_s = r.latency_s
+                r = late
+            if pos in died and t.resubmits[i] < resubmits:
+                t.resubmits[i] += 1
+                self._count["resubmits"] += 1
+                again.append(i)
+            elif r is None:
+                again.append(i)  # it never ran to the end (a neighbour hung): it simply runs again
+            elif r.status in (Status.ERROR, Status.TIMEOUT) and pos not in died and t.attempts[i] < retries:
+                self._note_locked(r)
+                t.attempts[i] += 1
+                self._count["retries"] += 1
+                retry.append(i)
+            else:
+                self._note_locked(r)
+                if t.attempts[i] or t.resubmits[i]:
+                    r.info.setdefault("attempts", t.attempts[i] + 1)
+                    if t.resubmits[i]:
+                        r.info.setdefault("resubmits", t.resubmits[i])
+                final.append((i, r))
+        if again:  # in flight already: it goes first; a worker death or a hang makes it run alone
+            self._requeue_locked(
+                _Unit(t, unit.route, again, unit.fixed, unit.scorer, unit.local, solo=unit.solo or bool(died))
+            )
+        if retry:
+            attempt = max(t.attempts[i] for i in retry)
+            delay = self._rng.uniform(0.0, self.cfg.agent.retry_backoff_s * 2 ** (attempt - 1))
+            self._backoff += len(retry)
+            later = _Unit(t, unit.route, retry, unit.fixed, unit.scorer, unit.local, solo=unit.solo)
+            self._timer.schedule(time.monotonic() + delay, functools.partial(self._requeue, later))
+        return final
+
+    def _requeue_locked(self, unit: _Unit) -> None:
+        self._queue.appendleft(unit)
+        self._queued += len(unit.idx)
+
+    def _requeue(self, unit: _Unit) -> None:
         with self._lock:
-            self._backoff -= 1
-            if req.ticket.error is None:
-                self._queue.appendleft(req)
+            self._backoff -= len(unit.idx)
+            if unit.ticket.error is None and not self._closed:
+                self._requeue_locked(unit)
         self._dispatch()
 
     # ------------------------------------------------------------------------------ results
-    def _note(self, r: RewardResult) -> None:
-        with self._lock:
-            self._note_locked(r)
-
     def _note_locked(self, r: RewardResult) -> None:
         self._count["timeouts"] += r.status == Status.TIMEOUT
         self._count["errors"] += r.status in (Status.ERROR, Status.SANDBOX_ERROR)
-        lat = self._lat.setdefault(r.source or "?", deque(maxlen=LATENCY_WINDOW))
+        lat = self._lat.get(r.source or "?")
+        if lat is None:
+            lat = self._lat[r.source or "?"] = deque(maxlen=LATENCY_WINDOW)
         lat.append(r.latency_s)
 
     def _record(self, t: Ticket, idx: list[int], results: list[RewardResult]) -> None:
-        """Store final results; a group whose last member arrived is post-processed and released."""
-        if len(results) != len(idx):  # pragma: no cover - backends answer one result per sample
-            results = [_fail(Status.ERROR, "wrong number of results (internal error)") for _ in idx]
+        """Store final results; a group whose last member arrived is finished and released."""
         complete: list[Hashable] = []
         with self._lock:
             if t.error is not None:
@@ -420,25 +523,25 @@ class RewardAgent:
                 if t.results[i] is not None:  # pragma: no cover - one final answer per index
                     continue
                 t.results[i] = r
-                self._count["completed"] += 1
                 k = t.keys[i]
                 t.remaining[k] -= 1
                 if t.remaining[k] == 0:
                     complete.append(k)
+            self._count["completed"] += len(idx)
         for k in complete:
             members = t.groups[k]
-            res = [t.results[i] for i in members]
             try:
                 # The rewarder's own finishing step (domain weights, source, post_process_scores per
                 # group), so results equal Rewarder.score_batch's.
-                out = self.rewarder._finish(
-                    res, [t.routes[i] for i in members], [t.samples[i] for i in members], [0] * len(members)
+                out = self.rewarder.finish(
+                    [t.results[i] for i in members],
+                    [t.routes[i] for i in members],
+                    [t.samples[i] for i in members],
+                    [0] * len(members),
                 )
-            except Exception as e:  # pragma: no cover - _finish catches the user's errors itself
-                out = [
-                    _fail(Status.ERROR, f"finishing the group failed: {type(e).__name__}: {e}")
-                    for _ in members
-                ]
+            except Exception as e:  # pragma: no cover - finish catches the user's errors itself
+                msg = f"finishing the group failed: {type(e).__name__}: {e}"
+                out = failures(len(members), Status.ERROR, msg)
             with self._cond:
                 for i, r in zip(members, out, strict=True):
                     t.results[i] = r
@@ -494,38 +597,50 @@ class RewardAgent:
         a = self.cfg.agent
         missing = t.n - t.released
         unscored = sum(r is None for r in t.results)
-        queued = sum(1 for r in self._queue if r.ticket is t)
-        flying = sum(1 for r in self._jobs.values() if r.ticket is t)
-        try:
-            state = (
-                self._local.describe()
-                if self.backend_name == "thread" and self._local
-                else (self._remote.describe() if self._remote is not None else "not started")
-            )
-        except Exception as e:  # pragma: no cover
-            state = f"state unknown ({e})"
+        queued = sum(len(u.idx) for u in self._queue if u.ticket is t)
+        flying = sum(len(f.idx) for f in self._jobs.values() if f.unit.ticket is t)
+        states = []
+        for b in (self._backend, self._local):
+            if b is not None:
+                try:
+                    states.append(b.describe())
+                except Exception as e:  # pragma: no cover
+                    states.append(f"state unknown ({e})")
         err = RewardBackendError(
             f"reward agent: batch of {t.n} still has {missing} samples unreleased ({unscored} unscored: "
             f"{flying} in flight, {queued} queued) after reward.agent.deadline_s={a.deadline_s:g}; "
-            f"backend {self.backend_name} is stuck or dead ({state}); check the reward function or "
-            "service, or raise reward.agent.deadline_s"
+            f"backend {a.backend} is stuck or dead ({'; '.join(states) or 'not started'}); check the "
+            "reward function or service, or raise reward.agent.deadline_s"
         )
         t.error = err
         self._open.discard(t)
-        self._queue = deque(r for r in self._queue if r.ticket is not t)
-        for key in [key for key, r in self._jobs.items() if r.ticket is t]:
-            del self._jobs[key]  # late answers are dropped; the slots free up as the backend answers
+        kept = deque(u for u in self._queue if u.ticket is not t)
+        self._queued -= queued
+        self._queue = kept
+        for key in [key for key, f in self._jobs.items() if f.unit.ticket is t]:
+            self._in_flight -= len(self._jobs.pop(key).idx)  # late answers are dropped
         self._cond.notify_all()
         return err
 
     # ----------------------------------------------------------------------------- metrics
     def metrics(self) -> dict[str, float]:
-        """Queue depth, requests in flight, counters, and latency p50/p95/p99 per source (seconds)."""
+        """Throughput since the last call (``agent/requests_per_s``), queue depth, samples in flight,
+        chunk sizes, counters, latency p50/p95/p99 per source (seconds) and the backend's own (per-node
+        load on Ray)."""
+        now = time.monotonic()
         with self._lock:
+            since, before = self._window
+            done = self._count["completed"]
+            self._window = (now, done)
+            sizes = np.asarray(self._chunk_sizes, dtype=float)
+            self._chunk_sizes.clear()
             m = {
-                "agent/queue_depth": float(len(self._queue) + self._backoff),
-                "agent/in_flight": float(len(self._jobs)),
+                "agent/requests_per_s": (done - before) / max(now - since, 1e-9),
+                "agent/queue_depth": float(self._queued + self._backoff),
+                "agent/in_flight": float(self._in_flight),
                 "agent/open_batches": float(len(self._open)),
+                "agent/chunk_size_mean": float(sizes.mean()) if sizes.size else 0.0,
+                "agent/chunk_size_max": float(sizes.max()) if sizes.size else 0.0,
             }
             m.update({f"agent/{k}": float(v) for k, v in self._count.items()})
             lats = {s: np.asarray(v) for s, v in self._lat.items() if v}
@@ -534,7 +649,7 @@ class RewardAgent:
             m[f"agent/latency_p50_s/{src}"] = float(p50)
             m[f"agent/latency_p95_s/{src}"] = float(p95)
             m[f"agent/latency_p99_s/{src}"] = float(p99)
-        for b in (self._local, self._remote):
+        for b in (self._local, self._backend):
             if b is not None:
                 m.update(b.stats())
         return m
@@ -552,9 +667,10 @@ class RewardAgent:
             self._open.clear()
             self._queue.clear()
             self._jobs.clear()
+            self._queued = self._in_flight = 0
             self._cond.notify_all()
-            remote, local, loop = self._remote, self._local, self._loop
-        for b in (remote, local):
+            backends, loop = (self._backend, self._local), self._loop
+        for b in backends:
             if b is not None:
                 b.close()
         if loop is not None:
@@ -571,13 +687,8 @@ class RewardAgent:
         self.close()
 
 
-def _fail(status: Status, message: str, source: str = "") -> RewardResult:
-    r = RewardResult.failure(status, message)
-    r.source = source
-    return r
-
-
 def build_agent(cfg: RewardConfig | None = None, rewarder: Rewarder | None = None) -> RewardAgent:
-    """A :class:`RewardAgent` for ``cfg`` (``cfg.agent`` picks the backend), sharing ``rewarder``'s routing
-    and loaded functions (one is built when not given; the agent then closes it)."""
+    """A :class:`RewardAgent` for ``cfg`` (``cfg.agent`` picks the backend from the registry; an unknown
+    one is a ConfigError naming ``reward.agent.backend``), sharing ``rewarder``'s routing and loaded
+    functions (one is built when not given; the agent then closes it)."""
     return RewardAgent(cfg, rewarder)

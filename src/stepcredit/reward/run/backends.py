@@ -1,24 +1,30 @@
-"""Where the reward agent's requests run, and how each backend enforces a request's deadline.
+"""Where the reward agent's chunks run: the backend registry and the three built-in backends.
 
-A backend receives :class:`Job` objects (one attempt of one request) through ``submit`` and answers
-each exactly once through the agent's callback ``on_done(job, results, worker_died)``; ``results``
-holds one :class:`~stepcredit.types.RewardResult` per sample of the job. A backend never raises into
-the agent for a job: a failure is a typed result.
+A backend receives :class:`Job` objects (one attempt of one chunk: several samples of one reward
+function, or one batched call) through ``submit`` and answers each exactly once through the agent's
+callback ``on_done(job, outcome)``, an :class:`~stepcredit.reward.run.pool.Outcome` holding one
+result per item, or None for an item that did not run to the end (the agent queues it again). A
+backend never raises into the agent for a job: a failure is a typed result.
 
-* :class:`ThreadBackend`: in-process worker threads (sync functions) and the agent's event loop
-  (async functions). A thread cannot be stopped: at its deadline the job is answered ``timeout``, the
-  thread is *abandoned* (its late result is discarded) and a replacement thread takes its place, up
-  to ``concurrency`` abandoned threads at once; past that cap no replacement starts, so a function
-  that hangs for ever ends in the agent's step deadline rather than in unbounded threads. An async
-  function is cancelled at its deadline (a real stop, unless it blocks the loop).
-* :class:`ProcessBackend`: the :class:`~stepcredit.reward.run.pool.KillSafePool`; a deadline kills the
-  worker's process group. A worker that died under a job (killed, segfault) is reported as
-  ``worker_died`` so the agent re-submits the job.
-* :class:`RayBackend`: one Ray actor per concurrency slot, one job at a time each; a deadline kills
-  the actor (``ray.kill``) and starts a new one; a lost actor is reported as ``worker_died``.
+Each item of a chunk has its own deadline, counted from when that item started: a sample that hangs
+is answered ``timeout``, the items before it keep their results and the items after it run again in a
+new chunk, so one hanging sample never fails its neighbours.
 
-Batched functions (VeRL's ``fn(data_sources, solution_strs, ground_truths, extra_infos, **kw) -> list``)
-run through :func:`call_batched`, which the pool's workers import by reference.
+Backends are registry entries (:data:`BACKENDS`, :func:`register_backend`) whose capabilities are
+metadata the agent and :func:`check_config` read; nobody compares backend names:
+
+* ``thread`` (:class:`ThreadBackend`): in-process worker threads (sync functions) and the agent's
+  event loop (async functions). A thread cannot be stopped: at an item's deadline the chunk is
+  answered, the thread is *abandoned* (its late result is discarded) and a replacement takes its
+  place, up to ``concurrency`` abandoned threads at once; past that cap no replacement starts, so a
+  function that hangs for ever ends in the agent's step deadline rather than in unbounded threads.
+* ``process`` (:class:`ProcessBackend`): the :class:`~stepcredit.reward.run.pool.KillSafePool`; a
+  deadline kills the worker's process group; a worker that died under an item reports it so the
+  agent re-submits it.
+* ``ray`` (:class:`RayBackend`): pools of Ray actors with declared resources, chunks handed to idle
+  actors; a deadline kills the actor, a lost actor (killed, its node gone) is replaced and its chunk
+  re-submitted. Scorers listed in ``reward.agent.ray_scorers`` (the code sandbox, reward models) run
+  as actors of their own, placed by custom resources such as ``sandbox``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ import functools
 import heapq
 import inspect
 import itertools
-import math
 import os
 import queue
 import sys
@@ -37,104 +42,160 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from stepcredit.reward.base import FnRef, RewardFn, load_ref, to_result
-from stepcredit.reward.run.pool import PRELOAD, KillSafePool, call_reward, callable_of
-from stepcredit.types import RewardResult, Status
+from stepcredit.config import RewardConfig
+from stepcredit.errors import ConfigError
+from stepcredit.registry import Registry
+from stepcredit.reward.base import REWARDS, FnRef, RewardFn, load_ref, ref_of
+from stepcredit.reward.run.pool import (
+    PRELOAD,
+    KillSafePool,
+    Outcome,
+    Stop,
+    callable_of,
+    decode,
+    encode_all,
+    failures,
+    run_items,
+)
+from stepcredit.types import RewardResult, Sample, Status
 
 
 @dataclass(eq=False)
 class Job:
-    """One attempt of one request, as a backend sees it."""
+    """One attempt of one chunk, as a backend sees it."""
 
     key: int
     """Unique per attempt: an answer carrying an old key is a late one and is dropped."""
     entry: RewardFn
-    args: tuple[Any, ...]
-    """Per sample: ``(data_source, response, ground_truth, extra_info)``; batched: four lists."""
+    items: list[tuple[Any, ...]]
+    """Per sample ``(data_source, response, ground_truth, extra_info)``; for a scorer ``(sample, response)``."""
     kwargs: dict[str, Any]
     batched: bool
-    n: int
-    """Results expected (1, or the samples of a batched call)."""
+    """One call over all items (a batched function, or a scorer's ``score_batch``)."""
     timeout_s: float
+    """Deadline of one item (of the whole call when ``batched``)."""
     source: str
+    scorer: bool = False
+    """The items go to ``entry``'s scorer (a remote scorer pool), not to a reward function."""
+
+    @property
+    def n(self) -> int:
+        return len(self.items)
 
 
-OnDone = Callable[[Job, list[RewardResult], bool], None]
+OnDone = Callable[[Job, Outcome], None]
 
 
-# ------------------------------------------------------------------------------------- results
-def finite(res: RewardResult) -> RewardResult:
-    """A result claiming ``ok`` with a non-finite score (a RewardResult returned as is) is an error."""
-    if res.status in (Status.OK, Status.UNPARSEABLE) and not math.isfinite(res.score):
-        return RewardResult.failure(
-            Status.ERROR, f"reward function returned a non-finite score {res.score!r}", **res.info
+class Backend(Protocol):
+    """What the agent needs from a backend (module doc)."""
+
+    def submit(self, job: Job) -> None: ...
+
+    def warmup(self) -> None: ...
+
+    def describe(self) -> str: ...
+
+    def stats(self) -> dict[str, float]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class BackendArgs:
+    """What a backend factory gets from the agent."""
+
+    cfg: RewardConfig
+    concurrency: int
+    on_done: OnDone
+    timer: Timer
+    loop: Callable[[], AsyncLoop]
+    only_custom: bool
+    """Only the user's function runs there: workers skip preloading sympy and math-verify."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A registered agent backend: its factory plus what the agent and the config check need to know."""
+
+    make: Callable[[BackendArgs], Backend]
+    default_concurrency: int = 0
+    """Chunks at once when ``reward.agent.max_concurrency`` is 0; 0 = ``reward.workers``."""
+    in_process: bool = False
+    """Runs in the trainer's process: it also serves functions registered with ``isolate=False``."""
+    stops_hung_work: bool = True
+    """A deadline really stops the work (kills a process or actor); False: it is abandoned."""
+    hosts_scorers: bool = False
+    """Can run scorers (sandbox, reward model) as placed workers (``reward.agent.ray_scorers``)."""
+    uses_ray: bool = False
+    """Reads the ``reward.agent.ray_*`` settings."""
+
+
+BACKENDS: Registry[BackendSpec] = Registry("reward agent backend")
+
+
+def register_backend(
+    name: str,
+    *,
+    default_concurrency: int = 0,
+    in_process: bool = False,
+    stops_hung_work: bool = True,
+    hosts_scorers: bool = False,
+    uses_ray: bool = False,
+) -> Callable[[Callable[[BackendArgs], Backend]], Callable[[BackendArgs], Backend]]:
+    """Decorator: ``@register_backend("thread", in_process=True)`` adds a backend factory to :data:`BACKENDS`."""
+
+    def deco(make: Callable[[BackendArgs], Backend]) -> Callable[[BackendArgs], Backend]:
+        BACKENDS.add(
+            name,
+            BackendSpec(
+                make=make,
+                default_concurrency=default_concurrency,
+                in_process=in_process,
+                stops_hung_work=stops_hung_work,
+                hosts_scorers=hosts_scorers,
+                uses_ray=uses_ray,
+            ),
         )
-    return res
+        return make
+
+    return deco
 
 
-def convert(job: Job, value: Any) -> list[RewardResult]:
-    """What a reward function returned, as ``job.n`` typed results."""
-    if not job.batched:
-        return [finite(to_result(value, source=job.source))]
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
-        return failures(job, Status.ERROR, f"batched reward function returned {type(value).__name__}")
-    if len(value) != job.n:
-        return failures(
-            job, Status.ERROR, f"batched reward function returned {len(value)} results for {job.n}"
-        )
-    return [finite(to_result(v, source=job.source)) for v in value]
+def check_config(cfg: RewardConfig) -> BackendSpec:
+    """Start-up check of ``reward.agent`` against the backend registry; returns the backend's spec.
 
-
-def failures(job: Job, status: Status, message: str) -> list[RewardResult]:
-    out = []
-    for _ in range(job.n):
-        r = RewardResult.failure(status, message)
-        r.source = job.source
-        out.append(r)
-    return out
-
-
-def _encode(res: RewardResult) -> tuple[float, str, str | None, dict[str, Any]]:
-    return (res.score, res.status.value, res.extracted, res.info)
-
-
-def _decode(t: Any, source: str) -> RewardResult:
-    score, status, extracted, info = t
-    return RewardResult(score=score, status=Status(status), extracted=extracted, info=info, source=source)
-
-
-_CACHE: dict[FnRef, Any] = {}
-
-
-def _user_fn(ref: FnRef) -> Any:
-    if ref not in _CACHE:  # a stateful class is instantiated once per worker process
-        _CACHE[ref] = callable_of(load_ref(ref))
-    return _CACHE[ref]
-
-
-def call_batched(ref: FnRef, n: int, source: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Run a batched function inside a pool worker; the pool's result carries the encoded list in
-    ``info["batch"]`` (its own score is a placeholder)."""
-    job = Job(0, RewardFn(name=source), (), {}, True, n, 0.0, source)
-    out = convert(job, call_reward(_user_fn(ref), args, kwargs))
-    return {"score": 0.0, "batch": [_encode(r) for r in out]}
-
-
-BATCHED_REF = FnRef("module", __name__, "call_batched")
-
-
-def run_encoded(
-    ref: FnRef, args: tuple[Any, ...], kwargs: dict[str, Any], source: str, batched: bool, n: int
-) -> list[tuple[float, str, str | None, dict[str, Any]]]:
-    """Run a job where it is (a Ray actor) and return its results encoded; never raises."""
-    job = Job(0, RewardFn(name=source), args, kwargs, batched, n, 0.0, source)
+    - the backend must be registered (the message lists the valid ones);
+    - ``ray_scorers`` needs a backend that hosts scorers, and each key must name a registered scorer;
+    - ``ray_resources`` / ``ray_scorers`` need a backend that reads the Ray settings.
+    """
+    a = cfg.agent
     try:
-        out = convert(job, call_reward(_user_fn(ref), args, kwargs))
-    except BaseException as e:  # user code may raise anything, SystemExit included
-        out = failures(job, Status.ERROR, f"{type(e).__name__}: {e}")
-    return [_encode(r) for r in out]
+        spec = BACKENDS.get(a.backend)
+    except ConfigError as e:
+        raise ConfigError(f"config key reward.agent.backend: {e}") from None
+    if a.ray_scorers and not spec.hosts_scorers:
+        ok = ", ".join(n for n in BACKENDS if BACKENDS.get(n).hosts_scorers)
+        raise ConfigError(
+            f"config key reward.agent.ray_scorers: backend {a.backend!r} cannot host scorers; use one of: {ok}"
+        )
+    if a.ray_resources and not spec.uses_ray:
+        raise ConfigError(f"config key reward.agent.ray_resources: backend {a.backend!r} does not use Ray")
+    if a.ray_scorers:
+        import stepcredit.reward.builtin  # noqa: F401  (registers the built-in scorers)
+
+        for name in a.ray_scorers:
+            try:
+                entry = REWARDS.get(name)
+            except ConfigError as e:
+                raise ConfigError(f"config key reward.agent.ray_scorers.{name}: {e}") from None
+            if entry.factory is None:
+                raise ConfigError(
+                    f"config key reward.agent.ray_scorers.{name}: {name!r} is a reward function, not a "
+                    "scorer (only scorers such as code or model run as their own actors)"
+                )
+    return spec
 
 
 # --------------------------------------------------------------------------------------- timer
@@ -223,31 +284,32 @@ class AsyncLoop:
             self.loop.close()
 
 
-def _is_async(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn)
+def _timeouts(job: Job, n: int, why: str) -> list[RewardResult]:
+    return failures(
+        n, Status.TIMEOUT, f"reward function {job.source} exceeded {job.timeout_s:g} s ({why})", job.source
+    )
 
 
 # ------------------------------------------------------------------------------------- threads
 @dataclass(eq=False)
 class _Running:
     job: Job
-    t0: float
+    out: list[RewardResult] = field(default_factory=list)
+    progress: tuple[int, float] = (0, 0.0)
+    """The item running and when it started (one tuple: a reader never sees half an update)."""
+    abandoned: bool = False
     handle: Handle | None = None
 
 
 class ThreadBackend:
     """Worker threads for sync functions and the agent's event loop for async ones (module doc)."""
 
-    name = "thread"
-
-    def __init__(
-        self, concurrency: int, on_done: OnDone, timer: Timer, loop: Callable[[], AsyncLoop]
-    ) -> None:
-        self.concurrency = concurrency
-        self.max_abandoned = concurrency
-        self._on_done = on_done
-        self._timer = timer
-        self._loop = loop
+    def __init__(self, args: BackendArgs) -> None:
+        self.concurrency = args.concurrency
+        self.max_abandoned = args.concurrency
+        self._on_done = args.on_done
+        self._timer = args.timer
+        self._loop = args.loop
         self._q: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._live = 0
@@ -255,6 +317,9 @@ class ThreadBackend:
         self._running: dict[int, _Running] = {}
         self._closed = False
         self._sem: asyncio.Semaphore | None = None
+
+    def warmup(self) -> None:
+        pass
 
     def describe(self) -> str:
         with self._lock:
@@ -267,7 +332,7 @@ class ThreadBackend:
         return {"agent/abandoned_threads": float(self._abandoned)}
 
     def submit(self, job: Job) -> None:
-        if _is_async(job.entry.fn):
+        if inspect.iscoroutinefunction(job.entry.fn):
             self._loop().submit(self._run_async(job))
             return
         self._q.put(job)
@@ -280,30 +345,38 @@ class ThreadBackend:
             if spawn:
                 self._live += 1
         if spawn:
-            self._spawn()
-
-    def _spawn(self) -> None:
-        threading.Thread(target=self._work, name="reward-agent-worker", daemon=True).start()
+            threading.Thread(target=self._work, name="reward-agent-worker", daemon=True).start()
 
     def _work(self) -> None:
         while True:
             job = self._q.get()
             if job is None:
                 return
-            run = _Running(job, time.monotonic())
+            run = _Running(job, progress=(0, time.monotonic()))
             with self._lock:
                 self._running[job.key] = run
             run.handle = self._timer.schedule(
-                run.t0 + job.timeout_s, functools.partial(self._expire, job.key)
+                run.progress[1] + job.timeout_s, functools.partial(self._check, job.key)
             )
-            try:
-                results = convert(job, call_reward(job.entry.fn, job.args, job.kwargs))
-            except BaseException as e:  # user code may raise anything, SystemExit included
-                results = failures(job, Status.ERROR, f"{type(e).__name__}: {e}")
-            dt = time.monotonic() - run.t0
+
+            def started(k: int, run: _Running = run) -> None:
+                if run.abandoned:
+                    raise Stop
+                run.progress = (k, time.monotonic())
+
+            with contextlib.suppress(Stop):
+                run_items(
+                    job.entry.fn,
+                    job.items,
+                    job.kwargs,
+                    source=job.source,
+                    batched=job.batched,
+                    out=run.out,
+                    started=started,
+                )
             with self._lock:
                 mine = self._running.pop(job.key, None) is not None
-                if not mine:  # abandoned at its deadline: drop the late result, rejoin if there is room
+                if not mine:  # abandoned at a deadline: drop the late result, rejoin if there is room
                     self._abandoned -= 1
                     rejoin = not self._closed and self._live < self.concurrency
                     if rejoin:
@@ -312,20 +385,26 @@ class ThreadBackend:
                 if not rejoin:
                     return
                 continue
-            run.handle.cancel()
-            if (
-                dt > job.timeout_s
-            ):  # the timer ran late (a busy GIL): past its deadline is a timeout all the same
-                results = self._timeouts(job)
-            for r in results:
-                r.latency_s = dt
-            self._on_done(job, results, False)
+            if run.handle is not None:
+                run.handle.cancel()
+            results: list[RewardResult | None] = list(run.out)
+            self._on_done(job, Outcome(results))
 
-    def _expire(self, key: int) -> None:
+    def _check(self, key: int) -> None:
+        """The timer's visit at an item's deadline: reschedule if the item moved on, else give up on it."""
         with self._lock:
-            run = self._running.pop(key, None)
+            run = self._running.get(key)
             if run is None:
                 return
+            job = run.job
+            k, t0 = run.progress
+            now = time.monotonic()
+            if len(run.out) > k or now < t0 + job.timeout_s:
+                when = t0 + job.timeout_s if len(run.out) <= k else now + job.timeout_s
+                run.handle = self._timer.schedule(when, functools.partial(self._check, key))
+                return
+            del self._running[key]
+            run.abandoned = True
             self._live -= 1
             self._abandoned += 1
             replace = (
@@ -333,46 +412,65 @@ class ThreadBackend:
             )
             if replace:
                 self._live += 1
+            done = run.out[:k]
         if replace:
-            self._spawn()
-        dt = time.monotonic() - run.t0
-        out = self._timeouts(run.job)
-        for r in out:
-            r.latency_s = dt
-        self._on_done(run.job, out, False)
-
-    @staticmethod
-    def _timeouts(job: Job) -> list[RewardResult]:
-        return failures(
-            job,
-            Status.TIMEOUT,
-            f"reward function {job.source} exceeded {job.timeout_s:g} s "
-            "(thread backend: the thread cannot be stopped; its late result is discarded)",
-        )
+            threading.Thread(target=self._work, name="reward-agent-worker", daemon=True).start()
+        why = "thread backend: the thread cannot be stopped; its late result is discarded"
+        if job.batched:
+            out = _timeouts(job, job.n, why)
+            for r in out:
+                r.latency_s = now - t0
+            self._on_done(job, Outcome(list(out), whole=True))
+            return
+        (hung,) = _timeouts(job, 1, why)
+        hung.latency_s = now - t0
+        results: list[RewardResult | None] = [*done, hung] + [None] * (job.n - k - 1)
+        self._on_done(job, Outcome(results))
 
     async def _run_async(self, job: Job) -> None:
         if self._sem is None:  # created on the loop's own thread
             self._sem = asyncio.Semaphore(self.concurrency)
-        async with self._sem:
-            t0 = time.monotonic()
-            try:
-                assert job.entry.fn is not None
-                value = await asyncio.wait_for(job.entry.fn(*job.args, **job.kwargs), job.timeout_s)
-                results = convert(job, value)
-            except asyncio.TimeoutError:
-                results = failures(
-                    job,
-                    Status.TIMEOUT,
-                    f"reward function {job.source} exceeded {job.timeout_s:g} s (cancelled)",
-                )
-            except asyncio.CancelledError:
-                return  # the agent is closing
-            except BaseException as e:
-                results = failures(job, Status.ERROR, f"{type(e).__name__}: {e}")
-            dt = time.monotonic() - t0
-        for r in results:
-            r.latency_s = dt
-        self._on_done(job, results, False)
+        fn = job.entry.fn
+        assert fn is not None
+
+        async def one(args: Any) -> Any:
+            async with self._sem:  # type: ignore[union-attr]
+                t0 = time.monotonic()
+                try:
+                    value = await asyncio.wait_for(fn(*args, **job.kwargs), job.timeout_s)
+                    (r,) = run_items(
+                        lambda *_a, **_k: value, [()], {}, source=job.source, batched=False, out=[]
+                    )
+                except asyncio.TimeoutError:
+                    (r,) = _timeouts(job, 1, "cancelled")
+                r.latency_s = time.monotonic() - t0
+                return r
+
+        try:
+            if job.batched:
+                cols = tuple(list(c) for c in zip(*job.items, strict=True))
+                t0 = time.monotonic()
+                try:
+                    value = await asyncio.wait_for(fn(*cols, **job.kwargs), job.timeout_s)
+                    out = run_items(
+                        lambda *_a, **_k: value, job.items, {}, source=job.source, batched=True, out=[]
+                    )
+                    outcome = Outcome(list(out))
+                except asyncio.TimeoutError:
+                    outcome = Outcome(list(_timeouts(job, job.n, "cancelled")), whole=True)
+                for r in outcome.results:
+                    r.latency_s = time.monotonic() - t0  # type: ignore[union-attr]
+            else:
+                got = await asyncio.gather(*(one(a) for a in job.items), return_exceptions=True)
+                results: list[RewardResult | None] = []
+                for g in got:
+                    if isinstance(g, BaseException):
+                        (g,) = failures(1, Status.ERROR, f"{type(g).__name__}: {g}", job.source)
+                    results.append(g)
+                outcome = Outcome(results)
+        except asyncio.CancelledError:
+            return  # the agent is closing
+        self._on_done(job, outcome)
 
     def close(self) -> None:
         with self._lock:
@@ -382,80 +480,141 @@ class ThreadBackend:
             self._q.put(None)
 
 
+@register_backend("thread", default_concurrency=16, in_process=True, stops_hung_work=False)
+def _thread_backend(args: BackendArgs) -> Backend:
+    return ThreadBackend(args)
+
+
 # ----------------------------------------------------------------------------------- processes
-def worker_died(res: RewardResult) -> bool:
-    """Did the pool answer this job because its worker process died (not because the function failed)?
-
-    The pool reports a dead worker, a failed send and a failed start as ``error`` results with these
-    messages (see :mod:`stepcredit.reward.run.pool`); the agent re-submits such jobs.
-    """
-    msg = str(res.info.get("message", "")) if res.status == Status.ERROR else ""
-    return msg.startswith(("reward worker crashed", "could not send the job", "reward pool failure"))
-
-
 class ProcessBackend:
-    """The kill-safe pool (module doc)."""
+    """The kill-safe pool, fed chunks (module doc)."""
 
-    name = "process"
-
-    def __init__(self, concurrency: int, on_done: OnDone, *, only_custom: bool) -> None:
-        self.concurrency = concurrency
-        self._on_done = on_done
+    def __init__(self, args: BackendArgs) -> None:
+        self.concurrency = args.concurrency
+        self._on_done = args.on_done
+        self.flush_s = min(0.05, args.cfg.agent.chunk_s or 0.05)
         # With only the user's function in the pool, skip preloading sympy/math-verify.
         self.pool = KillSafePool(
-            concurrency, preload=("stepcredit.reward.builtin",) if only_custom else PRELOAD
+            args.concurrency, preload=("stepcredit.reward.builtin",) if args.only_custom else PRELOAD
         )
+
+    def warmup(self) -> None:
+        self.pool.warmup()
 
     def describe(self) -> str:
         return f"process backend, {len(self.pool.pids)} of {self.concurrency} worker processes alive"
 
     def stats(self) -> dict[str, float]:
-        return {}
+        return {"agent/workers_alive": float(len(self.pool.pids))}
 
     def submit(self, job: Job) -> None:
-        ref, args = job.entry.ref, job.args
-        assert ref is not None
-        if job.batched:
-            ref, args = BATCHED_REF, (job.entry.ref, job.n, job.source, *job.args)
-        fut = self.pool.submit(ref, args, job.kwargs, timeout_s=job.timeout_s, source=job.source)
-        fut.add_done_callback(lambda f: self._done(job, f))
-
-    def _done(self, job: Job, fut: Any) -> None:
-        try:
-            res: RewardResult = fut.result()
-        except BaseException as e:  # pragma: no cover - the pool always sets a result
-            res = RewardResult.failure(Status.ERROR, f"reward pool failure: {type(e).__name__}: {e}")
-        died = worker_died(res)
-        if not job.batched:
-            out = [finite(res)]
-        elif res.status == Status.OK and "batch" in res.info:
-            out = [_decode(t, job.source) for t in res.info["batch"]]
-        else:
-            out = failures(job, res.status, str(res.info.get("message", "reward failed")))
-        for r in out:
-            r.latency_s = res.latency_s
-            r.source = job.source
-        self._on_done(job, out, died)
+        assert job.entry.ref is not None
+        fut = self.pool.submit_chunk(
+            job.entry.ref,
+            job.items,
+            job.kwargs,
+            timeout_s=job.timeout_s,
+            source=job.source,
+            batched=job.batched,
+            flush_s=self.flush_s,
+        )
+        fut.add_done_callback(lambda f: self._on_done(job, f.result()))
 
     def close(self) -> None:
         self.pool.close()
 
 
+@register_backend("process", stops_hung_work=True)
+def _process_backend(args: BackendArgs) -> Backend:
+    return ProcessBackend(args)
+
+
 # ----------------------------------------------------------------------------------------- ray
+_CACHE: dict[FnRef, Any] = {}
+
+
+def _user_fn(ref: FnRef) -> Any:
+    if ref not in _CACHE:  # a stateful class is instantiated once per actor
+        _CACHE[ref] = callable_of(load_ref(ref))
+    return _CACHE[ref]
+
+
+def _actor_setup(path: list[str]) -> None:
+    sys.path[:] = list(path) + [p for p in sys.path if p not in path]
+    import stepcredit.reward.builtin  # noqa: F401  (registers the built-in functions)
+    from stepcredit.reward.verifiers import math as math_verifier
+
+    math_verifier.disable_math_verify_timeouts()  # chunks run off the main thread (a threaded actor)
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
 class RewardActor:
-    """A Ray actor running one reward job at a time (the pool worker's counterpart on Ray)."""
+    """A Ray actor running one chunk at a time; a second thread answers :meth:`progress` meanwhile."""
 
     def __init__(self, path: list[str]) -> None:
-        sys.path[:] = list(path) + [p for p in sys.path if p not in path]
-        import stepcredit.reward.builtin  # noqa: F401  (registers the built-in functions)
+        _actor_setup(path)
+        self._out: list[RewardResult] = []
+        self._progress = (0, time.monotonic())
 
-    def ready(self) -> int:
-        return os.getpid()
+    def ready(self) -> tuple[int, str]:
+        return os.getpid(), _node_id()
 
     def run(
-        self, ref: FnRef, args: tuple[Any, ...], kwargs: dict[str, Any], source: str, batched: bool, n: int
-    ) -> list[tuple[float, str, str | None, dict[str, Any]]]:
-        return run_encoded(ref, args, kwargs, source, batched, n)
+        self, ref: FnRef, items: list[tuple[Any, ...]], kwargs: dict[str, Any], source: str, batched: bool
+    ) -> list[Any]:
+        out: list[RewardResult] = []
+        self._out = out
+
+        def started(k: int) -> None:
+            self._progress = (k, time.monotonic())
+
+        try:
+            fn = _user_fn(ref)
+        except BaseException as e:
+            return encode_all(
+                failures(len(items), Status.ERROR, f"{type(e).__name__}: {e}", source), check=True
+            )
+        run_items(fn, items, kwargs, source=source, batched=batched, out=out, started=started)
+        return encode_all(out, check=True)
+
+    def progress(self) -> tuple[int, float, list[Any]]:
+        """The running item, how long it has run (this node's clock) and the results done before it."""
+        k, t0 = self._progress
+        done = self._out[:k]
+        return k, time.monotonic() - t0, encode_all(done, check=True)
+
+
+class ScorerActor:
+    """A Ray actor holding one scorer (code sandbox, reward model) built where its resources are."""
+
+    def __init__(self, path: list[str], factory: Any, cfg: RewardConfig) -> None:
+        _actor_setup(path)
+        make = load_ref(factory) if isinstance(factory, FnRef) else REWARDS.get(factory).factory
+        assert make is not None
+        self.scorer = make(cfg)
+
+    def ready(self) -> tuple[int, str]:
+        return os.getpid(), _node_id()
+
+    def run(self, items: list[tuple[Sample, str]], source: str) -> list[Any]:
+        samples = [s for s, _ in items]
+        responses = [r for _, r in items]
+        t0 = time.perf_counter()
+        try:
+            out = list(self.scorer.score_batch(samples, responses))
+            if len(out) != len(items):
+                raise RuntimeError(f"scorer {source} returned {len(out)} results for {len(items)} responses")
+        except Exception as e:
+            out = failures(len(items), Status.ERROR, f"{type(e).__name__}: {e}", source)
+        dt = (time.perf_counter() - t0) / max(1, len(items))
+        for r in out:
+            r.latency_s = r.latency_s or dt
+        return encode_all(out, check=True)
 
 
 @dataclass(eq=False)
@@ -463,50 +622,179 @@ class _RaySlot:
     index: int
     actor: Any = None
     pid: int = 0
+    node: str = ""
     thread: threading.Thread | None = None
     starts: int = 0
-    busy: bool = False
+    busy: int = 0
+    """Samples of the chunk running there (0 = idle)."""
     history: list[int] = field(default_factory=list)
 
 
-class RayBackend:
-    """Ray actors, one job at a time each (module doc)."""
+class _RayPool:
+    """``concurrency`` actors of one kind; each driver thread takes the next chunk when its actor is idle."""
 
-    name = "ray"
-
-    def __init__(
-        self,
-        concurrency: int,
-        on_done: OnDone,
-        *,
-        address: str,
-        local_cpus: int,
-        num_cpus: float,
-        startup_timeout_s: float,
-    ) -> None:
-        import ray
-
-        self._ray = ray
-        self.concurrency = concurrency
-        self._on_done = on_done
-        self._started_ray = False
-        if not ray.is_initialized():
-            if address:
-                ray.init(address=address)
-            else:
-                ray.init(num_cpus=local_cpus, include_dashboard=False)
-            self._started_ray = True
-        self._cls = ray.remote(num_cpus=num_cpus, max_restarts=0)(RewardActor)
-        self._startup_timeout_s = startup_timeout_s
-        self._q: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self._closed = False
-        self._lock = threading.Lock()
+    def __init__(self, owner: RayBackend, name: str, make: Callable[[], Any], concurrency: int) -> None:
+        self.owner = owner
+        self.name = name
+        self._make = make
+        self.q: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.slots = [_RaySlot(i) for i in range(concurrency)]
         for s in self.slots:
             s.thread = threading.Thread(
-                target=self._loop, args=(s,), name=f"reward-ray-{s.index}", daemon=True
+                target=self._loop, args=(s,), name=f"reward-ray-{name}-{s.index}", daemon=True
             )
             s.thread.start()
+
+    def _kill(self, slot: _RaySlot) -> None:
+        actor, slot.actor, slot.pid = slot.actor, None, 0
+        if actor is not None:
+            with contextlib.suppress(Exception):
+                self.owner.ray.kill(actor, no_restart=True)
+
+    def _start(self, slot: _RaySlot) -> None:
+        actor = self._make()
+        slot.actor = actor
+        slot.starts += 1
+        try:
+            slot.pid, slot.node = self.owner.ray.get(
+                actor.ready.remote(), timeout=self.owner.startup_timeout_s
+            )
+        except Exception as e:
+            self._kill(slot)
+            raise RuntimeError(
+                f"Ray reward actor did not start within {self.owner.startup_timeout_s:g} s: {type(e).__name__}"
+            ) from None
+        slot.history.append(slot.pid)
+
+    def _loop(self, slot: _RaySlot) -> None:
+        while True:
+            job = self.q.get()
+            if job is None or self.owner.closed:
+                break
+            slot.busy = job.n
+            try:
+                outcome = self._run(slot, job)
+            except BaseException as e:  # never leave the agent waiting
+                msg = f"ray backend failure: {type(e).__name__}: {e}"
+                outcome = Outcome(
+                    list(failures(job.n, Status.ERROR, msg, job.source)), died=list(range(job.n))
+                )
+            slot.busy = 0
+            if self.owner.closed:
+                break
+            node = slot.node or "?"
+            self.owner.node_done[node] = self.owner.node_done.get(node, 0) + job.n
+            self.owner.on_done(job, outcome)
+        self._kill(slot)
+
+    def _run(self, slot: _RaySlot, job: Job) -> Outcome:
+        ray = self.owner.ray
+        if slot.actor is None:
+            try:
+                self._start(slot)
+            except RuntimeError as e:
+                return Outcome(
+                    list(failures(job.n, Status.ERROR, str(e), job.source)), died=list(range(job.n))
+                )
+        if job.scorer:
+            ref = slot.actor.run.remote(job.items, job.source)
+        else:
+            assert job.entry.ref is not None
+            ref = slot.actor.run.remote(job.entry.ref, job.items, job.kwargs, job.source, job.batched)
+        t0 = time.monotonic()
+        wait = job.timeout_s
+        while True:
+            ready, _ = ray.wait([ref], timeout=wait)
+            if ready:
+                break
+            if job.batched:  # one call: its deadline is the call's
+                self._kill(slot)
+                out = _timeouts(job, job.n, "its actor was killed")
+                for r in out:
+                    r.latency_s = time.monotonic() - t0
+                return Outcome(list(out), whole=True)
+            try:  # which item is running, and for how long? (answered by the actor's second thread)
+                k, ran, done = ray.get(slot.actor.progress.remote(), timeout=min(5.0, job.timeout_s + 1.0))
+            except Exception:
+                self._kill(slot)
+                return Outcome(list(_timeouts(job, job.n, "its actor was killed")), whole=True)
+            if ran < job.timeout_s:
+                wait = job.timeout_s - ran
+                continue
+            self._kill(slot)
+            (hung,) = _timeouts(job, 1, "its actor was killed")
+            hung.latency_s = ran
+            results: list[RewardResult | None] = [decode(t, job.source) for t in done[:k]]
+            return Outcome(results + [hung] + [None] * (job.n - len(results) - 1))
+        try:
+            return Outcome([decode(t, job.source) for t in ray.get(ref)])
+        except ray.exceptions.RayActorError as e:  # the actor or its node died: which item is unknown
+            self._kill(slot)
+            msg = f"Ray reward actor died: {type(e).__name__}"
+            return Outcome(list(failures(job.n, Status.ERROR, msg, job.source)), died=list(range(job.n)))
+        except Exception as e:
+            return Outcome(list(failures(job.n, Status.ERROR, f"{type(e).__name__}: {e}", job.source)))
+
+    def close(self) -> None:
+        for _ in self.slots:
+            self.q.put(None)
+        for s in self.slots:
+            self._kill(s)  # interrupts a running job: its ray.wait returns at once
+        for s in self.slots:
+            if s.thread is not None:
+                s.thread.join(10.0)
+
+
+class RayBackend:
+    """Pools of Ray actors (module doc): one for reward functions, one per scorer in ``ray_scorers``."""
+
+    def __init__(self, args: BackendArgs) -> None:
+        import ray
+
+        a = args.cfg.agent
+        self.ray = ray
+        self.cfg = args.cfg
+        self.on_done = args.on_done
+        self.closed = False
+        self.startup_timeout_s = a.ray_startup_timeout_s
+        self.node_done: dict[str, int] = {}
+        self._started_ray = False
+        if not ray.is_initialized():
+            if a.ray_address:
+                ray.init(address=a.ray_address)
+            else:
+                ray.init(num_cpus=a.ray_local_cpus, include_dashboard=False)
+            self._started_ray = True
+        path = list(sys.path)
+        # max_concurrency=2: the second thread answers progress() while a chunk runs.
+        opts: dict[str, Any] = {"num_cpus": a.ray_num_cpus, "max_restarts": 0, "max_concurrency": 2}
+        if a.ray_resources:
+            opts["resources"] = dict(a.ray_resources)
+        cls = ray.remote(**opts)(RewardActor)
+        self.pools: dict[str, _RayPool] = {
+            "": _RayPool(self, "reward", lambda: cls.remote(path), args.concurrency)  # type: ignore[attr-defined]
+        }
+        for name, resources in a.ray_scorers.items():
+            entry = REWARDS.get(name)
+            assert entry.factory is not None
+            try:
+                factory: Any = ref_of(entry.factory)
+            except ConfigError:  # defined inside a function: the actor finds it by name
+                factory = entry.name
+            sopts: dict[str, Any] = {"num_cpus": a.ray_num_cpus, "max_restarts": 0}
+            if resources:
+                sopts["resources"] = dict(resources)
+            scls = ray.remote(**sopts)(ScorerActor)
+            self.pools[entry.name] = _RayPool(
+                self,
+                entry.name,
+                functools.partial(scls.remote, path, factory, args.cfg),  # type: ignore[attr-defined]
+                a.ray_scorer_concurrency,
+            )
+
+    @property
+    def slots(self) -> list[_RaySlot]:
+        return [s for p in self.pools.values() for s in p.slots]
 
     @property
     def pids(self) -> set[int]:
@@ -517,97 +805,48 @@ class RayBackend:
         """Every actor process this backend started (for tests: none may outlive close)."""
         return {p for s in self.slots for p in s.history}
 
+    def actor_nodes(self, pool: str = "") -> list[str]:
+        """Node ids of the live actors of a pool ("" = reward functions, else a scorer's name)."""
+        return [s.node for s in self.pools[pool].slots if s.actor is not None and s.pid]
+
+    def warmup(self) -> None:
+        for p in self.pools.values():
+            for s in p.slots:
+                if s.actor is None:
+                    p._start(s)
+
     def describe(self) -> str:
-        ready = sum(1 for s in self.slots if s.actor is not None and s.pid)
-        starting = sum(1 for s in self.slots if s.actor is not None and not s.pid)
-        return f"ray backend, {ready} of {self.concurrency} actors ready, {starting} starting"
+        parts = []
+        for p in self.pools.values():
+            ready = sum(1 for s in p.slots if s.actor is not None and s.pid)
+            starting = sum(1 for s in p.slots if s.actor is not None and not s.pid)
+            parts.append(f"{ready} of {len(p.slots)} {p.name} actors ready, {starting} starting")
+        return "ray backend, " + "; ".join(parts)
 
     def stats(self) -> dict[str, float]:
-        return {"agent/actor_starts": float(sum(s.starts for s in self.slots))}
+        m = {"agent/actor_starts": float(sum(s.starts for s in self.slots))}
+        busy: dict[str, int] = {}
+        for s in self.slots:
+            if s.node:
+                busy[s.node] = busy.get(s.node, 0) + s.busy
+        for node, n in busy.items():
+            m[f"agent/node_in_flight/{node[:8]}"] = float(n)
+        for node, n in list(self.node_done.items()):
+            m[f"agent/node_completed/{node[:8]}"] = float(n)
+        return m
 
     def submit(self, job: Job) -> None:
-        self._q.put(job)
-
-    def _kill(self, slot: _RaySlot) -> None:
-        actor, slot.actor, slot.pid = slot.actor, None, 0
-        if actor is not None:
-            with contextlib.suppress(Exception):
-                self._ray.kill(actor, no_restart=True)
-
-    def _start(self, slot: _RaySlot) -> None:
-        ray = self._ray
-        actor: Any = self._cls.remote(list(sys.path))  # type: ignore[attr-defined]
-        slot.actor = actor
-        slot.starts += 1
-        try:
-            slot.pid = int(ray.get(actor.ready.remote(), timeout=self._startup_timeout_s))
-        except Exception as e:
-            self._kill(slot)
-            raise RuntimeError(
-                f"Ray reward actor did not start within {self._startup_timeout_s:g} s: {type(e).__name__}"
-            ) from None
-        slot.history.append(slot.pid)
-
-    def _loop(self, slot: _RaySlot) -> None:
-        while True:
-            job = self._q.get()
-            if job is None or self._closed:
-                break
-            slot.busy = True
-            try:
-                out, died = self._run(slot, job)
-            except BaseException as e:  # never leave the agent waiting
-                out, died = failures(job, Status.ERROR, f"ray backend failure: {type(e).__name__}: {e}"), True
-            slot.busy = False
-            if self._closed:
-                break
-            self._on_done(job, out, died)
-        self._kill(slot)
-
-    def _run(self, slot: _RaySlot, job: Job) -> tuple[list[RewardResult], bool]:
-        ray = self._ray
-        if slot.actor is None:
-            try:
-                self._start(slot)
-            except RuntimeError as e:
-                return failures(job, Status.ERROR, str(e)), True
-        assert job.entry.ref is not None
-        t0 = time.monotonic()
-        ref = slot.actor.run.remote(job.entry.ref, job.args, job.kwargs, job.source, job.batched, job.n)
-        ready, _ = ray.wait([ref], timeout=job.timeout_s)
-        dt = time.monotonic() - t0
-        if not ready:
-            self._kill(slot)
-            out = failures(
-                job,
-                Status.TIMEOUT,
-                f"reward function {job.source} exceeded {job.timeout_s:g} s; its actor was killed",
-            )
-            died = False
-        else:
-            try:
-                out = [_decode(t, job.source) for t in ray.get(ref)]
-                died = False
-            except ray.exceptions.RayActorError as e:
-                self._kill(slot)
-                out = failures(job, Status.ERROR, f"Ray reward actor died: {type(e).__name__}")
-                died = True
-            except Exception as e:
-                out = failures(job, Status.ERROR, f"{type(e).__name__}: {e}")
-                died = False
-        for r in out:
-            r.latency_s = dt
-        return out, died
+        self.pools[job.entry.name if job.scorer else ""].q.put(job)
 
     def close(self) -> None:
-        self._closed = True
-        for _ in self.slots:
-            self._q.put(None)
-        for s in self.slots:
-            self._kill(s)  # interrupts a running job: its ray.wait returns at once
-        for s in self.slots:
-            if s.thread is not None:
-                s.thread.join(10.0)
+        self.closed = True
+        for p in self.pools.values():
+            p.close()
         if self._started_ray:
             with contextlib.suppress(Exception):
-                self._ray.shutdown()
+                self.ray.shutdown()
+
+
+@register_backend("ray", default_concurrency=2, hosts_scorers=True, uses_ray=True)
+def _ray_backend(args: BackendArgs) -> Backend:
+    return RayBackend(args)

@@ -24,18 +24,23 @@ import asyncio
 import contextlib
 import inspect
 import itertools
+import math
+import mmap
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import signal
+import struct
 import subprocess
 import sys
 import threading
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stepcredit.reward.base import FnRef, load_ref, to_result
@@ -76,6 +81,155 @@ async def _await(x: Any) -> Any:
     return await x
 
 
+# ---------------------------------------------------------------------------------------- chunks
+# A chunk is several samples of one reward function sent to a worker in one message: per-sample
+# dispatch costs one round trip (IPC or a Ray call) per sample, which dominates a reward that takes
+# microseconds. Every place that runs a chunk (a pool worker, a Ray actor, an agent thread) runs it
+# through run_items, so the per-sample conversion and error handling exist once.
+
+Encoded = tuple[float, str, "str | None", dict[str, Any], "bool | None", float]
+"""A result on the wire: (score, status, extracted, info, verdict, latency_s); the source is the job's."""
+PROGRESS = struct.Struct("qd")
+"""Shared progress of a pool worker: the item it is running and when (CLOCK_MONOTONIC) it started."""
+
+
+@dataclass
+class Outcome:
+    """What one attempt of one chunk came to, item by item."""
+
+    results: list[RewardResult | None]
+    """Per item: its result, or None when it did not run to the end (the caller queues it again)."""
+    died: list[int] = field(default_factory=list)
+    """Items whose worker died under them (their result says so); the caller re-submits them."""
+    whole: bool = False
+    """The chunk timed out as one call (a batched function, or no way to tell which item hung)."""
+
+
+def _none_or(rs: list[RewardResult]) -> list[RewardResult | None]:
+    return list(rs)
+
+
+class Stop(Exception):
+    """Raised by a ``started`` callback to stop a chunk whose runner gave up on it."""
+
+
+def finite(res: RewardResult) -> RewardResult:
+    """A result claiming ``ok`` with a non-finite score (a RewardResult returned as is) is an error."""
+    if res.status in (Status.OK, Status.UNPARSEABLE) and not math.isfinite(res.score):
+        return RewardResult.failure(
+            Status.ERROR, f"reward function returned a non-finite score {res.score!r}", **res.info
+        )
+    return res
+
+
+def failures(n: int, status: Status, message: str, source: str = "") -> list[RewardResult]:
+    """``n`` failed results (each its own object: callers may annotate one without the others)."""
+    out = []
+    for _ in range(n):
+        r = RewardResult.failure(status, message)
+        r.source = source
+        out.append(r)
+    return out
+
+
+def run_items(
+    fn: Any,
+    items: list[tuple[Any, ...]],
+    kwargs: dict[str, Any],
+    *,
+    source: str,
+    batched: bool,
+    out: list[RewardResult],
+    started: Callable[[int], None] | None = None,
+) -> list[RewardResult]:
+    """Run one chunk here, appending one result per item to ``out`` (returned); never raises except
+    :class:`Stop` from ``started(k)``, which is called before item ``k`` starts.
+
+    Per-sample: ``fn(*item, **kwargs)`` for each item, each caught on its own (one failing sample
+    never fails its neighbours). Batched (VeRL's ``fn(data_sources, solution_strs, ground_truths,
+    extra_infos, **kw) -> list``): one call on the items' columns, which must return one value each.
+    """
+    if batched:
+        if started is not None:
+            started(0)
+        t0 = time.perf_counter()
+        try:
+            value = call_reward(fn, tuple(list(c) for c in zip(*items, strict=True)), kwargs)
+            if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
+                got = failures(
+                    len(items), Status.ERROR, f"batched reward function returned {type(value).__name__}"
+                )
+            elif len(value) != len(items):
+                msg = f"batched reward function returned {len(value)} results for {len(items)}"
+                got = failures(len(items), Status.ERROR, msg)
+            else:
+                got = [finite(to_result(v, source=source)) for v in value]
+        except BaseException as e:  # user code may raise anything, SystemExit included
+            got = failures(len(items), Status.ERROR, f"{type(e).__name__}: {e}")
+        dt = (time.perf_counter() - t0) / max(1, len(items))
+        for r in got:
+            r.latency_s = dt
+            r.source = r.source or source
+        out.extend(got)
+        return out
+    sync = not inspect.iscoroutinefunction(fn)
+    for k, args in enumerate(items):
+        if started is not None:
+            started(k)
+        t0 = time.perf_counter()
+        try:
+            value = fn(*args, **kwargs) if sync else call_reward(fn, args, kwargs)
+            if type(value) is float and value - value == 0.0:  # the common case, finite: no conversion
+                r = RewardResult(value, Status.OK, None, {}, 0.0, source)
+            else:
+                if inspect.isawaitable(value):
+                    value = asyncio.run(_await(value))
+                r = finite(to_result(value, source=source))
+        except BaseException as e:  # user code may raise anything, SystemExit included
+            r = RewardResult.failure(
+                Status.ERROR, f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=-3)
+            )
+            r.source = source
+        r.latency_s = time.perf_counter() - t0
+        out.append(r)
+    return out
+
+
+def encode(r: RewardResult) -> Encoded:
+    return (r.score, r.status.value, r.extracted, r.info, r.verdict, r.latency_s)
+
+
+_STATUS = {s.value: s for s in Status}
+
+
+def decode(t: Encoded, source: str) -> RewardResult:
+    score, status, extracted, info, verdict, latency = t
+    return RewardResult(score, _STATUS[status], extracted, info, latency, source, verdict)
+
+
+def encode_all(rs: list[RewardResult], *, check: bool = False) -> list[Encoded]:
+    """Results for the wire; with ``check``, one whose ``info`` cannot be pickled is replaced by an
+    error (alone) rather than failing the whole message."""
+    out = [(r.score, r.status.value, r.extracted, r.info, r.verdict, r.latency_s) for r in rs]
+    if not check:
+        return out
+    try:
+        pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+        return out
+    except Exception:
+        pass
+    fixed = []
+    for t in out:
+        try:
+            pickle.dumps(t)
+            fixed.append(t)
+        except Exception as e:
+            fixed.append(
+                (math.nan, Status.ERROR.value, None, {"message": f"result not sendable: {e}"}, None, t[5])
+            )
+    return fixed
+
+
 # --------------------------------------------------------------------------------------- worker
 def _parent_watchdog(parent_pid: int) -> None:
     # The worker's parent is the forkserver, which exits with our user's process; a worker stuck in
@@ -86,8 +240,9 @@ def _parent_watchdog(parent_pid: int) -> None:
             os._exit(1)
 
 
-def worker_main(fd: int) -> None:
-    """Entry point of a worker process: serve jobs from the connection on file descriptor ``fd``."""
+def worker_main(fd: int, progress_fd: int = -1) -> None:
+    """Entry point of a worker process: serve jobs from the connection on file descriptor ``fd``;
+    ``progress_fd`` is the slot's shared memory where the worker writes which item of a chunk runs."""
     import importlib
     import sys
     from multiprocessing.connection import Connection
@@ -104,6 +259,7 @@ def worker_main(fd: int) -> None:
     for mod in preload:
         with contextlib.suppress(Exception):
             importlib.import_module(mod)
+    progress = mmap.mmap(progress_fd, PROGRESS.size) if progress_fd >= 0 else None
     conn.send(("ready", os.getpid()))
     cache: dict[FnRef, Any] = {}
     while True:
@@ -113,6 +269,9 @@ def worker_main(fd: int) -> None:
             return
         if msg is None:
             return
+        if msg[0] == "chunk":
+            _serve_chunk(conn, progress, cache, *msg[1:])
+            continue
         job_id, ref, args, kwargs, source = msg
         try:
             if ref not in cache:
@@ -137,6 +296,52 @@ def worker_main(fd: int) -> None:
             )
 
 
+def _serve_chunk(
+    conn: Any,
+    progress: mmap.mmap | None,
+    cache: dict[FnRef, Any],
+    job_id: int,
+    ref: FnRef,
+    items: list[tuple[Any, ...]],
+    kwargs: dict[str, Any],
+    source: str,
+    batched: bool,
+    flush_s: float,
+) -> None:
+    # Before each item: note it in the shared progress (the parent times each item from there) and,
+    # when the chunk has run for flush_s since the last message, send what is done so far, so that a
+    # hang later in the chunk costs its neighbours nothing but that wait.
+    out: list[RewardResult] = []
+    sent = 0
+    last = time.monotonic()
+
+    def started(k: int) -> None:
+        nonlocal sent, last
+        now = time.monotonic()
+        if len(out) > sent and now - last >= flush_s:
+            _send(conn, ("part", job_id, sent), out[sent:])
+            sent, last = len(out), now
+        if progress is not None:
+            PROGRESS.pack_into(progress, 0, k, now)
+
+    try:
+        if ref not in cache:
+            cache[ref] = callable_of(load_ref(ref))
+        fn = cache[ref]
+    except BaseException as e:
+        out = failures(len(items), Status.ERROR, f"{type(e).__name__}: {e}", source)
+    else:
+        run_items(fn, items, kwargs, source=source, batched=batched, out=out, started=started)
+    _send(conn, ("done", job_id, sent), out[sent:])
+
+
+def _send(conn: Any, head: tuple[Any, ...], rs: list[RewardResult]) -> None:
+    try:
+        conn.send((*head, encode_all(rs)))
+    except (pickle.PicklingError, TypeError, AttributeError):  # an unpicklable info dict: that item alone
+        conn.send((*head, encode_all(rs, check=True)))
+
+
 # --------------------------------------------------------------------------------------- parent
 @dataclass
 class _Job:
@@ -145,7 +350,11 @@ class _Job:
     kwargs: dict[str, Any]
     source: str
     timeout_s: float
-    future: Future[RewardResult]
+    future: Future[Any]
+    items: list[tuple[Any, ...]] | None = None
+    """A chunk's per-sample arguments (None: a single call with ``args``)."""
+    batched: bool = False
+    flush_s: float = 0.05
 
 
 class _Slot:
@@ -157,13 +366,24 @@ class _Slot:
         self.proc: Any = None
         self.conn: Any = None
         self.thread = threading.Thread(target=self._loop, name=f"reward-pool-{index}", daemon=True)
+        # Shared with the worker (an anonymous memory file passed by descriptor): the item of a chunk
+        # it is running and when it started, so each item gets its own deadline.
+        self.progress_fd = os.memfd_create(f"reward-slot-{index}")
+        os.ftruncate(self.progress_fd, PROGRESS.size)
+        self.progress = mmap.mmap(self.progress_fd, PROGRESS.size)
 
     # Worker lifecycle -------------------------------------------------------------------------
     def start_worker(self) -> None:
         parent, child = mp.Pipe(duplex=True)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "stepcredit.reward.run._worker", str(child.fileno())],
-            pass_fds=(child.fileno(),),
+            [
+                sys.executable,
+                "-m",
+                "stepcredit.reward.run._worker",
+                str(child.fileno()),
+                str(self.progress_fd),
+            ],
+            pass_fds=(child.fileno(), self.progress_fd),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: a kill takes user code's children too
         )
@@ -199,14 +419,22 @@ class _Slot:
                 break
             if not job.future.set_running_or_notify_cancel():
                 continue
-            t0 = time.perf_counter()
-            try:
-                res = self._run(job)
-            except BaseException as e:  # never leave a caller waiting
-                res = RewardResult.failure(Status.ERROR, f"reward pool failure: {type(e).__name__}: {e}")
-            res.latency_s = res.latency_s or time.perf_counter() - t0
-            res.source = job.source
-            job.future.set_result(res)
+            if job.items is not None:
+                try:
+                    outcome = self._run_chunk(job, job.items)
+                except BaseException as e:  # never leave a caller waiting
+                    msg = f"reward pool failure: {type(e).__name__}: {e}"
+                    outcome = Outcome(_none_or(failures(len(job.items), Status.ERROR, msg, job.source)))
+                job.future.set_result(outcome)
+            else:
+                t0 = time.perf_counter()
+                try:
+                    res = self._run(job)
+                except BaseException as e:  # never leave a caller waiting
+                    res = RewardResult.failure(Status.ERROR, f"reward pool failure: {type(e).__name__}: {e}")
+                res.latency_s = res.latency_s or time.perf_counter() - t0
+                res.source = job.source
+                job.future.set_result(res)
             if self.proc is None and not self.pool._closed:
                 # Replace a killed/crashed worker now, while nobody is waiting on this slot.
                 with contextlib.suppress(Exception):
@@ -253,6 +481,78 @@ class _Slot:
         res.latency_s = time.perf_counter() - t0
         res.source = job.source
         return res
+
+    def _run_chunk(self, job: _Job, items: list[tuple[Any, ...]]) -> Outcome:
+        n = len(items)
+        if self.pool._closed:
+            return Outcome(_none_or(failures(n, Status.ERROR, "reward pool is closed", job.source)))
+        if self.proc is None or self.proc.poll() is not None:
+            self.kill_worker()
+            self.start_worker()
+        job_id = next(self.pool._ids)
+        results: list[RewardResult | None] = [None] * n
+        PROGRESS.pack_into(self.progress, 0, 0, time.monotonic())  # item 0's clock starts at the send
+        try:
+            self.conn.send(
+                ("chunk", job_id, job.ref, items, job.kwargs, job.source, job.batched, job.flush_s)
+            )
+        except Exception as e:  # unpicklable arguments, or a worker that just died
+            self.kill_worker()
+            msg = f"could not send the job to a worker: {e}"
+            return Outcome(_none_or(failures(n, Status.ERROR, msg, job.source)), died=list(range(n)))
+        while True:
+            k, started = PROGRESS.unpack_from(self.progress, 0)
+            left = started + job.timeout_s - time.monotonic()
+            if left > 0 and self.conn.poll(left):
+                try:
+                    kind, got_id, first, enc = self.conn.recv()
+                except (EOFError, OSError):
+                    # The worker died under item k (the progress says which): that item is re-submitted
+                    # by the caller, the items after it simply run again.
+                    k, _ = PROGRESS.unpack_from(self.progress, 0)
+                    code = None
+                    if self.proc is not None:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            code = self.proc.wait(1.0)
+                    self.kill_worker()
+                    why = "pool closed" if self.pool._closed else "crashed"
+                    (r,) = failures(
+                        1,
+                        Status.ERROR,
+                        f"reward worker {why} (exit code {code}) while running {job.ref}",
+                        job.source,
+                    )
+                    k = min(max(k, 0), n - 1)
+                    died = list(range(n)) if job.batched else [k]
+                    for i in died:
+                        results[i] = (
+                            r
+                            if len(died) == 1
+                            else failures(1, Status.ERROR, str(r.info["message"]), job.source)[0]
+                        )
+                    return Outcome(results, died=died)
+                if got_id != job_id:  # pragma: no cover - cannot happen with one job per slot
+                    continue
+                for j, t in enumerate(enc):
+                    results[first + j] = decode(t, job.source)
+                if kind == "done":
+                    return Outcome(results)
+                continue
+            k, started = PROGRESS.unpack_from(self.progress, 0)
+            now = time.monotonic()
+            if now < started + job.timeout_s:
+                continue  # the worker moved on to the next item meanwhile
+            self.kill_worker()
+            msg = f"reward function {job.ref} exceeded {job.timeout_s:g} s and was killed"
+            if job.batched:
+                out = failures(n, Status.TIMEOUT, msg, job.source)
+                for r in out:
+                    r.latency_s = now - started
+                return Outcome(list(out), whole=True)
+            (r,) = failures(1, Status.TIMEOUT, msg, job.source)
+            r.latency_s = now - started
+            results[min(max(k, 0), n - 1)] = r
+            return Outcome(results)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -313,6 +613,30 @@ class KillSafePool:
         self._queue.put(_Job(ref, args, dict(kwargs or {}), source, float(timeout_s), fut))
         return fut
 
+    def submit_chunk(
+        self,
+        ref: FnRef,
+        items: list[tuple[Any, ...]],
+        kwargs: dict[str, Any] | None = None,
+        *,
+        timeout_s: float,
+        source: str = "",
+        batched: bool = False,
+        flush_s: float = 0.05,
+    ) -> Future[Outcome]:
+        """Run a chunk in one worker: per item (``batched``: one call over all items) with ``timeout_s``
+        per item. The future always gets an :class:`Outcome`: an item that hangs is killed with its
+        worker and answered ``timeout``; the items it kept from running come back as None."""
+        fut: Future[Outcome] = Future()
+        if self._closed:
+            fut.set_result(
+                Outcome(_none_or(failures(len(items), Status.ERROR, "reward pool is closed", source)))
+            )
+            return fut
+        job = _Job(ref, (), dict(kwargs or {}), source, float(timeout_s), fut, list(items), batched, flush_s)
+        self._queue.put(job)
+        return fut
+
     def close(self) -> None:
         """Stop the workers (a running job is killed and answers ``error``) and their threads."""
         if self._closed:
@@ -337,7 +661,14 @@ def _shutdown(slots: list[_Slot], q: queue.SimpleQueue[_Job | None]) -> None:
         except queue.Empty:
             break
         if job is not None and job.future.set_running_or_notify_cancel():
-            job.future.set_result(RewardResult.failure(Status.ERROR, "reward pool is closed"))
+            if job.items is not None:
+                job.future.set_result(
+                    Outcome(
+                        _none_or(failures(len(job.items), Status.ERROR, "reward pool is closed", job.source))
+                    )
+                )
+            else:
+                job.future.set_result(RewardResult.failure(Status.ERROR, "reward pool is closed"))
     for _ in slots:
         q.put(None)
     for s in slots:
@@ -346,3 +677,7 @@ def _shutdown(slots: list[_Slot], q: queue.SimpleQueue[_Job | None]) -> None:
             _kill(proc)  # interrupts a running job; its thread answers "error" and exits
     for s in slots:
         s.thread.join(10.0)
+    for s in slots:
+        with contextlib.suppress(Exception):
+            s.progress.close()
+            os.close(s.progress_fd)

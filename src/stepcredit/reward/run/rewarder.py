@@ -41,6 +41,29 @@ class Route:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """The triage of a batch (:meth:`Rewarder.plan`): what is decided already and what must run where.
+
+    Every index appears exactly once across ``done``, ``scorers`` and ``calls``.
+    """
+
+    routes: list[Route | None]
+    """Per index, its route (None: no reward function routes it; its ``done`` result says why)."""
+    done: list[tuple[int, RewardResult]]
+    """Decided without running anything else: no route, a response that is not text, or the
+    function's inline fast path."""
+    scorers: list[tuple[RewardFn, list[int]]]
+    """Per scorer (reward model, judge, sandbox), the indices it scores as one sub-batch."""
+    calls: list[tuple[Route, list[int]]]
+    """Per route, in index order, the indices that need a call of the route's function."""
+
+
+def call_args(sample: Sample, response: str) -> tuple[Any, ...]:
+    """A reward function's positional arguments for one response (VeRL's signature)."""
+    return (sample.data_source, response, sample.ground_truth, sample.extra_info)
+
+
 def load_custom(spec: str, *, name: str, kwargs: dict[str, Any], isolate: bool, key: str) -> RewardFn:
     """Load a user's function or class named by ``spec``; any problem is a ConfigError naming ``key``."""
     ref = parse_spec(spec)
@@ -91,6 +114,7 @@ class Rewarder:
         self._lock = threading.Lock()
         self._threads = cf.ThreadPoolExecutor(max_workers=max(4, c.workers), thread_name_prefix="rewarder")
         self._scorers: dict[str, Scorer] = {}
+        self._routes: dict[tuple[str, str, str, str, str], Route] = {}
         self._closed = False
 
     def _named(self, spec: str, *, key: str, name: str) -> RewardFn:
@@ -148,7 +172,23 @@ class Rewarder:
 
     # ------------------------------------------------------------------------------ routing
     def route(self, sample: Sample) -> Route:
-        """The reward function, weight and keyword arguments of one sample (raises ConfigError if none)."""
+        """The reward function, weight and keyword arguments of one sample (raises ConfigError if none).
+        Samples alike in tag, domain, style, data source and ability share one Route object."""
+        key = (sample.tag, sample.domain, sample.style, sample.data_source, sample.ability)
+        got = self._routes.get(key)
+        if got is None:
+            got = self._routes[key] = self._route(sample)
+        return got
+
+    def is_batched(self, entry: RewardFn) -> bool:
+        """Does ``entry`` take VeRL's batch signature (lists in, one value per sample out)? Declared by
+        ``reward.custom.batched`` for the custom function, or ``batched = True`` on the function or class."""
+        if entry is self.custom and self.cfg.custom.batched:
+            return True
+        fn = entry.fn
+        return bool(getattr(fn, "batched", False) or getattr(getattr(fn, "__self__", None), "batched", False))
+
+    def _route(self, sample: Sample) -> Route:
         c = self.cfg
         domain = c.tag_domains.get(sample.tag, sample.domain)
         if domain in self.domains:
@@ -171,12 +211,44 @@ class Rewarder:
         return Route(entry, weight, {**c.kwargs.get(entry.name, {}), **extra})
 
     # ------------------------------------------------------------------------------ scoring
+    def plan(self, samples: Sequence[Sample], responses: Sequence[str]) -> Plan:
+        """Triage a batch: route each sample, decide what the fast path can, and group the rest by
+        scorer and by route. The one per-sample triage: :meth:`score_batch` and the agent both use it."""
+        if len(samples) != len(responses):
+            raise ValueError(f"{len(samples)} samples but {len(responses)} responses")
+        if self._closed:
+            raise RuntimeError("rewarder is closed")
+        routes: list[Route | None] = [None] * len(samples)
+        done: list[tuple[int, RewardResult]] = []
+        scorers: dict[int, tuple[RewardFn, list[int]]] = {}
+        calls: dict[int, tuple[Route, list[int]]] = {}
+        for i, (s, resp) in enumerate(zip(samples, responses, strict=True)):
+            try:
+                r = routes[i] = self.route(s)
+            except UserError as e:
+                done.append((i, _fail(Status.ERROR, str(e), source=s.data_source)))
+                continue
+            entry = r.entry
+            if entry.factory is not None:
+                scorers.setdefault(id(entry), (entry, []))[1].append(i)
+                continue
+            if not isinstance(resp, str):
+                done.append((i, _fail(Status.ERROR, f"response is {type(resp).__name__}, expected str")))
+                continue
+            if entry.fast is not None:
+                res = run_fast(entry, call_args(s, resp), r.kwargs)
+                if res is not None:
+                    done.append((i, res))
+                    continue
+            calls.setdefault(id(r), (r, []))[1].append(i)
+        return Plan(routes, done, list(scorers.values()), list(calls.values()))
+
     def score_batch(
         self, samples: Sequence[Sample], responses: Sequence[str], group_B: Any = None
     ) -> list[RewardResult]:
         """One result per response, in order. ``group_B`` (ids of prompts) is only needed by custom
         scorers with ``post_process_scores``; without it, samples with the same ``uid`` form a group."""
-        results, routes, pending = self._dispatch(samples, responses)
+        results, plan, pending = self._start(samples, responses)
         for fut, idx, timeout in pending:
             try:
                 got = fut.result(timeout=timeout)
@@ -185,13 +257,13 @@ class Rewarder:
             except Exception as e:
                 got = [_fail(Status.ERROR, f"{type(e).__name__}: {e}")] * len(idx)
             self._place(results, idx, got)
-        return self._finish(results, routes, samples, group_B)
+        return self.finish(results, plan.routes, samples, group_B)
 
     async def ascore_batch(
         self, samples: Sequence[Sample], responses: Sequence[str], group_B: Any = None
     ) -> list[RewardResult]:
         """:meth:`score_batch` for asyncio: waits without blocking the event loop."""
-        results, routes, pending = self._dispatch(samples, responses)
+        results, plan, pending = self._start(samples, responses)
 
         async def one(fut: cf.Future[Any], idx: list[int], timeout: float | None) -> None:
             try:
@@ -203,64 +275,14 @@ class Rewarder:
             self._place(results, idx, got)
 
         await asyncio.gather(*(one(f, i, t) for f, i, t in pending))
-        return self._finish(results, routes, samples, group_B)
+        return self.finish(results, plan.routes, samples, group_B)
 
     def score(self, sample: Sample, response: str) -> RewardResult:
         """Score one response."""
         return self.score_batch([sample], [response])[0]
 
-    # ----------------------------------------------------------------------------- internals
-    def _dispatch(
-        self, samples: Sequence[Sample], responses: Sequence[str]
-    ) -> tuple[
-        list[RewardResult | None], list[Route | None], list[tuple[cf.Future[Any], list[int], float | None]]
-    ]:
-        if len(samples) != len(responses):
-            raise ValueError(f"{len(samples)} samples but {len(responses)} responses")
-        if self._closed:
-            raise RuntimeError("rewarder is closed")
-        n = len(samples)
-        results: list[RewardResult | None] = [None] * n
-        routes: list[Route | None] = [None] * n
-        pending: list[tuple[cf.Future[Any], list[int], float | None]] = []
-        scorer_idx: dict[str, list[int]] = {}
-        for i, (s, resp) in enumerate(zip(samples, responses, strict=True)):
-            try:
-                r = routes[i] = self.route(s)
-            except UserError as e:
-                results[i] = _fail(Status.ERROR, str(e), source=s.data_source)
-                continue
-            entry = r.entry
-            if entry.factory is not None:
-                scorer_idx.setdefault(entry.name, []).append(i)
-                continue
-            if not isinstance(resp, str):
-                results[i] = _fail(Status.ERROR, f"response is {type(resp).__name__}, expected str")
-                continue
-            args = (s.data_source, resp, s.ground_truth, s.extra_info)
-            if entry.fast is not None:
-                res = run_fast(entry, args, r.kwargs)
-                if res is not None:
-                    results[i] = res
-                    continue
-            if entry.isolate:
-                assert entry.ref is not None
-                fut = self.pool.submit(
-                    entry.ref, args, r.kwargs, timeout_s=self.cfg.timeout_s, source=entry.name
-                )
-                pending.append((_listify(fut), [i], None))
-            else:
-                fut2 = self._threads.submit(_timed_call, entry.fn, args, r.kwargs)
-                pending.append((fut2, [i], self.cfg.timeout_s))
-        for name, idx in scorer_idx.items():
-            entry = REWARDS.get(name) if name in REWARDS else routes[idx[0]].entry  # type: ignore[union-attr]
-            fut3 = self._threads.submit(
-                self._run_scorer, entry, [samples[i] for i in idx], [responses[i] for i in idx]
-            )
-            pending.append((fut3, idx, None))
-        return results, routes, pending
-
-    def _run_scorer(self, entry: RewardFn, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
+    def run_scorer(self, entry: RewardFn, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
+        """Score a sub-batch with ``entry``'s scorer (built on first use); one result per response."""
         t0 = time.perf_counter()
         out = list(self._scorer(entry).score_batch(samples, responses))
         if len(out) != len(samples):
@@ -273,20 +295,16 @@ class Rewarder:
                 r.latency_s = dt
         return out
 
-    @staticmethod
-    def _place(results: list[RewardResult | None], idx: list[int], got: list[RewardResult]) -> None:
-        if len(got) == 1 and len(idx) > 1:
-            got = [dataclasses.replace(got[0], info=dict(got[0].info)) for _ in idx]
-        for i, r in zip(idx, got, strict=True):
-            results[i] = r
-
-    def _finish(
+    def finish(
         self,
-        results: list[RewardResult | None],
-        routes: list[Route | None],
+        results: Sequence[RewardResult | None],
+        routes: Sequence[Route | None],
         samples: Sequence[Sample],
         group_B: Any,
     ) -> list[RewardResult]:
+        """The last step of scoring, on raw results in index order: the domain's weight, the source,
+        and ``post_process_scores`` per group (``group_B``; None = by ``uid``). A missing result is an
+        internal error result."""
         out: list[RewardResult] = []
         for res, route in zip(results, routes, strict=True):
             r = res if res is not None else _fail(Status.ERROR, "no result (internal error)")
@@ -299,8 +317,50 @@ class Rewarder:
         self._post_process(out, routes, samples, group_B)
         return out
 
+    # ----------------------------------------------------------------------------- internals
+    def _start(
+        self, samples: Sequence[Sample], responses: Sequence[str]
+    ) -> tuple[list[RewardResult | None], Plan, list[tuple[cf.Future[Any], list[int], float | None]]]:
+        # Synchronous execution of a plan: one pool job per sample (the agent chunks; this path serves
+        # validation, the score command and the VeRL reward manager).
+        plan = self.plan(samples, responses)
+        results: list[RewardResult | None] = [None] * len(samples)
+        for i, res in plan.done:
+            results[i] = res
+        pending: list[tuple[cf.Future[Any], list[int], float | None]] = []
+        for r, idx in plan.calls:
+            entry = r.entry
+            for i in idx:
+                args = call_args(samples[i], responses[i])
+                if entry.isolate:
+                    assert entry.ref is not None
+                    fut = self.pool.submit(
+                        entry.ref, args, r.kwargs, timeout_s=self.cfg.timeout_s, source=entry.name
+                    )
+                    pending.append((_listify(fut), [i], None))
+                else:
+                    fut2 = self._threads.submit(_timed_call, entry.fn, args, r.kwargs)
+                    pending.append((fut2, [i], self.cfg.timeout_s))
+        for entry, idx in plan.scorers:
+            fut3 = self._threads.submit(
+                self.run_scorer, entry, [samples[i] for i in idx], [responses[i] for i in idx]
+            )
+            pending.append((fut3, idx, None))
+        return results, plan, pending
+
+    @staticmethod
+    def _place(results: list[RewardResult | None], idx: list[int], got: list[RewardResult]) -> None:
+        if len(got) == 1 and len(idx) > 1:
+            got = [dataclasses.replace(got[0], info=dict(got[0].info)) for _ in idx]
+        for i, r in zip(idx, got, strict=True):
+            results[i] = r
+
     def _post_process(
-        self, out: list[RewardResult], routes: list[Route | None], samples: Sequence[Sample], group_B: Any
+        self,
+        out: list[RewardResult],
+        routes: Sequence[Route | None],
+        samples: Sequence[Sample],
+        group_B: Any,
     ) -> None:
         posts = {id(r.entry): r.entry for r in routes if r is not None and r.entry.post_process is not None}
         if not posts:

@@ -1,0 +1,115 @@
+"""Requests per second of the reward agent per backend, for a trivial reward, next to a direct loop.
+
+The reward is what a new user writes first: ``reward.custom.path=fn.py:compute_score``, one string
+comparison per sample. Per backend (``thread``, ``process``, ``ray`` on a local instance), with
+default settings otherwise: one warm-up batch, then ``--requests`` samples (groups of 8) through
+``agent.submit_samples`` + ``agent.stream(ticket, --pull)``, timed from submit to the last pull. The
+same backends run again with ``reward.agent.chunk_s=0`` (one request per sample, the dispatch before
+chunking) on ``--baseline-requests`` samples, so ``speedup`` is a ratio measured in this run. The
+direct loop calls the function in this process, no agent. ``identical`` says whether every
+per-request score equals the direct loop's.
+
+    python benchmarks/agent_throughput.py [--json] [--requests 20000] [--backends thread,process,ray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig
+from stepcredit.reward.run.agent import build_agent
+from stepcredit.types import Sample
+
+FN = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    return float(solution_str == ground_truth)
+"""
+GROUP = 8
+
+
+def batch(n: int, seed: int) -> tuple[list[Sample], list[str], list[int]]:
+    samples = [Sample(prompt=(), ground_truth=str((i * 7 + seed) % 10), uid=f"{seed}:{i}") for i in range(n)]
+    texts = [str((i * 3 + seed) % 10) for i in range(n)]
+    return samples, texts, [i // GROUP for i in range(n)]
+
+
+def run(
+    path: str, backend: str, n: int, pull: int, chunk_s: float | None
+) -> tuple[float, list[float], dict[str, float]]:
+    agent_kw: dict[str, Any] = {"backend": backend}
+    if chunk_s is not None:
+        agent_kw["chunk_s"] = chunk_s
+    cfg = RewardConfig(custom=RewardCustomConfig(path=path), agent=AgentConfig(**agent_kw))
+    with build_agent(cfg) as agent:
+        agent.warmup()
+        s, t, g = batch(min(n, 2048), seed=1)
+        list(agent.stream(agent.submit_samples(s, t, g), pull))  # warm-up: workers, imports, chunk sizes
+        agent.metrics()
+        s, t, g = batch(n, seed=0)
+        t0 = time.perf_counter()
+        ticket = agent.submit_samples(s, t, g)
+        scores = [0.0] * n
+        for idx, results in agent.stream(ticket, pull):
+            for i, r in zip(idx, results, strict=True):
+                scores[i] = r.score
+        dt = time.perf_counter() - t0
+        m = agent.metrics()
+    return dt, scores, m
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    ap.add_argument("--requests", type=int, default=20_000, help="samples per timed batch (chunked)")
+    ap.add_argument("--baseline-requests", type=int, default=5_000, help="samples per batch with chunk_s=0")
+    ap.add_argument("--pull", type=int, default=256, help="samples per stream pull (whole groups)")
+    ap.add_argument("--backends", default="thread,process,ray")
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fn = Path(tmp) / "fn.py"
+        fn.write_text(FN)
+        sys.path.insert(0, tmp)
+        from fn import compute_score  # type: ignore[import-not-found]
+
+        s, t, _ = batch(args.requests, seed=0)
+        t0 = time.perf_counter()
+        direct = [
+            compute_score(x.data_source, r, x.ground_truth, x.extra_info) for x, r in zip(s, t, strict=True)
+        ]
+        t_direct = time.perf_counter() - t0
+        out: dict[str, Any] = {"requests": args.requests, "direct_per_s": round(args.requests / t_direct, 1)}
+        for backend in args.backends.split(","):
+            dt, scores, m = run(f"{fn}:compute_score", backend, args.requests, args.pull, None)
+            base_n = args.baseline_requests
+            bdt, bscores, _ = run(f"{fn}:compute_score", backend, base_n, args.pull, 0.0)
+            out[backend] = {
+                "per_s": round(args.requests / dt, 1),
+                "per_sample_dispatch_per_s": round(base_n / bdt, 1),
+                "speedup": round((args.requests / dt) / (base_n / bdt), 2),
+                "identical": scores == direct and bscores == direct[:base_n],
+                "chunk_size_mean": round(m["agent/chunk_size_mean"], 1),
+                "chunks": m["agent/chunks"],
+            }
+    print(f"direct loop: {out['direct_per_s']:,.0f} requests/s ({args.requests} requests)")
+    cols = ["per_s", "per_sample_dispatch_per_s", "speedup", "identical", "chunk_size_mean"]
+    print(f"{'backend':<9}" + "".join(f"{c:>28}" for c in cols))
+    for backend in args.backends.split(","):
+        print(f"{backend:<9}" + "".join(f"{out[backend][c]!s:>28}" for c in cols))
+    if args.json:
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
