@@ -118,3 +118,18 @@ def values_from_logprobs(
             raise ValueError(f"probes of row {p.row} out of order")
         out[p.row].append(float(lp.float().mean()))
     return out
+
+
+def probe_batch_size(n: int, *, dp: int, micro_batch: int | None, dynamic: bool) -> int:
+    """Rows to send for ``n`` probes: the smallest count >= n that verl's actor accepts.
+
+    verl's dispatch splits a batch evenly over the ``dp`` ranks, and with a fixed micro-batch
+    (``log_prob_use_dynamic_bsz=false``) each rank's share must be a multiple of
+    ``log_prob_micro_batch_size_per_gpu`` (``prepare_micro_batches`` in verl/workers/engine/utils.py
+    asserts it), so the padding unit is dp x micro-batch; with dynamic batch size micro-batches are
+    cut by tokens and only dp counts. The extra rows repeat a real probe and are dropped afterwards.
+    """
+    if n <= 0:
+        return 0
+    unit = dp if dynamic or not micro_batch else dp * int(micro_batch)
+    return -(-n // unit) * unit

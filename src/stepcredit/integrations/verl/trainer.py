@@ -48,7 +48,12 @@ from verl.workers.utils.padding import response_from_nested, response_to_nested
 from stepcredit.errors import ConfigError
 from stepcredit.integrations.verl.config import stepcredit_config, to_plain
 from stepcredit.integrations.verl.estimators import PREFIX, group_ids, verl_advantages
-from stepcredit.integrations.verl.process import ValueProbe, plan_probes, values_from_logprobs
+from stepcredit.integrations.verl.process import (
+    ValueProbe,
+    plan_probes,
+    probe_batch_size,
+    values_from_logprobs,
+)
 from stepcredit.integrations.verl.reward_manager import result_of, reward_config
 from stepcredit.process import process_channel
 from stepcredit.reward import apply_failure_policy
@@ -218,7 +223,14 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
         if "actor" not in wg._dispatch_info:
             wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
         dp = max(wg._dispatch_info["actor"]) + 1
-        padded = probes + [probes[-1]] * (-len(probes) % dp)  # the dispatch splits evenly over dp ranks
+        rollout = self.config.actor_rollout_ref.rollout
+        size = probe_batch_size(
+            len(probes),
+            dp=dp,
+            micro_batch=rollout.get("log_prob_micro_batch_size_per_gpu", None),
+            dynamic=bool(rollout.get("log_prob_use_dynamic_bsz", False)),
+        )
+        padded = probes + [probes[-1]] * (size - len(probes))
         step = int(getattr(self, "global_steps", 0))
         keys = [f"sc{step}_{i}" for i in range(len(padded))]
         prompts = [torch.tensor(p.context_ids, dtype=torch.int64) for p in padded]
