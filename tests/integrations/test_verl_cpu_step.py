@@ -34,11 +34,12 @@ from stepcredit.models import build_tiny
 ROOT = Path(__file__).resolve().parents[2]
 
 # A reward with a gradient on a random model (a GSM8K verdict would be 0 for every response): the share
-# of digits in the response; an empty response raises, which the reward manager types as a failure.
+# of digits in the response. It raises for every response whose length is a multiple of 3, which the
+# reward manager types as a failure and the stepcredit_sync trainer keeps out of the loss.
 REWARD_FN = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    if not solution_str.strip():
-        raise ValueError("empty response")
+    if len(solution_str) % 3 == 0:
+        raise ValueError("cannot score this one")
     return sum(c.isdigit() for c in solution_str) / len(solution_str)
 """
 
@@ -140,7 +141,29 @@ def test_one_verl_step_with_stepcredit_on_cpu(tmp_path: Path) -> None:
     start = time.perf_counter()
     rows, _ = run_verl(tmp_path)
     m: dict[str, Any] = rows[-1].get("data", rows[-1])
-    print(f"verl CPU step: {time.perf_counter() - start:.1f} s; metrics: {json.dumps(m, default=str)}")
+    wall = time.perf_counter() - start
+    keys = [
+        "timing_s/step",
+        "timing_s/gen",
+        "timing_s/old_log_prob",
+        "timing_s/stepcredit_probes",
+        "timing_s/adv",
+        "timing_s/update_actor",
+        "stepcredit/value_probes",
+        "stepcredit/probe_tokens_per_response_token",
+        "stepcredit/probe_tokens_per_sequence_token",
+        "stepcredit/packed_tokens_per_sequence_token",
+        "stepcredit/reward_valid_frac",
+        "actor/grad_norm",
+    ]
+    print(f"verl CPU run {wall:.1f} s: " + ", ".join(f"{k}={m.get(k)}" for k in keys))
+    # the step trained: a gradient, the stepcredit_sync trainer valued prefixes with the actor
+    assert m["training/global_step"] == 1
     assert m["actor/grad_norm"] > 0
-    assert m["stepcredit/value_probes"] > 0
-    assert 0 < m["stepcredit/reward_valid_frac"] <= 1
+    assert m["stepcredit/value_probes"] > 0 and m["stepcredit/episodes_per_response"] > 0
+    assert m["timing_s/stepcredit_probes"] > 0 and m["stepcredit/probe_tokens_per_response_token"] > 1
+    # the custom reward raised for some responses: typed failures, kept out of the loss
+    assert 0 < m["stepcredit/reward_valid_frac"] < 1
+    # the rollout server took the actor's weights and sampled what the actor scores
+    assert "timing_s/update_weights" in m
+    assert m["training/rollout_probs_diff_max"] < 1e-2

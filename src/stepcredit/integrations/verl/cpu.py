@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -32,8 +33,24 @@ from typing import Any
 
 import ray
 import torch
-from verl.plugin.platform.platform_base import PlatformBase
-from verl.plugin.platform.platform_manager import PlatformRegistry
+
+_PLUGINS_POLICY = os.environ.get("VERL_USE_EXTERNAL_PLUGINS")
+_DEFER_PLUGINS = "verl" not in sys.modules
+if _DEFER_PLUGINS:
+    # Imported before verl (a Ray worker unpickling HFServer imports this module first): `import verl`
+    # would load the verl.plugins entry points (stepcredit's trainer asks for the platform) before this
+    # module has registered it. Import verl without them; they are loaded at the end of this module.
+    os.environ["VERL_USE_EXTERNAL_PLUGINS"] = "none"
+    try:
+        import verl  # noqa: F401
+    finally:
+        if _PLUGINS_POLICY is None:
+            del os.environ["VERL_USE_EXTERNAL_PLUGINS"]
+        else:
+            os.environ["VERL_USE_EXTERNAL_PLUGINS"] = _PLUGINS_POLICY
+
+from verl.plugin.platform.platform_base import PlatformBase  # noqa: E402
+from verl.plugin.platform.platform_manager import PlatformRegistry  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -436,3 +453,23 @@ check_version()
 _register_engines()
 _register_rollout()
 _gloo_default()
+
+
+def _load_deferred_plugins() -> None:
+    """verl's own plugin loading (verl/__init__.py), for the case where it was held back above."""
+    from importlib.metadata import entry_points
+
+    policy = (_PLUGINS_POLICY or "auto").strip().lower()
+    if policy == "none":
+        return
+    allowed = None if policy == "auto" else {n.strip() for n in policy.split(",") if n.strip()}
+    for ep in entry_points(group="verl.plugins"):
+        if allowed is None or ep.name in allowed:
+            try:
+                ep.load()
+            except Exception as e:  # as verl: a broken plugin must not stop this process
+                logger.warning("verl plugin %s failed to load: %s", ep.name, e)
+
+
+if _DEFER_PLUGINS:
+    _load_deferred_plugins()

@@ -133,3 +133,26 @@ def probe_batch_size(n: int, *, dp: int, micro_batch: int | None, dynamic: bool)
         return 0
     unit = dp if dynamic or not micro_batch else dp * int(micro_batch)
     return -(-n // unit) * unit
+
+
+def probe_cost(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], probes: Sequence[ValueProbe]
+) -> dict[str, int]:
+    """Token counts of the value probes next to the actor's own log-prob pass, and what a packed
+    layout would process instead.
+
+    ``sequence``: prompt + response tokens, what verl's ``compute_log_prob`` over the batch processes;
+    ``response``: response tokens; ``probe``: what the probes process (each repeats its prompt and
+    prefix: S + 1 sequences per response); ``packed``: one pass over prompt + response plus, per probe,
+    its force prompt and answer attending to its prefix (stepcredit's ``packed`` strategy, one causal
+    pass with a block mask). ``prompts``/``responses`` are the rows ``probes`` index.
+    """
+    head = {p.row: len(p.context_ids) - len(prompts[p.row]) for p in probes if p.index == 0}
+    rows = sorted(head)
+    sequence = sum(len(prompts[b]) + len(responses[b]) for b in rows)
+    return {
+        "sequence": sequence,
+        "response": sum(len(responses[b]) for b in rows),
+        "probe": sum(len(p.context_ids) + len(p.answer_ids) for p in probes),
+        "packed": sequence + sum(head[p.row] + len(p.answer_ids) for p in probes),
+    }

@@ -1,8 +1,8 @@
 """``trainer.v1.trainer_mode=stepcredit_sync``: verl's synchronous v1 trainer with stepcredit's credit.
 
-GPU-ONLY at run time (it drives verl's actor worker group); it imports on CPU, and its pure parts
-(:mod:`stepcredit.integrations.verl.process`, :mod:`~stepcredit.integrations.verl.estimators`) are
-tested there. Not run end to end by stepcredit's test suite.
+Written for GPUs; run end to end on CPU by the test suite through
+:mod:`stepcredit.integrations.verl.cpu` (tests/integrations/test_verl_cpu_step.py: one real verl step
+with process rewards, the ``stepcredit`` reward manager and ``stepcredit_grpo_process``).
 
 Why a trainer and not a reward manager or an agent loop: V(prefix) must come from the *current*
 policy, i.e. the actor's weights. verl 0.9's reward loop runs in separate reward workers that see
@@ -23,14 +23,21 @@ values) with ``_compute_advantage`` replaced by, in order:
 4. the ``stepcredit_*`` estimator with both channels, ``valid`` and the critic's values.
 
 Cost: one probe per episode end plus one (V_0) per response, each as long as prompt + prefix + force
-prompt + answer: about (S + 1) forward passes of a response's length (verl's actor has no packed
-multi-prefix attention mask, so stepcredit's ``packed`` strategy is not available here). Keep
-``stepcredit.process.max_episode_tokens`` large enough that S stays small (e.g. 4-12).
+prompt + answer: about (S + 1) forward passes of a response's length. stepcredit's ``packed`` strategy
+(one pass over the response plus the suffixes, under a block attention mask) is not available here:
+verl's actor builds its own causal or varlen attention from ``input_ids``/``position_ids`` and takes no
+per-sample attention mask. Logged per step: ``timing_s/stepcredit_probes`` (next to verl's
+``timing_s/old_log_prob``), ``stepcredit/probe_tokens_per_response_token``,
+``stepcredit/probe_tokens_per_sequence_token`` and ``stepcredit/packed_tokens_per_sequence_token`` (what
+a packed layout would process, for comparison). Keep ``stepcredit.process.max_episode_tokens`` large
+enough that S stays small (e.g. 4-12). The probes are padded to a multiple of dp x
+``log_prob_micro_batch_size_per_gpu`` (dp alone with dynamic batch size), as verl's micro-batching needs.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -52,6 +59,7 @@ from stepcredit.integrations.verl.process import (
     ValueProbe,
     plan_probes,
     probe_batch_size,
+    probe_cost,
     values_from_logprobs,
 )
 from stepcredit.integrations.verl.reward_manager import result_of, reward_config
@@ -202,7 +210,15 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
             self.tokenizer,
             self.sc.process,
         )
+        start = time.perf_counter()
         values_live = values_from_logprobs(probes, self._answer_logprobs(probes), len(live))
+        # the probes' cost next to verl's own log-prob pass (timing_s/old_log_prob), in time and tokens
+        metrics["timing_s/stepcredit_probes"] = time.perf_counter() - start
+        cost = probe_cost([prompts[b] for b in live], [responses[b] for b in live], probes)
+        if cost["response"]:
+            metrics["stepcredit/probe_tokens_per_response_token"] = cost["probe"] / cost["response"]
+            metrics["stepcredit/probe_tokens_per_sequence_token"] = cost["probe"] / cost["sequence"]
+            metrics["stepcredit/packed_tokens_per_sequence_token"] = cost["packed"] / cost["sequence"]
         ends: list[list[int]] = [[] for _ in responses]
         values: list[list[float]] = [[0.0] for _ in responses]
         for j, b in enumerate(live):
