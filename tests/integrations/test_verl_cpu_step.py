@@ -113,6 +113,8 @@ def run_verl(tmp: Path, extra: list[str] | None = None, *, timeout: float = 400)
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": "1",
         "RAY_AUTH_MODE": "disabled",
+        "RAY_ADDRESS": "local",  # a Ray of its own, never one another job started on this machine
+        "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_DEDUP_LOGS": "0",
         "VERL_FILE_LOGGER_PATH": str(metrics_path),
         "WANDB_MODE": "disabled",
@@ -136,6 +138,7 @@ def run_verl(tmp: Path, extra: list[str] | None = None, *, timeout: float = 400)
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 @pytest.mark.timeout(420)
 def test_one_verl_step_with_stepcredit_on_cpu(tmp_path: Path) -> None:
     start = time.perf_counter()
