@@ -1,7 +1,7 @@
 """One real verl training step with stepcredit, on CPU (verl 0.9.1 through stepcredit's CPU platform).
 
 ``python -m verl.trainer.main_ppo`` runs in a subprocess with ``VERL_PLATFORM=cpu`` and
-``VERL_USE_EXTERNAL_MODULES=stepcredit.integrations.verl.cpu`` (:mod:`stepcredit.integrations.verl.cpu`:
+``VERL_USE_EXTERNAL_MODULES=stepcredit.integrations.verl.cpu.backend`` (:mod:`stepcredit.integrations.verl.cpu`:
 gloo, verl's FSDP engines for the CPU, a Hugging Face ``generate`` rollout server with weight sync), a
 tiny random Llama, 4 arithmetic prompts x 4 samples, and every stepcredit piece inside verl: the plugin
 registered by ``import verl`` alone, the ``stepcredit_sync`` trainer with process rewards, the
@@ -34,11 +34,12 @@ from stepcredit.models import build_tiny
 ROOT = Path(__file__).resolve().parents[2]
 
 # A reward with a gradient on a random model (a GSM8K verdict would be 0 for every response): the share
-# of digits in the response. It raises for every response whose length is a multiple of 3, which the
-# reward manager types as a failure and the stepcredit_sync trainer keeps out of the loss.
+# of digits in the response. It raises for every response of the first prompt and for any response whose
+# length is a multiple of 3: the reward manager types those as failures, which the stepcredit_sync
+# trainer keeps out of the loss (so 0 < reward_valid_frac <= 0.75 whatever the random samples are).
 REWARD_FN = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    if len(solution_str) % 3 == 0:
+    if (extra_info or {}).get("index") == 0 or len(solution_str) % 3 == 0:
         raise ValueError("cannot score this one")
     return sum(c.isdigit() for c in solution_str) / len(solution_str)
 """
@@ -166,7 +167,7 @@ def test_one_verl_step_with_stepcredit_on_cpu(tmp_path: Path) -> None:
     assert m["stepcredit/value_probes"] > 0 and m["stepcredit/episodes_per_response"] > 0
     assert m["timing_s/stepcredit_probes"] > 0 and m["stepcredit/probe_tokens_per_response_token"] > 1
     # the custom reward raised for some responses: typed failures, kept out of the loss
-    assert 0 < m["stepcredit/reward_valid_frac"] < 1
+    assert 0 < m["stepcredit/reward_valid_frac"] <= 0.75
     # the rollout server took the actor's weights and sampled what the actor scores
     assert "timing_s/update_weights" in m
     assert m["training/rollout_probs_diff_max"] < 1e-2

@@ -23,7 +23,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.engine.utils import prepare_micro_batches
 
 import stepcredit.integrations.verl.trainer as trainer_mod
-from stepcredit.integrations.verl.process import ValueProbe, probe_batch_size
+from stepcredit.integrations.verl.process import ValueProbe, probe_batch_size, probe_cost
 
 
 class FakeTQ:
@@ -140,3 +140,18 @@ def test_probe_batch_size_by_hand() -> None:
     assert probe_batch_size(12, dp=2, micro_batch=3, dynamic=False) == 12
     assert probe_batch_size(0, dp=2, micro_batch=3, dynamic=False) == 0
     assert probe_batch_size(3, dp=2, micro_batch=None, dynamic=False) == 4
+
+
+def test_probe_cost_by_hand() -> None:
+    # row 0: prompt 3 + response 4 tokens, probes V_0 (prefix 0) and V_1 (prefix 2), force prompt 2 tokens,
+    # answer 1; row 1: prompt 2 + response 2, only V_0, answer 2 tokens.
+    prompts, responses = [[1, 2, 3], [4, 5]], [[6, 7, 8, 9], [10, 11]]
+    probes = [
+        ValueProbe(0, 0, [1, 2, 3, 90, 91], [50]),
+        ValueProbe(0, 1, [1, 2, 3, 6, 7, 90, 91], [50]),
+        ValueProbe(1, 0, [4, 5, 90, 91], [50, 51]),
+    ]
+    cost = probe_cost(prompts, responses, probes)
+    # sequence (3+4)+(2+2) = 11; response 4+2 = 6; probes (5+1)+(7+1)+(4+2) = 20;
+    # packed: one pass over the 11 sequence tokens + per probe force prompt and answer: (2+1)+(2+1)+(2+2) = 10
+    assert cost == {"sequence": 11, "response": 6, "probe": 20, "packed": 21}

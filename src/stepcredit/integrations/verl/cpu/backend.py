@@ -1,22 +1,7 @@
-"""verl 0.9 on CPU, through verl's own extension points: for tests and debugging, never for speed.
+"""The CPU platform, engines and ``hf`` rollout for verl 0.9: registered in verl when imported.
 
-verl 0.9.1 cannot train on a CPU out of the box: only the nvidia/npu/rocm platforms are registered (an
-unknown machine falls back to nvidia and dies on "Distributed package doesn't have NCCL built in"), its
-FSDP engines are registered for cuda/npu only, and its rollout registries hold only vllm, sglang and
-trtllm. This module adds, on import (verl imports it in every Ray process when it is named in
-``VERL_USE_EXTERNAL_MODULES``, see :func:`env`):
-
-* the ``cpu`` platform (``VERL_PLATFORM=cpu``): torch's CPU device, ``gloo`` for collectives, and Ray's
-  "GPU" resource name, so that a Ray started with fake GPUs (``ray_kwargs.ray_init.num_gpus=1``)
-  satisfies verl's resource pools;
-* verl's FSDP engines (actor, reference, critic) registered for device ``cpu``;
-* rollout ``hf``: a small server (one Ray actor per replica) that generates with Hugging Face
-  ``generate`` and takes the actor's weights at each sync (``actor_rollout_ref.rollout.name=hf``).
-
-Also needed on the verl command line (:data:`OVERRIDES`): ``strategy=fsdp2`` (fsdp1 refuses CPU
-parameters with ``sync_module_states``), ``pin_memory=False`` for the reference model's CPU offload
-policy, and ``sdpa`` attention (verl's default is flash-attention-2). Written against verl 0.9.1;
-:func:`check_version` refuses anything outside 0.9.x.
+verl imports this module in every process when ``VERL_USE_EXTERNAL_MODULES`` names it (see
+:func:`stepcredit.integrations.verl.cpu.env`); the package docstring says what it adds and why.
 """
 
 from __future__ import annotations
@@ -33,6 +18,8 @@ from typing import Any
 
 import ray
 import torch
+
+from stepcredit.integrations.verl.cpu import PLATFORM, ROLLOUT, SERVER_PREFIX
 
 _PLUGINS_POLICY = os.environ.get("VERL_USE_EXTERNAL_PLUGINS")
 _DEFER_PLUGINS = "verl" not in sys.modules
@@ -53,32 +40,7 @@ from verl.plugin.platform.platform_base import PlatformBase  # noqa: E402
 from verl.plugin.platform.platform_manager import PlatformRegistry  # noqa: E402
 
 logger = logging.getLogger(__name__)
-
-PLATFORM = "cpu"
-ROLLOUT = "hf"
 MODULE = __name__
-SERVER_PREFIX = "stepcredit_hf_server_"
-"""Ray actor name of the rollout server of replica r: SERVER_PREFIX + str(r)."""
-
-OVERRIDES = (
-    "trainer.device=cpu",
-    "+ray_kwargs.ray_init.num_gpus=1",
-    f"actor_rollout_ref.rollout.name={ROLLOUT}",
-    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-    "actor_rollout_ref.actor.strategy=fsdp2",
-    "actor_rollout_ref.ref.strategy=fsdp2",
-    "critic.strategy=fsdp2",
-    "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
-    "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
-    "actor_rollout_ref.rollout.agent.num_workers=1",
-    "reward.num_workers=1",
-    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-    "data.dataloader_num_workers=0",
-    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    "+critic.model.override_config.attn_implementation=sdpa",
-    "actor_rollout_ref.model.use_remove_padding=false",
-)
-"""verl command-line overrides that every CPU run needs next to :func:`env`."""
 
 
 def check_version() -> None:
@@ -87,11 +49,6 @@ def check_version() -> None:
     version = str(getattr(verl, "__version__", "?"))
     if not version.startswith("0.9."):
         raise RuntimeError(f"stepcredit's CPU platform for verl is written for verl 0.9.x, found {version}")
-
-
-def env() -> dict[str, str]:
-    """Environment variables that make every verl process (driver and Ray workers) load this module."""
-    return {"VERL_PLATFORM": PLATFORM, "VERL_USE_EXTERNAL_MODULES": MODULE}
 
 
 # ------------------------------------------------------------------------------------------- platform
