@@ -182,3 +182,33 @@ def test_unsupported_verl_is_refused_loudly(
     assert "verl 0.8.5 is outside the supported range >=0.9,<0.10" in capsys.readouterr().err
     monkeypatch.undo()
     assert plugin.register()["reward_managers"] == ["stepcredit"]  # registering again is a no-op
+
+
+def test_failed_reward_in_a_stock_verl_trainer_stays_in_the_loss() -> None:
+    # What the README documents (issue 19): verl's own trainers hand an estimator only the rewards, the
+    # mask, the uids and the config; the reward manager's typed failure (reward_extra_info ok=0, score 0
+    # under failure_policy=mask) sits in non_tensor_batch, which verl never passes on. So a failed
+    # response gets an advantage like any 0-score response and counts in its group's baseline; only
+    # stepcredit_sync reads the flag back and masks it (the `valid` argument below).
+    data = _data(seed=7)
+    B = len(data)
+    rewards = data.batch["token_level_rewards"]
+    failed = 1  # prompt-0's second response: could not be scored, the failure policy made it 0
+    rewards[failed] = 0.0
+    data.non_tensor_batch["ok"] = np.array([0.0 if b == failed else 1.0 for b in range(B)], dtype=object)
+    algo = OmegaConf.create({**VERL_ALGO, "adv_estimator": "stepcredit_grpo"})
+    stock = compute_advantage(data, adv_estimator="stepcredit_grpo", config=algo).batch["advantages"]
+    assert stock[failed].abs().sum() > 0  # in the loss
+
+    valid = torch.tensor([b != failed for b in range(B)])
+    masked, _ = verl_advantages(
+        "grpo",
+        rewards,
+        data.batch["response_mask"],
+        index=data.non_tensor_batch["uid"],
+        config=algo,
+        valid=valid,
+    )
+    assert masked[failed].abs().sum() == 0  # stepcredit_sync: out of the loss
+    assert not torch.allclose(masked[:4], stock[:4])  # and out of its group's baseline
+    torch.testing.assert_close(masked[4:], stock[4:])  # other groups unchanged

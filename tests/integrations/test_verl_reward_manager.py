@@ -165,3 +165,38 @@ def test_custom_function_raise_and_hang_are_typed_not_crashes(tmp_path: Path) ->
     back = result_of(verl_out[2]["reward_extra_info"], verl_out[2]["reward_score"])
     assert back.status is Status.ERROR and not back.ok
     assert result_of(verl_out[0]["reward_extra_info"], 1.5).ok
+
+
+SLOW_IMPORT = """
+import time
+
+time.sleep(2.5)  # as a module that imports verl (~9 s on a loaded machine) at the top
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if ground_truth == "slow":
+        time.sleep(30)
+    return 1.0
+"""
+
+
+def test_first_import_of_the_custom_function_is_not_charged_to_the_deadline(tmp_path: Path) -> None:
+    # Issue 19: a fresh pool worker imported the user's module inside the first job's deadline, so with
+    # timeout_s=10 a function importing verl timed out on its first response. The import now has its own
+    # allowance; the call itself keeps the deadline (the "slow" row still times out after 1 s).
+    fn = tmp_path / "slow_import.py"
+    fn.write_text(SLOW_IMPORT)
+    config = OmegaConf.create(
+        {
+            "reward": {"custom_reward_function": {"path": str(fn), "name": "compute_score"}},
+            "stepcredit": {"reward": {"workers": 1, "timeout_s": 1.0}},
+        }
+    )
+    rows = [
+        {"data_source": "mine", "response": "a", "ground_truth": "x"},
+        {"data_source": "mine", "response": "b", "ground_truth": "slow"},
+        {"data_source": "mine", "response": "c", "ground_truth": "x"},  # a replacement worker imports again
+    ]
+    out = _verl_scores(config, rows)
+    assert [v["reward_extra_info"]["status"] for v in out] == ["ok", "timeout", "ok"]
+    assert [v["reward_score"] for v in out] == [1.0, 0.0, 1.0]

@@ -118,3 +118,41 @@ def values_from_logprobs(
             raise ValueError(f"probes of row {p.row} out of order")
         out[p.row].append(float(lp.float().mean()))
     return out
+
+
+def probe_batch_size(n: int, *, dp: int, micro_batch: int | None, dynamic: bool) -> int:
+    """Rows to send for ``n`` probes: the smallest count >= n that verl's actor accepts.
+
+    verl's dispatch splits a batch evenly over the ``dp`` ranks, and with a fixed micro-batch
+    (``log_prob_use_dynamic_bsz=false``) each rank's share must be a multiple of
+    ``log_prob_micro_batch_size_per_gpu`` (``prepare_micro_batches`` in verl/workers/engine/utils.py
+    asserts it), so the padding unit is dp x micro-batch; with dynamic batch size micro-batches are
+    cut by tokens and only dp counts. The extra rows repeat a real probe and are dropped afterwards.
+    """
+    if n <= 0:
+        return 0
+    unit = dp if dynamic or not micro_batch else dp * int(micro_batch)
+    return -(-n // unit) * unit
+
+
+def probe_cost(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], probes: Sequence[ValueProbe]
+) -> dict[str, int]:
+    """Token counts of the value probes next to the actor's own log-prob pass, and what a packed
+    layout would process instead.
+
+    ``sequence``: prompt + response tokens, what verl's ``compute_log_prob`` over the batch processes;
+    ``response``: response tokens; ``probe``: what the probes process (each repeats its prompt and
+    prefix: S + 1 sequences per response); ``packed``: one pass over prompt + response plus, per probe,
+    its force prompt and answer attending to its prefix (stepcredit's ``packed`` strategy, one causal
+    pass with a block mask). ``prompts``/``responses`` are the rows ``probes`` index.
+    """
+    head = {p.row: len(p.context_ids) - len(prompts[p.row]) for p in probes if p.index == 0}
+    rows = sorted(head)
+    sequence = sum(len(prompts[b]) + len(responses[b]) for b in rows)
+    return {
+        "sequence": sequence,
+        "response": sum(len(responses[b]) for b in rows),
+        "probe": sum(len(p.context_ids) + len(p.answer_ids) for p in probes),
+        "packed": sequence + sum(head[p.row] + len(p.answer_ids) for p in probes),
+    }

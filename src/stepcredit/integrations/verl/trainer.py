@@ -1,8 +1,8 @@
 """``trainer.v1.trainer_mode=stepcredit_sync``: verl's synchronous v1 trainer with stepcredit's credit.
 
-GPU-ONLY at run time (it drives verl's actor worker group); it imports on CPU, and its pure parts
-(:mod:`stepcredit.integrations.verl.process`, :mod:`~stepcredit.integrations.verl.estimators`) are
-tested there. Not run end to end by stepcredit's test suite.
+Written for GPUs; run end to end on CPU by the test suite through
+:mod:`stepcredit.integrations.verl.cpu` (tests/integrations/test_verl_cpu_step.py: one real verl step
+with process rewards, the ``stepcredit`` reward manager and ``stepcredit_grpo_process``).
 
 Why a trainer and not a reward manager or an agent loop: V(prefix) must come from the *current*
 policy, i.e. the actor's weights. verl 0.9's reward loop runs in separate reward workers that see
@@ -23,14 +23,21 @@ values) with ``_compute_advantage`` replaced by, in order:
 4. the ``stepcredit_*`` estimator with both channels, ``valid`` and the critic's values.
 
 Cost: one probe per episode end plus one (V_0) per response, each as long as prompt + prefix + force
-prompt + answer: about (S + 1) forward passes of a response's length (verl's actor has no packed
-multi-prefix attention mask, so stepcredit's ``packed`` strategy is not available here). Keep
-``stepcredit.process.max_episode_tokens`` large enough that S stays small (e.g. 4-12).
+prompt + answer: about (S + 1) forward passes of a response's length. stepcredit's ``packed`` strategy
+(one pass over the response plus the suffixes, under a block attention mask) is not available here:
+verl's actor builds its own causal or varlen attention from ``input_ids``/``position_ids`` and takes no
+per-sample attention mask. Logged per step: ``timing_s/stepcredit_probes`` (next to verl's
+``timing_s/old_log_prob``), ``stepcredit/probe_tokens_per_response_token``,
+``stepcredit/probe_tokens_per_sequence_token`` and ``stepcredit/packed_tokens_per_sequence_token`` (what
+a packed layout would process, for comparison). Keep ``stepcredit.process.max_episode_tokens`` large
+enough that S stays small (e.g. 4-12). The probes are padded to a multiple of dp x
+``log_prob_micro_batch_size_per_gpu`` (dp alone with dynamic batch size), as verl's micro-batching needs.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -48,7 +55,13 @@ from verl.workers.utils.padding import response_from_nested, response_to_nested
 from stepcredit.errors import ConfigError
 from stepcredit.integrations.verl.config import stepcredit_config, to_plain
 from stepcredit.integrations.verl.estimators import PREFIX, group_ids, verl_advantages
-from stepcredit.integrations.verl.process import ValueProbe, plan_probes, values_from_logprobs
+from stepcredit.integrations.verl.process import (
+    ValueProbe,
+    plan_probes,
+    probe_batch_size,
+    probe_cost,
+    values_from_logprobs,
+)
 from stepcredit.integrations.verl.reward_manager import result_of, reward_config
 from stepcredit.process import process_channel
 from stepcredit.reward import apply_failure_policy
@@ -197,7 +210,15 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
             self.tokenizer,
             self.sc.process,
         )
+        start = time.perf_counter()
         values_live = values_from_logprobs(probes, self._answer_logprobs(probes), len(live))
+        # the probes' cost next to verl's own log-prob pass (timing_s/old_log_prob), in time and tokens
+        metrics["timing_s/stepcredit_probes"] = time.perf_counter() - start
+        cost = probe_cost([prompts[b] for b in live], [responses[b] for b in live], probes)
+        if cost["response"]:
+            metrics["stepcredit/probe_tokens_per_response_token"] = cost["probe"] / cost["response"]
+            metrics["stepcredit/probe_tokens_per_sequence_token"] = cost["probe"] / cost["sequence"]
+            metrics["stepcredit/packed_tokens_per_sequence_token"] = cost["packed"] / cost["sequence"]
         ends: list[list[int]] = [[] for _ in responses]
         values: list[list[float]] = [[0.0] for _ in responses]
         for j, b in enumerate(live):
@@ -218,7 +239,14 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
         if "actor" not in wg._dispatch_info:
             wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
         dp = max(wg._dispatch_info["actor"]) + 1
-        padded = probes + [probes[-1]] * (-len(probes) % dp)  # the dispatch splits evenly over dp ranks
+        rollout = self.config.actor_rollout_ref.rollout
+        size = probe_batch_size(
+            len(probes),
+            dp=dp,
+            micro_batch=rollout.get("log_prob_micro_batch_size_per_gpu", None),
+            dynamic=bool(rollout.get("log_prob_use_dynamic_bsz", False)),
+        )
+        padded = probes + [probes[-1]] * (size - len(probes))
         step = int(getattr(self, "global_steps", 0))
         keys = [f"sc{step}_{i}" for i in range(len(padded))]
         prompts = [torch.tensor(p.context_ids, dtype=torch.int64) for p in padded]

@@ -16,6 +16,8 @@ hold threads and locks, e.g. torch's) nor ``multiprocessing`` spawns (those re-r
 ``__main__`` script). They get the parent's ``sys.path``, run in their own session, print user output
 to stderr (stdout is never the channel) and exit when the parent dies. A replacement is started right
 after the failed job has been answered, so its import time (~1-2 s) delays only later jobs of that slot.
+Neither a worker's start nor a function's first import in it counts against a job's deadline: the worker
+reports "ready" and then "loaded" (per function), and the deadline clock starts after them.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ PRELOAD = ("stepcredit.reward.builtin", "math_verify")
 """Modules every worker imports before its first job, so that their import time is not charged to a
 job's deadline (the built-in verifiers and math-verify; missing ones are skipped)."""
 STARTUP_TIMEOUT_S = 120.0
-"""How long a new worker may take to import its modules and report ready."""
+"""How long a new worker may take to import its modules and report ready, and how long a worker may take
+to import a reward function the first time it runs it (neither counts against a job's deadline)."""
 
 
 def callable_of(obj: Any) -> Any:
@@ -273,10 +276,19 @@ def worker_main(fd: int, progress_fd: int = -1) -> None:
             _serve_chunk(conn, progress, cache, *msg[1:])
             continue
         job_id, ref, args, kwargs, source = msg
-        try:
-            if ref not in cache:
+        if ref not in cache:
+            # A function's first import (a user module importing verl took ~9 s) is start-up, not
+            # scoring: load it, then tell the parent, which starts the job's deadline only now.
+            try:
                 cache[ref] = callable_of(load_ref(ref))
-            res = to_result(call_reward(cache[ref], args, kwargs), source=source)
+            except BaseException as e:
+                cache[ref] = e  # raised again below, for this job and every later one
+            conn.send(("loaded", job_id))
+        try:
+            fn = cache[ref]
+            if isinstance(fn, BaseException):
+                raise fn
+            res = to_result(call_reward(fn, args, kwargs), source=source)
         except BaseException as e:  # user code may raise anything, SystemExit included
             tb = traceback.format_exc(limit=-3)
             res = RewardResult.failure(Status.ERROR, f"{type(e).__name__}: {e}", traceback=tb)
@@ -365,6 +377,8 @@ class _Slot:
         self.index = index
         self.proc: Any = None
         self.conn: Any = None
+        self.loaded: set[FnRef] = set()
+        """Functions the current worker has imported: their first import is not charged to a deadline."""
         self.thread = threading.Thread(target=self._loop, name=f"reward-pool-{index}", daemon=True)
         # Shared with the worker (an anonymous memory file passed by descriptor): the item of a chunk
         # it is running and when it started, so each item gets its own deadline.
@@ -400,6 +414,7 @@ class _Slot:
             parent.close()
             raise RuntimeError(f"reward worker failed to start (exit code {proc.returncode})")
         self.proc, self.conn = proc, parent
+        self.loaded = set()
         self.pool._pids.add(proc.pid)
 
     def kill_worker(self) -> None:
@@ -454,6 +469,20 @@ class _Slot:
         except Exception as e:  # unpicklable arguments, or a worker that just died
             self.kill_worker()
             return RewardResult.failure(Status.ERROR, f"could not send the job to a worker: {e}")
+        if job.ref not in self.loaded:
+            if not self.conn.poll(STARTUP_TIMEOUT_S):
+                self.kill_worker()
+                return RewardResult.failure(
+                    Status.TIMEOUT,
+                    f"importing reward function {job.ref} exceeded {STARTUP_TIMEOUT_S:g} s and was killed",
+                )
+            try:
+                self.conn.recv()  # ("loaded", job_id)
+            except (EOFError, OSError):
+                self.kill_worker()
+                return RewardResult.failure(Status.ERROR, f"reward worker died importing {job.ref}")
+            self.loaded.add(job.ref)
+            t0 = time.perf_counter()
         if not self.conn.poll(job.timeout_s):
             self.kill_worker()
             res = RewardResult.failure(
