@@ -37,6 +37,7 @@ PROMPTS_PER_STEP = 16
 N = 8
 MAX_NEW_TOKENS = 40
 LR = 1e-5
+THREADS = int(os.environ.get("STEPCREDIT_BENCH_THREADS", "2"))
 SIZES: dict[str, dict[str, int]] = {
     "tiny": {},  # TinyModelConfig's defaults
     "5m": {"hidden_size": 256, "num_layers": 6, "num_heads": 4, "intermediate_size": 768},
@@ -78,7 +79,7 @@ def worker_ours(model_dir: str, prompts: str, steps: int, seed: int) -> dict[str
             "trainer": {
                 "steps": steps,
                 "seed": seed,
-                "threads": 2,
+                "threads": THREADS,
                 "val_every": 0,
                 "save_every": 0,
                 "progress": False,
@@ -106,7 +107,7 @@ def worker_trl(model_dir: str, prompts: str, steps: int, seed: int) -> dict[str,
     from stepcredit.data import read_samples
     from stepcredit.reward import build_rewarder
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)
     samples = read_samples(prompts)
     by_prompt = {s.prompt[-1]["content"]: s for s in samples}
     ds = Dataset.from_list([{"prompt": [dict(m) for m in s.prompt]} for s in samples])
@@ -179,7 +180,13 @@ WORKERS = {"ours": worker_ours, "trl": worker_trl}
 def run_worker(
     python: str, side: str, model_dir: Path, prompts: Path, steps: int, seed: int
 ) -> dict[str, Any]:
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(THREADS),
+        "STEPCREDIT_BENCH_THREADS": str(THREADS),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).resolve().parents[1] / "src"), env.get("PYTHONPATH", "")]
     )
@@ -200,6 +207,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=6, help="training steps per run (the first is not timed)")
     p.add_argument("--repeats", type=int, default=1, help="alternating runs per side; the median is reported")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2, help="torch threads of each side")
     p.add_argument("--json", action="store_true")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -208,6 +216,8 @@ def main() -> None:
     if a.worker:
         print(json.dumps(WORKERS[a.worker](a.model_dir, a.prompts, a.steps, a.seed)))
         return
+    global THREADS
+    THREADS = a.threads
     if a.steps < 3:
         raise SystemExit("--steps must be >= 3 (the first step is not timed)")
     results: dict[str, Any] = {}
@@ -239,7 +249,8 @@ def main() -> None:
                 flush=True,
             )
     if a.json:
-        print(json.dumps({"benchmark": "trl_compare", "steps": a.steps, "repeats": a.repeats, **results}))
+        head = {"benchmark": "trl_compare", "steps": a.steps, "repeats": a.repeats, "threads": THREADS}
+        print(json.dumps({**head, **results}))
 
 
 if __name__ == "__main__":
