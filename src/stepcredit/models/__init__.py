@@ -178,10 +178,13 @@ def token_logprobs(
     logits = out.logits[:, -n_response - 1 : -1, :].float()
     if temperature != 1.0:
         logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
+    # log p(y) = z_y - logsumexp(z): no [B, T, V] log-softmax tensor is materialised (nor kept for the
+    # backward pass), which matters at real vocabularies (SmolLM2: 49,152)
+    lse_BT = torch.logsumexp(logits, dim=-1)
     target = input_ids[:, -n_response:]
-    logp = logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    logp = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - lse_BT
     ent = None
     if with_entropy:
-        ent = -(logp_all.exp() * logp_all).sum(-1)
+        # H = logsumexp(z) - sum_v p_v z_v
+        ent = lse_BT - (torch.softmax(logits, dim=-1) * logits).sum(-1)
     return logp, ent
