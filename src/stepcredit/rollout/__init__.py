@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from stepcredit.models import token_logprobs
+from stepcredit.rollout.sampling import decode
 from stepcredit.types import Batch, RolloutCache, Sample
 
 
@@ -68,16 +69,18 @@ def generate(
     p_mask = p_mask.repeat_interleave(n, dim=0).to(dev)
     P = p_ids.shape[1]
     greedy = temperature <= 0
-    gen_kw: dict[str, Any] = {
-        "max_new_tokens": max_new_tokens,
-        "do_sample": not greedy,
-        "pad_token_id": tok.pad_token_id,
-        "eos_token_id": tok.eos_token_id,
-    }
-    if not greedy:
-        gen_kw.update(temperature=temperature, top_p=top_p, top_k=0)
-    out = model.generate(input_ids=p_ids, attention_mask=p_mask.long(), **gen_kw)
-    resp = out[:, P:]
+    # our own sampling loop (rollout/sampling.py): model.generate's draws, without generating on for
+    # rows that have finished
+    resp = decode(
+        model,
+        p_ids,
+        p_mask,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        temperature=temperature,
+        top_p=top_p,
+    )
     B = resp.shape[0]
     if resp.shape[1] == 0:
         resp = torch.full((B, 1), tok.eos_token_id, dtype=torch.long, device=dev)

@@ -25,9 +25,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepcredit.config import RewardConfig
+from stepcredit.config import RewardConfig, RewardCustomConfig
 from stepcredit.errors import ConfigError, UserError
-from stepcredit.reward.base import REWARDS, FnRef, RewardFn, Scorer, load_ref, parse_spec, resolve_source
+from stepcredit.reward.base import (
+    CUSTOM_STYLES,
+    REWARDS,
+    FnRef,
+    RewardFn,
+    Scorer,
+    load_ref,
+    parse_spec,
+    resolve_source,
+)
 from stepcredit.reward.run.pool import PRELOAD, KillSafePool, call_reward, callable_of
 from stepcredit.types import RewardResult, Sample, Status
 
@@ -88,6 +97,11 @@ def load_custom(spec: str, *, name: str, kwargs: dict[str, Any], isolate: bool, 
     )
 
 
+@CUSTOM_STYLES.register("verl")
+def _load_verl_style(c: RewardCustomConfig) -> RewardFn:
+    return load_custom(c.path, name="custom", kwargs=c.kwargs, isolate=c.isolate, key="reward.custom.path")
+
+
 class Rewarder:
     """Scores batches of responses; build with :func:`build_rewarder`, release with :meth:`close`."""
 
@@ -96,13 +110,7 @@ class Rewarder:
         c = self.cfg
         self.custom: RewardFn | None = None
         if c.custom.path:
-            self.custom = load_custom(
-                c.custom.path,
-                name="custom",
-                kwargs=c.custom.kwargs,
-                isolate=c.custom.isolate,
-                key="reward.custom.path",
-            )
+            self.custom = CUSTOM_STYLES.get(c.custom.style)(c.custom)
         self.domains: dict[str, Route] = {}
         for dom, dc in c.domains.items():
             if dc.fn:

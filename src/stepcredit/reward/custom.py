@@ -1,0 +1,199 @@
+"""TRL-style reward functions, unchanged: ``reward.custom.style=trl``.
+
+A TRL reward function (``trl.GRPOTrainer(reward_funcs=[...])``) scores a whole batch::
+
+    def reward(prompts, completions, **columns) -> list[float | None]
+
+where ``columns`` are the dataset's other columns, one list entry per completion. Several functions
+add up with weights (``reward.custom.weights``, TRL's ``reward_weights``); a ``None`` means "this
+function does not apply to this sample" and is left out of the sum, as TRL's ``nansum`` does. Where
+TRL would then give a sample that no function scored a silent 0, here it gets a typed ``unscored``
+result that the failure policy decides about.
+
+What each call receives, following TRL's ``GRPOTrainer._calculate_rewards``:
+
+* ``prompts``: the sample's chat messages (``conversational``) or its last message's text (``standard``);
+* ``completions``: ``[{"role": "assistant", "content": text}]`` per sample, or the text (``standard``);
+* columns: ``ground_truth``, ``data_source``, ``ability``, ``reward_model``, ``extra_info`` and each
+  key of ``extra_info`` flattened (a dataset column of a verl-style row), plus ``trainer_state=None``
+  (the trainer's state is not shared); ``reward.custom.kwargs`` are passed as they are.
+
+The functions run in this process, on the rewarder's helper thread, like in TRL: there is no
+kill-safe pool for them. A call past ``reward.timeout_s`` is answered ``timeout`` for its samples
+(the thread cannot be stopped and its late answer is dropped); one that raises or returns the wrong
+number of values is an ``error`` for its samples. Each result's ``info["rewards"]`` keeps the
+per-function values.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stepcredit.config import RewardConfig, RewardCustomConfig
+from stepcredit.errors import ConfigError
+from stepcredit.reward.base import CUSTOM_STYLES, RewardFn, load_ref, parse_spec
+from stepcredit.types import RewardResult, Sample, Status
+
+TrlFn = Callable[..., Sequence[Any]]
+
+FORMATS = ("standard", "conversational")
+
+
+def trl_columns(samples: Sequence[Sample]) -> dict[str, list[Any]]:
+    """The dataset columns a TRL function sees for ``samples``: one list per column name."""
+    keys: dict[str, None] = {}
+    for s in samples:
+        keys.update(dict.fromkeys(s.extra_info))
+    cols: dict[str, list[Any]] = {k: [s.extra_info.get(k) for s in samples] for k in keys}
+    # the verl row's own fields win over same-named keys of extra_info
+    cols["ground_truth"] = [s.ground_truth for s in samples]
+    cols["data_source"] = [s.data_source for s in samples]
+    cols["ability"] = [s.ability for s in samples]
+    cols["reward_model"] = [{"style": s.style, "ground_truth": s.ground_truth} for s in samples]
+    cols["extra_info"] = [dict(s.extra_info) for s in samples]
+    return cols
+
+
+def trl_inputs(
+    samples: Sequence[Sample], responses: Sequence[str], *, fmt: str
+) -> tuple[list[Any], list[Any]]:
+    """``(prompts, completions)`` in TRL's ``standard`` (strings) or ``conversational`` (messages) format."""
+    if fmt == "conversational":
+        prompts: list[Any] = [[dict(m) for m in s.prompt] for s in samples]
+        completions: list[Any] = [[{"role": "assistant", "content": r}] for r in responses]
+    else:
+        prompts = [s.prompt[-1]["content"] if s.prompt else "" for s in samples]
+        completions = list(responses)
+    return prompts, completions
+
+
+def combine(
+    per_fn: Sequence[Sequence[float | None]], weights: Sequence[float], names: Sequence[str]
+) -> list[RewardResult]:
+    """Per sample, ``sum_j w_j r_j`` over the functions that scored it (TRL: ``nansum`` of
+    ``rewards_per_func * reward_weights``); a sample no function scored is ``unscored``."""
+    n = len(per_fn[0]) if per_fn else 0
+    out = []
+    for i in range(n):
+        vals = {name: col[i] for name, col in zip(names, per_fn, strict=True)}
+        got = [(w, v) for w, v in zip(weights, vals.values(), strict=True) if v is not None]
+        if not got:
+            r = RewardResult.failure(Status.UNSCORED, "no TRL reward function scored this sample (all None)")
+            r.info["rewards"] = vals
+            out.append(r)
+            continue
+        out.append(RewardResult(score=float(sum(w * v for w, v in got)), info={"rewards": vals}))
+    return out
+
+
+@dataclass(frozen=True)
+class TrlFunction:
+    """One loaded TRL reward function."""
+
+    name: str
+    """``file.py:fn`` as configured (the key of ``info["rewards"]``)."""
+    fn: TrlFn
+    """The user's function, called as TRL calls it."""
+
+
+class TrlScorer:
+    """A :class:`~stepcredit.reward.base.Scorer` running TRL-style functions on whole sub-batches."""
+
+    def __init__(self, fns: Sequence[TrlFunction], custom: RewardCustomConfig, timeout_s: float) -> None:
+        self.fns = list(fns)
+        self.weights = list(custom.weights) or [1.0] * len(self.fns)
+        self.fmt = custom.trl_format
+        self.kwargs = dict(custom.kwargs)
+        self.timeout_s = timeout_s
+        self._threads = cf.ThreadPoolExecutor(
+            max_workers=max(2, len(self.fns)), thread_name_prefix="trl-reward"
+        )
+
+    def score_batch(self, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
+        if not samples:
+            return []
+        t0 = time.perf_counter()
+        prompts, completions = trl_inputs(samples, responses, fmt=self.fmt)
+        columns = {**trl_columns(samples), "trainer_state": None, **self.kwargs}
+        futs = [
+            self._threads.submit(f.fn, prompts=prompts, completions=completions, **columns) for f in self.fns
+        ]
+        per_fn: list[list[float | None]] = []
+        failed: RewardResult | None = None
+        deadline = t0 + self.timeout_s
+        for f, fut in zip(self.fns, futs, strict=True):
+            try:
+                per_fn.append(
+                    _values(fut.result(timeout=max(0.0, deadline - time.perf_counter())), len(samples))
+                )
+            except cf.TimeoutError:
+                fut.cancel()
+                failed = RewardResult.failure(Status.TIMEOUT, f"{f.name} ran past {self.timeout_s:g} s")
+            except Exception as e:
+                failed = RewardResult.failure(Status.ERROR, f"{f.name}: {type(e).__name__}: {e}")
+            if failed is not None:
+                break
+        if failed is not None:
+            out = [RewardResult(failed.score, failed.status, info=dict(failed.info)) for _ in samples]
+        else:
+            out = combine(per_fn, self.weights, [f.name for f in self.fns])
+        dt = (time.perf_counter() - t0) / len(samples)
+        for r in out:
+            r.latency_s = dt
+        return out
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _values(value: Any, n: int) -> list[float | None]:
+    """A TRL function's return value as ``n`` floats or None; raises ValueError naming what is wrong."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
+        raise ValueError(f"returned {type(value).__name__}, expected a list of {n} floats or None")
+    if len(value) != n:
+        raise ValueError(f"returned {len(value)} values for {n} completions")
+    out: list[float | None] = []
+    for v in value:
+        if v is None:
+            out.append(None)
+            continue
+        x = float(v.item() if hasattr(v, "item") else v)
+        # TRL turns None into NaN; a NaN the function returns itself means the same
+        out.append(None if math.isnan(x) else x)
+        if math.isinf(x):
+            raise ValueError(f"returned a non-finite reward {x!r}")
+    return out
+
+
+def split_specs(path: str) -> list[str]:
+    """The function specs of ``reward.custom.path``: several separated by commas."""
+    return [p.strip() for p in path.split(",") if p.strip()]
+
+
+@CUSTOM_STYLES.register("trl")
+def load_trl(custom: RewardCustomConfig) -> RewardFn:
+    """The route entry of ``reward.custom.style=trl``: a scorer over the configured functions, each
+    loaded now so that a missing file or name is a ConfigError naming ``reward.custom.path``."""
+    fns = []
+    for spec in split_specs(custom.path):
+        try:
+            obj = load_ref(parse_spec(spec))
+        except ConfigError as e:
+            raise ConfigError(f"reward.custom.path={spec}: {e}") from None
+        if not callable(obj):
+            raise ConfigError(f"reward.custom.path={spec}: {type(obj).__name__} is not callable")
+        fns.append(TrlFunction(spec, obj))
+    if custom.weights and len(custom.weights) != len(fns):
+        raise ConfigError(
+            f"reward.custom.weights: {len(custom.weights)} weights for {len(fns)} functions in reward.custom.path"
+        )
+
+    def factory(cfg: RewardConfig) -> TrlScorer:
+        return TrlScorer(fns, custom, cfg.timeout_s)
+
+    return RewardFn(name="custom", factory=factory, isolate=False, kwargs=dict(custom.kwargs))

@@ -1,0 +1,98 @@
+"""A lean sampling loop for rollouts: what ``model.generate`` does for plain sampling, without its
+per-token machinery, and without spending compute on rows that are done.
+
+Per step the loop runs the model on one new token per *active* row; a row that has produced eos is
+dropped from the batch (and from the KV cache, ``Cache.batch_select_indices``) once enough rows have
+finished to be worth the copy. Tokens go into one preallocated ``[B, max_new_tokens]`` buffer and the
+attention mask is one preallocated ``[B, P + max_new_tokens]`` buffer viewed by width, so the loop
+allocates nothing per token beyond the model's own activations.
+
+Sampling follows ``generate``'s order of warpers: logits / temperature, then nucleus (top-p) filtering
+(Holtzman et al. 2020), then a multinomial draw; temperature 0 is greedy (argmax).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+COMPACT_FRACTION = 0.125
+"""Drop finished rows from the batch once at least this share of the active rows has finished: each
+drop copies the KV cache, so dropping rows one at a time would cost more than it saves."""
+
+
+def sample_next(logits_BV: torch.Tensor, *, temperature: float, top_p: float) -> torch.Tensor:
+    """One token per row from the last-position logits: greedy when ``temperature <= 0``."""
+    if temperature <= 0:
+        return logits_BV.argmax(dim=-1)
+    logits_BV = logits_BV.float() / temperature
+    if top_p < 1.0:
+        # nucleus: keep the smallest set of tokens whose probability mass reaches top_p (the most
+        # likely token always stays), as transformers' TopPLogitsWarper
+        sorted_logits, order = torch.sort(logits_BV, descending=False, dim=-1)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove_sorted = cum <= (1 - top_p)
+        remove_sorted[..., -1:] = False
+        remove = remove_sorted.scatter(1, order, remove_sorted)
+        logits_BV = logits_BV.masked_fill(remove, float("-inf"))
+    probs = torch.softmax(logits_BV, dim=-1)
+    return torch.multinomial(probs, num_samples=1).squeeze(1)
+
+
+@torch.no_grad()
+def decode(
+    model: Any,
+    prompt_ids_BP: torch.Tensor,
+    prompt_mask_BP: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> torch.Tensor:
+    """Sampled continuations ``[B, T]`` (T <= max_new_tokens) of left-padded prompts: each row up to
+    and including its first eos, then ``pad_token_id``.
+
+    The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
+    same distribution (greedy: the same tokens up to floating-point ties), computed with less work."""
+    B, P = prompt_ids_BP.shape
+    device = prompt_ids_BP.device
+    out_BT = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    mask_BW = torch.zeros((B, P + max_new_tokens), dtype=torch.long, device=device)
+    mask_BW[:, :P] = prompt_mask_BP.long()
+    # positions follow the mask, so left padding does not shift them (as generate does)
+    next_pos_B = prompt_mask_BP.long().sum(dim=1)
+    pos_BP = (prompt_mask_BP.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=prompt_ids_BP, attention_mask=mask_BW[:, :P], position_ids=pos_BP, use_cache=True)
+    cache = out.past_key_values
+    logits_BV = out.logits[:, -1, :]
+    rows = torch.arange(B, device=device)  # the original row of each active row
+    done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
+    T = 0
+    for t in range(max_new_tokens):
+        # a finished row that is still in the batch (until the next compaction) emits padding
+        tok_A = sample_next(logits_BV, temperature=temperature, top_p=top_p).masked_fill(done_A, pad_token_id)
+        out_BT[rows, t] = tok_A
+        T = t + 1
+        done_A |= tok_A == eos_token_id
+        n_done = int(done_A.sum())
+        if t == max_new_tokens - 1 or n_done == len(rows):
+            break
+        if n_done >= max(1, int(COMPACT_FRACTION * len(rows))):
+            idx = (~done_A).nonzero().squeeze(1)
+            rows, tok_A, next_pos_B, mask_BW = rows[idx], tok_A[idx], next_pos_B[idx], mask_BW[idx]
+            done_A = done_A[idx]
+            cache.batch_select_indices(idx)
+        mask_BW[:, P + t] = 1
+        out = model(
+            input_ids=tok_A.unsqueeze(1),
+            attention_mask=mask_BW[:, : P + t + 1],
+            position_ids=next_pos_B.unsqueeze(1),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        next_pos_B = next_pos_B + 1
+        logits_BV = out.logits[:, -1, :]
+    return out_BT[:, :T]

@@ -1,0 +1,138 @@
+"""``stepcredit eval``: pass@k and maj@k by hand and against the definition, greedy pass@1 equal to the
+trainer's validation accuracy, per-tag tables from a file, and errors a user can act on."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from stepcredit.cli import main as cli
+from stepcredit.cli.eval import ks_of, majority_correct, pass_at_k, summarize
+from stepcredit.config import ModelConfig, TinyModelConfig
+
+SMOKE = ["--preset", "smoke", "data.val_size=8", "rollout.max_new_tokens=12"]
+
+
+@pytest.fixture(autouse=True)
+def _only_our_commands(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The parser imports every sub-command module; keep this test independent of the others.
+    monkeypatch.setattr(cli, "COMMANDS", {k: v for k, v in cli.COMMANDS.items() if k == "eval"})
+
+
+def test_pass_at_k_by_hand() -> None:
+    # n=4 samples, c=1 correct, k=2: 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    # pass@1 is the fraction correct; all wrong is 0; fewer wrong than k is 1
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(4, 3, 2) == 1.0
+
+
+def test_pass_at_k_equals_the_combinatorial_definition() -> None:
+    # Chen et al. 2021, eq. 1, evaluated with exact binomials
+    for n in range(1, 13):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                exact = 1.0 - math.comb(n - c, k) / math.comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(exact, abs=1e-12), (n, c, k)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+
+
+def test_majority_vote() -> None:
+    # "7" twice beats "5" once; the verifier said the "7"s are right
+    assert majority_correct(["7", "5", "7", None], [True, False, True, False])
+    # a tie goes to the answer seen first ("5"), which is wrong
+    assert not majority_correct(["5", "7", "7", "5"], [False, True, True, False])
+    # unextracted answers do not vote; no votes at all is wrong
+    assert majority_correct([None, None, "3"], [False, False, True])
+    assert not majority_correct([None, " "], [False, False])
+
+
+def test_summarize_per_tag() -> None:
+    tags = ["a", "a", "b"]
+    answers = [["1", "1"], ["2", "3"], [None, "4"]]
+    correct = [[True, True], [False, True], [False, True]]
+    t = summarize(tags, answers, correct, 2)
+    assert list(t) == ["all", "a", "b"] and ks_of(2) == [1, 2] and ks_of(6) == [1, 2, 4, 6]
+    # a: prompt 1 has 2/2, prompt 2 has 1/2 -> pass@1 = (1 + 0.5) / 2; pass@2 = 1; maj@2: "1" right,
+    # "2"/"3" tie -> "2" (first), wrong
+    assert t["a"] == {"prompts": 2.0, "pass@1": 0.75, "pass@2": 1.0, "maj@2": 0.5}
+    assert t["b"]["maj@2"] == 1.0 and t["all"]["pass@1"] == pytest.approx((1 + 0.5 + 0.5) / 3)
+
+
+def _saved_smoke_model(tmp_path: Path) -> Path:
+    from stepcredit.models import load_policy, save_pretrained
+
+    small = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
+    model, tok = load_policy(small, seed=3)
+    path = tmp_path / "model"
+    save_pretrained(model, tok, path)
+    return path
+
+
+def _last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_greedy_pass_at_1_on_arith_equals_validation_accuracy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stepcredit.cli.common import build_config
+    from stepcredit.cli.main import build_parser
+    from stepcredit.data import load_task
+    from stepcredit.models import load_policy
+    from stepcredit.reward import build_rewarder
+    from stepcredit.trainer.validate import validate
+
+    path = _saved_smoke_model(tmp_path)
+    out = tmp_path / "samples.jsonl"
+    argv = ["eval", *SMOKE, "--model", str(path), "--temperature", "0", "--out", str(out), "--no-progress"]
+    assert cli.main(argv) == 0
+    summary = _last_json(capsys.readouterr().out)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+
+    cfg = build_config(build_parser().parse_args(argv))
+    model, tok = load_policy(ModelConfig(path=str(path)))
+    with build_rewarder(cfg.reward) as rewarder:
+        metrics, val_rows = validate(
+            model, tok, load_task(cfg.data)[1], rewarder, max_new_tokens=cfg.rollout.max_new_tokens
+        )
+    assert summary["prompts"] == len(val_rows) == len(rows) == 8
+    assert [r["response"] for r in rows] == [v["response"] for v in val_rows]
+    assert summary["pass@1"] == metrics["val/accuracy"]
+    assert summary["status"] and sum(summary["status"].values()) == 8
+
+
+def test_sampling_from_a_file_reports_every_tag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "probs.jsonl"
+    rows = [
+        {
+            "data_source": "arith",
+            "prompt": [{"role": "user", "content": f"What is {i} + 1?"}],
+            "reward_model": {"style": "rule", "ground_truth": str(i + 1)},
+            "extra_info": {"tag": "easy" if i % 2 else "hard"},
+        }
+        for i in range(4)
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "s.jsonl"
+    argv = ["eval", *SMOKE, "--data", str(data), "--n", "3", "--temperature", "1.0"]
+    assert cli.main([*argv, "--out", str(out), "--no-progress", "--batch-size", "4"]) == 0
+    text = capsys.readouterr().out
+    summary = _last_json(text)
+    assert set(summary["by_tag"]) == {"all", "easy", "hard"}
+    assert {"pass@1", "pass@2", "pass@3", "maj@3"} <= set(summary)
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(got) == 12 and sorted({(g["index"], g["sample"]) for g in got}) == [
+        (i, m) for i in range(4) for m in range(3)
+    ]
+    assert "easy" in text and "hard" in text and "pass@3" in text
+
+
+def test_unknown_data_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["eval", *SMOKE, "--data", "nosuch", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--data nosuch" in err and "arith, gsm8k, math500" in err and len(err.strip().splitlines()) == 1

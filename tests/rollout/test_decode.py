@@ -1,0 +1,69 @@
+"""The rollout's sampling loop: greedy output equal to ``model.generate`` (rows finishing at different
+steps, so finished rows are dropped mid-way), padding after eos, and nucleus sampling by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stepcredit.config import ArithConfig, ModelConfig, TinyModelConfig
+from stepcredit.data import row_to_sample
+from stepcredit.data.arith import make_rows
+from stepcredit.models import load_policy
+from stepcredit.rollout import left_pad, render_prompts
+from stepcredit.rollout import sampling as decode_mod
+from stepcredit.rollout.sampling import decode, sample_next
+
+SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
+
+
+@pytest.mark.parametrize("compact", [0.125, 1.0])
+def test_greedy_equals_generate_with_rows_finishing_early(
+    compact: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(decode_mod, "COMPACT_FRACTION", compact)
+    model, tok = load_policy(SMALL, seed=1)
+    model.eval()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # larger weights than at init, so that greedy outputs depend on the prompt
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    rows = make_rows(ArithConfig(max_steps=5), 12, seed=0, split="train")  # prompts of different lengths
+    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+    free = decode(model, ids, mask, max_new_tokens=16, eos_token_id=-1, pad_token_id=0, temperature=0)
+    # as "eos" take a token that the greedy rows reach at different steps, or never: rows then end
+    # at different times and the loop drops them as they finish
+    firsts = {}
+    for t in free.unique().tolist():
+        pos = [int((r == t).nonzero()[0]) if (r == t).any() else 99 for r in free]
+        firsts[t] = (len(set(pos)), pos)
+    eos = max(firsts, key=lambda t: firsts[t][0])
+    assert firsts[eos][0] >= 3
+    ref = model.generate(
+        input_ids=ids,
+        attention_mask=mask.long(),
+        max_new_tokens=16,
+        do_sample=False,
+        pad_token_id=0,
+        eos_token_id=eos,
+    )[:, ids.shape[1] :]
+    got = decode(model, ids, mask, max_new_tokens=16, eos_token_id=eos, pad_token_id=0, temperature=0)
+    assert torch.equal(got, ref[:, : got.shape[1]])
+    # each row is the free run up to and including its first eos, then padding
+    for r, f, first in zip(got, free, firsts[eos][1], strict=True):
+        end = min(first + 1, 16)
+        assert torch.equal(r[:end], f[:end]) and (r[end:] == 0).all()
+
+
+def test_nucleus_sampling_keeps_the_top_mass() -> None:
+    # probabilities 0.5, 0.3, 0.15, 0.05 with top_p = 0.8: sorted ascending, the cumulative mass is
+    # 0.05, 0.2, 0.5, 1.0; tokens whose cumulative mass is <= 1 - 0.8 = 0.2 go (the 0.05 and 0.15 ones),
+    # leaving tokens 0 and 1 with renormalised probabilities 0.5/0.8 and 0.3/0.8
+    logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log().repeat(4000, 1)
+    torch.manual_seed(0)
+    draws = sample_next(logits, temperature=1.0, top_p=0.8)
+    assert set(draws.tolist()) == {0, 1}
+    assert (draws == 0).float().mean().item() == pytest.approx(0.625, abs=0.03)
+    # temperature 0 is argmax; top_p = 1 keeps every token
+    assert sample_next(logits[:2], temperature=0.0, top_p=0.5).tolist() == [0, 0]
+    assert set(sample_next(logits, temperature=1.0, top_p=1.0).tolist()) == {0, 1, 2, 3}
