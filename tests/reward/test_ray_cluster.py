@@ -86,7 +86,7 @@ def _stop_session(tmp: Path) -> None:
             continue
     for p in mine:
         p.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(mine, timeout=10)
+    _, alive = psutil.wait_procs(mine, timeout=3)
     for p in alive:
         p.kill()
 

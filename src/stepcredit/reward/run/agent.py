@@ -64,6 +64,7 @@ import numpy as np
 
 from stepcredit.config import RewardConfig
 from stepcredit.errors import UserError
+from stepcredit.reward.base import REWARDS
 from stepcredit.reward.run.backends import (
     BACKENDS,
     AsyncLoop,
@@ -155,6 +156,10 @@ class RewardAgent:
         self.cfg = cfg or (rewarder.cfg if rewarder is not None else RewardConfig())
         a = self.cfg.agent
         self.spec = check_config(self.cfg)
+        # scorers that run as their own actors, by registry name (the config may use an alias)
+        self._remote_scorers = (
+            {REWARDS.get(name).name for name in a.ray_scorers} if self.spec.hosts_scorers else set()
+        )
         self.rewarder = rewarder if rewarder is not None else build_rewarder(self.cfg)
         self._own_rewarder = rewarder is None
         self.timeout_s = a.timeout_s or self.cfg.timeout_s
@@ -263,9 +268,8 @@ class RewardAgent:
         t.routes = plan.routes
         units: list[_Unit] = []
         local_scorers = []
-        remote_scorers = self.spec.hosts_scorers and self.cfg.agent.ray_scorers
         for entry, idx in plan.scorers:
-            if remote_scorers and entry.name in self.cfg.agent.ray_scorers:
+            if entry.name in self._remote_scorers:
                 route = t.routes[idx[0]]
                 assert route is not None
                 size = self.cfg.agent.batch_size or self.cfg.agent.max_chunk
@@ -329,7 +333,8 @@ class RewardAgent:
         size = PROBE_CHUNK if per is None else int(a.chunk_s / max(per, 1e-7))
         # Enough chunks for every worker: a share of the queue and of the in-flight window each.
         share = math.ceil(self._queued / self.concurrency)
-        window = max(1, a.max_in_flight // self.concurrency)
+        # At least two chunks in the window, so a worker finds the next one queued when it finishes.
+        window = max(1, a.max_in_flight // max(2, self.concurrency))
         if per is not None and a.max_in_flight * per < a.chunk_s:
             # the whole window is less work than one chunk: more workers would not finish it sooner,
             # fewer and larger chunks cost less dispatch (two in flight, so one is always queued)

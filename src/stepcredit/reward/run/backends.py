@@ -30,6 +30,7 @@ metadata the agent and :func:`check_config` read; nobody compares backend names:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import contextlib
 import functools
 import heapq
@@ -497,6 +498,9 @@ class ProcessBackend:
         self.pool = KillSafePool(
             args.concurrency, preload=("stepcredit.reward.builtin",) if args.only_custom else PRELOAD
         )
+        # Answers go to the agent from one thread of their own, in order: a slot's thread sends its
+        # next chunk at once instead of first recording this one, so the worker computes meanwhile.
+        self._answers = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward-process-answers")
 
     def warmup(self) -> None:
         self.pool.warmup()
@@ -518,10 +522,15 @@ class ProcessBackend:
             batched=job.batched,
             flush_s=self.flush_s,
         )
-        fut.add_done_callback(lambda f: self._on_done(job, f.result()))
+        fut.add_done_callback(lambda f: self._answer(job, f.result()))
+
+    def _answer(self, job: Job, outcome: Outcome) -> None:
+        with contextlib.suppress(RuntimeError):  # closing: nobody waits for it any more
+            self._answers.submit(self._on_done, job, outcome)
 
     def close(self) -> None:
         self.pool.close()
+        self._answers.shutdown(wait=True, cancel_futures=True)
 
 
 @register_backend("process", stops_hung_work=True)
@@ -585,8 +594,10 @@ class RewardActor:
     def progress(self) -> tuple[int, float, list[Any]]:
         """The running item, how long it has run (this node's clock) and the results done before it."""
         k, t0 = self._progress
-        done = self._out[:k]
-        return k, time.monotonic() - t0, encode_all(done, check=True)
+        out = self._out
+        if len(out) > k:  # item k is done and the next has not started: nothing is running late
+            return len(out), 0.0, encode_all(out[: len(out)], check=True)
+        return k, time.monotonic() - t0, encode_all(out[:k], check=True)
 
 
 class ScorerActor:
