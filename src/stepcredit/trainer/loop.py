@@ -32,6 +32,7 @@ from stepcredit.errors import ConfigError, UserError
 from stepcredit.models import load_policy, save_pretrained
 from stepcredit.process.domains import process_domains
 from stepcredit.reward import Rewarder, build_agent, build_rewarder
+from stepcredit.reward.run import backends
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import MetricsLogger, StepMetrics, batch_metrics, peak_rss_mb, plot_curves
 from stepcredit.trainer.progress import Progress
@@ -203,6 +204,7 @@ def check_config(cfg: Config) -> None:
     advantages.check_config(cfg)
     losses.check_config(cfg)
     process.check_config(cfg)
+    backends.check_config(cfg.reward)
     if cfg.pipeline.one_step_off_policy and not losses.LOSSES.get(cfg.loss.name).corrects_staleness:
         ok = ", ".join(n for n in losses.LOSSES if losses.LOSSES.get(n).corrects_staleness)
         raise ConfigError(
