@@ -11,6 +11,7 @@ estimator. The log-prob micro-batch (5) divides neither the 16 responses nor the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -132,6 +133,8 @@ def run_verl(tmp: Path, extra: list[str] | None = None, *, timeout: float = 400)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             rc = proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # whatever of its Ray outlived it
+            os.killpg(proc.pid, signal.SIGKILL)
     out = log.read_text()
     assert rc == 0, out[-6000:]
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]

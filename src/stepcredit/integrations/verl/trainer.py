@@ -53,7 +53,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
 from stepcredit.errors import ConfigError
-from stepcredit.integrations.verl.config import stepcredit_config, to_plain
+from stepcredit.integrations.verl.config import get, stepcredit_config, to_plain
 from stepcredit.integrations.verl.estimators import PREFIX, group_ids, verl_advantages
 from stepcredit.integrations.verl.process import (
     ValueProbe,
@@ -239,12 +239,12 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
         if "actor" not in wg._dispatch_info:
             wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
         dp = max(wg._dispatch_info["actor"]) + 1
-        rollout = self.config.actor_rollout_ref.rollout
+        rollout = get(get(self.config, "actor_rollout_ref"), "rollout")
         size = probe_batch_size(
             len(probes),
             dp=dp,
-            micro_batch=rollout.get("log_prob_micro_batch_size_per_gpu", None),
-            dynamic=bool(rollout.get("log_prob_use_dynamic_bsz", False)),
+            micro_batch=get(rollout, "log_prob_micro_batch_size_per_gpu"),
+            dynamic=bool(get(rollout, "log_prob_use_dynamic_bsz", False)),
         )
         padded = probes + [probes[-1]] * (size - len(probes))
         step = int(getattr(self, "global_steps", 0))
