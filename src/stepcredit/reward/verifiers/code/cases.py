@@ -507,7 +507,7 @@ class RemoteLink:
         if "raise" in reply:
             raise ProgramRaised(f"{label} raised {str(reply['raise'])[:300]}")
         if "np" in reply:
-            raise NotPlain(f"{label} returned a {str(reply['np'])[:80]}, not a plain builtin value")
+            raise NotPlain(f"{label} returned {str(reply['np'])[:80]}, not a plain builtin value")
         if "h" in reply and type(reply["h"]) is int:
             return Remote(self, {"h": reply["h"]}, label)
         if "v" in reply:
