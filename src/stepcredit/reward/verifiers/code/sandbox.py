@@ -841,6 +841,13 @@ class CodeScorer:
                 RewardResult.failure(Status.SANDBOX_ERROR, f"{type(e).__name__}: {e}", source="code")
             ] * len(samples)
 
+    @staticmethod
+    def probe() -> tuple[Any, str, float]:
+        """A known-good program for the start-up check (``reward.run.health``): ground truth, response
+        and the score it must get. Two assert cases, each in its own child."""
+        gt = {"assert_case": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}
+        return gt, "```python\ndef add(a, b):\n    return a + b\n```\n", 1.0
+
 
 def _register() -> None:
     from stepcredit.reward.base import register_scorer
