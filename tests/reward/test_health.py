@@ -12,8 +12,8 @@ from stepcredit.reward import Rewarder
 from stepcredit.reward.run.health import (
     CircuitBreaker,
     RewardBackendError,
-    check_routes,
     format_counts,
+    probe_routes,
     status_counts,
 )
 from stepcredit.types import RewardResult, Sample, Status
@@ -39,25 +39,25 @@ def test_status_counts_and_format() -> None:
     assert format_counts(status_counts(rs)) == "error=2 ok=2 timeout=1"
 
 
-def test_check_routes_passes_working_math_route() -> None:
+def test_probe_routes_passes_working_math_route() -> None:
     with Rewarder() as r:
-        got = check_routes(r, [row("a", ground_truth="4"), row("b", ground_truth="7")])
+        got = probe_routes(r, [row("a", ground_truth="4"), row("b", ground_truth="7")])
     assert list(got) == ["math"] and got["math"].ok
 
 
-def test_check_routes_stops_on_a_broken_sandbox_with_one_line() -> None:
+def test_probe_routes_stops_on_a_broken_sandbox_with_one_line() -> None:
     cfg = RewardConfig(sandbox=SandboxConfig(python="/nonexistent/python3"))
     rows = [row("m:0", ground_truth="4"), row("c:1", ground_truth='["assert f() == 1"]', data_source="code")]
     with Rewarder(cfg) as r, pytest.raises(RewardBackendError) as e:
-        check_routes(r, rows)
+        probe_routes(r, rows)
     msg = str(e.value)
     assert "\n" not in msg and "'code'" in msg and "c:1" in msg and "sandbox_error" in msg
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
-def test_check_routes_runs_the_known_good_program_in_the_sandbox() -> None:
+def test_probe_routes_runs_the_known_good_program_in_the_sandbox() -> None:
     with Rewarder() as r:
-        got = check_routes(r, [row("c", ground_truth='["assert f() == 1"]', data_source="code")])
+        got = probe_routes(r, [row("c", ground_truth='["assert f() == 1"]', data_source="code")])
     assert got["code"].score == 1.0 and got["code"].info["passed"] == 2
 
 

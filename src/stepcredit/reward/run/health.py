@@ -5,7 +5,7 @@ timeout and wrong for a backend that is down: bubblewrap missing, a judge that a
 model that fails to load would mask every sample of their source, and the run would go on learning from
 the rest. So:
 
-* :func:`check_routes` scores one probe per reward route the data uses before training starts (the
+* :func:`probe_routes` scores one probe per reward route the data uses before training starts (the
   sandbox judges a known-good program, the judge answers one request, the reward model scores one row)
   and raises one line naming the route if it did not give a verdict;
 * :class:`CircuitBreaker` watches the share of failed rewards per source over the last few steps and
@@ -63,7 +63,7 @@ def _probe_of(rewarder: Any, sample: Sample) -> tuple[str, tuple[Sample, str, fl
     return entry.name, _default_probe(sample)
 
 
-def check_routes(rewarder: Any, samples: Sequence[Sample]) -> dict[str, RewardResult]:
+def probe_routes(rewarder: Any, samples: Sequence[Sample]) -> dict[str, RewardResult]:
     """Score one probe per reward route used by ``samples``; raise :class:`RewardBackendError` (one
     line naming the route, the row and what failed) if a route gives no verdict or fails its known-good
     probe. Call after the rewarder is built and before any training. Returns the probe result per route."""
