@@ -416,6 +416,25 @@ class AgentConfig:
 
 
 @dataclass(frozen=True)
+class BreakerConfig:
+    """The per-source circuit breaker: stops a run whose reward source keeps failing."""
+
+    enabled: bool = True
+    """Check the share of failed rewards per source after every training step."""
+    window_steps: int = 5
+    """How many recent steps the failure share is computed over."""
+    max_failure_share: float = 0.5
+    """Trip when more than this share of a source's rewards in the window failed (not a verdict)."""
+    min_samples: int = 8
+    """Do not trip before a source has at least this many rewards in the window."""
+
+    def __post_init__(self) -> None:
+        _check(self.window_steps >= 1, "reward.breaker.window_steps", "must be >= 1")
+        _check(0.0 <= self.max_failure_share < 1.0, "reward.breaker.max_failure_share", "must be in [0, 1)")
+        _check(self.min_samples >= 1, "reward.breaker.min_samples", "must be >= 1")
+
+
+@dataclass(frozen=True)
 class RewardConfig:
     failure_policy: str = "mask"
     """What a reward that could not be computed does: ``mask`` (no loss, not in baselines),
@@ -444,6 +463,8 @@ class RewardConfig:
     """Maps a sample's ``tag`` to a domain of ``domains`` (a sample's own ``domain`` otherwise)."""
     agent: AgentConfig = field(default_factory=AgentConfig)
     """The asynchronous reward agent: backend, concurrency, timeouts, retries, backpressure, deadline."""
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
+    """The per-source circuit breaker that stops a run whose reward backend keeps failing."""
 
     def __post_init__(self) -> None:
         _check(

@@ -77,3 +77,78 @@ def test_missing_custom_function_fails_at_start_up(
 def test_missing_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["score", "--in", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o.jsonl")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+class JudgeStub:
+    """An OpenAI-style chat endpoint: ``Score: 10`` when the request contains ``2+2``, else ``Score: 0``."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                text = " ".join(m["content"] for m in body["messages"])
+                reply = {"choices": [{"message": {"content": "Score: 10" if "2+2" in text else "Score: 0"}}]}
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_score_takes_the_train_config_tree_and_the_row_prompt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    judge = JudgeStub()
+    rows = [
+        {"data_source": "judge", "prompt": "What is 2+2?", "response": "4", "ground_truth": "4"},
+        {"data_source": "judge", "prompt": [{"role": "user", "content": "What is 3+3?"}], "response": "6",
+         "ground_truth": "6"},
+        {"data_source": "openai/gsm8k", "response": "#### 18", "ground_truth": "18"},
+    ]  # fmt: skip
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    overrides = [
+        f"reward.judge.base_url={judge.url}",
+        "reward.judge.max_retries=1",
+        "reward.judge.deadline_s=20",
+    ]
+    try:
+        assert (
+            cli.main(["score", "--in", str(inp), "--out", str(out), "--preset", "default", *overrides]) == 0
+        )
+    finally:
+        judge.close()
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    # The judge saw each row's own prompt: only the first asks about 2+2.
+    assert [(g["source"], g["status"], g["score"]) for g in got] == [
+        ("judge", "ok", 1.0),
+        ("judge", "ok", 0.0),
+        ("math", "ok", 1.0),
+    ]
+    printed = capsys.readouterr().out
+    assert "source judge: ok=2" in printed and "scored 3 rows" in printed
+
+
+def test_score_rejects_an_unknown_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps(ROWS[0]) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["score", "--in", str(inp), "--out", str(out), "reward.judge.base_ur=x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown config key reward.judge.base_ur" in err[0] and not out.exists()

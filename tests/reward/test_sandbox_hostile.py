@@ -5,7 +5,7 @@ Each program states what it expects in header comments: ``# expect:`` the allowe
 a program prints only when its attack worked) and ``# score:`` the right score (default 0). Tokens
 ``__CANARY__``, ``__PORT__`` and ``__SECRET_NAME__`` are replaced by a host file that must stay
 untouched, a host TCP/UDP port on 127.0.0.1 that must see no traffic, and the name of a secret set in
-the host's environment. All programs run in one batch, two at a time (the machine has two cores).
+the host's environment; ``__DEEP_NOT__``/``__DEEP_NEG__`` by thousands of unary operators (compile bombs). All programs run in one batch, two at a time (the machine has two cores).
 """
 
 from __future__ import annotations
@@ -113,9 +113,13 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Any:
         src = (HOSTILE_DIR / f"{name}.py").read_text()
         src = src.replace("__CANARY__", str(canary)).replace("__PORT__", str(listener.port))
         src = src.replace("__SECRET_NAME__", SECRET_NAME)
+        # Compile-time bombs: nesting deep enough for the compiler's RecursionError / MemoryError.
+        src = src.replace("__DEEP_NOT__", "not " * 3000).replace("__DEEP_NEG__", "-" * 6000)
         tests = header(src, "tests")
         truths.append(json.loads(tests) if tests else {"inputs": [""], "outputs": ["PWNED"]})
-        sources.append(f"Here is my solution.\n```python\n{src}\n```\n")
+        # The headers hold the answers: a program that reads its own source must not find them.
+        body = re.sub(r"^# (expect|tests|score): .*\n", "", src, flags=re.MULTILINE)
+        sources.append(f"Here is my solution.\n```python\n{body}\n```\n")
         meta[name] = (set((header(src, "expect") or "").split()), float(header(src, "score") or 0.0))
     cfg = SandboxConfig(timeout_s=2.0, memory_mb=256, tmpfs_mb=32, file_size_mb=8, output_limit_kb=256)
     try:

@@ -44,3 +44,8 @@ def test_per_tag_accuracy_matches_a_manual_count(monkeypatch: pytest.MonkeyPatch
         assert m[f"val/accuracy/{g}"] == pytest.approx(sum(v) / len(v))
     assert m["val/accuracy"] == pytest.approx(0.5)
     assert [row["score"] for row in rows] == [1.0, 1.0, 0.0, 1.0, 0.0, 0.0]
+    # Status counts next to accuracy: every answer here was scored (wrong answers are ok, not errors).
+    assert m["val/status/ok"] == 6.0 and not any(
+        k.startswith("val/status/") and k != "val/status/ok" for k in m
+    )
+    assert [row["status"] for row in rows] == ["ok"] * 6

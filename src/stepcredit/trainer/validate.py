@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from stepcredit.reward import Rewarder
+from stepcredit.reward.run.health import status_counts
 from stepcredit.rollout import generate
 from stepcredit.types import RewardResult, Sample
 
@@ -25,7 +26,8 @@ def validate(
     temperature: float = 0.0,
     chunk: int = 64,
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Accuracy overall (``val/accuracy``) and per tag (``val/accuracy/{tag}``), plus the answers."""
+    """Accuracy overall (``val/accuracy``) and per tag (``val/accuracy/{tag}``), how many rewards had
+    each status (``val/status/{status}``, e.g. ``val/status/sandbox_error``), plus the answers."""
     if not samples:
         return {}, []
     texts: list[str] = []
@@ -46,9 +48,18 @@ def validate(
     if len(by_tag) > 1 or next(iter(by_tag)) != "default":
         for tag, v in sorted(by_tag.items()):
             metrics[f"val/accuracy/{tag}"] = sum(v) / len(v)
+    # Status counts next to accuracy: a failed backend shows as sandbox_error/timeout, not as wrong answers.
+    for status, n in sorted(status_counts(results).items()):
+        metrics[f"val/status/{status}"] = float(n)
     metrics["val/response_length/mean"] = sum(n_tokens) / len(n_tokens)  # tokens, as in training
     rows = [
-        {"prompt": s.prompt[-1]["content"], "response": t, "ground_truth": s.ground_truth, "score": r.score}
+        {
+            "prompt": s.prompt[-1]["content"],
+            "response": t,
+            "ground_truth": s.ground_truth,
+            "score": r.score,
+            "status": r.status.value,
+        }
         for s, t, r in zip(samples, texts, results, strict=True)
     ]
     return metrics, rows

@@ -1,120 +1,550 @@
-"""The first code that runs inside the sandbox: set the limits, say "started", then run one test case.
+# ruff: noqa: SIM105, B905  (no contextlib: its import costs every program; zip(strict=) needs 3.10)
+"""The process manager inside the sandbox: runs each test case of one program in a fresh child.
 
-This file is copied into each sandbox and run by the sandbox's interpreter as
-``python -I -S -B runner.py SPEC_PATH MARKER_FD``; it must import nothing outside the standard library
-and stay valid on any Python >= 3.8 (the sandbox's interpreter need not be the host's).
+This file is copied into the sandbox and run by the sandbox's interpreter as pid 1 of the sandbox's
+pid namespace (``bwrap --as-pid-1``): ``python -I -S -B runner.py LIMITS``. It imports nothing outside
+the standard library, and only cheap modules (no json, re, enum, signal, traceback: their import time
+would be paid by every program), and stays valid on any Python >= 3.8 (the sandbox's interpreter need
+not be the host's).
 
-Protocol with :mod:`stepcredit.reward.verifiers.code.sandbox`:
+It is *not* trusted with the verdict and holds nothing secret: the host never sends it an expected
+value or an assert statement, only a case's stdin, or calls such as ``f(1, 2)`` to make. Its answers
+are checked by the host (``cases.decode_plain``), so a program that took it over could only claim
+what it could have returned anyway. Being pid 1, it cannot be signalled from inside the namespace
+(signals without a handler are dropped for pid 1), and it makes itself non-dumpable, so the program
+can neither ptrace it nor open ``/proc/1/fd`` or ``/proc/1/mem``.
 
-* ``MARKER_FD`` receives ``S`` once the limits are in place (the host then starts the wall clock) or
-  ``E<message>`` when the runner itself failed; it is closed before any untrusted code runs, so the
-  program cannot forge it. No ``S`` means the sandbox failed, never the program.
-* ``stdio`` mode: the program runs as ``__main__`` with the case's input on stdin; the host compares
-  stdout.
-* ``assert`` and ``call`` modes: stdin's first line is a per-run nonce the program never sees in a file.
-  After the assert statement passed (or the function returned), the runner writes the nonce on its own
-  last line of stdout and exits at once, so a program that calls ``sys.exit(0)`` or ``os._exit(0)``
-  before the tests ran is not a pass. ``call`` appends the JSON of the return value after the nonce.
-  Exit code ``ASSERT_FAILED`` means the assert statement itself failed (a wrong answer, not a crash).
+Protocol. Host -> runner on fd 0: frames of a 4-byte big-endian length and a ``marshal``-ed dict
+(the host is trusted here). Runner -> host on fd 1: one JSON object per line, written by hand below.
+
+* runner: ``{"op": "hello"}`` once its limits are in place (no hello: the sandbox failed).
+* host ``{"op": "case", "mode": "stdio"|"calls"|"eval", ...}``: /tmp is emptied and a child forked:
+  limits, cwd /tmp, then the program (``stdio``: as ``__main__`` with the case's stdin on a pipe).
+  ``calls``: after the program, the child makes the given calls and writes one answer line for each.
+  ``eval``: after the program the child reports ``ready`` and answers requests until told to end.
+* runner: ``{"op": "ready"}`` (eval) or ``{"op": "done", ...}`` when the case is over.
+* host ``{"op": "req", "r": {...}}`` -> runner ``{"op": "reply", "r": "<the child's raw line>"}`` or
+  ``done``; host ``{"op": "end"}`` -> ``done``. ``done`` carries the exit code or signal, whether the
+  case timed out or wrote too much, its stdout, the tail of its stderr and its answer lines. After
+  every case all its processes are killed (``kill(-1)`` from pid 1 reaches every other process of the
+  namespace) and reaped.
 """
 
-import contextlib
-import json
+import _signal
+import marshal
 import os
 import resource
-import signal
+import select
 import sys
+import time
 
-ASSERT_FAILED = 86
 RUNNER_FAILED = 97
-# Bound now: the program may replace builtins.AssertionError before the test runs.
-_ASSERTION_ERROR = AssertionError
+_MB = 1024 * 1024
+_SIGKILL, _SIGXFSZ = 9, 25
 
 
-def _limits(spec):
-    mb = 1024 * 1024
+# ------------------------------------------------------------------------------ JSON out
+_ESCAPES = {i: f"\\u{i:04x}" for i in range(32)}
+_ESCAPES[ord('"')] = '\\"'
+_ESCAPES[ord("\\")] = "\\\\"
+
+
+def _json(value):
+    """JSON text of None/bool/int/float/str/list/dict(str keys); lone surrogates become \\u escapes."""
+    t = type(value)
+    if value is None:
+        return "null"
+    if t is bool:
+        return "true" if value else "false"
+    if t is int:
+        return str(value)
+    if t is float:
+        return repr(value)
+    if t is str:
+        return (
+            '"'
+            + value.translate(_ESCAPES).encode("utf-8", "backslashreplace").decode("ascii", "replace")
+            + '"'
+        )
+    if t is list:
+        return "[" + ",".join(_json(v) for v in value) + "]"
+    if t is dict:
+        return "{" + ",".join(_json(str(k)) + ":" + _json(v) for k, v in value.items()) + "}"
+    raise TypeError(t.__name__)
+
+
+# ------------------------------------------------------------------------------ plain values
+class NotPlain(Exception):
+    pass
+
+
+def encode_plain(value, depth=0):
+    """Exact builtin types only (the host's cases.decode_plain re-checks everything)."""
+    if depth > 100:
+        raise NotPlain("value nested too deeply")
+    t = type(value)
+    if value is None or t is bool or t is int or t is str:
+        return value
+    if t is float:
+        return value if value - value == 0 else {"f": repr(value)}  # nan and inf are tagged
+    if t is list:
+        return [encode_plain(v, depth + 1) for v in value]
+    if t is tuple:
+        return {"t": [encode_plain(v, depth + 1) for v in value]}
+    if t is set:
+        return {"s": [encode_plain(v, depth + 1) for v in value]}
+    if t is dict:
+        return {"d": [[encode_plain(k, depth + 1), encode_plain(v, depth + 1)] for k, v in value.items()]}
+    raise NotPlain(f"a {t.__name__}")
+
+
+# ------------------------------------------------------------------------------------- child
+def _arg(value, handles):
+    # A reference to an object kept here travels as bytes (never a plain value).
+    return handles[int(value)] if type(value) is bytes else value
+
+
+def _wrap(value, handles):
+    try:
+        return {"v": encode_plain(value)}
+    except NotPlain:
+        handles.append(value)
+        return {"h": len(handles) - 1}
+
+
+def _serve(req, ns, handles):
+    op = req["op"]
+    if op == "names":
+        return {"found": {n: _wrap(ns[n], handles) for n in req["names"] if n in ns}}
+    target = handles[req["ref"]["h"]]
+    if op == "attr":
+        return _wrap(getattr(target, req["name"]), handles)
+    if op == "call":
+        args = [_arg(a, handles) for a in req["args"]]
+        kwargs = {k: _arg(v, handles) for k, v in req["kwargs"].items()}
+        result = target(*args, **kwargs)
+        try:
+            return {"v": encode_plain(result)}
+        except NotPlain as e:
+            if isinstance(target, type):  # a program class was instantiated: keep the instance here
+                handles.append(result)
+                return {"h": len(handles) - 1}
+            return {"np": str(e)}
+    raise ValueError("unknown request")
+
+
+def _precomputed(call, ns, handles):
+    kind, target, args, kwargs = call
+    if kind == "method":
+        cls, name = target.split(".", 1)
+        fn = getattr(ns[cls](), name)
+    elif target in ns or kind == "fn":
+        fn = ns[target]
+    else:  # "auto" (VeRL's fn_name): the function, or LeetCode's Solution().fn
+        fn = getattr(ns["Solution"](), target)
+    result = fn(*args, **kwargs)
+    try:
+        return {"v": encode_plain(result)}
+    except NotPlain as e:
+        return {"np": str(e)}
+
+
+def _answer(fn, req, ns, handles):
+    try:
+        reply = fn(req, ns, handles)
+    except BaseException as e:  # the program's exception, reported by name
+        try:
+            reply = {"raise": f"{type(e).__name__}: {e}"[:500]}
+        except BaseException:
+            reply = {"raise": "an exception that cannot be shown"}
+    try:
+        data = _json(reply).encode()
+    except BaseException as e:  # e.g. an int too long to print
+        data = _json({"np": f"unserialisable value ({type(e).__name__})"}).encode()
+    _flush()
+    return data + b"\n"
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _read_frame(fd, buf):
+    """One host frame from ``fd`` (buffered in ``buf``), or None at end of input."""
+    while True:
+        if len(buf) >= 4:
+            n = int.from_bytes(buf[:4], "big")
+            if len(buf) >= 4 + n:
+                frame = bytes(buf[4 : 4 + n])
+                del buf[: 4 + n]
+                return marshal.loads(frame)
+        data = os.read(fd, 1 << 20)
+        if not data:
+            return None
+        buf += data
+
+
+def _flush():
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+
+
+def _exit_code(e):
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write(str(code) + "\n")
+    except BaseException:
+        pass
+    return 1
+
+
+def _child(source, msg, limits, fds):
+    in_r, out_w, err_w, req_r, rep_w = fds
+    mode = msg["mode"]
+    try:
+        os.dup2(in_r, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        keep = 3
+        if req_r >= 0:
+            os.dup2(req_r, 3)
+            os.dup2(rep_w, 4)
+            keep = 5
+        os.closerange(keep, 65536)
+        cpu = limits["cpu_s"]
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        os.chdir("/tmp")
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        _dumpable(1)
+    except BaseException as e:
+        os.write(2, f"sandbox runner failed: {e}".encode())
+        os._exit(RUNNER_FAILED)
+    sys.argv = ["solution.py"]
+    ns = {"__name__": msg.get("module", "__main__"), "__builtins__": __builtins__}
+    try:
+        # Compiled here, in the child: a syntax error, MemoryError or RecursionError while compiling
+        # (a "compile-time bomb") is the program's own failure, like any other.
+        exec(compile(source, "solution.py", "exec"), ns)
+    except SystemExit as e:
+        _flush()
+        os._exit(_exit_code(e))
+    except BaseException:
+        try:
+            import traceback  # only when needed: its import costs more than most programs run
+
+            traceback.print_exc()
+        except BaseException:
+            pass
+        _flush()
+        os._exit(1)
+    _flush()
+    if mode == "stdio":
+        os._exit(0)
+    if mode == "calls":
+        # Calls known in advance (``f(1, 2)``, ``Solution().f(1, 2)``): answered in order, then exit.
+        for call in msg["calls"]:
+            _write_all(4, _answer(_precomputed, call, ns, []))
+        os._exit(0)
+    handles = []  # type: list
+    _write_all(4, b'{"ready": 1}\n')
+    buf = bytearray()
+    while True:
+        req = _read_frame(3, buf)
+        if req is None:
+            os._exit(0)
+        _write_all(4, _answer(_serve, req, ns, handles))
+
+
+# ------------------------------------------------------------------------------------ runner
+def _dumpable(flag):
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, flag, 0, 0, 0)  # PR_SET_DUMPABLE
+    except Exception:
+        pass
+
+
+def _set_limits(limits):
     pairs = [
-        (resource.RLIMIT_CPU, spec["cpu_s"], spec["cpu_s"] + 1),
-        (resource.RLIMIT_AS, spec["memory_mb"] * mb, spec["memory_mb"] * mb),
-        (resource.RLIMIT_FSIZE, spec["file_size_mb"] * mb, spec["file_size_mb"] * mb),
-        (resource.RLIMIT_NPROC, spec["max_procs"], spec["max_procs"]),
-        (resource.RLIMIT_NOFILE, 256, 256),
-        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_AS, limits["memory_mb"] * _MB),
+        (resource.RLIMIT_FSIZE, limits["file_size_mb"] * _MB),
+        # The runner itself is one of the uid's processes.
+        (resource.RLIMIT_NPROC, limits["max_procs"] + 1),
+        (resource.RLIMIT_NOFILE, 256),
+        (resource.RLIMIT_CORE, 0),
     ]
-    for res, soft, hard in pairs:
-        resource.setrlimit(res, (soft, hard))
+    for res, value in pairs:
+        resource.setrlimit(res, (value, value))
     # Writing past RLIMIT_FSIZE then raises OSError(EFBIG) in the program instead of killing it silently.
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _signal.signal(_SIGXFSZ, _signal.SIG_IGN)
 
 
-def _compile(path):
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return compile(f.read(), "solution.py", "exec")
+def _clean_tmp():
+    # Every case starts from an empty /tmp (its cwd); the files are the run's own uid's, so chmod works.
+    for root, dirs, files in os.walk("/tmp", topdown=False):
+        for name in files + dirs:
+            path = os.path.join(root, name)
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    os.chmod(path, 0o700)
+                    os.rmdir(path)
+                else:
+                    os.unlink(path)
+            except OSError:
+                pass
 
 
-def _finish(nonce, payload=b""):
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-    os.write(1, b"\n" + nonce + payload + b"\n")
-    os._exit(0)
+def _sweep(child):
+    """Kill every other process of the namespace; the direct child's wait status (if reaped here) and
+    whether something could not be killed."""
+    status = None
+    for _ in range(500):
+        try:
+            os.kill(-1, _SIGKILL)
+        except OSError:
+            pass
+        while True:
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return status, 0
+            if pid == 0:
+                break
+            if pid == child:
+                status = st
+        time.sleep(0.002)
+    return status, 1
+
+
+class Runner:
+    def __init__(self, limits):
+        self.limits = limits
+        self.cap = limits["output_limit_kb"] * 1024
+        self.timeout = limits["timeout_s"]
+        self.inbuf = bytearray()
+        with open("/box/solution.py", encoding="utf-8", errors="replace") as f:
+            self.source = f.read()
+
+    def send(self, msg):
+        _write_all(1, (_json(msg) + "\n").encode())
+
+    def recv(self):
+        return _read_frame(0, self.inbuf)
+
+    def case(self, msg):
+        _clean_tmp()
+        mode = msg["mode"]
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        req_r, req_w, rep_r, rep_w = -1, -1, -1, -1
+        if mode != "stdio":
+            req_r, req_w = os.pipe()
+            rep_r, rep_w = os.pipe()
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            for fd in (0, 1, in_w, out_r, err_r, req_w, rep_r):
+                if fd >= 0:
+                    os.close(fd)
+            _child(self.source, msg, self.limits, (in_r, out_w, err_w, req_r, rep_w))
+        for fd in (in_r, out_w, err_w, req_r, rep_w):
+            if fd >= 0:
+                os.close(fd)
+        c = _Case(self, pid, t0, in_w, msg.get("stdin", "").encode("utf-8"), out_r, err_r, rep_r)
+        try:
+            if mode == "eval":
+                if c.wait_line() is None:
+                    return self.send(c.done())
+                self.send({"op": "ready"})
+                while True:
+                    req = self.recv()
+                    if req is None or req.get("op") == "end":
+                        return self.send(c.done())
+                    frame = marshal.dumps(req["r"])
+                    _write_all(req_w, len(frame).to_bytes(4, "big") + frame)
+                    line = c.wait_line()
+                    if line is None:
+                        return self.send(c.done())
+                    self.send({"op": "reply", "r": line.decode("utf-8", "replace")})
+            c.wait_exit()
+            self.send(c.done())
+        finally:
+            c.close()
+            if req_w >= 0:
+                os.close(req_w)
+
+
+class _Case:
+    def __init__(self, runner, pid, t0, in_w, stdin, out_r, err_r, rep_r):
+        self.r, self.pid, self.t0 = runner, pid, t0
+        self.deadline = t0 + runner.timeout
+        self.in_w, self.stdin = in_w, stdin
+        self.out_r, self.err_r, self.rep_r = out_r, err_r, rep_r
+        self.out, self.err, self.rep = bytearray(), bytearray(), bytearray()
+        self.status = None
+        self.timed_out = self.overflow = self.exited = False
+        self.leftover = 0
+        self.pidfd = -1
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pass
+        for fd in (in_w, out_r, err_r, rep_r):
+            if fd >= 0:
+                os.set_blocking(fd, False)
+        if not stdin:
+            self._close_stdin()
+
+    def _buf(self, fd):
+        return self.out if fd == self.out_r else self.err if fd == self.err_r else self.rep
+
+    def _close_stdin(self):
+        if self.in_w >= 0:
+            os.close(self.in_w)
+            self.in_w = -1
+
+    def _pump(self, want_line):
+        """Move data until a reply line (want_line), the child's exit, the deadline or too much output."""
+        while True:
+            if want_line:
+                i = self.rep.find(b"\n")
+                if i >= 0:
+                    line = bytes(self.rep[:i])
+                    del self.rep[: i + 1]
+                    return line
+            if self.exited or self.timed_out or self.overflow:
+                return None
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                self.timed_out = True
+                return None
+            rd = [fd for fd in (self.out_r, self.err_r, self.rep_r) if fd >= 0]
+            if self.pidfd >= 0:
+                rd.append(self.pidfd)
+            wr = [self.in_w] if self.in_w >= 0 else []
+            r, w, _ = select.select(rd, wr, [], min(remaining, 0.005 if self.pidfd < 0 else 1.0))
+            if w:
+                try:
+                    n = os.write(self.in_w, self.stdin[:65536])
+                    self.stdin = self.stdin[n:]
+                except BlockingIOError:
+                    pass
+                except OSError:  # the program closed its stdin: the rest is not wanted
+                    self.stdin = b""
+                if not self.stdin:
+                    self._close_stdin()
+            for fd in r:
+                if fd != self.pidfd:
+                    self._read(fd)
+            if self.pidfd < 0 or self.pidfd in r:
+                self._reap()
+
+    def _read(self, fd):
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        buf = self._buf(fd)
+        if not data:
+            if fd == self.out_r:
+                self.out_r = -1
+            elif fd == self.err_r:
+                self.err_r = -1
+            else:
+                self.rep_r = -1
+            os.close(fd)
+            return False
+        buf += data
+        if len(buf) > self.r.cap + (65536 if buf is self.rep else 0):
+            self.overflow = True
+            return False
+        return True
+
+    def _reap(self):
+        try:
+            pid, st = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, st = self.pid, 0
+        if pid == self.pid:
+            self.status = st
+            self.exited = True
+
+    def wait_line(self):
+        return self._pump(True)
+
+    def wait_exit(self):
+        self._pump(False)
+
+    def done(self):
+        status, self.leftover = _sweep(self.pid)
+        if self.status is None:
+            self.status = status
+        # Everything else is dead now: what is left in the pipes can be read to the end.
+        for fd in (self.out_r, self.err_r, self.rep_r):
+            if fd >= 0:
+                while not self.overflow and self._read(fd):
+                    pass
+        st = self.status
+        code = sig = None
+        # A child we killed (at "end", on a timeout or too much output) has no exit code of its own.
+        if st is not None and self.exited and not self.timed_out:
+            if os.WIFEXITED(st):
+                code = os.WEXITSTATUS(st)
+            elif os.WIFSIGNALED(st):
+                sig = os.WTERMSIG(st)
+        return {
+            "op": "done",
+            "exit": code,
+            "sig": sig,
+            "timeout": self.timed_out,
+            "overflow": self.overflow,
+            "out": bytes(self.out[: self.r.cap]).decode("utf-8", "replace"),
+            "err": bytes(self.err[-2000:]).decode("utf-8", "replace"),
+            "replies": [x.decode("utf-8", "replace") for x in bytes(self.rep).split(b"\n")[:-1]],
+            "wall": time.monotonic() - self.t0,
+            "leftover": self.leftover,
+        }
+
+    def close(self):
+        for fd in (self.in_w, self.out_r, self.err_r, self.rep_r, self.pidfd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 def main():
-    spec_path, marker_fd = sys.argv[1], int(sys.argv[2])
     try:
-        with open(spec_path, encoding="utf-8") as f:
-            spec = json.load(f)
-        _limits(spec)
-        program = _compile(spec["program"])
-        test = compile(spec["assert"], "test_case", "exec") if spec["mode"] == "assert" else None
-    except SyntaxError:
-        # The model's code does not compile: report "started" so the host blames the program.
-        os.write(marker_fd, b"S")
-        os.close(marker_fd)
-        raise
+        names = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb")
+        limits = dict(zip(names, map(int, sys.argv[1:6])))  # type: dict
+        limits["timeout_s"] = float(sys.argv[6])
+        # pid 1 of the namespace: a signal without a handler is dropped, so the program cannot stop us.
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        _dumpable(0)
+        _set_limits(limits)
+        runner = Runner(limits)
     except BaseException as e:
-        os.write(marker_fd, f"E{type(e).__name__}: {e}".encode("utf-8", "replace")[:2000])
-        os.close(marker_fd)
+        os.write(1, (_json({"op": "failed", "message": f"{type(e).__name__}: {e}"}) + "\n").encode())
         os._exit(RUNNER_FAILED)
-    os.write(marker_fd, b"S")
-    os.close(marker_fd)
-    mode = spec["mode"]
-    if mode == "stdio":
-        sys.argv = ["solution.py"]
-        exec(program, {"__name__": "__main__", "__builtins__": __builtins__})
-        return
-    nonce = sys.stdin.readline().strip().encode("ascii")
-    ns: dict = {"__name__": "__main__", "__builtins__": __builtins__}
-    if mode == "assert":
-        exec(program, ns)
-        assert test is not None
-        try:
-            exec(test, ns)
-        except _ASSERTION_ERROR:
-            sys.stderr.write("test case failed: " + spec["assert"][:500] + "\n")
-            sys.stderr.flush()
-            os._exit(ASSERT_FAILED)
-        _finish(nonce)
-    elif mode == "call":
-        # __name__ is not "__main__": a LeetCode-style solution's own `if __name__ == "__main__"` demo
-        # must not run (and block on stdin) when we only call its function.
-        ns["__name__"] = "solution"
-        exec(program, ns)
-        name = spec["fn_name"]
-        if name in ns:
-            fn = ns[name]
-        elif "Solution" in ns:
-            fn = getattr(ns["Solution"](), name)
-        else:
-            sys.stderr.write(f"function {name!r} not found\n")
-            sys.stderr.flush()
-            os._exit(1)
-        result = fn(*spec["args"])
-        try:
-            text = json.dumps(result)
-        except (TypeError, ValueError):
-            text = json.dumps(repr(result))
-        _finish(nonce, text.encode("utf-8"))
+    runner.send({"op": "hello"})
+    while True:
+        msg = runner.recv()
+        if msg is None:
+            break
+        if msg.get("op") == "case":
+            runner.case(msg)
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,29 @@
 """A local code sandbox for code rewards (data_source or ability ``code``), built on bubblewrap.
 
-The response's last fenced Python block runs once per test case, each run in a fresh sandbox:
+One sandbox per program; every test case of that program runs inside it, each in a fresh child
+process forked by the sandbox's runner (:mod:`.runner`) with an emptied working directory:
 
-* **namespaces** (``bwrap --unshare-all --disable-userns``): its own user, pid, network (loopback
-  only, nothing routed), mount, IPC, UTS and cgroup namespaces; nested user namespaces are refused.
-  When the runner (pid 2) exits, pid 1 of the namespace exits and the kernel kills every process left
-  in it: a daemon cannot outlive its run. bwrap's ``--die-with-parent`` does the same if we die.
-* **filesystem**: a read-only view of ``/usr`` (and the interpreter's prefix), a fresh ``/proc`` and
-  minimal ``/dev``, the program's files read-only under ``/box``, and a size-capped tmpfs as cwd and
-  ``/tmp``; the root and ``/dev`` are remounted read-only. Nothing of the host's ``/home``, ``/root``,
-  ``/etc`` or working directory is visible. The host-side temporary directory is removed afterwards.
-* **limits** set by the runner before any untrusted code runs: RLIMIT_CPU, AS, FSIZE, NPROC (counted
-  inside the run's user namespace), NOFILE, CORE; a wall-clock deadline that kills the whole process
-  group and namespace; stdout/stderr capped (a run that writes more is stopped).
-* **identity**: started as root, each run gets its own unprivileged uid (claimed with a lock file, so
-  concurrent runs and processes never share one) and every process of that uid is killed afterwards;
-  started as a normal user, it runs as that user inside its own namespaces.
-* **environment**: cleared; only ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` are set.
+* **namespaces** (``bwrap --unshare-all --disable-userns --as-pid-1``): its own user, pid, network
+  (loopback only, nothing routed), mount, IPC, UTS and cgroup namespaces; nested user namespaces are
+  refused. The runner is pid 1: when it exits the kernel kills every process left in the namespace, and
+  between cases it kills every process but itself (``kill(-1)``), so nothing outlives its case.
+  bwrap's ``--die-with-parent`` takes the sandbox down if we die.
+* **filesystem**: a read-only view of ``/usr`` (and, relocated to ``/opt/stepcredit-python``, the
+  interpreter's own ``bin``/``lib`` when it lives elsewhere, its site-packages hidden), a fresh
+  ``/proc`` and minimal ``/dev``, the program's source read-only under ``/box``, and a size-capped tmpfs
+  as cwd and ``/tmp``, emptied before each case; the root and ``/dev`` are remounted read-only. Nothing
+  of the host's ``/home``, ``/root``, ``/etc`` or working directory is visible, and no file holds a test.
+* **limits** set before any untrusted code runs: RLIMIT_CPU (per case), AS, FSIZE, NPROC (counted inside
+  the run's user namespace), NOFILE, CORE; a wall-clock deadline per case that kills the case's
+  processes; stdout/stderr capped (a case that writes more is stopped).
+* **identity**: started as root, each sandbox gets its own unprivileged uid (claimed with a lock file in
+  a root-only directory, so concurrent runs and processes never share one) and every process of that
+  uid is killed afterwards; started as a normal user, it runs as that user inside its own namespaces.
+* **environment**: cleared; only ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` (and ``LD_LIBRARY_PATH`` for a
+  relocated interpreter) are set.
+* **judging** happens here, on the host (:mod:`.cases`): the sandbox gets a case's stdin or requests
+  such as "call ``f`` with (1, 2)", never an expected value, an assert statement or a nonce; what comes
+  back is decoded strictly to plain builtin values and compared here.
 
 Statuses: a wrong answer is ``ok`` with a lower score; a program that crashed, exceeded a limit or
 wrote too much is ``error`` and one that ran past its deadline (wall or CPU) is ``timeout``; both keep
@@ -24,7 +31,7 @@ their score (fraction of cases passed). ``sandbox_error`` (NaN score) means the 
 (bubblewrap missing or refused, the runner never started): never the program's fault, never a pass.
 
 Test cases follow VeRL's ground-truth formats: ``{"inputs": [...], "outputs": [...]}`` (stdin/stdout),
-``{"assert_case": [...]}`` (each an assert statement run after the program) and
+``{"assert_case": [...]}`` (assert statements about the program) and
 ``{"fn_name": ..., "inputs": [...], "outputs": [...]}`` (call the function, or ``Solution().fn``).
 """
 
@@ -34,13 +41,14 @@ import contextlib
 import fcntl
 import functools
 import json
+import marshal
 import math
 import os
 import re
-import secrets
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -52,167 +60,54 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepcredit.config import SandboxConfig
+from stepcredit.reward.verifiers.code.cases import (
+    AssertFailed,
+    Call,
+    NeedsConversation,
+    NotPlain,
+    PrecomputedLink,
+    ProgramRaised,
+    Remote,
+    RemoteLink,
+    TestCase,
+    evaluate_assert,
+    extract_code,
+    outputs_match,
+    parse_tests,
+    values_match,
+)
 from stepcredit.types import RewardResult, Sample, Status
 
+__all__ = [
+    "CaseOutcome",
+    "CodeScorer",
+    "Sandbox",
+    "TestCase",
+    "aggregate",
+    "extract_code",
+    "get_sandbox",
+    "outputs_match",
+    "parse_tests",
+    "score_code",
+    "score_code_batch",
+    "values_match",
+]
+
 RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
-ASSERT_FAILED = 86
-"""Exit code of the runner when the assert statement failed (a wrong answer, not a crash)."""
 RUNNER_FAILED = 97
+"""Exit code of the runner (or of a case's child) when its own setup failed."""
 UID_BASE = 1_700_000
-"""Unprivileged uids used for runs when stepcredit runs as root (one per concurrent run)."""
+"""Unprivileged uids used for runs when stepcredit runs as root (one per concurrent sandbox)."""
 UID_COUNT = 4096
 STARTUP_TIMEOUT_S = 20.0
 """How long the sandbox may take to start before it counts as a sandbox failure (a loaded machine)."""
+REPLY_SLACK_S = 5.0
+"""How long past a case's deadline the host waits for the runner before it stops the sandbox."""
+PYTHON_MOUNT = "/opt/stepcredit-python"
+"""Where an interpreter from outside ``/usr`` appears inside the sandbox (its host path stays hidden)."""
 
 PASSED, FAILED, TIMEOUT, ERROR, SANDBOX_ERROR = "passed", "failed", "timeout", "error", "sandbox_error"
-
-
-# ------------------------------------------------------------------------------------ extraction
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
-
-
-def extract_code(response: str) -> str | None:
-    """The last fenced block labelled python/py/python3 (or, if none is labelled, the last unlabelled one)."""
-    blocks = _FENCE_RE.findall(response)
-    labelled = [body for lang, body in blocks if lang.lower() in ("python", "py", "python3")]
-    if labelled:
-        return labelled[-1]
-    bare = [body for lang, body in blocks if not lang]
-    return bare[-1] if bare else None
-
-
-# ------------------------------------------------------------------------------------ test cases
-@dataclass(frozen=True)
-class TestCase:
-    """One test case: ``stdio`` (input -> expected stdout), ``assert`` or ``call`` (fn(*args) == expected)."""
-
-    mode: str
-    stdin: str = ""
-    expected: Any = None
-    assert_src: str = ""
-    fn_name: str = ""
-    args: tuple[Any, ...] = ()
-
-
-def parse_tests(ground_truth: Any) -> list[TestCase]:
-    """Test cases from VeRL's ground-truth formats (a dict or its JSON string); ValueError if malformed."""
-    gt = ground_truth
-    if isinstance(gt, (bytes, str)):
-        try:
-            gt = json.loads(gt)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"code ground truth is not valid JSON ({e})") from None
-    if isinstance(gt, list) and all(isinstance(a, str) for a in gt):
-        gt = {"assert_case": gt}
-    if not isinstance(gt, dict):
-        raise ValueError(f"code ground truth must be a mapping, got {type(gt).__name__}")
-    asserts = gt.get("assert_case")
-    if isinstance(asserts, list) and asserts:
-        return [TestCase("assert", assert_src=str(a)) for a in asserts]
-    inputs, outputs = gt.get("inputs"), gt.get("outputs")
-    if not isinstance(inputs, list) or not isinstance(outputs, list):
-        raise ValueError("code ground truth needs 'assert_case' or lists 'inputs' and 'outputs'")
-    if len(inputs) != len(outputs):
-        raise ValueError(f"code ground truth has {len(inputs)} inputs but {len(outputs)} outputs")
-    if not inputs:
-        raise ValueError("code ground truth has no test cases")
-    fn_name = gt.get("fn_name")
-    if fn_name:
-        return [
-            TestCase("call", fn_name=str(fn_name), args=tuple(_call_args(i)), expected=_maybe_json(o))
-            for i, o in zip(inputs, outputs, strict=True)
-        ]
-    return [
-        TestCase("stdio", stdin=_text(i), expected=_text(o)) for i, o in zip(inputs, outputs, strict=True)
-    ]
-
-
-def _text(x: Any) -> str:
-    if isinstance(x, list):
-        return "\n".join(str(v) for v in x)
-    return "" if x is None else str(x)
-
-
-def _call_args(x: Any) -> list[Any]:
-    # TACO stores a list of arguments; Sandbox Fusion one JSON value per line.
-    if isinstance(x, list):
-        return x
-    if isinstance(x, str):
-        return [json.loads(line) for line in x.splitlines() if line.strip()]
-    return [x]
-
-
-def _maybe_json(x: Any) -> Any:
-    if isinstance(x, str):
-        try:
-            return json.loads(x)
-        except json.JSONDecodeError:
-            return x
-    return x
-
-
-def outputs_match(got: str, expected: str) -> bool:
-    """Line-wise equality ignoring trailing whitespace, else token-wise with floats equal to 1e-6."""
-    norm_got = [line.rstrip() for line in got.strip().splitlines()]
-    norm_exp = [line.rstrip() for line in expected.strip().splitlines()]
-    if norm_got == norm_exp:
-        return True
-    a, b = got.split(), expected.split()
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b, strict=True):
-        if x == y:
-            continue
-        try:
-            if not math.isclose(float(x), float(y), rel_tol=1e-6, abs_tol=1e-6):
-                return False
-        except ValueError:
-            return False
-    return True
-
-
-def values_match(got: Any, expected: Any) -> bool:
-    """JSON values equal up to tuple/list and 1e-6 on floats; TACO's one-item list wrapping accepted."""
-    if _eq(got, expected):
-        return True
-    return isinstance(expected, list) and len(expected) == 1 and _eq(got, expected[0])
-
-
-def _eq(a: Any, b: Any) -> bool:
-    a = list(a) if isinstance(a, tuple) else a
-    b = list(b) if isinstance(b, tuple) else b
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_eq(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_eq(a[k], b[k]) for k in a)
-    return bool(a == b)
-
-
-# ------------------------------------------------------------------------------------------ runs
-@dataclass
-class RunResult:
-    """What happened to one run of the program in the sandbox."""
-
-    started: bool
-    """The runner set the limits and reported in; False means the sandbox failed."""
-    exit_code: int | None = None
-    """bwrap's exit code: the program's, or 128 + signal."""
-    stdout: bytes = b""
-    stderr: bytes = b""
-    timed_out: bool = False
-    output_exceeded: bool = False
-    message: str = ""
-    """Why the sandbox failed (when not started) or a note on the run."""
-    wall_s: float = 0.0
-    """Time from the runner's start to the end of the run."""
-    leftover: int = 0
-    """Processes that had to be killed after the run ended (0 is normal)."""
-    nonce: str = ""
-    """The secret the runner prints after a passed assert/call case."""
+_SKIPPED = "skipped after an earlier failure"
 
 
 @dataclass
@@ -229,8 +124,128 @@ class CaseOutcome:
         return {"status": self.status, "message": self.message, "latency_s": round(self.latency_s, 4)}
 
 
-def _tail(b: bytes, n: int = 600) -> str:
-    return b[-n:].decode("utf-8", "replace")
+class SandboxFailure(Exception):
+    """The sandbox (not the program) failed: bubblewrap refused, the runner died or stopped answering."""
+
+
+class _CaseEnded(Exception):
+    """The case's processes finished (exited, crashed, timed out) while the host waited for an answer."""
+
+    def __init__(self, done: dict[str, Any]) -> None:
+        super().__init__("case ended")
+        self.done = done
+
+
+def _tail(b: bytes | str, n: int = 600) -> str:
+    return (b.decode("utf-8", "replace") if isinstance(b, bytes) else b)[-n:]
+
+
+class _Session:
+    """One running sandbox: the bwrap process and the line protocol with its runner (host side)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], line_cap: int) -> None:
+        self.proc = proc
+        self.line_cap = line_cap
+        assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+        self._out = proc.stdout.fileno()
+        self._err = proc.stderr.fileno()
+        self._in = proc.stdin.fileno()
+        os.set_blocking(self._in, False)
+        self._outbuf = bytearray()
+        self._buf = bytearray()
+        self.stderr = bytearray()
+        self._sel = selectors.DefaultSelector()
+        for fd in (self._out, self._err):
+            os.set_blocking(fd, False)
+            self._sel.register(fd, selectors.EVENT_READ)
+
+    def send(self, msg: dict[str, Any]) -> None:
+        """Queue a message; it is written while we wait for replies (so neither side blocks the other)."""
+        frame = marshal.dumps(msg)  # plain data we made; the runner trusts the host
+        self._outbuf += len(frame).to_bytes(4, "big") + frame
+        self._flush_out()
+
+    def _flush_out(self) -> None:
+        while self._outbuf:
+            try:
+                n = os.write(self._in, self._outbuf[: 1 << 16])
+            except BlockingIOError:
+                break
+            except OSError as e:
+                raise SandboxFailure(f"the sandbox runner is gone ({e})") from None
+            del self._outbuf[:n]
+        registered = self._in in self._sel.get_map()
+        if self._outbuf and not registered:
+            self._sel.register(self._in, selectors.EVENT_WRITE)
+        elif not self._outbuf and registered:
+            self._sel.unregister(self._in)
+
+    def recv(self, deadline: float) -> dict[str, Any]:
+        """The runner's next message; SandboxFailure if it dies, says nonsense or misses ``deadline``."""
+        while True:
+            i = self._buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[: i + 1]
+                try:
+                    msg = json.loads(line)
+                except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
+                    raise SandboxFailure(
+                        f"unreadable message from the sandbox runner: {line[:200]!r}"
+                    ) from None
+                if type(msg) is not dict:
+                    raise SandboxFailure("unreadable message from the sandbox runner")
+                return msg
+            if len(self._buf) > self.line_cap:
+                raise SandboxFailure("the sandbox runner sent an oversized message")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxFailure("the sandbox runner stopped answering")
+            if self._out not in self._sel.get_map():
+                raise SandboxFailure(self._exit_message())
+            for key, _ in self._sel.select(min(remaining, 1.0)):
+                fd = int(key.fd)
+                if fd == self._in:
+                    self._flush_out()
+                    continue
+                try:
+                    data = os.read(fd, 1 << 20)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    self._sel.unregister(fd)
+                    if fd == self._out:  # the runner is gone: nothing more will come
+                        raise SandboxFailure(self._exit_message())
+                    continue
+                if fd == self._out:
+                    self._buf += data
+                elif len(self.stderr) < 64 * 1024:
+                    self.stderr += data
+
+    def _exit_message(self) -> str:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+        code = self.proc.returncode
+        return f"the sandbox exited ({code}): {_tail(bytes(self.stderr), 400).strip()}"
+
+    def close(self, *, graceful: bool) -> bool:
+        """Stop the sandbox; True when it ended by itself (then nothing of it can be left, see below)."""
+        clean = False
+        if graceful and not self._outbuf:
+            # End of input: the runner exits. The kernel then kills the rest of its pid namespace and
+            # only lets pid 1 finish exiting once the namespace is empty (zap_pid_ns_processes), so
+            # when bwrap reports its child's clean exit no process of the sandbox is left anywhere.
+            with contextlib.suppress(Exception):
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                clean = self.proc.wait(timeout=2) == 0
+        _kill_group(self.proc)
+        self._sel.close()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(Exception):
+                if f is not None:
+                    f.close()
+        return clean
 
 
 class Sandbox:
@@ -248,7 +263,7 @@ class Sandbox:
 
     # ------------------------------------------------------------------------------ availability
     def unavailable(self) -> str | None:
-        """None when a trivial program runs in the sandbox, else why not (checked once, then cached)."""
+        """None when known-good programs pass in the sandbox, else why not (checked once, then cached)."""
         with self._probe_lock:
             if not self._probed:
                 self._probe = self._check_works()
@@ -260,289 +275,306 @@ class Sandbox:
             return "bubblewrap (bwrap) is not installed: run `make setup` or `apt-get install bubblewrap`"
         if not os.path.exists(self._python):
             return f"sandbox interpreter {self._python} does not exist (reward.sandbox.python)"
-        r = self.run("print(6 * 7)", TestCase("stdio"))
-        if not r.started:
-            return f"the sandbox does not start: {r.message}"
-        if r.exit_code != 0 or r.stdout.strip() != b"42":
-            return f"the sandbox's probe program failed (exit {r.exit_code}): {_tail(r.stderr)}"
-        return None
+        # One known-good program through both ways a case is judged (stdout, and calls from the host).
+        program = "def f(x):\n    return [x, x * 2]\nprint(6 * 7)\n"
+        cases = parse_tests({"inputs": [""], "outputs": ["42"]}) + parse_tests(["assert f(3) == [3, 6]"])
+        outs = self.check(program, cases)
+        bad = next((o for o in outs if o.status != PASSED), None)
+        if bad is None:
+            return None
+        if bad.status == SANDBOX_ERROR:
+            return f"the sandbox does not start: {bad.message}"
+        return f"the sandbox's probe program failed ({bad.status}): {bad.message}"
 
     # ------------------------------------------------------------------------------------- run
-    def run(self, program: str, case: TestCase) -> RunResult:
-        """Run ``program`` on one test case in a fresh sandbox (blocks for a concurrency slot)."""
+    def run_program(
+        self, program: str, cases: Sequence[TestCase], *, stop_on_failure: bool = False
+    ) -> list[CaseOutcome]:
+        """Verdicts of ``cases``, all run in one sandbox (blocks for a concurrency slot)."""
         with self._sem:
             try:
-                return self._run(program, case)
+                return self._run_program(program, list(cases), stop_on_failure)
             except Exception as e:  # a bug or an OS failure on our side: never the program's fault
-                return RunResult(started=False, message=f"sandbox failure: {type(e).__name__}: {e}")
+                return [CaseOutcome(SANDBOX_ERROR, f"sandbox failure: {type(e).__name__}: {e}")] * len(cases)
 
-    def _run(self, program: str, case: TestCase) -> RunResult:
-        cfg = self.cfg
+    def _run_program(self, program: str, cases: list[TestCase], stop_on_failure: bool) -> list[CaseOutcome]:
+        if not cases:
+            return []
         if not self._bwrap:
-            return RunResult(started=False, message="bubblewrap (bwrap) is not installed")
-        cpu_s = cfg.cpu_s or math.ceil(cfg.timeout_s) + 1
+            return [CaseOutcome(SANDBOX_ERROR, "bubblewrap (bwrap) is not installed")] * len(cases)
+        cfg = self.cfg
+        limits = {
+            "cpu_s": cfg.cpu_s or math.ceil(cfg.timeout_s) + 1,
+            "memory_mb": cfg.memory_mb,
+            "file_size_mb": cfg.file_size_mb,
+            "max_procs": cfg.max_procs,
+            "output_limit_kb": cfg.output_limit_kb,
+            "timeout_s": cfg.timeout_s,
+        }
         host_dir = tempfile.mkdtemp(prefix="stepcredit-sbx-")
         # Traversable (not listable) so that bwrap, started as the run's uid, can bind the files in.
         os.chmod(host_dir, 0o711)
-        marker_r = marker_w = stdin_r = -1
+        outcomes: list[CaseOutcome] = []
         try:
-            files = {"solution.py": program, "runner.py": _runner_source()}
-            spec = {
-                "program": "/box/solution.py",
-                "mode": case.mode,
-                "assert": case.assert_src,
-                "fn_name": case.fn_name,
-                "args": list(case.args),
-                "cpu_s": cpu_s,
-                "memory_mb": cfg.memory_mb,
-                "file_size_mb": cfg.file_size_mb,
-                "max_procs": cfg.max_procs,
-            }
-            files["spec.json"] = json.dumps(spec)
-            for name, text in files.items():
+            for name, text in (("solution.py", program), ("runner.py", _runner_source())):
                 path = os.path.join(host_dir, name)
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(text)
-                os.chmod(path, 0o644)
-            marker_r, marker_w = os.pipe()
-            nonce = ""
-            if case.mode == "stdio":
-                with tempfile.TemporaryFile(dir=host_dir) as stdin_file:
-                    stdin_file.write(case.stdin.encode("utf-8"))
-                    stdin_file.seek(0)
-                    stdin_r = os.dup(stdin_file.fileno())
-            else:
-                # A pipe, not a file: once the runner has read the nonce the program cannot seek back to it.
-                nonce = secrets.token_hex(16)
-                stdin_r, w = os.pipe()
-                os.write(w, (nonce + "\n").encode())
-                os.close(w)
+                os.chmod(path, 0o444)
             with _claim_uid(self._root) as uid:
-                cmd = self._command(host_dir, files, marker_w)
+                cmd = self._command(host_dir, limits)
                 as_uid: dict[str, Any] = (
                     {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
                 )
-                t0 = time.monotonic()
                 try:
                     proc = subprocess.Popen(
                         cmd,
-                        stdin=stdin_r,
+                        stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE,
-                        pass_fds=(marker_w,),
                         start_new_session=True,
                         cwd="/",
                         env={"PATH": "/usr/bin:/bin"},
                         **as_uid,
                     )
                 except OSError as e:
-                    return RunResult(started=False, message=f"cannot start bubblewrap: {e}")
-                os.close(marker_w)
-                marker_w = -1
-                os.close(stdin_r)
-                stdin_r = -1
+                    return [CaseOutcome(SANDBOX_ERROR, f"cannot start bubblewrap: {e}")] * len(cases)
+                session = _Session(proc, line_cap=4 * cfg.output_limit_kb * 1024 + (1 << 20))
+                clean = False
                 try:
-                    res = self._collect(proc, marker_r, t0)
+                    outcomes = self._run_cases(session, cases, stop_on_failure)
+                    # Cases sent ahead and skipped after a failure would still run: stop those by force.
+                    clean = all(o.status != SANDBOX_ERROR and o.message != _SKIPPED for o in outcomes)
                 finally:
-                    _kill_group(proc)
-                    res_left = _sweep_uid(uid) if uid is not None else 0
-                res.leftover = res_left
-                res.nonce = nonce
-                return res
+                    clean = session.close(graceful=clean)
+                    # The uid's own sweep is the safety net for a sandbox we had to kill.
+                    left = _sweep_uid(uid) if uid is not None and not clean else 0
+                if left:
+                    msg = f"{left} processes outlived the sandbox and were killed"
+                    outcomes = [CaseOutcome(SANDBOX_ERROR, msg)] * len(cases)
+                return outcomes
         finally:
-            for fd in (marker_r, marker_w, stdin_r):
-                if fd >= 0:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
             shutil.rmtree(host_dir, ignore_errors=True)
 
-    def _command(self, host_dir: str, files: dict[str, str], marker_fd: int) -> list[str]:
+    def _run_cases(
+        self, session: _Session, cases: list[TestCase], stop_on_failure: bool
+    ) -> list[CaseOutcome]:
+        try:
+            hello = session.recv(time.monotonic() + max(STARTUP_TIMEOUT_S, self.cfg.timeout_s))
+        except SandboxFailure as e:
+            return [CaseOutcome(SANDBOX_ERROR, str(e))] * len(cases)
+        if hello.get("op") != "hello":
+            why = f"sandbox runner failed: {str(hello.get('message'))[:400]}"
+            return [CaseOutcome(SANDBOX_ERROR, why)] * len(cases)
+        outcomes: list[CaseOutcome] = []
+        sent = 0  # cases whose request went out ahead (they need no conversation with the host)
+        try:
+            for k, case in enumerate(cases):
+                # Send every following case that needs no conversation at once: the runner works through
+                # them while we judge, so the host is off the critical path between cases.
+                while sent < len(cases) and sent >= k:
+                    request = _request(cases[sent])
+                    if request is None:
+                        break
+                    session.send(request)
+                    sent += 1
+                t0 = time.monotonic()
+                deadline = t0 + self.cfg.timeout_s + REPLY_SLACK_S
+                if k < sent:
+                    out = self._judge_sent(session, case, session.recv(deadline))
+                else:
+                    out = self._converse(session, case)
+                    sent = k + 1
+                outcomes.append(_timed(out, t0))
+                if stop_on_failure and out.status != PASSED:
+                    skipped = CaseOutcome(FAILED, _SKIPPED)
+                    return outcomes + [skipped] * (len(cases) - k - 1)
+        except SandboxFailure as e:
+            return outcomes + [CaseOutcome(SANDBOX_ERROR, str(e))] * (len(cases) - len(outcomes))
+        return outcomes
+
+    def _judge_sent(self, session: _Session, case: TestCase, done: dict[str, Any]) -> CaseOutcome:
+        """The verdict on a case sent ahead, from the runner's report (stdout, or answers to its calls)."""
+        if case.mode == "stdio":
+            return _classify(done, case, early=False)
+        calls = _calls(case)
+        replies = done.get("replies")
+        clean = done.get("op") == "done" and done.get("exit") == 0 and not done.get("sig")
+        clean = clean and not (done.get("timeout") or done.get("overflow") or done.get("leftover"))
+        if not clean or not isinstance(replies, list) or len(replies) < len(calls):
+            return _classify(done, case, early=True)
+        if len(replies) > len(calls):
+            return CaseOutcome(FAILED, "the program wrote on the sandbox's answer channel")
+        parsed = []
+        for raw in replies:
+            try:
+                parsed.append(json.loads(raw) if isinstance(raw, str) else None)
+            except (json.JSONDecodeError, RecursionError):
+                parsed.append(None)
+        try:
+            return self._verdict(case, PrecomputedLink(calls, parsed))
+        except NeedsConversation:  # the test wanted more than the calls known in advance: ask live
+            return self._converse(session, case)
+
+    def _converse(self, session: _Session, case: TestCase) -> CaseOutcome:
+        """A case whose test talks with the program while it runs (handles, comprehensions...)."""
+        deadline = time.monotonic() + self.cfg.timeout_s + REPLY_SLACK_S
+        module = "__main__" if case.mode == "assert" else "solution"
+        # __name__ is not "__main__" in call mode: a LeetCode-style solution's own demo under
+        # `if __name__ == "__main__"` must not run (and block on stdin) when we only call its function.
+        session.send({"op": "case", "mode": "eval", "module": module})
+        first = session.recv(deadline)
+        if first.get("op") != "ready":
+            return _classify(first, case, early=True)
+
+        def ask(request: dict[str, Any]) -> dict[str, Any]:
+            session.send({"op": "req", "r": request})
+            msg = session.recv(deadline)
+            if msg.get("op") != "reply":
+                raise _CaseEnded(msg)
+            raw = msg.get("r")
+            try:
+                reply = json.loads(raw) if isinstance(raw, str) else None
+            except (json.JSONDecodeError, RecursionError):
+                reply = None
+            if type(reply) is not dict:
+                raise NotPlain("an unreadable answer from the program")
+            return reply
+
+        try:
+            verdict = self._verdict(case, RemoteLink(ask))
+        except _CaseEnded as e:
+            return _classify(e.done, case, early=True)
+        session.send({"op": "end"})
+        done = session.recv(deadline)
+        if done.get("op") != "done":
+            raise SandboxFailure(f"unexpected message from the sandbox runner: {str(done)[:200]}")
+        # The verdict stands unless the case broke a limit meanwhile (too much output, a leftover).
+        if done.get("leftover"):
+            return CaseOutcome(SANDBOX_ERROR, "processes of the case could not be killed")
+        if done.get("overflow"):
+            return CaseOutcome(ERROR, "output limit exceeded")
+        return verdict
+
+    @staticmethod
+    def _verdict(case: TestCase, link: RemoteLink) -> CaseOutcome:
+        try:
+            if case.mode == "assert":
+                assert case.plan is not None
+                evaluate_assert(case.plan, link)
+                return CaseOutcome(PASSED)
+            value = link.auto(case.fn_name, case.args)
+            if type(value) is Remote:
+                raise NotPlain(f"{case.fn_name}(...) did not return a plain builtin value")
+            ok = values_match(value, case.expected)
+            return CaseOutcome(PASSED if ok else FAILED, "" if ok else f"returned {str(value)[:200]}")
+        except (_CaseEnded, NeedsConversation):
+            raise
+        except AssertFailed:
+            return CaseOutcome(FAILED, "assertion failed")
+        except NotPlain as e:
+            return CaseOutcome(FAILED, str(e)[:300])
+        except ProgramRaised as e:
+            return CaseOutcome(ERROR, str(e)[:800])
+        except Exception as e:  # the test raised on the program's (plain) values: TypeError, NameError...
+            return CaseOutcome(ERROR, f"the test raised {type(e).__name__}: {str(e)[:300]}")
+
+    def _command(self, host_dir: str, limits: dict[str, Any]) -> list[str]:
         cfg = self.cfg
         cmd = [self._bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
-        cmd += ["--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
+        cmd += ["--as-pid-1", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
         cmd += ["--ro-bind", "/usr", "/usr"]
         for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(top):
                 cmd += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
                 cmd += ["--ro-bind", top, top]
-        for extra in _python_dirs(self._python):
-            cmd += ["--ro-bind", extra, extra]
+        python, mounts, env_extra = _python_mounts(self._python)
+        cmd += mounts
         cmd += ["--proc", "/proc", "--dev", "/dev"]
         cmd += ["--size", str(cfg.tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-        for name in files:
+        for name in ("solution.py", "runner.py"):
             cmd += ["--ro-bind", os.path.join(host_dir, name), f"/box/{name}"]
         cmd += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
-        for k, v in env.items():
+        for k, v in {**env, **env_extra}.items():
             cmd += ["--setenv", k, v]
-        cmd += ["--", self._python, "-I", "-S", "-B", "/box/runner.py", "/box/spec.json", str(marker_fd)]
+        order = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb", "timeout_s")
+        cmd += ["--", python, "-I", "-S", "-B", "/box/runner.py", *(str(limits[k]) for k in order)]
         return cmd
-
-    def _collect(self, proc: subprocess.Popen[bytes], marker_r: int, t0: float) -> RunResult:
-        cfg = self.cfg
-        cap = cfg.output_limit_kb * 1024
-        assert proc.stdout is not None and proc.stderr is not None
-        bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-        marker = bytearray()
-        sel = selectors.DefaultSelector()
-        for fd in (*bufs, marker_r):
-            os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ)
-        started_at: float | None = None
-        deadline = t0 + max(STARTUP_TIMEOUT_S, cfg.timeout_s)
-        res = RunResult(started=False)
-        try:
-            while sel.get_map():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                for key, _ in sel.select(min(remaining, 1.0)):
-                    fd = int(key.fd)
-                    try:
-                        data = os.read(fd, 65536)
-                    except BlockingIOError:
-                        continue
-                    if not data:
-                        sel.unregister(fd)
-                        continue
-                    if fd == marker_r:
-                        marker += data
-                        if started_at is None and marker.startswith(b"S"):
-                            started_at = time.monotonic()
-                            deadline = started_at + cfg.timeout_s
-                        continue
-                    bufs[fd] += data
-                    if len(bufs[fd]) > cap:
-                        res.output_exceeded = True
-                        del bufs[fd][cap:]
-                        return self._finish(res, proc, bufs, marker, started_at)
-            if sel.get_map():  # the deadline passed with pipes still open
-                res.timed_out = started_at is not None
-                return self._finish(res, proc, bufs, marker, started_at)
-            # All pipes closed: the namespace is gone or about to be; wait for bwrap to report.
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()) + 0.5)
-            except subprocess.TimeoutExpired:
-                res.timed_out = started_at is not None
-            return self._finish(res, proc, bufs, marker, started_at)
-        finally:
-            sel.close()
-
-    def _finish(
-        self,
-        res: RunResult,
-        proc: subprocess.Popen[bytes],
-        bufs: dict[int, bytearray],
-        marker: bytearray,
-        started_at: float | None,
-    ) -> RunResult:
-        assert proc.stdout is not None and proc.stderr is not None
-        _kill_group(proc)
-        res.exit_code = proc.returncode
-        res.stdout = bytes(bufs[proc.stdout.fileno()])
-        res.stderr = bytes(bufs[proc.stderr.fileno()])
-        res.started = started_at is not None
-        res.wall_s = time.monotonic() - started_at if started_at is not None else 0.0
-        if not res.started:
-            if marker.startswith(b"E"):
-                res.message = "sandbox runner failed: " + marker[1:].decode("utf-8", "replace")
-            elif proc.returncode is None or proc.returncode < 0:
-                res.message = (
-                    f"the sandbox did not start within {max(STARTUP_TIMEOUT_S, self.cfg.timeout_s):g}s"
-                )
-            else:
-                res.message = f"bubblewrap exited {proc.returncode}: {_tail(res.stderr, 400).strip()}"
-        return res
 
     # --------------------------------------------------------------------------------- verdicts
     def judge(self, program: str, case: TestCase) -> CaseOutcome:
-        """Run one case and classify it: passed, failed, timeout, error or sandbox_error."""
-        r = self.run(program, case)
-        out = _classify(r, case)
-        out.latency_s = r.wall_s
-        return out
+        """Run one case in its own sandbox and classify it: passed, failed, timeout, error or sandbox_error."""
+        return self.run_program(program, [case])[0]
 
     def check(
         self, program: str, cases: Sequence[TestCase], *, stop_on_failure: bool = False
     ) -> list[CaseOutcome]:
         """Verdicts of all cases (cases after the first non-pass are skipped when ``stop_on_failure``)."""
-        return self.check_many([(program, list(cases))], stop_on_failure=stop_on_failure)[0]
+        return self.run_program(program, cases, stop_on_failure=stop_on_failure)
 
     def check_many(
         self, jobs: Sequence[tuple[str, Sequence[TestCase]]], *, stop_on_failure: bool = False
     ) -> list[list[CaseOutcome]]:
-        """Verdicts of several programs' cases, run ``cfg.concurrency`` at a time (in order per program)."""
-        results: list[list[CaseOutcome | None]] = [[None] * len(cases) for _, cases in jobs]
-        failed = [False] * len(jobs)
-
-        def one(j: int, k: int) -> None:
-            if stop_on_failure and failed[j]:
-                results[j][k] = CaseOutcome(FAILED, "skipped after an earlier failure")
-                return
-            out = self.judge(jobs[j][0], jobs[j][1][k])
-            results[j][k] = out
-            if out.status != PASSED:
-                failed[j] = True
-
-        def program(j: int) -> None:
-            for k in range(len(jobs[j][1])):
-                one(j, k)
-
+        """Verdicts of several programs' cases, ``cfg.concurrency`` sandboxes (one per program) at a time."""
+        if len(jobs) == 1:
+            return [self.run_program(jobs[0][0], jobs[0][1], stop_on_failure=stop_on_failure)]
         with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
-            if stop_on_failure:  # a program's cases in order, so that the first failure skips the rest
-                futures = [pool.submit(program, j) for j in range(len(jobs))]
-            else:
-                futures = [
-                    pool.submit(one, j, k) for j, (_, cases) in enumerate(jobs) for k in range(len(cases))
-                ]
-            for f in futures:
-                f.result()
-        return [
-            [o if o is not None else CaseOutcome(SANDBOX_ERROR, "not run") for o in row] for row in results
-        ]
+            futures = [pool.submit(self.run_program, p, c, stop_on_failure=stop_on_failure) for p, c in jobs]
+            return [f.result() for f in futures]
 
 
-def _classify(r: RunResult, case: TestCase) -> CaseOutcome:
-    if not r.started:
-        return CaseOutcome(SANDBOX_ERROR, r.message)
-    if r.leftover:
-        return CaseOutcome(SANDBOX_ERROR, f"{r.leftover} processes outlived the run and were killed")
-    err = _tail(r.stderr).strip()
-    if r.timed_out:
-        return CaseOutcome(TIMEOUT, "wall-clock limit exceeded")
-    if r.output_exceeded:
-        return CaseOutcome(ERROR, "output limit exceeded")
-    code = r.exit_code
-    if code == 128 + signal.SIGXCPU:
-        return CaseOutcome(TIMEOUT, "CPU-time limit exceeded")
-    if code == RUNNER_FAILED:
-        return CaseOutcome(ERROR, f"exit {code}: {err}")
-    if case.mode == "assert" and code == ASSERT_FAILED:
-        return CaseOutcome(FAILED, "assertion failed")
-    if code != 0:
-        sig = ""
-        with contextlib.suppress(ValueError, TypeError):
-            sig = f" (signal {signal.Signals(code - 128).name})" if code and code > 128 else ""
-        return CaseOutcome(ERROR, f"exit {code}{sig}: {err}"[:800])
+def _calls(case: TestCase) -> tuple[Call, ...]:
+    if case.mode == "call":
+        return (("auto", case.fn_name, tuple(case.args), {}),)
+    assert case.plan is not None and case.plan.calls is not None
+    return case.plan.calls
+
+
+def _request(case: TestCase) -> dict[str, Any] | None:
+    """The runner's request for a case that needs no conversation, or None."""
     if case.mode == "stdio":
-        got = r.stdout.decode("utf-8", "replace")
-        ok = outputs_match(got, str(case.expected))
-        return CaseOutcome(PASSED if ok else FAILED, "" if ok else f"wrong output: {got[:200]!r}")
-    # assert / call: the nonce must be the start of the last line the runner wrote.
-    lines = r.stdout.rstrip(b"\n").rsplit(b"\n", 1)
-    last = lines[-1].decode("utf-8", "replace") if lines else ""
-    nonce = r.nonce
-    if not nonce or not last.startswith(nonce):
-        return CaseOutcome(FAILED, "the program exited before the test ran")
-    if case.mode == "assert":
+        return {"op": "case", "mode": "stdio", "stdin": case.stdin}
+    if case.mode == "call" or (case.plan is not None and case.plan.calls is not None):
+        module = "solution" if case.mode == "call" else "__main__"
+        return {"op": "case", "mode": "calls", "module": module, "calls": list(_calls(case))}
+    return None
+
+
+def _timed(out: CaseOutcome, t0: float) -> CaseOutcome:
+    out.latency_s = time.monotonic() - t0
+    return out
+
+
+def _classify(done: dict[str, Any], case: TestCase, *, early: bool) -> CaseOutcome:
+    """The verdict from the runner's ``done`` report; ``early``: the case ended before its test finished."""
+    if done.get("op") != "done":
+        raise SandboxFailure(f"unexpected message from the sandbox runner: {str(done)[:200]}")
+    if done.get("leftover"):
+        return CaseOutcome(SANDBOX_ERROR, "processes of the case could not be killed")
+    err = _tail(str(done.get("err", ""))).strip()
+    if done.get("timeout"):
+        return CaseOutcome(TIMEOUT, "wall-clock limit exceeded")
+    if done.get("overflow"):
+        return CaseOutcome(ERROR, "output limit exceeded")
+    sig, code = done.get("sig"), done.get("exit")
+    if sig == signal.SIGXCPU:
+        return CaseOutcome(TIMEOUT, "CPU-time limit exceeded")
+    if sig:
+        name = ""
+        with contextlib.suppress(ValueError, TypeError):
+            name = f" {signal.Signals(sig).name}"
+        return CaseOutcome(ERROR, f"killed by signal {sig}{name}: {err}"[:800])
+    if code != 0:
+        return CaseOutcome(ERROR, f"exit {code}: {err}"[:800])
+    if case.mode != "stdio":
+        if early:
+            return CaseOutcome(FAILED, "the program exited before the test ran")
         return CaseOutcome(PASSED)
-    try:
-        value = json.loads(last[len(nonce) :])
-    except json.JSONDecodeError:
-        return CaseOutcome(ERROR, "unreadable return value")
-    ok = values_match(value, case.expected)
-    return CaseOutcome(PASSED if ok else FAILED, "" if ok else f"returned {str(value)[:200]}")
+    got = str(done.get("out", ""))
+    ok = outputs_match(got, str(case.expected))
+    return CaseOutcome(PASSED if ok else FAILED, "" if ok else f"wrong output: {got[:200]!r}")
 
 
 # ------------------------------------------------------------------------------------- helpers
@@ -583,15 +615,27 @@ def _world_reachable(path: str) -> bool:
         p = parent
 
 
-def _python_dirs(python: str) -> list[str]:
-    """Directories to mount so that ``python`` and its standard library work (beyond /usr)."""
+def _python_mounts(python: str) -> tuple[str, list[str], dict[str, str]]:
+    """The interpreter's path inside the sandbox, the bwrap mounts it needs, and extra environment.
+
+    An interpreter under /usr needs nothing more. Any other (pyenv, conda, a build under /home) is
+    relocated to PYTHON_MOUNT: only its executable and its ``lib`` directory, with site-packages and
+    dist-packages hidden, so nothing else of /home (or wherever it lives) is visible.
+    """
     real = os.path.realpath(python)
+    if real.startswith("/usr/"):
+        return real, [], {}
     prefix = os.path.dirname(os.path.dirname(real))
-    dirs = []
-    for d in {prefix, os.path.realpath(sys.base_prefix)} if real == _base_python() else {prefix}:
-        if d and d != "/" and not d.startswith("/usr/") and d != "/usr" and os.path.isdir(d):
-            dirs.append(d)
-    return sorted(dirs)
+    mounts = ["--ro-bind", real, f"{PYTHON_MOUNT}/bin/python3"]
+    lib = os.path.join(prefix, "lib")
+    if os.path.isdir(lib):
+        mounts += ["--ro-bind", lib, f"{PYTHON_MOUNT}/lib"]
+        for std in sorted(os.listdir(lib)):
+            for pkgs in ("site-packages", "dist-packages"):
+                if std.startswith("python") and os.path.isdir(os.path.join(lib, std, pkgs)):
+                    mounts += ["--tmpfs", f"{PYTHON_MOUNT}/lib/{std}/{pkgs}"]
+    # A shared libpython is found through the build's RUNPATH (its host path): point the loader here.
+    return f"{PYTHON_MOUNT}/bin/python3", mounts, {"LD_LIBRARY_PATH": f"{PYTHON_MOUNT}/lib"}
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -603,7 +647,19 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=5)
 
 
-_UID_LOCK_DIR = os.path.join(tempfile.gettempdir(), "stepcredit-sandbox-uids")
+def _uid_lock_dir() -> str:
+    """A directory only we can write: a world-writable /tmp with a predictable name would let any local
+    user pre-create it (or a symlink) and hand two runs the same uid."""
+    base = "/run" if os.path.isdir("/run") and os.access("/run", os.W_OK) else tempfile.gettempdir()
+    path = os.path.join(base, f"stepcredit-sandbox-uids-{os.geteuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise RuntimeError(
+            f"{path} is not a private directory of ours (owner {st.st_uid}, mode {st.st_mode:o})"
+        )
+    return path
 
 
 @contextlib.contextmanager
@@ -612,11 +668,11 @@ def _claim_uid(root: bool) -> Iterator[int | None]:
     if not root:
         yield None
         return
-    os.makedirs(_UID_LOCK_DIR, mode=0o700, exist_ok=True)
+    lock_dir = _uid_lock_dir()
     start = (os.getpid() * 64 + threading.get_ident()) % UID_COUNT
     for i in range(UID_COUNT):
         uid = UID_BASE + (start + i) % UID_COUNT
-        fd = os.open(os.path.join(_UID_LOCK_DIR, str(uid)), os.O_CREAT | os.O_RDWR, 0o600)
+        fd = os.open(os.path.join(lock_dir, str(uid)), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -784,6 +840,13 @@ class CodeScorer:
             return [
                 RewardResult.failure(Status.SANDBOX_ERROR, f"{type(e).__name__}: {e}", source="code")
             ] * len(samples)
+
+    @staticmethod
+    def probe() -> tuple[Any, str, float]:
+        """A known-good program for the start-up check (``reward.run.health``): ground truth, response
+        and the score it must get. Two assert cases, each in its own child."""
+        gt = {"assert_case": ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]}
+        return gt, "```python\ndef add(a, b):\n    return a + b\n```\n", 1.0
 
 
 def _register() -> None:

@@ -1,0 +1,11 @@
+# ruff: noqa  (hostile test program with placeholders, not project code)
+# expect: error
+# tests: {"fn_name": "solve", "inputs": [[3], [5]], "outputs": [42, 99]}
+# Compiling it raises MemoryError (__DEEP_NEG__ is replaced by thousands of unary operators): the program's fault.
+
+
+def solve(x=0):
+    return x
+
+
+BOMB = __DEEP_NEG__(1)
