@@ -478,6 +478,13 @@ class ProcessConfig:
     """monte_carlo: length limit of each sampled continuation."""
     mc_temperature: float = 1.0
     """monte_carlo: sampling temperature of the continuations."""
+    mc_prefixes: int = 0
+    """monte_carlo / greedy_continuation: at most this many prefixes per response are estimated (evenly
+    spaced, V_0 and the last always; the others repeat the value before them); 0 = every prefix."""
+    credit: str = "difference"
+    """How values become step credit (``stepcredit.process.CREDIT_FORMS``): ``difference`` (U_i = V_i -
+    V_(i-1)), ``min_form`` (PURE: a step's return is the min of the future U, not their sum) or
+    ``watermark`` (MIG: only progress above the best value so far counts). ``clip`` applies to all."""
 
     def __post_init__(self) -> None:
         _check(
@@ -505,6 +512,7 @@ class ProcessConfig:
         _check(self.mc_samples >= 1, "process.mc_samples", "must be >= 1")
         _check(self.mc_max_new_tokens >= 1, "process.mc_max_new_tokens", "must be >= 1")
         _check(self.mc_temperature > 0, "process.mc_temperature", "must be > 0")
+        _check(self.mc_prefixes >= 0, "process.mc_prefixes", "must be >= 0 (0 = every prefix)")
 
 
 # ------------------------------------------------------------------------------------- algorithm

@@ -16,36 +16,55 @@ from stepcredit.config import Config, ProcessConfig
 from stepcredit.errors import ConfigError
 from stepcredit.process.diagnostics import describe_episodes
 from stepcredit.process.segment import segment_episodes, token_char_spans
-from stepcredit.process.utility import marginal_utilities, process_channel
+from stepcredit.process.utility import (
+    CREDIT_FORMS,
+    marginal_utilities,
+    min_form_credit,
+    process_channel,
+    step_credits,
+    watermark_credit,
+)
 from stepcredit.process.values import (
     STRATEGIES,
     VALUE_ESTIMATORS,
     PrefixRequest,
     ScoreFn,
+    ValueEstimatorSpec,
     ValueQuery,
     answer_suffix,
+    continuation_values,
     forced_answer_values,
+    mc_prefix_indices,
+    register_value_estimator,
     resolve_force_prompt,
 )
 from stepcredit.types import Batch
 
 __all__ = [
+    "CREDIT_FORMS",
     "STRATEGIES",
     "VALUE_ESTIMATORS",
     "PrefixRequest",
     "ScoreFn",
+    "ValueEstimatorSpec",
     "ValueQuery",
     "answer_suffix",
     "build_requests",
     "check_config",
     "compute_prefix_values",
+    "continuation_values",
     "describe_episodes",
     "forced_answer_values",
     "marginal_utilities",
+    "mc_prefix_indices",
+    "min_form_credit",
     "process_channel",
+    "register_value_estimator",
     "resolve_force_prompt",
     "segment_episodes",
+    "step_credits",
     "token_char_spans",
+    "watermark_credit",
 ]
 
 
@@ -86,7 +105,9 @@ def compute_prefix_values(
     strategy all prefixes of a response are valued in one packed evaluation (several responses per
     pass); when the batch carries the rollout's cache (``generate(keep_cache=True)``) only the
     force-answer suffixes run through the model.
-    ``score_fn(sample, text) -> float`` is the verifier the ``monte_carlo`` estimator needs.
+    ``score_fn(sample, text) -> float`` is the verifier; pass it whenever
+    ``VALUE_ESTIMATORS.get(cfg.value_estimator).needs_verifier`` (``monte_carlo``,
+    ``greedy_continuation``): without it those raise a ConfigError.
     """
     ends, requests = build_requests(batch, tokenizer, cfg)
     estimator = VALUE_ESTIMATORS.get(cfg.value_estimator)
@@ -115,7 +136,12 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(
             f"config key process.strategy: unknown {p.strategy!r} (valid: {', '.join(STRATEGIES.names())})"
         )
-    if p.enabled and p.value_estimator == "monte_carlo" and p.mc_samples * p.mc_max_new_tokens > 1 << 20:
+    if p.credit not in CREDIT_FORMS:
+        raise ConfigError(
+            f"config key process.credit: unknown {p.credit!r} (valid: {', '.join(CREDIT_FORMS.names())})"
+        )
+    spec = VALUE_ESTIMATORS.get(p.value_estimator)
+    if p.enabled and spec.generates and p.mc_samples * p.mc_max_new_tokens > 1 << 20:
         raise ConfigError(
             "config key process.mc_samples: mc_samples * mc_max_new_tokens is unreasonably large"
         )
