@@ -81,6 +81,12 @@ class ArithConfig:
     teacher_error_prob: float = 0.0
     """Share of SFT traces whose slip the (noisy) teacher does not correct, so their final answer is
     wrong: an SFT policy imitates that habit and RL with the verifier has to unlearn it."""
+    slip_prob: float = 0.0
+    """Per-operation chance of a further slip that is noticed and corrected ("Wait," / "Actually,"), on
+    top of ``mistake_prob``'s one per trace: long chains with several self-corrections."""
+    waste_prob: float = 0.0
+    """Per-operation chance of a wasted episode after it (a restatement that changes nothing, e.g. "Let
+    me check: that leaves 45."): steps whose credit should be about 0."""
 
     def __post_init__(self) -> None:
         _check(
@@ -89,6 +95,8 @@ class ArithConfig:
         _check(self.max_operand >= 1, "data.arith.max_operand", "must be >= 1")
         _check(0.0 <= self.mistake_prob <= 1.0, "data.arith.mistake_prob", "must be in [0, 1]")
         _check(0.0 <= self.teacher_error_prob <= 1.0, "data.arith.teacher_error_prob", "must be in [0, 1]")
+        _check(0.0 <= self.slip_prob <= 1.0, "data.arith.slip_prob", "must be in [0, 1]")
+        _check(0.0 <= self.waste_prob <= 1.0, "data.arith.waste_prob", "must be in [0, 1]")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "score": "Score a jsonl file of model outputs: stepcredit score --in F.jsonl --out F.jsonl [--workers N]",
     "data": "Prepare datasets: stepcredit data prepare gsm8k|math500 --out DIR",
     "explain": "Show episodes, V(prefix) and utilities of a response: stepcredit explain --model PATH --prompt T --response T --answer A [--html F] [--json]",
+    "probe": "Do process rewards find a wrong step? stepcredit probe --model M --data arith|gsm8k|FILE [--estimators a,b] [--png F] [--json]",
 }
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "marginal_utilities",
     "mc_prefix_indices",
     "min_form_credit",
+    "prefix_request",
     "process_channel",
     "register_value_estimator",
     "resolve_force_prompt",
@@ -78,21 +79,28 @@ def _content_len(ids: list[int], tokenizer: Any) -> int:
     return n
 
 
+def prefix_request(
+    sample: Any, prompt_ids: list[int], response_ids: list[int], tokenizer: Any, cfg: ProcessConfig
+) -> tuple[list[int], PrefixRequest]:
+    """Episode ends and the value request of one response (token ids without padding)."""
+    ends = segment_episodes(response_ids, tokenizer, cfg)
+    n_content = _content_len(response_ids, tokenizer)
+    lens = [0] + [min(e + 1, n_content) for e in ends]
+    complete = bool(response_ids) and response_ids[-1] == getattr(tokenizer, "eos_token_id", None)
+    return ends, PrefixRequest(sample, prompt_ids, response_ids, lens, str(sample.ground_truth), complete)
+
+
 def build_requests(
     batch: Batch, tokenizer: Any, cfg: ProcessConfig
 ) -> tuple[list[list[int]], list[PrefixRequest]]:
     """Episode ends and the value requests of every response of ``batch`` (padding removed)."""
     ends_all, requests = [], []
-    eos = getattr(tokenizer, "eos_token_id", None)
     for b, sample in enumerate(batch.samples):
         prompt = batch.prompt_ids_BP[b][batch.prompt_mask_BP[b].bool()].tolist()
         resp = batch.response_ids_BT[b][batch.response_mask_BT[b].bool()].tolist()
-        ends = segment_episodes(resp, tokenizer, cfg)
-        n_content = _content_len(resp, tokenizer)
-        lens = [0] + [min(e + 1, n_content) for e in ends]
-        complete = bool(resp) and resp[-1] == eos
+        ends, req = prefix_request(sample, prompt, resp, tokenizer, cfg)
         ends_all.append(ends)
-        requests.append(PrefixRequest(sample, prompt, resp, lens, str(sample.ground_truth), complete))
+        requests.append(req)
     return ends_all, requests
 
 
