@@ -7,9 +7,14 @@ trained policy, it times what a reward-stage implementation has to pay instead: 
 neither the policy nor the rollout's cache, so it loads the current weights (from a state dict, as it
 would receive them) and values the responses again, (a) with the same packed code over the whole batch
 and (b) each response on its own, one forward pass per prefix (``naive``), as a per-sample reward
-function does. All are printed as a share of the mean step time.
+function does. All are printed as a share of the mean step time. Last, the continuation estimators on
+the same batch with the verifier (``monte_carlo``: K sampled continuations per prefix, VinePPO;
+``greedy_continuation``: one greedy continuation per prefix), as a share of the step next to
+forced-answer's.
 
-    python benchmarks/process_cost.py [--json] [--steps 6]
+    python benchmarks/process_cost.py [--json] [--steps 6] [--preset longchain_process] [--model DIR]
+
+``--model DIR`` starts from a saved (SFT) model and skips the preset's SFT.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--preset", default="process", help="a preset with process rewards on")
+    ap.add_argument("--model", default="", help="start from this saved model (skips SFT)")
     args = ap.parse_args()
 
     from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime
@@ -39,8 +46,10 @@ def main() -> None:
     from stepcredit.data import PromptStream, load_task
     from stepcredit.models import load_policy
     from stepcredit.process import compute_prefix_values
+    from stepcredit.reward import build_rewarder
     from stepcredit.rollout import generate
     from stepcredit.trainer import train
+    from stepcredit.types import Sample
 
     setup_runtime()
     torch.set_num_threads(args.threads)
@@ -52,7 +61,9 @@ def main() -> None:
         "trainer.tensorboard=false",
         f"trainer.threads={args.threads}",
     ]
-    cfg = from_dict(apply_overrides(load_preset("process"), overrides))
+    if args.model:
+        overrides += [f"model.path={args.model}", "sft.steps=0"]
+    cfg = from_dict(apply_overrides(load_preset(args.preset), overrides))
     with tempfile.TemporaryDirectory() as d:
         run = Path(d) / "run"
         train(cfg, run)
@@ -108,6 +119,26 @@ def main() -> None:
         for a, b in zip(pa, pb, strict=True)
     )
 
+    # Continuation values on the same batch, with the verifier the trainer would pass (score_fn).
+    continuation: dict[str, float] = {}
+    with build_rewarder(cfg.reward) as rewarder:
+
+        def score(sample: Sample, text: str) -> float:
+            return float(rewarder.score(sample, text).score)
+
+        for name in ("monte_carlo", "greedy_continuation"):
+            torch.manual_seed(0)
+            t0 = time.perf_counter()
+            compute_prefix_values(
+                model,
+                tok,
+                fresh.select(list(range(len(fresh)))),
+                replace(cfg.process, value_estimator=name),
+                score_fn=score,
+            )
+            continuation[name] = time.perf_counter() - t0
+    lengths = fresh.response_mask_BT.sum(1).float()
+
     res = {
         "step_s": step_s,
         "process_in_rollout_s": in_rollout_s,
@@ -120,6 +151,15 @@ def main() -> None:
         "reward_stage_pct_of_step": 100 * reward_stage_s / step_s,
         "reward_stage_over_rollout": reward_stage_s / packed_s,
         "max_abs_diff": diff,
+        "monte_carlo_s": continuation["monte_carlo"],
+        "monte_carlo_pct_of_step": 100 * continuation["monte_carlo"] / step_s,
+        "monte_carlo_over_forced_answer": continuation["monte_carlo"] / packed_s,
+        "mc_samples": cfg.process.mc_samples,
+        "greedy_continuation_s": continuation["greedy_continuation"],
+        "greedy_continuation_pct_of_step": 100 * continuation["greedy_continuation"] / step_s,
+        "mean_response_tokens": float(lengths.mean()),
+        "episodes_per_response": sum(len(e) for e in batch.episode_ends or []) / max(1, len(batch)),
+        "preset": args.preset,
         "responses": len(batch),
         "threads": args.threads,
     }
