@@ -14,7 +14,9 @@ forced-answer's.
 
     python benchmarks/process_cost.py [--json] [--steps 6] [--preset longchain_process] [--model DIR]
 
-``--model DIR`` starts from a saved (SFT) model and skips the preset's SFT.
+``--model DIR`` starts from a saved (SFT) model and skips the preset's SFT. ``--continuation-rows N``
+times the continuation estimators on the first N responses only and scales the time to the batch
+(linear in the number of prefixes: every prefix is one row block of the same ``generate`` calls).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--preset", default="process", help="a preset with process rewards on")
     ap.add_argument("--model", default="", help="start from this saved model (skips SFT)")
+    ap.add_argument(
+        "--continuation-rows", type=int, default=0, help="time MC on this many responses (0 = all)"
+    )
     args = ap.parse_args()
 
     from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime
@@ -126,17 +131,22 @@ def main() -> None:
         def score(sample: Sample, text: str) -> float:
             return float(rewarder.score(sample, text).score)
 
+        n_rows = len(fresh) if args.continuation_rows <= 0 else min(args.continuation_rows, len(fresh))
+        part = fresh.select(list(range(n_rows)))
+        # prefixes valued: the time is scaled from the part to the batch by this ratio
+        all_prefixes = sum(len(e) + 1 for e in batch.episode_ends or [])
+        part_prefixes = sum(len(e) + 1 for e in (batch.episode_ends or [])[:n_rows])
         for name in ("monte_carlo", "greedy_continuation"):
             torch.manual_seed(0)
             t0 = time.perf_counter()
             compute_prefix_values(
                 model,
                 tok,
-                fresh.select(list(range(len(fresh)))),
+                part.select(list(range(n_rows))),
                 replace(cfg.process, value_estimator=name),
                 score_fn=score,
             )
-            continuation[name] = time.perf_counter() - t0
+            continuation[name] = (time.perf_counter() - t0) * all_prefixes / max(1, part_prefixes)
     lengths = fresh.response_mask_BT.sum(1).float()
 
     res = {
@@ -155,6 +165,7 @@ def main() -> None:
         "monte_carlo_pct_of_step": 100 * continuation["monte_carlo"] / step_s,
         "monte_carlo_over_forced_answer": continuation["monte_carlo"] / packed_s,
         "mc_samples": cfg.process.mc_samples,
+        "continuation_rows_timed": n_rows,
         "greedy_continuation_s": continuation["greedy_continuation"],
         "greedy_continuation_pct_of_step": 100 * continuation["greedy_continuation"] / step_s,
         "mean_response_tokens": float(lengths.mean()),

@@ -88,12 +88,21 @@ def test_indicators_by_hand() -> None:
     clean = [0.5, 0.5, 0.75, 1.0]  # U = 0, 0.25, 0.25
     bad = [0.5, 0.5, 0.0, 0.0]  # U = 0, -0.5, 0: the wrong step is episode 1
     got = case_indicators(clean, bad, _case(1, 3))
-    assert got == {"lower": 1.0, "argmin": 1.0, "chance": pytest.approx(1 / 3), "final_drop": 1.0}
+    assert got == {
+        "lower": 1.0,
+        "argmin": 1.0,
+        "chance": pytest.approx(1 / 3),
+        "argmin_next": 1.0,  # the step or the next (episodes 1, 2): 2 of 3 episodes
+        "chance_next": pytest.approx(2 / 3),
+        "final_drop": 1.0,
+    }
     # the minimum shared by two episodes: half a hit; U equal to the clean one: not lower
     got = case_indicators([0.5, 0.5, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], _case(2, 3))
     assert got["lower"] == 0.0 and got["argmin"] == 0.0 and got["final_drop"] == 0.0
-    # bad U = -0.5, -0.5: the minimum is shared by two episodes, so a hit counts 1/2
-    assert case_indicators([1.0, 1.0, 1.0], [1.0, 0.5, 0.0], _case(0, 2))["argmin"] == 0.5
+    # bad U = -0.5, -0.5: the minimum is shared by two episodes, so a hit counts 1/2; both are within
+    # the wrong step (0) or the next (1), so argmin_next is 1
+    got = case_indicators([1.0, 1.0, 1.0], [1.0, 0.5, 0.0], _case(0, 2))
+    assert got["argmin"] == 0.5 and got["argmin_next"] == 1.0 and got["chance_next"] == 1.0
 
 
 def test_spearman_by_hand() -> None:

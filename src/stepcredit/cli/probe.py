@@ -100,17 +100,22 @@ def _solutions(args: argparse.Namespace, cfg: Any) -> list[tuple[Any, str]]:
 
 
 def _table(summary: dict[str, Any]) -> str:
-    head = f"{'estimator':<24} {'U lower':>8} {'argmin U':>9} {'x chance':>9} {'final V drops':>14} {'s/trace':>9}"
+    head = (
+        f"{'estimator':<24} {'U lower':>8} {'argmin U':>9} {'x chance':>9} {'argmin k|k+1':>13} "
+        f"{'x chance':>9} {'final V drops':>14} {'s/trace':>9}"
+    )
     lines = [
         f"{summary['n']} traces with one wrong step carried forward ({summary['skipped']} without an equation "
-        f"skipped); chance of the argmin: {summary['chance']:.3f}",
+        f"skipped); chance of the argmin: {summary['chance']:.3f} (on the step or the next: "
+        f"{summary['chance_next']:.3f}); chance of U lower: 0.5",
         head,
         "-" * len(head),
     ]
     for name, m in summary["estimators"].items():
         lines.append(
             f"{name:<24} {m['lower']:>8.3f} {m['argmin']:>9.3f} {m['argmin_vs_chance']:>9.2f} "
-            f"{m['final_drop']:>14.3f} {m['s_per_trace']:>9.4f}"
+            f"{m['argmin_next']:>13.3f} {m['argmin_next_vs_chance']:>9.2f} {m['final_drop']:>14.3f} "
+            f"{m['s_per_trace']:>9.4f}"
         )
     if "spearman_forced_vs_mc" in summary:
         lines.append(

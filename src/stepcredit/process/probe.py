@@ -213,16 +213,21 @@ def case_indicators(
 
     ``lower``: U at the wrong step < U at the same step of the clean trace. ``argmin``: the most
     negative U of the corrupted trace is on the wrong step (1/m when m episodes tie for it).
-    ``chance``: 1/S, what picking an episode at random scores. ``final_drop``: V after the whole
-    corrupted response < V after the clean one.
+    ``chance``: 1/S, what picking an episode at random scores. ``argmin_next``: the most negative U is
+    on the wrong step or the one after it (where the error is first built on; a policy that often
+    corrects a slip loses its value there), against ``chance_next`` (2/S). ``final_drop``: V after
+    the whole corrupted response < V after the clean one.
     """
     u_clean, u_bad = marginal_utilities(clean_v), marginal_utilities(corrupt_v)
     lowest = min(u_bad)
     ties = [i for i, u in enumerate(u_bad) if u == lowest]
+    near = {case.corrupt_step, min(case.corrupt_step + 1, len(u_bad) - 1)}
     return {
         "lower": float(u_bad[case.corrupt_step] < u_clean[case.clean_step]),
         "argmin": (1.0 / len(ties)) if case.corrupt_step in ties else 0.0,
         "chance": 1.0 / len(u_bad),
+        "argmin_next": len(near.intersection(ties)) / len(ties),
+        "chance_next": len(near) / len(u_bad),
         "final_drop": float(corrupt_v[-1] < clean_v[-1]),
     }
 
@@ -238,8 +243,8 @@ def run_probe(
 ) -> dict[str, Any]:
     """Value every case with every estimator (each over the whole set at once) and summarise.
 
-    Returns ``{"n", "chance", "estimators": {name: {"lower", "argmin", "argmin_vs_chance", "final_drop",
-    "s_per_trace"}}, "spearman_forced_vs_mc"}``; the last is the rank correlation, over every prefix of
+    Returns ``{"n", "chance", "chance_next", "estimators": {name: {"lower", "argmin", "argmin_vs_chance",
+    "argmin_next", "argmin_next_vs_chance", "final_drop", "s_per_trace"}}, "spearman_forced_vs_mc"}``; the last is the rank correlation, over every prefix of
     every trace, of ``forced_answer_logprob``'s V with ``monte_carlo``'s (when both ran).
     """
     import torch
@@ -260,15 +265,14 @@ def run_probe(
             seconds = time.perf_counter() - t0
             all_values[name] = values
             rows = [case_indicators(values[2 * i], values[2 * i + 1], c) for i, c in enumerate(cases)]
-            mean = {
-                k: sum(r[k] for r in rows) / max(1, len(rows))
-                for k in ("lower", "argmin", "chance", "final_drop")
-            }
-            out["chance"] = mean["chance"]
+            mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
+            out["chance"], out["chance_next"] = mean["chance"], mean["chance_next"]
             out["estimators"][name] = {
                 "lower": mean["lower"],
                 "argmin": mean["argmin"],
-                "argmin_vs_chance": mean["argmin"] / mean["chance"] if mean["chance"] > 0 else float("nan"),
+                "argmin_vs_chance": mean["argmin"] / mean["chance"],
+                "argmin_next": mean["argmin_next"],
+                "argmin_next_vs_chance": mean["argmin_next"] / mean["chance_next"],
                 "final_drop": mean["final_drop"],
                 "s_per_trace": seconds / max(1, len(requests)),
             }
