@@ -87,6 +87,9 @@ class ArithConfig:
     waste_prob: float = 0.0
     """Per-operation chance of a wasted episode after it (a restatement that changes nothing, e.g. "Let
     me check: that leaves 45."): steps whose credit should be about 0."""
+    max_total: int = 0
+    """Cap on every running total: an addition that would pass it subtracts instead (0 = no cap); keeps
+    long chains within what a tiny model can learn."""
 
     def __post_init__(self) -> None:
         _check(
@@ -97,6 +100,7 @@ class ArithConfig:
         _check(0.0 <= self.teacher_error_prob <= 1.0, "data.arith.teacher_error_prob", "must be in [0, 1]")
         _check(0.0 <= self.slip_prob <= 1.0, "data.arith.slip_prob", "must be in [0, 1]")
         _check(0.0 <= self.waste_prob <= 1.0, "data.arith.waste_prob", "must be in [0, 1]")
+        _check(self.max_total >= 0, "data.arith.max_total", "must be >= 0 (0 = no cap)")
 
 
 @dataclass(frozen=True)

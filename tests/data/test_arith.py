@@ -84,3 +84,16 @@ def test_long_chain_knobs() -> None:
         # wasted episodes restate the running total and change nothing: the answer still agrees
         assert _eval_trace(t) == int(r["reward_model"]["ground_truth"])
         assert 6 <= r["extra_info"]["steps"] <= 10
+
+
+def test_max_total_caps_every_running_total() -> None:
+    capped = ArithConfig(min_steps=6, max_steps=10, max_operand=12, max_total=40)
+    for row in make_rows(capped, 100, seed=2, split="train"):
+        totals = [int(x) for x in re.findall(r"= (\d+)\.", row["extra_info"]["solution"])]
+        assert max(totals) <= 40 + 1  # a corrected slip may write the true total + 1
+        assert _eval_trace(row["extra_info"]["solution"]) == int(row["reward_model"]["ground_truth"])
+    # without a cap (the default) the problems are the old ones
+    plain = ArithConfig(min_steps=6, max_steps=10, max_operand=12)
+    assert make_rows(plain, 20, seed=2, split="train") == make_rows(
+        ArithConfig(min_steps=6, max_steps=10, max_operand=12, max_total=0), 20, seed=2, split="train"
+    )

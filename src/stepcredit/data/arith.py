@@ -81,6 +81,13 @@ def make_problem(rng: random.Random, cfg: ArithConfig) -> ArithProblem:
             value -= n
         else:
             n = rng.randint(1, cfg.max_operand)
+            if 0 < cfg.max_total < value + n:
+                # over the cap the same draw subtracts instead: totals stay in a range a tiny model
+                # can learn by heart, however long the chain (no extra draw, so no stream changes)
+                n = min(n, value)
+                ops.append(("-", n, rng.choice(_SUB).format(n=n)))
+                value -= n
+                continue
             ops.append(("+", n, rng.choice(_ADD).format(n=n)))
             value += n
     return ArithProblem(name=name, item=item, start=start, ops=tuple(ops))
