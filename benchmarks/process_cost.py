@@ -93,36 +93,46 @@ def main() -> None:
     packed_s = time.perf_counter() - t0
     packed_values = batch.prefix_values
 
-    # Reward stage: the worker does not hold the policy or the rollout's cache. It receives the weights,
-    # rebuilds the model and values the responses (a) with the same packed code, batched, and (b) each
-    # response on its own, one forward pass per prefix, as a per-sample reward function does.
-    buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
+    stage: dict[str, float] = {}
+    if not args.skip_reward_stage:
+        # Reward stage: the worker does not hold the policy or the rollout's cache. It receives the weights,
+        # rebuilds the model and values the responses (a) with the same packed code, batched, and (b) each
+        # response on its own, one forward pass per prefix, as a per-sample reward function does.
+        buf = io.BytesIO()
+        torch.save(model.state_dict(), buf)
 
-    def receive() -> object:
-        worker = copy.deepcopy(model)
-        buf.seek(0)
-        worker.load_state_dict(torch.load(buf, weights_only=True))
-        return worker
+        def receive() -> object:
+            worker = copy.deepcopy(model)
+            buf.seek(0)
+            worker.load_state_dict(torch.load(buf, weights_only=True))
+            return worker
 
-    t0 = time.perf_counter()
-    compute_prefix_values(receive(), tok, fresh, cfg.process)
-    reward_stage_packed_s = time.perf_counter() - t0
-    naive_cfg = replace(cfg.process, strategy="naive")
-    t0 = time.perf_counter()
-    worker_model = receive()
-    recomputed = []
-    for i in range(len(batch)):
-        one = fresh.select([i])
-        compute_prefix_values(worker_model, tok, one, naive_cfg)
-        recomputed.extend(one.prefix_values or [])
-    reward_stage_s = time.perf_counter() - t0
-    diff = max(
-        abs(a - b)
-        for other in (recomputed, fresh.prefix_values or [])
-        for pa, pb in zip(packed_values or [], other, strict=True)
-        for a, b in zip(pa, pb, strict=True)
-    )
+        t0 = time.perf_counter()
+        compute_prefix_values(receive(), tok, fresh, cfg.process)
+        reward_stage_packed_s = time.perf_counter() - t0
+        naive_cfg = replace(cfg.process, strategy="naive")
+        t0 = time.perf_counter()
+        worker_model = receive()
+        recomputed = []
+        for i in range(len(batch)):
+            one = fresh.select([i])
+            compute_prefix_values(worker_model, tok, one, naive_cfg)
+            recomputed.extend(one.prefix_values or [])
+        reward_stage_s = time.perf_counter() - t0
+        stage = {
+            "reward_stage_packed_s": reward_stage_packed_s,
+            "reward_stage_packed_pct_of_step": 100 * reward_stage_packed_s / step_s,
+            "reward_stage_packed_over_rollout": reward_stage_packed_s / packed_s,
+            "same_batch_reward_stage_s": reward_stage_s,
+            "reward_stage_pct_of_step": 100 * reward_stage_s / step_s,
+            "reward_stage_over_rollout": reward_stage_s / packed_s,
+        }
+        stage["max_abs_diff"] = max(
+            abs(a - b)
+            for other in (recomputed, fresh.prefix_values or [])
+            for pa, pb in zip(packed_values or [], other, strict=True)
+            for a, b in zip(pa, pb, strict=True)
+        )
 
     # Continuation values on the same batch, with the verifier the trainer would pass (score_fn).
     continuation: dict[str, float] = {}
@@ -154,13 +164,7 @@ def main() -> None:
         "process_in_rollout_s": in_rollout_s,
         "process_in_rollout_pct_of_step": 100 * in_rollout_s / step_s,
         "same_batch_packed_s": packed_s,
-        "reward_stage_packed_s": reward_stage_packed_s,
-        "reward_stage_packed_pct_of_step": 100 * reward_stage_packed_s / step_s,
-        "reward_stage_packed_over_rollout": reward_stage_packed_s / packed_s,
-        "same_batch_reward_stage_s": reward_stage_s,
-        "reward_stage_pct_of_step": 100 * reward_stage_s / step_s,
-        "reward_stage_over_rollout": reward_stage_s / packed_s,
-        "max_abs_diff": diff,
+        **stage,
         "monte_carlo_s": continuation["monte_carlo"],
         "monte_carlo_pct_of_step": 100 * continuation["monte_carlo"] / step_s,
         "monte_carlo_over_forced_answer": continuation["monte_carlo"] / packed_s,
