@@ -95,6 +95,8 @@ def test_indicators_by_hand() -> None:
         "argmin_next": 1.0,  # the step or the next (episodes 1, 2): 2 of 3 episodes
         "chance_next": pytest.approx(2 / 3),
         "final_drop": 1.0,
+        "v_before": 0.5,  # V_1, before episode 1
+        "v_after": 0.0,  # V_2
     }
     # the minimum shared by two episodes: half a hit; U equal to the clean one: not lower
     got = case_indicators([0.5, 0.5, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], _case(2, 3))

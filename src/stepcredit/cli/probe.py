@@ -102,7 +102,7 @@ def _solutions(args: argparse.Namespace, cfg: Any) -> list[tuple[Any, str]]:
 def _table(summary: dict[str, Any]) -> str:
     head = (
         f"{'estimator':<24} {'U lower':>8} {'argmin U':>9} {'x chance':>9} {'argmin k|k+1':>13} "
-        f"{'x chance':>9} {'final V drops':>14} {'s/trace':>9}"
+        f"{'x chance':>9} {'final V drops':>14} {'V before':>9} {'V after':>8} {'s/trace':>9}"
     )
     lines = [
         f"{summary['n']} traces with one wrong step carried forward ({summary['skipped']} without an equation "
@@ -115,7 +115,7 @@ def _table(summary: dict[str, Any]) -> str:
         lines.append(
             f"{name:<24} {m['lower']:>8.3f} {m['argmin']:>9.3f} {m['argmin_vs_chance']:>9.2f} "
             f"{m['argmin_next']:>13.3f} {m['argmin_next_vs_chance']:>9.2f} {m['final_drop']:>14.3f} "
-            f"{m['s_per_trace']:>9.4f}"
+            f"{m['v_before']:>9.3f} {m['v_after']:>8.3f} {m['s_per_trace']:>9.4f}"
         )
     if "spearman_forced_vs_mc" in summary:
         lines.append(

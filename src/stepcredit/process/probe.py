@@ -216,7 +216,9 @@ def case_indicators(
     ``chance``: 1/S, what picking an episode at random scores. ``argmin_next``: the most negative U is
     on the wrong step or the one after it (where the error is first built on; a policy that often
     corrects a slip loses its value there), against ``chance_next`` (2/S). ``final_drop``: V after
-    the whole corrupted response < V after the clean one.
+    the whole corrupted response < V after the clean one. ``v_before`` / ``v_after``: V of the corrupted
+    trace just before and just after the wrong step (for ``monte_carlo``: how often the policy still
+    reaches the gold answer once the wrong result is written; near 0 if it follows its own chain).
     """
     u_clean, u_bad = marginal_utilities(clean_v), marginal_utilities(corrupt_v)
     lowest = min(u_bad)
@@ -229,6 +231,8 @@ def case_indicators(
         "argmin_next": len(near.intersection(ties)) / len(ties),
         "chance_next": len(near) / len(u_bad),
         "final_drop": float(corrupt_v[-1] < clean_v[-1]),
+        "v_before": float(corrupt_v[case.corrupt_step]),
+        "v_after": float(corrupt_v[case.corrupt_step + 1]),
     }
 
 
@@ -244,7 +248,7 @@ def run_probe(
     """Value every case with every estimator (each over the whole set at once) and summarise.
 
     Returns ``{"n", "chance", "chance_next", "estimators": {name: {"lower", "argmin", "argmin_vs_chance",
-    "argmin_next", "argmin_next_vs_chance", "final_drop", "s_per_trace"}}, "spearman_forced_vs_mc"}``; the last is the rank correlation, over every prefix of
+    "argmin_next", "argmin_next_vs_chance", "final_drop", "v_before", "v_after", "s_per_trace"}}, "spearman_forced_vs_mc"}``; the last is the rank correlation, over every prefix of
     every trace, of ``forced_answer_logprob``'s V with ``monte_carlo``'s (when both ran).
     """
     import torch
@@ -274,6 +278,8 @@ def run_probe(
                 "argmin_next": mean["argmin_next"],
                 "argmin_next_vs_chance": mean["argmin_next"] / mean["chance_next"],
                 "final_drop": mean["final_drop"],
+                "v_before": mean["v_before"],
+                "v_after": mean["v_after"],
                 "s_per_trace": seconds / max(1, len(requests)),
             }
     finally:
