@@ -44,6 +44,9 @@ def main() -> None:
     ap.add_argument(
         "--continuation-rows", type=int, default=0, help="time MC on this many responses (0 = all)"
     )
+    ap.add_argument(
+        "--skip-reward-stage", action="store_true", help="do not time the reward-stage recomputation"
+    )
     args = ap.parse_args()
 
     from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime
