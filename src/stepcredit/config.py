@@ -446,7 +446,8 @@ class ProcessConfig:
     """Compute training-free process rewards (V(prefix) at episode ends) during rollout."""
     value_estimator: str = "forced_answer_logprob"
     """How V(prefix) is estimated: ``forced_answer_logprob`` (the policy's own log-prob of the gold
-    answer) or ``monte_carlo`` (VinePPO: mean verifier reward of sampled continuations)."""
+    answer), ``monte_carlo`` (VinePPO: mean verifier reward of sampled continuations) or
+    ``greedy_continuation`` (the verifier's score of one greedy continuation)."""
     strategy: str = "packed"
     """Execution of forced_answer_logprob (same values): ``packed`` (in training: only the suffixes, over
     the rollout's own cache; elsewhere ``packed_single`` for short responses, ``kv_packed`` for long),
