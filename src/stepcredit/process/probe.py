@@ -94,7 +94,8 @@ def inject_wrong_step(
     """Change the result of one correct equation of ``text`` by a small integer and carry it forward.
 
     The step is drawn among equations whose written result is right and an integer, other than the
-    correction of a slip (not the last one when there is a choice, so the error has something to carry into). Later, each equation's leftmost
+    correction of a slip (not the last one when there is a choice, so the error has something to carry
+    into; preferably one whose error reaches the final answer). Later, each equation's leftmost
     operand that equals a changed value is replaced, its result recomputed (a slip that was written
     there keeps its offset: result' = value(operands') + (result - value(operands))), and every other
     number equal to a changed value (a restated total, "The answer is N", "#### N") is rewritten. None
@@ -111,10 +112,29 @@ def inject_wrong_step(
     ]
     if not eqs:
         return None
-    pick = rng.choice(eqs[:-1] if len(eqs) > 1 else eqs)
+    pool = eqs[:-1] if len(eqs) > 1 else eqs
+    order = rng.sample(pool, len(pool))
+    u = rng.random()
+    fallback = None
+    for pick in order:  # a step whose error reaches the final answer if there is one
+        inj = _inject_at(text, pick, deltas, u)
+        if inj is None:
+            continue
+        if _last_number(inj.text) != _last_number(text):
+            return inj
+        fallback = fallback or inj
+    return fallback
+
+
+def _last_number(text: str) -> str:
+    found = _OPERAND.findall(text)
+    return found[-1] if found else ""
+
+
+def _inject_at(text: str, pick: re.Match[str], deltas: Sequence[int], u: float) -> Injection | None:
     old = pick.group(2)
     choices = [d for d in deltas if int(old) + d >= 0] or [abs(d) for d in deltas]
-    delta = rng.choice(choices)
+    delta = choices[min(int(u * len(choices)), len(choices) - 1)]
     for d in (delta, abs(delta)):  # when a carried value would go below 0 (a new format), raise instead
         new = str(int(old) + d)
         result = _carry(text, pick, new)
