@@ -102,3 +102,15 @@ def test_continuation_needs_a_verifier(name: str, batch_factory: Callable[..., B
             batch_factory(tok, [("q", RESPONSE, "7")]),
             ProcessConfig(value_estimator=name),
         )
+
+
+def test_chunked_generation_gives_the_same_values(batch_factory: Callable[..., Batch]) -> None:
+    tok = build_tokenizer()
+    rows = [("q", RESPONSE, "7"), ("r", RESPONSE, "7")]
+    whole, model = run(batch_factory(tok, rows), tok, value_estimator="monte_carlo")
+    # a budget of one context per call: 6 contexts (2 prompts x V_0..V_2), 6 calls, the same values
+    small, chunked = run(
+        batch_factory(tok, rows), tok, value_estimator="monte_carlo", max_tokens_per_forward=1
+    )
+    assert len(model.calls) == 1 and len(chunked.calls) == 6
+    assert small == whole == [[0.75, 0.75, 0.0, 0.0]] * 2
