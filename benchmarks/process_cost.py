@@ -7,9 +7,16 @@ trained policy, it times what a reward-stage implementation has to pay instead: 
 neither the policy nor the rollout's cache, so it loads the current weights (from a state dict, as it
 would receive them) and values the responses again, (a) with the same packed code over the whole batch
 and (b) each response on its own, one forward pass per prefix (``naive``), as a per-sample reward
-function does. All are printed as a share of the mean step time.
+function does. All are printed as a share of the mean step time. Last, the continuation estimators on
+the same batch with the verifier (``monte_carlo``: K sampled continuations per prefix, VinePPO;
+``greedy_continuation``: one greedy continuation per prefix), as a share of the step next to
+forced-answer's.
 
-    python benchmarks/process_cost.py [--json] [--steps 6]
+    python benchmarks/process_cost.py [--json] [--steps 6] [--preset longchain_process] [--model DIR]
+
+``--model DIR`` starts from a saved (SFT) model and skips the preset's SFT. ``--continuation-rows N``
+times the continuation estimators on the first N responses only and scales the time to the batch
+(linear in the number of prefixes: every prefix is one row block of the same ``generate`` calls).
 """
 
 from __future__ import annotations
@@ -32,6 +39,14 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--preset", default="process", help="a preset with process rewards on")
+    ap.add_argument("--model", default="", help="start from this saved model (skips SFT)")
+    ap.add_argument(
+        "--continuation-rows", type=int, default=0, help="time MC on this many responses (0 = all)"
+    )
+    ap.add_argument(
+        "--skip-reward-stage", action="store_true", help="do not time the reward-stage recomputation"
+    )
     args = ap.parse_args()
 
     from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime
@@ -39,8 +54,10 @@ def main() -> None:
     from stepcredit.data import PromptStream, load_task
     from stepcredit.models import load_policy
     from stepcredit.process import compute_prefix_values
+    from stepcredit.reward import build_rewarder
     from stepcredit.rollout import generate
     from stepcredit.trainer import train
+    from stepcredit.types import Sample
 
     setup_runtime()
     torch.set_num_threads(args.threads)
@@ -52,7 +69,9 @@ def main() -> None:
         "trainer.tensorboard=false",
         f"trainer.threads={args.threads}",
     ]
-    cfg = from_dict(apply_overrides(load_preset("process"), overrides))
+    if args.model:
+        overrides += [f"model.path={args.model}", "sft.steps=0"]
+    cfg = from_dict(apply_overrides(load_preset(args.preset), overrides))
     with tempfile.TemporaryDirectory() as d:
         run = Path(d) / "run"
         train(cfg, run)
@@ -77,49 +96,88 @@ def main() -> None:
     packed_s = time.perf_counter() - t0
     packed_values = batch.prefix_values
 
-    # Reward stage: the worker does not hold the policy or the rollout's cache. It receives the weights,
-    # rebuilds the model and values the responses (a) with the same packed code, batched, and (b) each
-    # response on its own, one forward pass per prefix, as a per-sample reward function does.
-    buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
+    stage: dict[str, float] = {}
+    if not args.skip_reward_stage:
+        # Reward stage: the worker does not hold the policy or the rollout's cache. It receives the weights,
+        # rebuilds the model and values the responses (a) with the same packed code, batched, and (b) each
+        # response on its own, one forward pass per prefix, as a per-sample reward function does.
+        buf = io.BytesIO()
+        torch.save(model.state_dict(), buf)
 
-    def receive() -> object:
-        worker = copy.deepcopy(model)
-        buf.seek(0)
-        worker.load_state_dict(torch.load(buf, weights_only=True))
-        return worker
+        def receive() -> object:
+            worker = copy.deepcopy(model)
+            buf.seek(0)
+            worker.load_state_dict(torch.load(buf, weights_only=True))
+            return worker
 
-    t0 = time.perf_counter()
-    compute_prefix_values(receive(), tok, fresh, cfg.process)
-    reward_stage_packed_s = time.perf_counter() - t0
-    naive_cfg = replace(cfg.process, strategy="naive")
-    t0 = time.perf_counter()
-    worker_model = receive()
-    recomputed = []
-    for i in range(len(batch)):
-        one = fresh.select([i])
-        compute_prefix_values(worker_model, tok, one, naive_cfg)
-        recomputed.extend(one.prefix_values or [])
-    reward_stage_s = time.perf_counter() - t0
-    diff = max(
-        abs(a - b)
-        for other in (recomputed, fresh.prefix_values or [])
-        for pa, pb in zip(packed_values or [], other, strict=True)
-        for a, b in zip(pa, pb, strict=True)
-    )
+        t0 = time.perf_counter()
+        compute_prefix_values(receive(), tok, fresh, cfg.process)
+        reward_stage_packed_s = time.perf_counter() - t0
+        naive_cfg = replace(cfg.process, strategy="naive")
+        t0 = time.perf_counter()
+        worker_model = receive()
+        recomputed = []
+        for i in range(len(batch)):
+            one = fresh.select([i])
+            compute_prefix_values(worker_model, tok, one, naive_cfg)
+            recomputed.extend(one.prefix_values or [])
+        reward_stage_s = time.perf_counter() - t0
+        stage = {
+            "reward_stage_packed_s": reward_stage_packed_s,
+            "reward_stage_packed_pct_of_step": 100 * reward_stage_packed_s / step_s,
+            "reward_stage_packed_over_rollout": reward_stage_packed_s / packed_s,
+            "same_batch_reward_stage_s": reward_stage_s,
+            "reward_stage_pct_of_step": 100 * reward_stage_s / step_s,
+            "reward_stage_over_rollout": reward_stage_s / packed_s,
+        }
+        stage["max_abs_diff"] = max(
+            abs(a - b)
+            for other in (recomputed, fresh.prefix_values or [])
+            for pa, pb in zip(packed_values or [], other, strict=True)
+            for a, b in zip(pa, pb, strict=True)
+        )
+
+    # Continuation values on the same batch, with the verifier the trainer would pass (score_fn).
+    continuation: dict[str, float] = {}
+    with build_rewarder(cfg.reward) as rewarder:
+
+        def score(sample: Sample, text: str) -> float:
+            return float(rewarder.score(sample, text).score)
+
+        n_rows = len(fresh) if args.continuation_rows <= 0 else min(args.continuation_rows, len(fresh))
+        part = fresh.select(list(range(n_rows)))
+        # prefixes valued: the time is scaled from the part to the batch by this ratio
+        all_prefixes = sum(len(e) + 1 for e in batch.episode_ends or [])
+        part_prefixes = sum(len(e) + 1 for e in (batch.episode_ends or [])[:n_rows])
+        for name in ("monte_carlo", "greedy_continuation"):
+            torch.manual_seed(0)
+            t0 = time.perf_counter()
+            compute_prefix_values(
+                model,
+                tok,
+                part.select(list(range(n_rows))),
+                replace(cfg.process, value_estimator=name),
+                score_fn=score,
+            )
+            continuation[name] = (time.perf_counter() - t0) * all_prefixes / max(1, part_prefixes)
+    lengths = fresh.response_mask_BT.sum(1).float()
 
     res = {
         "step_s": step_s,
         "process_in_rollout_s": in_rollout_s,
         "process_in_rollout_pct_of_step": 100 * in_rollout_s / step_s,
         "same_batch_packed_s": packed_s,
-        "reward_stage_packed_s": reward_stage_packed_s,
-        "reward_stage_packed_pct_of_step": 100 * reward_stage_packed_s / step_s,
-        "reward_stage_packed_over_rollout": reward_stage_packed_s / packed_s,
-        "same_batch_reward_stage_s": reward_stage_s,
-        "reward_stage_pct_of_step": 100 * reward_stage_s / step_s,
-        "reward_stage_over_rollout": reward_stage_s / packed_s,
-        "max_abs_diff": diff,
+        **stage,
+        "monte_carlo_s": continuation["monte_carlo"],
+        "monte_carlo_pct_of_step": 100 * continuation["monte_carlo"] / step_s,
+        "monte_carlo_over_forced_answer": continuation["monte_carlo"] / packed_s,
+        "mc_samples": cfg.process.mc_samples,
+        "continuation_rows_timed": n_rows,
+        "greedy_continuation_s": continuation["greedy_continuation"],
+        "greedy_continuation_pct_of_step": 100 * continuation["greedy_continuation"] / step_s,
+        "mean_response_tokens": float(lengths.mean()),
+        "episodes_per_response": sum(len(e) for e in batch.episode_ends or []) / max(1, len(batch)),
+        "preset": args.preset,
         "responses": len(batch),
         "threads": args.threads,
     }

@@ -81,6 +81,15 @@ class ArithConfig:
     teacher_error_prob: float = 0.0
     """Share of SFT traces whose slip the (noisy) teacher does not correct, so their final answer is
     wrong: an SFT policy imitates that habit and RL with the verifier has to unlearn it."""
+    slip_prob: float = 0.0
+    """Per-operation chance of a further slip that is noticed and corrected ("Wait," / "Actually,"), on
+    top of ``mistake_prob``'s one per trace: long chains with several self-corrections."""
+    waste_prob: float = 0.0
+    """Per-operation chance of a wasted episode after it (a restatement that changes nothing, e.g. "Let
+    me check: that leaves 45."): steps whose credit should be about 0."""
+    max_total: int = 0
+    """Cap on every running total: an addition that would pass it subtracts instead (0 = no cap); keeps
+    long chains within what a tiny model can learn."""
 
     def __post_init__(self) -> None:
         _check(
@@ -89,6 +98,9 @@ class ArithConfig:
         _check(self.max_operand >= 1, "data.arith.max_operand", "must be >= 1")
         _check(0.0 <= self.mistake_prob <= 1.0, "data.arith.mistake_prob", "must be in [0, 1]")
         _check(0.0 <= self.teacher_error_prob <= 1.0, "data.arith.teacher_error_prob", "must be in [0, 1]")
+        _check(0.0 <= self.slip_prob <= 1.0, "data.arith.slip_prob", "must be in [0, 1]")
+        _check(0.0 <= self.waste_prob <= 1.0, "data.arith.waste_prob", "must be in [0, 1]")
+        _check(self.max_total >= 0, "data.arith.max_total", "must be >= 0 (0 = no cap)")
 
 
 @dataclass(frozen=True)
@@ -495,7 +507,8 @@ class ProcessConfig:
     """Compute training-free process rewards (V(prefix) at episode ends) during rollout."""
     value_estimator: str = "forced_answer_logprob"
     """How V(prefix) is estimated: ``forced_answer_logprob`` (the policy's own log-prob of the gold
-    answer) or ``monte_carlo`` (VinePPO: mean verifier reward of sampled continuations)."""
+    answer), ``monte_carlo`` (VinePPO: mean verifier reward of sampled continuations) or
+    ``greedy_continuation`` (the verifier's score of one greedy continuation)."""
     strategy: str = "packed"
     """Execution of forced_answer_logprob (same values): ``packed`` (in training: only the suffixes, over
     the rollout's own cache; elsewhere ``packed_single`` for short responses, ``kv_packed`` for long),
@@ -544,6 +557,13 @@ class ProcessConfig:
     short one-line strings (at most ``max_answer_chars``), so not code rows whose answer is a test spec."""
     max_answer_chars: int = 64
     """Longest gold answer (characters) that the forced-answer probe may ask for (with ``domains`` empty)."""
+    mc_prefixes: int = 0
+    """monte_carlo / greedy_continuation: at most this many prefixes per response are estimated (evenly
+    spaced, V_0 and the last always; the others repeat the value before them); 0 = every prefix."""
+    credit: str = "difference"
+    """How values become step credit (``stepcredit.process.CREDIT_FORMS``): ``difference`` (U_i = V_i -
+    V_(i-1)), ``min_form`` (PURE: a step's return is the min of the future U, not their sum) or
+    ``watermark`` (MIG: only progress above the best value so far counts). ``clip`` applies to all."""
 
     def __post_init__(self) -> None:
         _check(
@@ -567,6 +587,7 @@ class ProcessConfig:
         _check(self.mc_max_new_tokens >= 1, "process.mc_max_new_tokens", "must be >= 1")
         _check(self.mc_temperature > 0, "process.mc_temperature", "must be > 0")
         _check(self.max_answer_chars >= 1, "process.max_answer_chars", "must be >= 1")
+        _check(self.mc_prefixes >= 0, "process.mc_prefixes", "must be >= 0 (0 = every prefix)")
 
 
 # ------------------------------------------------------------------------------------- algorithm

@@ -57,3 +57,43 @@ def test_noisy_teacher_leaves_wrong_answers() -> None:
         sol = r["extra_info"]["solution"]
         assert sol.endswith(f"The answer is {_eval_trace(sol)}.")
         assert _eval_trace(sol) != int(r["reward_model"]["ground_truth"])
+
+
+def test_long_chain_knobs() -> None:
+    base = ArithConfig(min_steps=6, max_steps=10, max_operand=30, mistake_prob=0.3)
+    # slip_prob and waste_prob draw only when non-zero: with both 0 the traces are exactly the old ones
+    assert make_rows(base, 30, seed=1, split="train") == make_rows(
+        ArithConfig(
+            min_steps=6, max_steps=10, max_operand=30, mistake_prob=0.3, slip_prob=0.0, waste_prob=0.0
+        ),
+        30,
+        seed=1,
+        split="train",
+    )
+    long = ArithConfig(
+        min_steps=6, max_steps=10, max_operand=30, mistake_prob=0.3, slip_prob=0.1, waste_prob=0.2
+    )
+    rows = make_rows(long, 200, seed=1, split="train")
+    traces = [r["extra_info"]["solution"] for r in rows]
+    fixes = [t.count("Wait,") + t.count("Actually,") for t in traces]
+    # one slip from mistake_prob (0.3 per trace) + 0.1 per operation (6-10 ops): ~1.1 per trace, some > 1
+    assert 0.7 < sum(fixes) / len(fixes) < 1.5 and max(fixes) >= 3
+    wasted = [t.count("Let me check:") + t.count("Hmm,") + t.count("I need to keep going") for t in traces]
+    assert 1.0 < sum(wasted) / len(wasted) < 2.2  # 0.2 per operation, 8 on average
+    for r, t in zip(rows, traces, strict=True):
+        # wasted episodes restate the running total and change nothing: the answer still agrees
+        assert _eval_trace(t) == int(r["reward_model"]["ground_truth"])
+        assert 6 <= r["extra_info"]["steps"] <= 10
+
+
+def test_max_total_caps_every_running_total() -> None:
+    capped = ArithConfig(min_steps=6, max_steps=10, max_operand=12, max_total=40)
+    for row in make_rows(capped, 100, seed=2, split="train"):
+        totals = [int(x) for x in re.findall(r"= (\d+)\.", row["extra_info"]["solution"])]
+        assert max(totals) <= 40 + 1  # a corrected slip may write the true total + 1
+        assert _eval_trace(row["extra_info"]["solution"]) == int(row["reward_model"]["ground_truth"])
+    # without a cap (the default) the problems are the old ones
+    plain = ArithConfig(min_steps=6, max_steps=10, max_operand=12)
+    assert make_rows(plain, 20, seed=2, split="train") == make_rows(
+        ArithConfig(min_steps=6, max_steps=10, max_operand=12, max_total=0), 20, seed=2, split="train"
+    )

@@ -39,6 +39,8 @@ _ITEMS = ["apples", "pens", "coins", "cards", "books", "eggs", "shells", "stamps
 # (verb phrase template, sign); the templates read "She buys 3 more."
 _ADD = ["gets {n} more", "buys {n} more", "finds {n} more", "is given {n} more"]
 _SUB = ["gives away {n}", "loses {n}", "sells {n}", "uses {n}"]
+# Wasted episodes of long chains: they restate the running total and change nothing.
+_WASTE = ["Let me check: that leaves {v}.", "Hmm, {v} {item} so far.", "I need to keep going from {v}."]
 
 
 @dataclass(frozen=True)
@@ -79,19 +81,34 @@ def make_problem(rng: random.Random, cfg: ArithConfig) -> ArithProblem:
             value -= n
         else:
             n = rng.randint(1, cfg.max_operand)
+            if 0 < cfg.max_total < value + n:
+                # over the cap the same draw subtracts instead: totals stay in a range a tiny model
+                # can learn by heart, however long the chain (no extra draw, so no stream changes)
+                n = min(n, value)
+                ops.append(("-", n, rng.choice(_SUB).format(n=n)))
+                value -= n
+                continue
             ops.append(("+", n, rng.choice(_ADD).format(n=n)))
             value += n
     return ArithProblem(name=name, item=item, start=start, ops=tuple(ops))
 
 
 def reference_trace(
-    p: ArithProblem, rng: random.Random, *, mistake_prob: float, teacher_error_prob: float = 0.0
+    p: ArithProblem,
+    rng: random.Random,
+    *,
+    mistake_prob: float,
+    teacher_error_prob: float = 0.0,
+    slip_prob: float = 0.0,
+    waste_prob: float = 0.0,
 ) -> str:
     """A natural chain-of-thought for ``p``, sometimes with a slip that is noticed and corrected.
 
     With probability ``teacher_error_prob`` the teacher slips and does not notice: the wrong value is
-    carried on and the final answer is wrong (a noisy demonstration). Draws from ``rng`` happen in the
-    same order whatever the probabilities, except for that one extra draw when it is non-zero.
+    carried on and the final answer is wrong (a noisy demonstration). ``slip_prob`` adds corrected slips
+    at any operation and ``waste_prob`` wasted episodes after one (long chains). Draws from ``rng`` happen
+    in the same order whatever the probabilities, except for the extra draws of a non-zero
+    ``teacher_error_prob``, ``slip_prob`` or ``waste_prob``, so the default traces never change.
     """
     out = [f"Let me start with {p.start}."]
     v = p.start
@@ -105,13 +122,15 @@ def reference_trace(
         if i == silent_at:
             new = new + 1 if new == 0 or rng.random() < 0.5 else new - 1
             out.append(f"{lead} {v} {sign} {n} = {new}.")
-        elif i == slip_at:
+        elif i == slip_at or (slip_prob > 0 and rng.random() < slip_prob):
             wrong = new + rng.choice([-1, 1]) if new > 0 else new + 1
             out.append(f"{lead} {v} {sign} {n} = {wrong}.")
             fix = rng.choice(["Wait,", "Actually,"])
             out.append(f"{fix} {v} {sign} {n} = {new}.")
         else:
             out.append(f"{lead} {v} {sign} {n} = {new}.")
+        if waste_prob > 0 and rng.random() < waste_prob:
+            out.append(rng.choice(_WASTE).format(v=new, item=p.item))
         v = new
     out.append(f"The answer is {v}.")
     return " ".join(out)
@@ -128,7 +147,12 @@ def make_rows(cfg: ArithConfig, n: int, *, seed: int, split: str) -> list[dict[s
     for i in range(n):
         p = make_problem(rng, cfg)
         trace = reference_trace(
-            p, rng, mistake_prob=cfg.mistake_prob, teacher_error_prob=cfg.teacher_error_prob
+            p,
+            rng,
+            mistake_prob=cfg.mistake_prob,
+            teacher_error_prob=cfg.teacher_error_prob,
+            slip_prob=cfg.slip_prob,
+            waste_prob=cfg.waste_prob,
         )
         rows.append(
             {

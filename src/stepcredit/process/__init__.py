@@ -16,36 +16,56 @@ from stepcredit.config import Config, ProcessConfig
 from stepcredit.errors import ConfigError
 from stepcredit.process.diagnostics import describe_episodes
 from stepcredit.process.segment import segment_episodes, token_char_spans
-from stepcredit.process.utility import marginal_utilities, process_channel
+from stepcredit.process.utility import (
+    CREDIT_FORMS,
+    marginal_utilities,
+    min_form_credit,
+    process_channel,
+    step_credits,
+    watermark_credit,
+)
 from stepcredit.process.values import (
     STRATEGIES,
     VALUE_ESTIMATORS,
     PrefixRequest,
     ScoreFn,
+    ValueEstimatorSpec,
     ValueQuery,
     answer_suffix,
+    continuation_values,
     forced_answer_values,
+    mc_prefix_indices,
+    register_value_estimator,
     resolve_force_prompt,
 )
 from stepcredit.types import Batch
 
 __all__ = [
+    "CREDIT_FORMS",
     "STRATEGIES",
     "VALUE_ESTIMATORS",
     "PrefixRequest",
     "ScoreFn",
+    "ValueEstimatorSpec",
     "ValueQuery",
     "answer_suffix",
     "build_requests",
     "check_config",
     "compute_prefix_values",
+    "continuation_values",
     "describe_episodes",
     "forced_answer_values",
     "marginal_utilities",
+    "mc_prefix_indices",
+    "min_form_credit",
+    "prefix_request",
     "process_channel",
+    "register_value_estimator",
     "resolve_force_prompt",
     "segment_episodes",
+    "step_credits",
     "token_char_spans",
+    "watermark_credit",
 ]
 
 
@@ -59,21 +79,28 @@ def _content_len(ids: list[int], tokenizer: Any) -> int:
     return n
 
 
+def prefix_request(
+    sample: Any, prompt_ids: list[int], response_ids: list[int], tokenizer: Any, cfg: ProcessConfig
+) -> tuple[list[int], PrefixRequest]:
+    """Episode ends and the value request of one response (token ids without padding)."""
+    ends = segment_episodes(response_ids, tokenizer, cfg)
+    n_content = _content_len(response_ids, tokenizer)
+    lens = [0] + [min(e + 1, n_content) for e in ends]
+    complete = bool(response_ids) and response_ids[-1] == getattr(tokenizer, "eos_token_id", None)
+    return ends, PrefixRequest(sample, prompt_ids, response_ids, lens, str(sample.ground_truth), complete)
+
+
 def build_requests(
     batch: Batch, tokenizer: Any, cfg: ProcessConfig
 ) -> tuple[list[list[int]], list[PrefixRequest]]:
     """Episode ends and the value requests of every response of ``batch`` (padding removed)."""
     ends_all, requests = [], []
-    eos = getattr(tokenizer, "eos_token_id", None)
     for b, sample in enumerate(batch.samples):
         prompt = batch.prompt_ids_BP[b][batch.prompt_mask_BP[b].bool()].tolist()
         resp = batch.response_ids_BT[b][batch.response_mask_BT[b].bool()].tolist()
-        ends = segment_episodes(resp, tokenizer, cfg)
-        n_content = _content_len(resp, tokenizer)
-        lens = [0] + [min(e + 1, n_content) for e in ends]
-        complete = bool(resp) and resp[-1] == eos
+        ends, req = prefix_request(sample, prompt, resp, tokenizer, cfg)
         ends_all.append(ends)
-        requests.append(PrefixRequest(sample, prompt, resp, lens, str(sample.ground_truth), complete))
+        requests.append(req)
     return ends_all, requests
 
 
@@ -86,7 +113,9 @@ def compute_prefix_values(
     strategy all prefixes of a response are valued in one packed evaluation (several responses per
     pass); when the batch carries the rollout's cache (``generate(keep_cache=True)``) only the
     force-answer suffixes run through the model.
-    ``score_fn(sample, text) -> float`` is the verifier the ``monte_carlo`` estimator needs.
+    ``score_fn(sample, text) -> float`` is the verifier; pass it whenever
+    ``VALUE_ESTIMATORS.get(cfg.value_estimator).needs_verifier`` (``monte_carlo``,
+    ``greedy_continuation``): without it those raise a ConfigError.
     """
     ends, requests = build_requests(batch, tokenizer, cfg)
     estimator = VALUE_ESTIMATORS.get(cfg.value_estimator)
@@ -115,7 +144,12 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(
             f"config key process.strategy: unknown {p.strategy!r} (valid: {', '.join(STRATEGIES.names())})"
         )
-    if p.enabled and p.value_estimator == "monte_carlo" and p.mc_samples * p.mc_max_new_tokens > 1 << 20:
+    if p.credit not in CREDIT_FORMS:
+        raise ConfigError(
+            f"config key process.credit: unknown {p.credit!r} (valid: {', '.join(CREDIT_FORMS.names())})"
+        )
+    spec = VALUE_ESTIMATORS.get(p.value_estimator)
+    if p.enabled and spec.generates and p.mc_samples * p.mc_max_new_tokens > 1 << 20:
         raise ConfigError(
             "config key process.mc_samples: mc_samples * mc_max_new_tokens is unreasonably large"
         )

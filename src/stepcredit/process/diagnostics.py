@@ -7,7 +7,7 @@ from typing import Any
 
 from stepcredit.config import ProcessConfig
 from stepcredit.process.segment import token_char_spans
-from stepcredit.process.utility import marginal_utilities
+from stepcredit.process.utility import step_credits
 
 
 def describe_episodes(
@@ -19,12 +19,13 @@ def describe_episodes(
 ) -> list[dict[str, Any]]:
     """One dict per episode: ``start``/``end`` (character offsets into the decoded response, end
     exclusive), ``token_start``/``token_end`` (inclusive token indices), ``text``, ``value`` (V_i, after
-    the episode) and ``utility`` (U_i as the process channel gets it: clip, scale, last-episode rule).
+    the episode) and ``utility`` (the step credit as the process channel gets it: credit form, clip, scale,
+    last-episode rule).
     """
     if len(values) != len(ends) + 1:
         raise ValueError(f"{len(ends)} episodes need {len(ends) + 1} values, got {len(values)}")
     text, spans = token_char_spans(response_ids, tokenizer)
-    utils = marginal_utilities(values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero")
+    utils = step_credits(values, cfg)
     out = []
     first = 0
     for i, last in enumerate(ends):

@@ -1,9 +1,13 @@
-"""Marginal utility of each episode: pure arithmetic on the stored V(prefix) values.
+"""Step credit from the stored V(prefix) values: pure arithmetic, and the one process channel.
 
-U_i = V_i - V_(i-1), with V_0 the value of the empty response: how much episode i moved the policy's
-belief that it will reach the gold answer (the "progress" reward of Setlur et al. 2024, "Rewarding
-Progress", arXiv:2410.08146, with the policy itself as the prover). U_i sits at the last token of
-episode i in the process channel; every other token gets 0.
+The seed's credit is the marginal utility U_i = V_i - V_(i-1), with V_0 the value of the empty
+response: how much episode i moved the policy's belief that it will reach the gold answer (the
+"progress" reward of Setlur et al. 2024, "Rewarding Progress", arXiv:2410.08146, with the policy itself
+as the prover). Other ways to turn values into credit are registered in :data:`CREDIT_FORMS` under one
+signature ``form(values, *, clip, scale, zero_last) -> [c_1, ..., c_S]``; the chosen form's c_i sits at
+the last token of episode i in the process channel and every other token gets 0. The estimators sum the
+channel from a token onward (a return), so a form that wants a return other than a sum (``min_form``)
+writes the per-step rewards whose sums are that return.
 
 The last episode gets U_S = V_S - V_(S-1) like the others (``last_episode="utility"``): V_S is the
 value after the whole response, so U_S credits the final step (usually the answer) for its own move.
@@ -14,10 +18,27 @@ step to the outcome reward alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 
 from stepcredit.config import ProcessConfig
+from stepcredit.registry import Registry
+
+
+class CreditForm(Protocol):
+    def __call__(
+        self, values: Sequence[float], *, clip: float, scale: float, zero_last: bool
+    ) -> list[float]: ...
+
+
+CREDIT_FORMS: Registry[CreditForm] = Registry("credit form")
+
+
+def _clip_scale(u: float, clip: float, scale: float) -> float:
+    if clip > 0:
+        u = min(max(u, -clip), clip)
+    return u * scale
 
 
 def marginal_utilities(
@@ -27,15 +48,68 @@ def marginal_utilities(
 
     ``clip=0`` disables clipping; ``zero_last`` gives the last episode 0.
     """
-    out = []
-    for i in range(1, len(values)):
-        u = float(values[i]) - float(values[i - 1])
-        if clip > 0:
-            u = min(max(u, -clip), clip)
-        out.append(u * scale)
+    out = [_clip_scale(float(values[i]) - float(values[i - 1]), clip, scale) for i in range(1, len(values))]
     if zero_last and out:
         out[-1] = 0.0
     return out
+
+
+CREDIT_FORMS.add("difference", marginal_utilities)
+
+
+@CREDIT_FORMS.register("min_form")
+def min_form_credit(
+    values: Sequence[float], *, clip: float = 0.0, scale: float = 1.0, zero_last: bool = False
+) -> list[float]:
+    """PURE's min-form credit (Cheng et al. 2025, "Stop Summation", arXiv:2504.15275): the return
+    of step t is the minimum of the step rewards from t on, not their sum.
+
+        u_i = scale * clip(V_i - V_(i-1))       (the difference utilities, as ``difference``)
+        G_t = min_{t <= i <= S} u_i,  G_(S+1) = 0
+        c_t = G_t - G_(t+1)                      so that sum_{i >= t} c_i = G_t
+
+    A step is worth no more than the worst step it leads to, so one noisy high step cannot buy credit
+    for a trace that later goes wrong (the reward hacking of summed PRM rewards that PURE reports). This
+    is the exact min (PURE's temperature -> 0 limit of its softmin weighting). With ``zero_last`` the last
+    step gets 0 and is left out of the minima.
+    """
+    u = marginal_utilities(values, clip=clip, scale=scale)
+    n = len(u) - 1 if zero_last and u else len(u)
+    g = [0.0] * (len(u) + 1)
+    if n > 0:
+        g[n - 1] = u[n - 1]
+        for t in range(n - 2, -1, -1):
+            g[t] = min(u[t], g[t + 1])
+    return [g[t] - g[t + 1] for t in range(len(u))]
+
+
+@CREDIT_FORMS.register("watermark")
+def watermark_credit(
+    values: Sequence[float], *, clip: float = 0.0, scale: float = 1.0, zero_last: bool = False
+) -> list[float]:
+    """MIG's watermark credit (Wang et al. 2026, "Discovering Process-Outcome Credit", arXiv:2602.01034,
+    step-wise marginal information gain against a monotonic historical watermark):
+
+        W_0 = V_0,  W_i = max(W_(i-1), V_i),  c_i = scale * clip(W_i - W_(i-1))  (>= 0)
+
+    Only progress above the best value reached so far is paid: a step that falls back and a later step
+    that merely recovers the lost ground both get 0, so noise that goes down and up again earns nothing.
+    """
+    out, w = [], float(values[0]) if len(values) else 0.0
+    for v in values[1:]:
+        nw = max(w, float(v))
+        out.append(_clip_scale(nw - w, clip, scale))
+        w = nw
+    if zero_last and out:
+        out[-1] = 0.0
+    return out
+
+
+def step_credits(values: Sequence[float], cfg: ProcessConfig) -> list[float]:
+    """[c_1, ..., c_S] of one response by the configured credit form, clip, scale and last-episode rule."""
+    return CREDIT_FORMS.get(cfg.credit)(
+        values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero"
+    )
 
 
 def process_channel(
@@ -46,9 +120,9 @@ def process_channel(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The process channel: (process_BT float32, process_mask_BT bool) on a right-padded response layout.
 
-        U_i = scale * clip(V_i - V_(i-1))  at the last token of episode i   (see marginal_utilities)
+        c_i = step_credits(V)[i]  at the last token of episode i   (default: U_i = V_i - V_(i-1))
 
-    ``process_mask_BT`` is True at the episode ends that carry a U_i. Ends outside the response or on
+    ``process_mask_BT`` is True at the episode ends that carry a c_i. Ends outside the response or on
     tokens ``response_mask_BT`` does not count carry nothing. A row with no episodes (a padding row of
     verl's batch, a domain without process rewards) gets an all-zero channel. The one version used by
     the trainer and the verl plugin.
@@ -64,10 +138,9 @@ def process_channel(
             continue
         if len(values) != len(ends) + 1:
             raise ValueError(f"row {b}: {len(ends)} episodes need {len(ends) + 1} values, got {len(values)}")
-        us = marginal_utilities(values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero")
-        for e, u in zip(ends, us, strict=True):
+        for e, c in zip(ends, step_credits(values, cfg), strict=True):
             if 0 <= e < T:
-                process_BT[b, e] = u
+                process_BT[b, e] = c
                 steps_BT[b, e] = True
     steps_BT &= mask_BT
     return process_BT.to(response_mask_BT.device), steps_BT.to(response_mask_BT.device)

@@ -1,8 +1,9 @@
 """V(prefix): how likely the policy is to reach the gold answer from a prefix of its own response.
 
-Two estimators, registered in :data:`VALUE_ESTIMATORS` under one signature::
+Value estimators are registered in :data:`VALUE_ESTIMATORS` with their capabilities (does it need the
+verifier? does it generate?) as metadata, under one signature::
 
-    estimator(model, tokenizer, requests, cfg, *, score_fn=None) -> list[list[float]]
+    estimator(model, tokenizer, requests, cfg, *, score_fn=None, body=None) -> list[list[float]]
 
 * ``forced_answer_logprob`` - after the prefix, append a force-answer prompt and the gold answer and
   take the mean log-probability of the answer tokens:
@@ -11,8 +12,10 @@ Two estimators, registered in :data:`VALUE_ESTIMATORS` under one signature::
   prefix leads to the answer, as in VinePPO's value without rollouts, and the answer-probability
   probes of e.g. Wang et al. 2024 "Math-Shepherd" / PRIME-style implicit rewards). It runs with three
   execution strategies that give the same numbers: ``naive``, ``kv_cache`` and ``packed``.
-* ``monte_carlo`` - VinePPO (Kazemnejad et al. 2024, arXiv:2410.01679): K continuations sampled from
-  each prefix, V = mean verifier reward. Unbiased but K generations per prefix: the reference.
+* ``monte_carlo`` - VinePPO (Kazemnejad et al. 2024, arXiv:2410.01679, section 4): K continuations
+  sampled from each prefix, V = mean verifier reward. Unbiased but K generations per prefix.
+* ``greedy_continuation`` - the cheap continuation value: one greedy continuation per prefix scored by
+  the verifier (V in {0, 1}); Math-Shepherd's "hard estimation" (Wang et al. 2024, arXiv:2312.08935) with a single deterministic completer instead of N sampled ones.
 """
 
 from __future__ import annotations
@@ -63,7 +66,43 @@ class ValueEstimator(Protocol):
     ) -> list[list[float]]: ...
 
 
-VALUE_ESTIMATORS: Registry[ValueEstimator] = Registry("value estimator")
+@dataclass(frozen=True)
+class ValueEstimatorSpec:
+    """A registered value estimator: the function and what the caller must know about it."""
+
+    fn: ValueEstimator
+    """The estimator (the signature of :class:`ValueEstimator`)."""
+    needs_verifier: bool
+    """It scores text with the verifier: pass ``score_fn`` to :func:`compute_prefix_values`."""
+    generates: bool
+    """It samples continuations from the policy (costs generation, not just forward passes)."""
+
+    def __call__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        requests: Sequence[PrefixRequest],
+        cfg: ProcessConfig,
+        *,
+        score_fn: ScoreFn | None = None,
+        body: RolloutCache | None = None,
+    ) -> list[list[float]]:
+        return self.fn(model, tokenizer, requests, cfg, score_fn=score_fn, body=body)
+
+
+VALUE_ESTIMATORS: Registry[ValueEstimatorSpec] = Registry("value estimator")
+
+
+def register_value_estimator(
+    name: str, *, needs_verifier: bool, generates: bool
+) -> Callable[[ValueEstimator], ValueEstimator]:
+    """Decorator: add ``fn`` to :data:`VALUE_ESTIMATORS` with its capabilities."""
+
+    def deco(fn: ValueEstimator) -> ValueEstimator:
+        VALUE_ESTIMATORS.add(name, ValueEstimatorSpec(fn, needs_verifier=needs_verifier, generates=generates))
+        return fn
+
+    return deco
 
 
 # ------------------------------------------------------------------------- forced answer: queries
@@ -498,7 +537,7 @@ def forced_answer_values(
         return STRATEGIES.get(strategy)(model, queries, max_tokens_per_forward, body)
 
 
-@VALUE_ESTIMATORS.register("forced_answer_logprob")
+@register_value_estimator("forced_answer_logprob", needs_verifier=False, generates=False)
 def forced_answer_logprob(
     model: Any,
     tokenizer: Any,
@@ -526,8 +565,101 @@ def forced_answer_logprob(
     )
 
 
-# ------------------------------------------------------------------------------------ monte carlo
-@VALUE_ESTIMATORS.register("monte_carlo")
+# ------------------------------------------------------------------------ continuation values
+def mc_prefix_indices(n_prefixes: int, max_prefixes: int) -> list[int]:
+    """Which of V_0..V_(n-1) are estimated when at most ``max_prefixes`` may be (0 = all).
+
+    Evenly spaced, always with the first and the last (V_0 and the value after the whole response),
+    so the utilities still telescope to V_S - V_0; a prefix left out takes the value of the nearest
+    estimated one before it (its step gets U = 0 and the next estimated step the whole change).
+    """
+    if max_prefixes <= 0 or n_prefixes <= max_prefixes:
+        return list(range(n_prefixes))
+    if max_prefixes == 1:
+        return [n_prefixes - 1]
+    step = (n_prefixes - 1) / (max_prefixes - 1)
+    return sorted({round(i * step) for i in range(max_prefixes)})
+
+
+def continuation_values(
+    model: Any,
+    tokenizer: Any,
+    requests: Sequence[PrefixRequest],
+    score_fn: ScoreFn,
+    *,
+    samples: int,
+    greedy: bool,
+    temperature: float,
+    max_new_tokens: int,
+    max_prefixes: int,
+    max_tokens_per_forward: int,
+) -> list[list[float]]:
+    """V(prefix) = mean verifier score of ``samples`` continuations of prompt + prefix by the policy.
+
+    Batched over the whole batch: every prefix to estimate becomes ``samples`` rows of one left-padded
+    ``generate`` call (as many rows per call as ``max_tokens_per_forward`` allows); identical contexts
+    (V_0 of the responses of one prompt) are generated once and shared. The full prefix of a response
+    that ended by itself is scored as it is: its value is its own reward.
+    """
+    dev = _device(model)
+    out: list[list[float]] = [[0.0] * len(r.prefix_lens) for r in requests]
+    todo: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # context -> (request, prefix index)
+    for ri, r in enumerate(requests):
+        for pi in mc_prefix_indices(len(r.prefix_lens), max_prefixes):
+            n = r.prefix_lens[pi]
+            if r.complete and n >= len(r.response_ids) - 1:
+                text = tokenizer.decode(r.response_ids, skip_special_tokens=True)
+                out[ri][pi] = float(score_fn(r.sample, text))
+            else:
+                todo.setdefault(tuple(r.prompt_ids + r.response_ids[:n]), []).append((ri, pi))
+    jobs = list(todo.items())
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    k = 1 if greedy else samples
+    longest = max((len(c) for c, _ in jobs), default=1) + max_new_tokens
+    per_call = max(1, max_tokens_per_forward // (longest * k))
+    for s in range(0, len(jobs), per_call):
+        chunk = jobs[s : s + per_call]
+        width = max(len(c) for c, _ in chunk)
+        ids = torch.full((len(chunk) * k, width), pad, dtype=torch.long)
+        att = torch.zeros_like(ids)
+        for j, (c, _) in enumerate(chunk):
+            ids[j * k : (j + 1) * k, width - len(c) :] = torch.tensor(c, dtype=torch.long)
+            att[j * k : (j + 1) * k, width - len(c) :] = 1
+        sampling: dict[str, Any] = (
+            {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": 1.0}
+        )
+        gen = model.generate(
+            input_ids=ids.to(dev),
+            attention_mask=att.to(dev),
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad,
+            **sampling,
+        )
+        for j, (_, owners) in enumerate(chunk):
+            conts = [gen[j * k + kk, width:].tolist() for kk in range(k)]
+            for ri, pi in owners:
+                r = requests[ri]
+                head = r.response_ids[: r.prefix_lens[pi]]
+                scores = [
+                    float(score_fn(r.sample, tokenizer.decode(head + cont, skip_special_tokens=True)))
+                    for cont in conts
+                ]
+                out[ri][pi] = sum(scores) / len(scores)
+    for ri, r in enumerate(requests):  # prefixes left out repeat the estimated value before them
+        chosen = set(mc_prefix_indices(len(r.prefix_lens), max_prefixes))
+        for pi in range(1, len(r.prefix_lens)):
+            if pi not in chosen:
+                out[ri][pi] = out[ri][pi - 1]
+    return out
+
+
+def _need_verifier(name: str, score_fn: ScoreFn | None) -> ScoreFn:
+    if score_fn is None:
+        raise ConfigError(f"config key process.value_estimator: {name} needs a verifier (score_fn)")
+    return score_fn
+
+
+@register_value_estimator("monte_carlo", needs_verifier=True, generates=True)
 def monte_carlo(
     model: Any,
     tokenizer: Any,
@@ -537,54 +669,45 @@ def monte_carlo(
     score_fn: ScoreFn | None = None,
     body: RolloutCache | None = None,
 ) -> list[list[float]]:
-    """VinePPO's value: V(prefix) = mean over K sampled continuations of the verifier's reward.
-
-    A complete response's full prefix is scored as it is (its value is its reward, no sampling).
-    """
-    if score_fn is None:
-        raise ConfigError("config key process.value_estimator: monte_carlo needs a verifier (score_fn)")
-    dev = _device(model)
-    k = cfg.mc_samples
-    out: list[list[float]] = [[0.0] * len(r.prefix_lens) for r in requests]
-    jobs: list[tuple[int, int, list[int]]] = []  # (request, prefix index, context ids)
-    for ri, r in enumerate(requests):
-        for pi, n in enumerate(r.prefix_lens):
-            if r.complete and n >= len(r.response_ids) - 1:
-                text = tokenizer.decode(r.response_ids, skip_special_tokens=True)
-                out[ri][pi] = float(score_fn(r.sample, text))
-            else:
-                jobs.append((ri, pi, r.prompt_ids + r.response_ids[:n]))
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    per_call = max(
-        1, cfg.max_tokens_per_forward // (max((len(c) for *_, c in jobs), default=1) + cfg.mc_max_new_tokens)
+    """VinePPO's value (Kazemnejad et al. 2024, arXiv:2410.01679, section 4): V(prefix) = (1/K) sum_k
+    R(prefix + y_k), y_k ~ policy(. | prompt + prefix), K = ``process.mc_samples``, at most
+    ``process.mc_prefixes`` prefixes per response. A complete response's last value is its reward."""
+    return continuation_values(
+        model,
+        tokenizer,
+        requests,
+        _need_verifier("monte_carlo", score_fn),
+        samples=cfg.mc_samples,
+        greedy=False,
+        temperature=cfg.mc_temperature,
+        max_new_tokens=cfg.mc_max_new_tokens,
+        max_prefixes=cfg.mc_prefixes,
+        max_tokens_per_forward=cfg.max_tokens_per_forward,
     )
-    per_call = max(1, per_call // k)
-    with torch.no_grad():
-        for s in range(0, len(jobs), per_call):
-            chunk = jobs[s : s + per_call]
-            width = max(len(c) for *_, c in chunk)
-            ids = torch.full((len(chunk) * k, width), pad, dtype=torch.long)
-            att = torch.zeros_like(ids)
-            for j, (*_, c) in enumerate(chunk):
-                for kk in range(k):
-                    ids[j * k + kk, width - len(c) :] = torch.tensor(c, dtype=torch.long)
-                    att[j * k + kk, width - len(c) :] = 1
-            gen = model.generate(
-                input_ids=ids.to(dev),
-                attention_mask=att.to(dev),
-                do_sample=True,
-                temperature=cfg.mc_temperature,
-                top_p=1.0,
-                max_new_tokens=cfg.mc_max_new_tokens,
-                pad_token_id=pad,
-            )
-            for j, (ri, pi, _) in enumerate(chunk):
-                r = requests[ri]
-                n = r.prefix_lens[pi]
-                scores = []
-                for kk in range(k):
-                    cont = gen[j * k + kk, width:].tolist()
-                    text = tokenizer.decode(r.response_ids[:n] + cont, skip_special_tokens=True)
-                    scores.append(float(score_fn(r.sample, text)))
-                out[ri][pi] = sum(scores) / k
-    return out
+
+
+@register_value_estimator("greedy_continuation", needs_verifier=True, generates=True)
+def greedy_continuation(
+    model: Any,
+    tokenizer: Any,
+    requests: Sequence[PrefixRequest],
+    cfg: ProcessConfig,
+    *,
+    score_fn: ScoreFn | None = None,
+    body: RolloutCache | None = None,
+) -> list[list[float]]:
+    """One greedy continuation per prefix, scored by the verifier: V in {0, 1} (Math-Shepherd's hard
+    estimate, Wang et al. 2024, arXiv:2312.08935, with one deterministic completer). K times
+    cheaper than ``monte_carlo`` and without sampling noise, but blind to how likely other paths are."""
+    return continuation_values(
+        model,
+        tokenizer,
+        requests,
+        _need_verifier("greedy_continuation", score_fn),
+        samples=1,
+        greedy=True,
+        temperature=1.0,
+        max_new_tokens=cfg.mc_max_new_tokens,
+        max_prefixes=cfg.mc_prefixes,
+        max_tokens_per_forward=cfg.max_tokens_per_forward,
+    )

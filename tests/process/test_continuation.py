@@ -1,0 +1,116 @@
+"""Continuation values (monte_carlo, greedy_continuation) with a scripted policy: exact values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from stepcredit.config import ProcessConfig
+from stepcredit.models import build_tokenizer
+from stepcredit.process import VALUE_ESTIMATORS, compute_prefix_values, mc_prefix_indices
+from stepcredit.types import Batch, Sample
+
+RESPONSE = "So 3 + 4 = 7. So 7 + 1 = 8. So done."  # episodes: "So 3 + 4 = 7. ", "So 7 + 1 = 8. ", "So done."
+
+
+class ScriptedPolicy(torch.nn.Module):
+    """``generate`` continues row i of each block of k identical rows with " ok" when i % k < 3, else
+    " no": a policy whose K samples are known, so Monte Carlo's mean is exact."""
+
+    def __init__(self, tok: Any) -> None:
+        super().__init__()
+        self.tok = tok
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.calls: list[torch.Tensor] = []
+
+    def generate(self, input_ids: torch.Tensor, *, do_sample: bool, **_: Any) -> torch.Tensor:
+        self.calls.append(input_ids)
+        k = 4 if do_sample else 1
+        conts = [self.tok(" ok" if i % k < 3 else " no")["input_ids"] for i in range(len(input_ids))]
+        return torch.cat([input_ids, torch.tensor(conts, dtype=torch.long)], dim=1)
+
+
+def score(sample: Sample, text: str) -> float:
+    # right iff the continuation says "ok" and the wrong result "= 8" is not in the text
+    return 1.0 if text.endswith("ok") and "= 8" not in text else 0.0
+
+
+def run(batch: Batch, tok: Any, **kw: Any) -> tuple[list[list[float]], ScriptedPolicy]:
+    model = ScriptedPolicy(tok)
+    compute_prefix_values(model, tok, batch, ProcessConfig(**kw), score_fn=score)
+    assert batch.prefix_values is not None and batch.episode_ends is not None
+    assert [len(e) for e in batch.episode_ends] == [3] * len(batch)
+    return batch.prefix_values, model
+
+
+def test_monte_carlo_exact_with_a_scripted_policy(batch_factory: Callable[..., Batch]) -> None:
+    tok = build_tokenizer()
+    batch = batch_factory(tok, [("q", RESPONSE, "7"), ("q", RESPONSE[:-1] + "!", "7")])
+    values, model = run(batch, tok, value_estimator="monte_carlo", mc_samples=4)
+    # V_0, V_1: 3 of the 4 continuations say "ok" and the prefix holds no "= 8": 3/4.
+    # V_2: the prefix holds "= 8", every continuation scores 0. V_3: the complete response is scored as
+    # it is (it does not end in "ok"): 0, with no sampling.
+    assert values == [[0.75, 0.75, 0.0, 0.0]] * 2
+    # one generate call for the whole batch; identical contexts are generated once: both responses have
+    # the same prompt and first two episodes, so prompt + V_0/V_1/V_2 prefixes are 3 contexts, 4 rows each
+    assert len(model.calls) == 1 and model.calls[0].shape[0] == 3 * 4
+
+
+def test_greedy_continuation_and_prefix_budget(batch_factory: Callable[..., Batch]) -> None:
+    tok = build_tokenizer()
+    values, model = run(
+        batch_factory(tok, [("q", RESPONSE, "7")]), tok, value_estimator="greedy_continuation"
+    )
+    # one greedy continuation (" ok") per prefix: V in {0, 1}
+    assert values == [[1.0, 1.0, 0.0, 0.0]] and model.calls[0].shape[0] == 3
+    # mc_prefixes=2 estimates V_0 and V_3 only; V_1, V_2 repeat V_0 (so U_1 = U_2 = 0, U_3 carries it all)
+    values, _ = run(
+        batch_factory(tok, [("q", RESPONSE, "7")]), tok, value_estimator="monte_carlo", mc_prefixes=2
+    )
+    assert values == [[0.75, 0.75, 0.75, 0.0]]
+
+
+def test_prefix_indices() -> None:
+    assert mc_prefix_indices(5, 0) == [0, 1, 2, 3, 4]
+    assert mc_prefix_indices(5, 3) == [0, 2, 4]
+    assert mc_prefix_indices(7, 3) == [0, 3, 6]
+    assert mc_prefix_indices(3, 5) == [0, 1, 2]
+    assert mc_prefix_indices(4, 1) == [3]
+
+
+def test_capabilities_are_metadata() -> None:
+    assert (
+        VALUE_ESTIMATORS.get("monte_carlo").needs_verifier and VALUE_ESTIMATORS.get("monte_carlo").generates
+    )
+    assert VALUE_ESTIMATORS.get("greedy_continuation").needs_verifier
+    fa = VALUE_ESTIMATORS.get("forced_answer_logprob")
+    assert not fa.needs_verifier and not fa.generates
+
+
+@pytest.mark.parametrize("name", ["monte_carlo", "greedy_continuation"])
+def test_continuation_needs_a_verifier(name: str, batch_factory: Callable[..., Batch]) -> None:
+    from stepcredit.errors import ConfigError
+
+    tok = build_tokenizer()
+    with pytest.raises(ConfigError, match="score_fn"):
+        compute_prefix_values(
+            ScriptedPolicy(tok),
+            tok,
+            batch_factory(tok, [("q", RESPONSE, "7")]),
+            ProcessConfig(value_estimator=name),
+        )
+
+
+def test_chunked_generation_gives_the_same_values(batch_factory: Callable[..., Batch]) -> None:
+    tok = build_tokenizer()
+    rows = [("q", RESPONSE, "7"), ("r", RESPONSE, "7")]
+    whole, model = run(batch_factory(tok, rows), tok, value_estimator="monte_carlo")
+    # a budget of one context per call: 6 contexts (2 prompts x V_0..V_2), 6 calls, the same values
+    small, chunked = run(
+        batch_factory(tok, rows), tok, value_estimator="monte_carlo", max_tokens_per_forward=1
+    )
+    assert len(model.calls) == 1 and len(chunked.calls) == 6
+    assert small == whole == [[0.75, 0.75, 0.0, 0.0]] * 2

@@ -1,0 +1,144 @@
+"""The signal probe: injected traces keep their format; its figures by hand; the command end to end."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from stepcredit.config import ArithConfig
+from stepcredit.data.arith import make_rows
+from stepcredit.process.probe import ProbeCase, case_indicators, inject_wrong_step, spearman
+from stepcredit.process.values import PrefixRequest
+from stepcredit.types import Sample
+
+
+def _template(text: str) -> str:
+    return re.sub(r"\d+", "N", text)
+
+
+def test_injection_by_hand() -> None:
+    text = "Let me start with 5. So 5 + 3 = 8. But 8 - 2 = 6. Hmm, 6 pens so far. The answer is 6."
+    inj = inject_wrong_step(text, random.Random(0), deltas=(1,))
+    assert inj is not None
+    # the first equation (not the last one) gets 8 -> 9; then 9 - 2 = 7, and 6 -> 7 everywhere after
+    assert (
+        inj.text == "Let me start with 5. So 5 + 3 = 9. But 9 - 2 = 7. Hmm, 7 pens so far. The answer is 7."
+    )
+    assert (inj.old, inj.new, text[inj.position]) == ("8", "9", "8")
+
+
+def test_injection_keeps_a_slip_and_skips_its_correction() -> None:
+    text = "So 4 + 7 = 12. Wait, 4 + 7 = 11. So 11 + 2 = 13. The answer is 13."
+    # candidates: "11 + 2 = 13" only (4 + 7 = 12 is wrong, "Wait, 4 + 7 = 11" corrects it) -> 13 -> 15
+    inj = inject_wrong_step(text, random.Random(0), deltas=(2,))
+    assert (
+        inj is not None and inj.text == "So 4 + 7 = 12. Wait, 4 + 7 = 11. So 11 + 2 = 15. The answer is 15."
+    )
+    # a slip after the wrong step keeps its offset: 9 + 1 = 10 written 11 (+1), carried 10 -> 12 gives 13
+    text = "So 3 + 6 = 9. So 9 + 1 = 11. Wait, 9 + 1 = 10. The answer is 10."
+    inj = inject_wrong_step(text, random.Random(0), deltas=(2,))
+    assert (
+        inj is not None and inj.text == "So 3 + 6 = 11. So 11 + 1 = 13. Wait, 11 + 1 = 12. The answer is 12."
+    )
+
+
+def test_injection_on_gsm8k_format() -> None:
+    text = "She sold 48/2 = <<48/2=24>>24 clips.\nIn all 48+24 = <<48+24=72>>72 clips.\n#### 72"
+    inj = inject_wrong_step(text, random.Random(0), deltas=(-2,))
+    # 24 -> 22 inside the calculator annotation, the number after it, and carried: 48+22 = 70
+    assert inj is not None
+    assert inj.text == "She sold 48/2 = <<48/2=22>>22 clips.\nIn all 48+22 = <<48+22=70>>70 clips.\n#### 70"
+    assert inject_wrong_step("No numbers here.", random.Random(0)) is None
+
+
+def test_injected_arith_traces_keep_the_format() -> None:
+    cfg = ArithConfig(
+        min_steps=6, max_steps=10, max_operand=30, mistake_prob=0.3, slip_prob=0.1, waste_prob=0.2
+    )
+    rng = random.Random(1)
+    for row in make_rows(cfg, 40, seed=3, split="val"):
+        text = row["extra_info"]["solution"]
+        inj = inject_wrong_step(text, rng)
+        assert inj is not None
+        assert _template(inj.text) == _template(text)  # same words, only numbers differ
+        assert inj.text[: inj.position] == text[: inj.position]
+        final = int(inj.text.rsplit(" ", 1)[1].rstrip("."))
+        assert final != int(row["reward_model"]["ground_truth"])  # the error reached the answer
+        # every equation after the wrong one is right again about its own operands, or off by its slip
+        for clean, bad in zip(
+            re.findall(r"(\d+) ([-+]) (\d+) = (\d+)", text),
+            re.findall(r"(\d+) ([-+]) (\d+) = (\d+)", inj.text),
+            strict=True,
+        ):
+            err = lambda a, s, b, r: int(r) - (int(a) + int(b) if s == "+" else int(a) - int(b))  # noqa: E731
+            if bad != clean and bad[3] != inj.new:
+                assert err(*bad) == err(*clean)
+
+
+def _case(step: int, n: int) -> ProbeCase:
+    req = PrefixRequest(Sample(prompt=(), ground_truth="1"), [], [], list(range(n + 1)), "1")
+    return ProbeCase(req, req, step, step)
+
+
+def test_indicators_by_hand() -> None:
+    clean = [0.5, 0.5, 0.75, 1.0]  # U = 0, 0.25, 0.25
+    bad = [0.5, 0.5, 0.0, 0.0]  # U = 0, -0.5, 0: the wrong step is episode 1
+    got = case_indicators(clean, bad, _case(1, 3))
+    assert got == {
+        "lower": 1.0,
+        "argmin": 1.0,
+        "chance": pytest.approx(1 / 3),
+        "argmin_next": 1.0,  # the step or the next (episodes 1, 2): 2 of 3 episodes
+        "chance_next": pytest.approx(2 / 3),
+        "final_drop": 1.0,
+        "v_before": 0.5,  # V_1, before episode 1
+        "v_after": 0.0,  # V_2
+    }
+    # the minimum shared by two episodes: half a hit; U equal to the clean one: not lower
+    got = case_indicators([0.5, 0.5, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], _case(2, 3))
+    assert got["lower"] == 0.0 and got["argmin"] == 0.0 and got["final_drop"] == 0.0
+    # bad U = -0.5, -0.5: the minimum is shared by two episodes, so a hit counts 1/2; both are within
+    # the wrong step (0) or the next (1), so argmin_next is 1
+    got = case_indicators([1.0, 1.0, 1.0], [1.0, 0.5, 0.0], _case(0, 2))
+    assert got["argmin"] == 0.5 and got["argmin_next"] == 1.0 and got["chance_next"] == 1.0
+
+
+def test_spearman_by_hand() -> None:
+    # ranks of x: 0, 1, 2, 3; of y: 0, 2, 1, 3 -> d^2 = 0 + 1 + 1 + 0 = 2 -> 1 - 6*2/(4*15) = 0.8
+    assert spearman([1.0, 2.0, 3.0, 4.0], [10.0, 30.0, 20.0, 40.0]) == pytest.approx(0.8)
+    assert spearman([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    assert spearman([1.0, 1.0], [0.0, 1.0]) != spearman([1.0, 1.0], [0.0, 1.0])  # nan: no spread
+
+
+def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from stepcredit.cli.main import main
+
+    png = tmp_path / "probe.png"
+    argv = ["probe", "--model", "tiny", "--data", "arith", "--n", "3", "--png", str(png), "--json"]
+    argv += ["--estimators", "forced_answer_logprob,monte_carlo", "trainer.threads=1"]
+    argv += ["process.mc_samples=2", "process.mc_max_new_tokens=6"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["n"] == 3 and set(summary["estimators"]) == {"forced_answer_logprob", "monte_carlo"}
+    for m in summary["estimators"].values():
+        assert 0.0 <= m["argmin"] <= 1.0 and m["s_per_trace"] > 0
+    assert 0.0 < summary["chance"] <= 1.0 and "spearman_forced_vs_mc" in summary
+    assert "x chance" in out and png.stat().st_size > 1000
+
+
+def test_probe_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from stepcredit.cli.main import main
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        json.dumps({"data_source": "x", "prompt": "q", "reward_model": {"ground_truth": "1"}}) + "\n"
+    )
+    assert main(["probe", "--model", "tiny", "--data", str(rows)]) == 2
+    assert f"{rows}:1: no solution text" in capsys.readouterr().err
+    assert main(["probe", "--model", "tiny", "--data", "arith", "--estimators", "oracle"]) == 2
+    assert "unknown 'oracle'" in capsys.readouterr().err
