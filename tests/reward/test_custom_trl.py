@@ -96,7 +96,7 @@ def test_trl_documentation_function_scores_the_same_through_stepcredit_score(
     )
     out = tmp_path / "out.jsonl"
     argv = ["score", "--in", str(inp), "--out", str(out), "--custom", f"{funcs}:reward_func"]
-    assert cli.main([*argv, "--custom-style", "trl"]) == 0
+    assert cli.main([*argv, "reward.custom.style=trl"]) == 0
     got = [json.loads(line) for line in out.read_text().splitlines()]
     direct = _module(funcs).reward_func(completions=responses, ground_truth=truths)
     assert [g["score"] for g in got] == direct == [1.0, 0.0, 0.0, 1.0, 0.0]

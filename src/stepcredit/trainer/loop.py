@@ -33,6 +33,7 @@ from stepcredit.models import load_policy, save_pretrained
 from stepcredit.process.domains import process_domains
 from stepcredit.reward import Rewarder, build_agent, build_rewarder
 from stepcredit.reward.run import backends
+from stepcredit.reward.run.health import CircuitBreaker, probe_routes
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import MetricsLogger, StepMetrics, batch_metrics, peak_rss_mb, plot_curves
 from stepcredit.trainer.progress import Progress
@@ -57,6 +58,8 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
     with contextlib.ExitStack() as closing:
         rewarder = closing.enter_context(build_rewarder(cfg.reward))
         check_routes(train_set + val_set, rewarder.route)
+        probe_routes(rewarder, train_set + val_set)  # a broken backend (no bwrap, judge down) stops here
+        breaker = CircuitBreaker(cfg.reward.breaker)  # and one that breaks mid-run stops at its step
         agent = closing.enter_context(build_agent(cfg.reward, rewarder))
         log = closing.enter_context(contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt)))
         bar = closing.enter_context(contextlib.closing(Progress(cfg.trainer.steps, cfg.trainer.progress)))
@@ -106,6 +109,7 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
             for _ in range(cfg.pipeline.ppo_epochs - 1):  # later epochs replay mini-batches in arrival order
                 for p in prepared:
                     counts.add(update(state, p, train_policy=train_policy))
+            breaker.update([r for b in arrived for r in b.rewards or []], step=step)
             state.step = step
             last = _step_row(state, current.batch, arrived, counts, prepared, agent.metrics(), t_step)
             if cfg.trainer.val_every > 0 and (step % cfg.trainer.val_every == 0 or step == cfg.trainer.steps):
