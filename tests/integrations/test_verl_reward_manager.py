@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -19,7 +18,7 @@ from omegaconf import OmegaConf
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 
-from stepcredit.cli.score import run as score_cli
+from stepcredit.cli.main import main as cli_main
 from stepcredit.integrations.verl.reward_manager import EXTRA_KEYS, StepCreditRewardManager, result_of
 from stepcredit.models import build_tokenizer
 from stepcredit.types import Status
@@ -97,10 +96,8 @@ def _cli_scores(
 ) -> list[dict]:
     inp, out = tmp_path / "rows.jsonl", tmp_path / "scored.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = argparse.Namespace(
-        inp=str(inp), out=str(out), workers=1, timeout=timeout, mode="flexible", custom=custom
-    )
-    assert score_cli(args) == 0
+    argv = ["score", "--in", str(inp), "--out", str(out), "--workers", "1", "--timeout", str(timeout)]
+    assert cli_main([*argv, "--mode", "flexible", *(["--custom", custom] if custom else [])]) == 0
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
