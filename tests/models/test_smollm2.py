@@ -7,6 +7,7 @@ the cached copy. Everything here shares one load.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -31,7 +32,20 @@ def test_smollm2_rollout_and_values_on_gsm8k(tmp_path: Path, monkeypatch: pytest
     assert type(model).__name__ == "LlamaForCausalLM" and sum(p.numel() for p in model.parameters()) > 1e8
     # the GGUF names <|im_start|> as eos; the loader takes the model's own end of turn
     assert tok.eos_token == "<|im_end|>" and tok.pad_token_id == tok.eos_token_id
-    rows = gsm8k_rows(shared_data_dir() / "gsm8k" / "test.jsonl", "test")[:2]
+    path = shared_data_dir() / "gsm8k" / "test.jsonl"
+    if not path.is_file():  # a checkout without ../shared beside it: two rows in GSM8K's own format
+        path = tmp_path / "gsm8k.jsonl"
+        path.write_text(
+            json.dumps(
+                {"question": "Tom has 3 apples and buys 4 more. How many apples?", "answer": "3+4=7\n#### 7"}
+            )
+            + "\n"
+            + json.dumps(
+                {"question": "A box holds 6 pens. How many pens in 2 boxes?", "answer": "6*2=12\n#### 12"}
+            )
+            + "\n"
+        )
+    rows = gsm8k_rows(path, "test")[:2]
     samples = [row_to_sample(r, f"gsm8k:{i}") for i, r in enumerate(rows)]
     text = tok.apply_chat_template(list(samples[0].prompt), add_generation_prompt=True, tokenize=False)
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
