@@ -825,6 +825,13 @@ class TrainerConfig:
     """Show a live progress bar."""
     tensorboard: bool = True
     """Write TensorBoard events when tensorboard is installed."""
+    wandb: bool = False
+    """Log every step's scalars and the config to Weights & Biases (the ``wandb`` extra)."""
+    wandb_mode: str = "offline"
+    """``offline`` (files under ``RUN_DIR/wandb``, no network; ``wandb sync`` uploads them later) or
+    ``online``."""
+    wandb_project: str = "stepcredit"
+    """The W&B project; the run is named after the run directory."""
     stop_after_steps: int = 0
     """Stop after this many RL steps of this invocation (0 = run to ``steps``), leaving the run
     resumable exactly as a preempted job would (``--resume DIR`` continues it)."""
@@ -838,6 +845,7 @@ class TrainerConfig:
             "cpu, cuda, cuda:N or auto",
         )
         _check(self.val_every >= 0 and self.save_every >= 0, "trainer.val_every", "must be >= 0")
+        _check(self.wandb_mode in ("offline", "online"), "trainer.wandb_mode", "offline or online")
 
 
 # ------------------------------------------------------------------------------------------ root

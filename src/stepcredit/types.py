@@ -149,8 +149,10 @@ class Batch:
     response_ids_BT: torch.Tensor
     """Right-padded response tokens (eos included when generated)."""
     response_mask_BT: torch.Tensor
-    behaviour_logp_BT: torch.Tensor
-    """Log-probs of the sampled tokens under the policy that generated them."""
+    behaviour_logp_BT: torch.Tensor | None
+    """Log-probs of the sampled tokens under the policy that generated them; None when the rollout
+    skipped that pass because the batch's one optimiser step starts from those very weights (the
+    training pass is then the behaviour pass: see ``trainer.update.needs_behaviour_logp``)."""
     texts: list[str]
     """Decoded responses (special tokens removed)."""
     truncated_B: torch.Tensor
@@ -264,7 +266,7 @@ class Batch:
             prompt_mask_BP=torch.cat([lpad(b.prompt_mask_BP, P, False) for b in parts]),
             response_ids_BT=torch.cat([rpad(b.response_ids_BT, T, pad_id) for b in parts]),
             response_mask_BT=torch.cat([rpad(b.response_mask_BT, T, False) for b in parts]),
-            behaviour_logp_BT=torch.cat([rpad(b.behaviour_logp_BT, T, 0.0) for b in parts]),
+            behaviour_logp_BT=cat_opt("behaviour_logp_BT"),
             texts=[t for b in parts for t in b.texts],
             truncated_B=torch.cat([b.truncated_B for b in parts]),
             policy_version=min(b.policy_version for b in parts),

@@ -47,6 +47,16 @@ def test_explain_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert [e["utility"] for e in scaled] == pytest.approx([2 * e["utility"] for e in eps], abs=1e-5)
 
 
+def test_explain_with_a_verifier_estimator(capsys: pytest.CaptureFixture[str]) -> None:
+    # greedy_continuation needs the verifier (registry metadata): explain scores each prefix's
+    # continuation with the default rewarder, so every V is a verifier score in {0, 1}.
+    argv = ["explain", "--model", "tiny", "--prompt", PROMPT, "--response", RESPONSE, "--answer", "7"]
+    assert main([*argv, "--json", "process.value_estimator=greedy_continuation"]) == 0
+    report = last_json(capsys.readouterr().out)
+    values = [report["v0"]] + [e["value"] for e in report["episodes"]]
+    assert len(values) == 4 and set(values) <= {0.0, 1.0}
+
+
 def test_explain_from_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from stepcredit.config import TinyModelConfig
     from stepcredit.models import build_tiny, save_pretrained

@@ -86,9 +86,18 @@ def _prompt_ids(tok: Any, prompt: Any, raw: bool) -> list[int]:
 
 
 def explain(
-    model: Any, tok: Any, prompt: Any, response: str, answer: str, cfg: Any, *, raw_prompt: bool = False
+    model: Any,
+    tok: Any,
+    prompt: Any,
+    response: str,
+    answer: str,
+    cfg: Any,
+    *,
+    raw_prompt: bool = False,
+    score_fn: Any = None,
 ) -> dict[str, Any]:
-    """The report of one response: V_0 and its episodes (see :func:`describe_episodes`)."""
+    """The report of one response: V_0 and its episodes (see :func:`describe_episodes`). ``score_fn``
+    is the verifier, for value estimators whose registry entry says they need one."""
     import torch
 
     from stepcredit.process import compute_prefix_values, describe_episodes
@@ -110,7 +119,7 @@ def explain(
         texts=[response],
         truncated_B=torch.zeros(1, dtype=torch.bool),
     )
-    compute_prefix_values(model, tok, batch, cfg)
+    compute_prefix_values(model, tok, batch, cfg, score_fn=score_fn)
     assert batch.episode_ends is not None and batch.prefix_values is not None
     values = batch.prefix_values[0]
     return {
@@ -233,18 +242,29 @@ def run(args: argparse.Namespace) -> int:
 
     from stepcredit.config import Config, ModelConfig
     from stepcredit.models import load_policy
-    from stepcredit.process import check_config
+    from stepcredit.process import VALUE_ESTIMATORS, check_config
+    from stepcredit.reward import build_rewarder
 
     check_config(Config(process=cfg))
-    if cfg.value_estimator != "forced_answer_logprob":
-        raise UserError(
-            "config key process.value_estimator: explain computes forced_answer_logprob values only"
-        )
     if model_path != "tiny" and not Path(model_path).is_dir():
         raise UserError(f"--model {model_path}: model directory does not exist")
     torch.set_num_threads(min(2, torch.get_num_threads()))
     model, tok = load_policy(ModelConfig(path=model_path, gguf_file=args.gguf_file))
-    report = explain(model, tok, prompt, response, answer, cfg, raw_prompt=args.raw_prompt)
+    if VALUE_ESTIMATORS.get(cfg.value_estimator).needs_verifier:
+        # Continuations are scored against the gold answer by the default verifier.
+        with build_rewarder() as rewarder:
+            report = explain(
+                model,
+                tok,
+                prompt,
+                response,
+                answer,
+                cfg,
+                raw_prompt=args.raw_prompt,
+                score_fn=rewarder.verifier_fn(),
+            )
+    else:
+        report = explain(model, tok, prompt, response, answer, cfg, raw_prompt=args.raw_prompt)
     print(_table(report))
     if args.html is not None:
         args.html.parent.mkdir(parents=True, exist_ok=True)

@@ -215,11 +215,7 @@ def run(args: argparse.Namespace) -> int:
     if not cases:
         raise UserError(f"--data {args.data}: no solution has an equation 'a op b = c' to make wrong")
     with build_rewarder(cfg.reward) as rewarder:
-
-        def score(sample: Any, text: str) -> float:
-            return float(rewarder.score(sample, text).score)
-
-        summary = run_probe(model, tok, cases, cfg.process, estimators, score_fn=score)
+        summary = run_probe(model, tok, cases, cfg.process, estimators, score_fn=rewarder.verifier_fn())
     summary["skipped"] = skipped
     summary["model"], summary["data"] = str(args.model), str(args.data)
     print(_table(summary))

@@ -11,6 +11,7 @@ rewards in training (issue 16); ``stepcredit probe`` is its command.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import time
@@ -20,6 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from stepcredit.config import ProcessConfig
+from stepcredit.errors import DataError
 from stepcredit.process.segment import token_char_spans
 from stepcredit.process.utility import marginal_utilities
 from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn
@@ -288,7 +290,15 @@ def run_probe(
                 )
             seconds = time.perf_counter() - t0
             all_values[name] = values
-            rows = [case_indicators(values[2 * i], values[2 * i + 1], c) for i, c in enumerate(cases)]
+            # A trace the verifier could not score (NaN values) says nothing either way: left out, counted.
+            ok = [
+                i
+                for i in range(len(cases))
+                if not any(math.isnan(v) for v in values[2 * i] + values[2 * i + 1])
+            ]
+            if not ok:
+                raise DataError(f"probe: {name} values could not be computed for any trace (verifier failed)")
+            rows = [case_indicators(values[2 * i], values[2 * i + 1], cases[i]) for i in ok]
             mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
             out["chance"], out["chance_next"] = mean["chance"], mean["chance_next"]
             out["estimators"][name] = {
@@ -301,6 +311,7 @@ def run_probe(
                 "v_before": mean["v_before"],
                 "v_after": mean["v_after"],
                 "s_per_trace": seconds / max(1, len(requests)),
+                "unscored": len(cases) - len(ok),
             }
     finally:
         if was_training:
@@ -308,5 +319,6 @@ def run_probe(
     if "forced_answer_logprob" in all_values and "monte_carlo" in all_values:
         fa = [v for vs in all_values["forced_answer_logprob"] for v in vs]
         mc = [v for vs in all_values["monte_carlo"] for v in vs]
-        out["spearman_forced_vs_mc"] = spearman(fa, mc)
+        pairs = [(a, b) for a, b in zip(fa, mc, strict=True) if not (math.isnan(a) or math.isnan(b))]
+        out["spearman_forced_vs_mc"] = spearman([a for a, _ in pairs], [b for _, b in pairs])
     return out

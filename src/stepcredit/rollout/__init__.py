@@ -55,7 +55,8 @@ def generate(
     """Sample ``n`` responses per prompt (greedy when ``temperature == 0``).
 
     Responses of prompt ``i`` get group id ``group_offset + i``. Runs under ``torch.no_grad`` (not
-    inference mode: its tensors would break the later backward pass). ``keep_cache``: the behaviour
+    inference mode: its tensors would break the later backward pass). ``with_logprobs=False`` skips the
+    behaviour log-prob pass (``behaviour_logp_BT`` is then None). ``keep_cache``: the behaviour
     log-prob pass keeps its KV cache in ``batch.kv_cache`` (a :class:`~stepcredit.types.RolloutCache`)
     so the process stage values prefixes without running the responses through the model again.
     Generation runs on the model's device; the returned batch is on the CPU (the cache stays on the device).
@@ -113,7 +114,7 @@ def generate(
         )
         logp = torch.where(mask, logp, torch.zeros_like(logp))
     else:
-        logp = torch.zeros(resp.shape, dtype=torch.float32, device=dev)
+        logp = None
     if was_training:
         model.train()
     group = torch.arange(len(samples), dtype=torch.long).repeat_interleave(n) + group_offset
@@ -124,7 +125,7 @@ def generate(
         prompt_mask_BP=p_mask.cpu(),
         response_ids_BT=resp_cpu,
         response_mask_BT=mask.cpu(),
-        behaviour_logp_BT=logp.float().cpu(),
+        behaviour_logp_BT=None if logp is None else logp.float().cpu(),
         texts=texts,
         truncated_B=truncated.cpu(),
         policy_version=policy_version,

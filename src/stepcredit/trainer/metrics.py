@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import resource
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 
 from stepcredit.config import TrainerConfig
+from stepcredit.errors import ConfigError
 from stepcredit.reward import reward_metrics
 from stepcredit.types import Batch, RewardResult, Status
 
@@ -121,12 +123,19 @@ def peak_rss_mb() -> float:
 
 
 class MetricsLogger:
-    """Appends one JSON object per step to ``metrics.jsonl`` and mirrors scalars to TensorBoard."""
+    """Appends one JSON object per step to ``metrics.jsonl`` and mirrors scalars to TensorBoard and
+    (``trainer.wandb``) Weights & Biases."""
 
     def __init__(
-        self, run_dir: Path, cfg: TrainerConfig | None = None, ckpt: dict[str, Any] | None = None
+        self,
+        run_dir: Path,
+        cfg: TrainerConfig | None = None,
+        ckpt: dict[str, Any] | None = None,
+        *,
+        config: dict[str, Any] | None = None,
     ) -> None:
-        """``ckpt``: the checkpoint a run resumes from (rows after its step are dropped)."""
+        """``ckpt``: the checkpoint a run resumes from (rows after its step are dropped).
+        ``config``: the run's whole config, recorded with the W&B run."""
         tensorboard = cfg.tensorboard if cfg is not None else True
         truncate_after = int(ckpt["step"]) if ckpt is not None else None
         self.path = run_dir / "metrics.jsonl"
@@ -145,6 +154,9 @@ class MetricsLogger:
                 self._tb = SummaryWriter(str(run_dir / "tb"))
             except ImportError:  # tensorboard is an optional extra
                 self._tb = None
+        self._wandb: Any = None
+        if cfg is not None and cfg.wandb:
+            self._wandb = _wandb_run(run_dir, cfg, config or {}, resume=ckpt is not None)
 
     def log(self, row: dict[str, Any]) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
@@ -160,12 +172,45 @@ class MetricsLogger:
                     and math.isfinite(v)
                 ):
                     self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            scalars = {
+                k: v
+                for k, v in row.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step" and math.isfinite(v)
+            }
+            self._wandb.log(scalars, step=int(row.get("step", 0)))
 
     def close(self) -> None:
         self._f.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
 
+
+def _wandb_run(run_dir: Path, cfg: TrainerConfig, config: dict[str, Any], *, resume: bool) -> Any:
+    """A W&B run writing under ``run_dir/wandb``; its id is kept in ``run_dir/wandb_id`` so a resumed
+    run continues the same W&B run."""
+    try:
+        import wandb
+    except ImportError:
+        raise ConfigError(
+            "trainer.wandb=true needs Weights & Biases: pip install 'stepcredit[wandb]'"
+        ) from None
+    id_file = run_dir / "wandb_id"
+    run_id = id_file.read_text().strip() if resume and id_file.exists() else secrets.token_hex(4)
+    id_file.write_text(run_id + "\n")
+    return wandb.init(
+        project=cfg.wandb_project,
+        name=run_dir.name,
+        id=run_id,
+        dir=str(run_dir),
+        mode=cfg.wandb_mode,
+        config=config,
+        resume="allow",
+        settings=wandb.Settings(console="off", silent=True),
+    )
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     with path.open() as f:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from stepcredit import process
@@ -14,7 +13,8 @@ from stepcredit.reward import RewardAgent, Rewarder, Ticket
 from stepcredit.rollout import generate
 from stepcredit.trainer.critic import critic_values
 from stepcredit.trainer.state import TrainState
-from stepcredit.types import Batch, Sample
+from stepcredit.trainer.update import needs_behaviour_logp
+from stepcredit.types import Batch
 
 
 @dataclass(frozen=True)
@@ -27,17 +27,6 @@ class Rollout:
     """``time/generation_s``, ``time/process_s``; ``process/unscored_rows`` when a value could not be computed."""
 
 
-def verifier_score(rewarder: Rewarder) -> Callable[[Sample, str], float]:
-    """The verifier Monte Carlo values need: the same routing as the outcome reward, NaN when the
-    reward could not be computed (the row then gets no process credit, see :func:`with_values`)."""
-
-    def score(sample: Sample, text: str) -> float:
-        r = rewarder.score_batch([sample], [text])[0]
-        return float(r.score) if r.ok else math.nan
-
-    return score
-
-
 def with_values(
     state: TrainState, batch: Batch, rewarder: Rewarder, domains: frozenset[str]
 ) -> tuple[Batch, int]:
@@ -46,7 +35,7 @@ def with_values(
     a value could not be computed (NaN)."""
     cfg = state.cfg.process
     rows = [i for i, s in enumerate(batch.samples) if s.domain in domains]
-    score_fn = verifier_score(rewarder)  # used by estimators that need a verifier, ignored by the rest
+    score_fn = rewarder.verifier_fn()  # used by estimators that need a verifier, ignored by the rest
     if len(rows) == len(batch):
         part = batch
     else:
@@ -91,6 +80,7 @@ def rollout_and_submit(
         top_p=cfg.rollout.top_p,
         group_offset=(extra * (cfg.trainer.steps + 1) + step) * P,
         policy_version=state.step,
+        with_logprobs=needs_behaviour_logp(cfg),
         # the process stage continues from the behaviour log-prob pass instead of re-running responses
         keep_cache=cfg.process.enabled,
     )

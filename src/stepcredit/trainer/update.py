@@ -78,6 +78,27 @@ class Prepared:
     """Responses removed by the failure policy's ``drop_group``."""
 
 
+def needs_behaviour_logp(cfg: Config) -> bool:
+    """Must the rollout compute the behaviour log-probs in a pass of its own?
+
+    Not when each batch gets exactly one optimiser step from the weights that generated it (on-policy,
+    one PPO epoch, one mini-batch per step, no KL shaping of the reward, no process values that
+    continue from that pass's cache): the training forward pass is then the behaviour pass, and its
+    detached log-probs are the ratio's denominator (ratio 1, the plain policy gradient, as in GRPO with
+    one iteration). Everything else needs them: a later mini-batch or epoch, or stale data, is trained
+    by weights that have moved.
+    """
+    p = cfg.pipeline
+    one_update = p.mini_batch == 0 or p.mini_batch >= cfg.rollout.prompts_per_step * cfg.rollout.n
+    return not (
+        one_update
+        and p.ppo_epochs == 1
+        and not p.one_step_off_policy
+        and not cfg.loss.kl_in_reward
+        and not cfg.process.enabled
+    )
+
+
 def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = None) -> tuple[Batch, Channels]:
     """Failure policy (drop groups, mask failed samples), each domain's outcome processing
     (``cfg.postprocess``: mask truncated, normalise, clip, scale), then the outcome channel (score at
@@ -175,6 +196,8 @@ def prepare(state: TrainState, batch: Batch) -> Prepared:
             )
     outcome_BT = ch.outcome_BT
     if cfg.loss.kl_in_reward and ref_logp_BT is not None:
+        if batch.behaviour_logp_BT is None:
+            raise RuntimeError("KL in the reward needs the rollout's behaviour log-probs")
         # KL shaping: -beta * KL(behaviour || ref) per token joins the outcome channel (Ziegler et al. 2019)
         outcome_BT, kl_now = apply_kl_penalty(
             outcome_BT,
@@ -237,10 +260,15 @@ def update(state: TrainState, p: Prepared, *, train_policy: bool = True) -> dict
     logp_BT, entropy_BT = token_logprobs(
         state.model, ids_BL, attn_BL, n_response=T, temperature=temperature, with_entropy=True
     )
+    old_logp_BT = batch.behaviour_logp_BT
+    if old_logp_BT is None:  # the rollout skipped the pass: these weights generated the batch
+        if proximal:
+            raise RuntimeError("a batch without behaviour log-probs was trained after the policy moved")
+        old_logp_BT = logp_BT.detach()
     out = compute_policy_loss(
         cfg.loss,
         logp_BT=logp_BT,
-        old_logp_BT=batch.behaviour_logp_BT,
+        old_logp_BT=old_logp_BT,
         adv_BT=p.adv.adv_BT,
         mask_BT=p.live_BT,
         ref_logp_BT=p.ref_logp_BT,

@@ -63,7 +63,7 @@ from stepcredit.integrations.verl.process import (
     values_from_logprobs,
 )
 from stepcredit.integrations.verl.reward_manager import result_of, reward_config
-from stepcredit.process import process_channel
+from stepcredit.process import VALUE_ESTIMATORS, process_channel
 from stepcredit.reward import apply_failure_policy
 
 logger = logging.getLogger(__name__)
@@ -87,6 +87,11 @@ def _nested(xs: list[torch.Tensor]) -> torch.Tensor:
     return torch.nested.as_nested_tensor(xs, layout=torch.jagged)
 
 
+def _forward_only(estimator: str) -> bool:
+    spec = VALUE_ESTIMATORS.get(estimator)
+    return not (spec.generates or spec.needs_verifier)
+
+
 @register_trainer(NAME)
 class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
     """verl's ``sync`` trainer whose advantage stage is stepcredit's (see the module docstring)."""
@@ -101,10 +106,13 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
                 f"verl config: stepcredit.process.enabled needs a stepcredit estimator "
                 f"(algorithm.adv_estimator={PREFIX}grpo_process, ...), got {est!r}"
             )
-        if self.sc.process.enabled and self.sc.process.value_estimator != "forced_answer_logprob":
+        # Inside verl only the actor's forward passes are at hand: no generation, no verifier.
+        usable = [n for n in VALUE_ESTIMATORS.names() if _forward_only(n)]
+        if self.sc.process.enabled and not _forward_only(self.sc.process.value_estimator):
             raise ConfigError(
-                "verl config key stepcredit.process.value_estimator: only forced_answer_logprob runs "
-                "inside verl (monte_carlo would need generation from the actor)"
+                f"verl config key stepcredit.process.value_estimator: "
+                f"{self.sc.process.value_estimator} generates or needs the verifier, which verl's "
+                f"advantage stage cannot do; use one of {', '.join(usable)}"
             )
 
     # ------------------------------------------------------------------------------ advantage

@@ -56,7 +56,7 @@ def _probe_of(rewarder: Any, sample: Sample) -> tuple[str, tuple[Sample, str, fl
     entry = route.entry
     if entry.factory is not None:
         # Scorers may offer a known-good probe (the sandbox: a program that must pass).
-        probe = getattr(rewarder._scorer(entry), "probe", None)
+        probe = getattr(rewarder.scorer(entry), "probe", None)
         if probe is not None:
             gt, response, expected = probe()
             return entry.name, (sample.with_(ground_truth=gt), response, expected)

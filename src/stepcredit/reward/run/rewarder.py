@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import dataclasses
+import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,7 +152,8 @@ class Rewarder:
         """Start the pool's workers now (their first start imports sympy and math-verify)."""
         self.pool.warmup()
 
-    def _scorer(self, entry: RewardFn) -> Scorer:
+    def scorer(self, entry: RewardFn) -> Scorer:
+        """The scorer object of a registered scorer ``entry`` (built once, on first use)."""
         with self._lock:
             if entry.name not in self._scorers:
                 assert entry.factory is not None
@@ -289,10 +291,21 @@ class Rewarder:
         """Score one response."""
         return self.score_batch([sample], [response])[0]
 
+    def verifier_fn(self) -> Callable[[Sample, str], float]:
+        """``(sample, text) -> score`` for value estimators that need the verifier (Monte Carlo
+        continuations): the same routing as the outcome reward, NaN when the reward could not be
+        computed, so a caller can leave that row without process credit instead of reading a 0."""
+
+        def score(sample: Sample, text: str) -> float:
+            r = self.score_batch([sample], [text])[0]
+            return float(r.score) if r.ok else math.nan
+
+        return score
+
     def run_scorer(self, entry: RewardFn, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
         """Score a sub-batch with ``entry``'s scorer (built on first use); one result per response."""
         t0 = time.perf_counter()
-        out = list(self._scorer(entry).score_batch(samples, responses))
+        out = list(self.scorer(entry).score_batch(samples, responses))
         if len(out) != len(samples):
             raise RuntimeError(
                 f"scorer {entry.name} returned {len(out)} results for {len(samples)} responses"
