@@ -99,6 +99,12 @@ USER = textwrap.dedent(
         await asyncio.sleep(0)
         return 1.0
 
+    CALLS = []
+
+    def batch_exact(data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
+        CALLS.append(len(solution_strs))
+        return [float(s.strip() == g) for s, g in zip(solution_strs, ground_truths)]
+
     class Centred:
         def __init__(self):
             self.calls = 0
@@ -293,3 +299,21 @@ def test_unknown_data_source_routes_by_ability() -> None:
         assert bad[0].status.value == "error" and not bad[0].ok
     finally:
         rw.close()
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_batched_custom_function_gets_one_call_from_score_batch(user_file: Path, isolate: bool) -> None:
+    # VeRL's batch signature (reward.custom.batched): the plain rewarder (validation, `stepcredit
+    # score`, the verl reward manager) calls it once with the columns, not once per sample.
+    cfg = RewardConfig(
+        custom=RewardCustomConfig(path=f"{user_file}:batch_exact", batched=True, isolate=isolate)
+    )
+    samples = [Sample(prompt=(), ground_truth=g, uid=str(i)) for i, g in enumerate(["7", "8", "9"])]
+    with build_rewarder(cfg) as rw:
+        got = rw.score_batch(samples, ["7", "0", " 9 "])
+        assert [(r.score, r.status) for r in got] == [(1.0, Status.OK), (0.0, Status.OK), (1.0, Status.OK)]
+        if not isolate:  # in-process: the module's call log is ours to read
+            import sys
+
+            mod = next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(user_file))
+            assert mod.CALLS == [3]

@@ -61,7 +61,9 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
         probe_routes(rewarder, train_set + val_set)  # a broken backend (no bwrap, judge down) stops here
         breaker = CircuitBreaker(cfg.reward.breaker)  # and one that breaks mid-run stops at its step
         agent = closing.enter_context(build_agent(cfg.reward, rewarder))
-        log = closing.enter_context(contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg))))
+        log = closing.enter_context(
+            contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg)))
+        )
         bar = closing.enter_context(contextlib.closing(Progress(cfg.trainer.steps, cfg.trainer.progress)))
         state = build_state(cfg, model, tok, stream)
         domains = process_domains(cfg.process, train_set) if cfg.process.enabled else frozenset()

@@ -162,23 +162,17 @@ class MetricsLogger:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self._f.write(json.dumps(clean) + "\n")
         self._f.flush()
+        step = int(row.get("step", 0))
+        scalars = {
+            k: v
+            for k, v in row.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step" and math.isfinite(v)
+        }
         if self._tb is not None:
-            step = int(row.get("step", 0))
-            for k, v in row.items():
-                if (
-                    isinstance(v, (int, float))
-                    and not isinstance(v, bool)
-                    and k != "step"
-                    and math.isfinite(v)
-                ):
-                    self._tb.add_scalar(k, v, step)
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, step)
         if self._wandb is not None:
-            scalars = {
-                k: v
-                for k, v in row.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step" and math.isfinite(v)
-            }
-            self._wandb.log(scalars, step=int(row.get("step", 0)))
+            self._wandb.log(scalars, step=step)
 
     def close(self) -> None:
         self._f.close()
@@ -206,11 +200,12 @@ def _wandb_run(run_dir: Path, cfg: TrainerConfig, config: dict[str, Any], *, res
         name=run_dir.name,
         id=run_id,
         dir=str(run_dir),
-        mode=cfg.wandb_mode,
+        mode="online" if cfg.wandb_mode == "online" else "offline",
         config=config,
         resume="allow",
         settings=wandb.Settings(console="off", silent=True),
     )
+
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     with path.open() as f:

@@ -85,7 +85,11 @@ def run_sft(
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        metrics = {"sft/loss": float(loss.detach()), "sft/grad_norm": float(gn), "sft/lr": opt.param_groups[0]["lr"]}
+        metrics = {
+            "sft/loss": float(loss.detach()),
+            "sft/grad_norm": float(gn),
+            "sft/lr": opt.param_groups[0]["lr"],
+        }
         if on_step is not None:
             on_step(step, metrics)
     return metrics

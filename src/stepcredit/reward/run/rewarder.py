@@ -38,7 +38,7 @@ from stepcredit.reward.base import (
     parse_spec,
     resolve_source,
 )
-from stepcredit.reward.run.pool import PRELOAD, KillSafePool, call_reward, callable_of
+from stepcredit.reward.run.pool import PRELOAD, KillSafePool, Outcome, call_reward, callable_of, run_items
 from stepcredit.types import RewardResult, Sample, Status
 
 
@@ -351,6 +351,25 @@ class Rewarder:
         pending: list[tuple[cf.Future[Any], list[int], float | None]] = []
         for r, idx in plan.calls:
             entry = r.entry
+            if self.is_batched(entry):  # VeRL's batch signature: one call over the route's samples
+                items = [call_args(samples[i], responses[i]) for i in idx]
+                if entry.isolate:
+                    assert entry.ref is not None
+                    chunk = self.pool.submit_chunk(
+                        entry.ref,
+                        items,
+                        r.kwargs,
+                        timeout_s=self.cfg.timeout_s,
+                        source=entry.name,
+                        batched=True,
+                    )
+                    pending.append((_outcome_list(chunk, entry.name), idx, None))
+                else:
+                    fut1 = self._threads.submit(
+                        run_items, entry.fn, items, r.kwargs, source=entry.name, batched=True, out=[]
+                    )
+                    pending.append((fut1, idx, self.cfg.timeout_s))
+                continue
             for i in idx:
                 args = call_args(samples[i], responses[i])
                 if entry.isolate:
@@ -432,6 +451,22 @@ def _fail(status: Status, message: str, source: str = "") -> RewardResult:
     r = RewardResult.failure(status, message)
     r.source = source
     return r
+
+
+def _outcome_list(fut: cf.Future[Outcome], source: str) -> cf.Future[list[RewardResult]]:
+    """A pool chunk's future as a future of its results (an item that did not finish: an error)."""
+    out: cf.Future[list[RewardResult]] = cf.Future()
+
+    def done(f: cf.Future[Outcome]) -> None:
+        if f.cancelled():
+            out.cancel()
+            out.set_running_or_notify_cancel()
+            return
+        got = f.result().results
+        out.set_result([r if r is not None else _fail(Status.ERROR, "not scored", source) for r in got])
+
+    fut.add_done_callback(done)
+    return out
 
 
 def _listify(fut: cf.Future[RewardResult]) -> cf.Future[list[RewardResult]]:
