@@ -78,6 +78,11 @@ class Prepared:
     """Responses removed by the failure policy's ``drop_group``."""
 
 
+U_NEAR_ZERO = 0.05
+"""|U| below this counts as no step credit in ``process/u_near_zero_frac`` (in U's own units: a
+probability for verifier values, nats for forced-answer log-probs)."""
+
+
 def needs_behaviour_logp(cfg: Config) -> bool:
     """Must the rollout compute the behaviour log-probs in a pass of its own?
 
@@ -226,6 +231,13 @@ def prepare(state: TrainState, batch: Batch) -> Prepared:
     metrics["adv/abs_mean"] = float(masked_mean(adv.adv_BT.abs(), live_BT))
     assert batch.rewards is not None
     metrics.update(outcome_free_signal(batch.rewards, batch.group_B, ch.valid_B, adv.adv_BT, live_BT))
+    if ch.process_BT is not None and ch.process_mask_BT is not None:
+        u = ch.process_BT[ch.process_mask_BT & ch.valid_B[:, None]].float()
+        if u.numel():
+            # step credit as trained on: how large, and how many episodes get ~none (wasted steps)
+            metrics["process/u_abs_mean"] = float(u.abs().mean())
+            metrics["process/u_near_zero_frac"] = float((u.abs() < U_NEAR_ZERO).float().mean())
+            metrics["process/episodes_per_response"] = u.numel() / max(1, int(ch.valid_B.sum()))
     return Prepared(batch, ch, adv, ref_logp_BT, live_BT, metrics, dropped=n_in - len(batch))
 
 

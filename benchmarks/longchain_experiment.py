@@ -1,0 +1,246 @@
+"""Issue 16's experiment: outcome GRPO vs ``grpo_process`` with forced-answer and with Monte Carlo
+values on the long-chain ``arith`` regime, several seeds, the same samples per step and steps.
+
+One SFT model (``stepcredit sft --preset longchain``) is trained once, or given with ``--sft-model``;
+every RL run starts from it (``model.path=SFT sft.steps=0``), so the variants differ only in the reward
+side and the seeds only in RL sampling and data order. Runs go ``--parallel`` at a time with
+``--threads`` torch threads each (keep parallel x threads = the machine's cores); a run whose
+``metrics.jsonl`` already reaches the last step is not run again.
+
+    python benchmarks/longchain_experiment.py --out runs/lc [--seeds 0,1,2] [--steps 40] \
+        [--variants grpo,fa,mc] [--sft-model DIR] [--png docs/img/longchain_curves.png] [--json] \
+        [key=value ...]          # overrides for every RL run, e.g. rollout.prompts_per_step=8
+
+Reported per variant (means over seeds): validation accuracy after SFT and at the end, the samples at
+which the mean curve first reaches outcome GRPO's final mean accuracy (and that as a fraction of
+GRPO's samples), the share of all-equal-outcome groups that still got a non-zero advantage, response
+length, the share of episodes whose step credit is ~0 (``process/u_near_zero_frac``), seconds per
+step. The PNG has validation accuracy against samples and against wall-clock seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "grpo": ("longchain", []),
+    "fa": ("longchain_process", ["process.value_estimator=forced_answer_logprob"]),
+    "mc": ("longchain_process", ["process.value_estimator=monte_carlo"]),
+    "greedy": ("longchain_process", ["process.value_estimator=greedy_continuation"]),
+}
+
+
+def _cli() -> list[str]:
+    exe = Path(sys.executable).with_name("stepcredit")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "stepcredit.cli.main"]
+
+
+def _rows(run: Path) -> list[dict[str, Any]]:
+    f = run / "metrics.jsonl"
+    if not f.exists():
+        return []
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+
+
+def _done(run: Path, steps: int) -> bool:
+    return any(r.get("step") == steps and "val/accuracy" in r for r in _rows(run))
+
+
+def _launch(cmd: list[str], log: Path, threads: int) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), RAY_AUTH_MODE="disabled")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+
+
+def run_all(args: argparse.Namespace) -> dict[str, list[Path]]:
+    out: Path = args.out
+    sft = args.sft_model
+    if sft is None:
+        sft = out / "sft" / "model"
+        if not (sft / "config.json").exists():
+            cmd = [*_cli(), "sft", "--preset", "longchain", "--out", str(out / "sft"), *args.sft_overrides]
+            cmd.append(f"trainer.threads={args.threads * args.parallel}")
+            print("+", " ".join(cmd), flush=True)
+            if _launch(cmd, out / "sft.log", args.threads * args.parallel).wait() != 0:
+                raise SystemExit(f"SFT failed: see {out / 'sft.log'}")
+    runs: dict[str, list[Path]] = {}
+    todo: list[tuple[list[str], Path]] = []
+    for seed in args.seeds:
+        for v in args.variants:
+            preset, extra = VARIANTS[v]
+            run = out / f"{v}-s{seed}"
+            runs.setdefault(v, []).append(run)
+            if _done(run, args.steps):
+                continue
+            cmd = [
+                *_cli(), "train", "--preset", preset, "--out", str(run),
+                f"model.path={sft}", "sft.steps=0", f"trainer.seed={seed}", f"trainer.steps={args.steps}",
+                f"trainer.val_every={args.val_every}", "trainer.save_every=0", "trainer.progress=false",
+                f"trainer.threads={args.threads}", *extra, *args.overrides,
+            ]  # fmt: skip
+            todo.append((cmd, run))
+    live: list[tuple[subprocess.Popen[bytes], Path]] = []
+    while todo or live:
+        while todo and len(live) < args.parallel:
+            cmd, run = todo.pop(0)
+            print("+", " ".join(cmd), flush=True)
+            live.append((_launch(cmd, run.with_suffix(".log"), args.threads), run))
+        time.sleep(2)
+        for p, run in list(live):
+            if p.poll() is not None:
+                live.remove((p, run))
+                print(f"{run.name}: exit {p.returncode}", flush=True)
+    return runs
+
+
+def _curve(rows: list[dict[str, Any]], per_step: int) -> list[tuple[float, float, float]]:
+    """(samples, seconds, val accuracy) at each validation."""
+    out, secs = [], 0.0
+    by_step = {r["step"]: r for r in rows if "time/step_s" in r}
+    for r in rows:
+        if "val/accuracy" not in r:
+            continue
+        step = int(r["step"])
+        secs = sum(by_step[s]["time/step_s"] for s in by_step if s <= step)
+        out.append((float(step * per_step), secs, float(r["val/accuracy"])))
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    xs = [x for x in xs if x == x]
+    return statistics.mean(xs) if xs else float("nan")
+
+
+def summarize(runs: dict[str, list[Path]], per_step: int) -> dict[str, Any]:
+    curves = {v: [_curve(_rows(r), per_step) for r in rs] for v, rs in runs.items()}
+    mean_curve: dict[str, list[tuple[float, float, float]]] = {}
+    for v, cs in curves.items():
+        cs = [c for c in cs if c]
+        if not cs:
+            continue
+        k = min(len(c) for c in cs)
+        mean_curve[v] = [
+            (cs[0][i][0], _mean([c[i][1] for c in cs]), _mean([c[i][2] for c in cs])) for i in range(k)
+        ]
+    target = mean_curve["grpo"][-1][2] if "grpo" in mean_curve else float("nan")
+    grpo_samples = mean_curve["grpo"][-1][0] if "grpo" in mean_curve else float("nan")
+    out: dict[str, Any] = {"per_step_samples": per_step, "grpo_final": target, "variants": {}}
+    for v, rs in runs.items():
+        rows = [_rows(r) for r in rs]
+        rl = [[x for x in rr if x.get("step", 0) > 0 and "reward/mean" in x] for rr in rows]
+        eq = sum(x.get("groups/all_equal_adv_frac", 0.0) for rr in rl for x in rr)
+        moved = sum(x.get("groups/all_equal_nonzero_adv_frac", 0.0) for rr in rl for x in rr)
+        mc = mean_curve.get(v, [])
+        reach = next((s for s, _, a in mc if a >= target), float("nan"))
+        out["variants"][v] = {
+            "seeds": len(rs),
+            "val_after_sft": _mean([c[0][2] for c in curves[v] if c]),
+            "val_final": _mean([c[-1][2] for c in curves[v] if c]),
+            "val_final_per_seed": [c[-1][2] if c else None for c in curves[v]],
+            "samples_to_grpo_final": reach,
+            "samples_frac_of_grpo": reach / grpo_samples if grpo_samples == grpo_samples else float("nan"),
+            "all_equal_groups_frac": _mean(
+                [x.get("groups/all_equal_frac", float("nan")) for rr in rl for x in rr]
+            ),
+            "all_equal_groups_moved_share": moved / eq if eq > 0 else float("nan"),
+            "response_length": _mean([x["response_length/mean"] for rr in rl for x in rr]),
+            "u_near_zero_frac": _mean(
+                [x.get("process/u_near_zero_frac", float("nan")) for rr in rl for x in rr]
+            ),
+            "s_per_step": _mean([x["time/step_s"] for rr in rl for x in rr if "time/step_s" in x]),
+            "curve": mc,
+        }
+    return out
+
+
+def plot(summary: dict[str, Any], runs: dict[str, list[Path]], per_step: int, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for i, v in enumerate(runs):
+        colour = f"C{i}"
+        for r in runs[v]:
+            c = _curve(_rows(r), per_step)
+            if c:
+                axes[0].plot([x[0] for x in c], [x[2] for x in c], color=colour, alpha=0.25, lw=1)
+                axes[1].plot([x[1] for x in c], [x[2] for x in c], color=colour, alpha=0.25, lw=1)
+        mc = summary["variants"][v]["curve"]
+        if mc:
+            axes[0].plot([x[0] for x in mc], [x[2] for x in mc], color=colour, lw=2.5, marker="o", label=v)
+            axes[1].plot([x[1] for x in mc], [x[2] for x in mc], color=colour, lw=2.5, marker="o", label=v)
+    axes[0].set_xlabel("training samples")
+    axes[1].set_xlabel("wall-clock seconds (sum of step times)")
+    for ax in axes:
+        ax.set_ylabel("validation accuracy (greedy)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("long-chain arith: seed means (thick) and seeds (thin)")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--variants", default="grpo,fa,mc")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--val-every", type=int, default=10)
+    ap.add_argument("--sft-model", type=Path)
+    ap.add_argument("--sft-overrides", nargs="*", default=[])
+    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--per-step", type=int, default=0, help="samples per step (default: from run 1's config)")
+    ap.add_argument("--summarize-only", action="store_true", help="do not run, only read the run dirs")
+    ap.add_argument("--png", type=Path)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("overrides", nargs="*", metavar="key=value")
+    args = ap.parse_args()
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.variants = args.variants.split(",")
+    bad = [v for v in args.variants if v not in VARIANTS]
+    if bad:
+        raise SystemExit(f"--variants: unknown {bad[0]!r} (valid: {', '.join(VARIANTS)})")
+    if args.summarize_only:
+        runs = {v: [args.out / f"{v}-s{s}" for s in args.seeds] for v in args.variants}
+    else:
+        runs = run_all(args)
+    per_step = args.per_step
+    if not per_step:
+        import yaml
+
+        cfg = yaml.safe_load((runs[args.variants[0]][0] / "config.yaml").read_text())
+        per_step = int(cfg["rollout"]["prompts_per_step"]) * int(cfg["rollout"]["n"])
+    summary = summarize(runs, per_step)
+    print(f"outcome GRPO final mean val accuracy: {summary['grpo_final']:.3f} ({per_step} samples per step)")
+    head = f"{'variant':<8}{'after SFT':>10}{'final':>8}{'samples to GRPO final':>23}{'x GRPO':>8}"
+    head += f"{'equal groups':>13}{'moved':>7}{'length':>8}{'|U|~0':>7}{'s/step':>8}"
+    print(head)
+    for v, s in summary["variants"].items():
+        print(
+            f"{v:<8}{s['val_after_sft']:>10.3f}{s['val_final']:>8.3f}{s['samples_to_grpo_final']:>23.0f}"
+            f"{s['samples_frac_of_grpo']:>8.2f}{s['all_equal_groups_frac']:>13.3f}"
+            f"{s['all_equal_groups_moved_share']:>7.2f}{s['response_length']:>8.1f}"
+            f"{s['u_near_zero_frac']:>7.2f}{s['s_per_step']:>8.1f}"
+        )
+    if args.png:
+        plot(summary, runs, per_step, args.png)
+        print(f"wrote {args.png}")
+    if args.json:
+        print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
