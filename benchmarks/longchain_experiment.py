@@ -33,7 +33,12 @@ from typing import Any
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "grpo": ("longchain", []),
     "fa": ("longchain_process", ["process.value_estimator=forced_answer_logprob"]),
-    "mc": ("longchain_process", ["process.value_estimator=monte_carlo"]),
+    # Monte Carlo (VinePPO) at a cost a CPU can pay: K=2 continuations at 4 prefixes per response
+    # (V_0, two evenly spaced episode ends and the whole response, which is scored, not sampled)
+    "mc": (
+        "longchain_process",
+        ["process.value_estimator=monte_carlo", "process.mc_samples=2", "process.mc_prefixes=4"],
+    ),
     "greedy": ("longchain_process", ["process.value_estimator=greedy_continuation"]),
 }
 
