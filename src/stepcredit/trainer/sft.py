@@ -60,6 +60,8 @@ def run_sft(
     """Train ``cfg.steps`` steps of cross-entropy on reference traces; returns the last metrics."""
     from stepcredit.models import token_logprobs
 
+    if cfg.steps == 0:  # no warm-up (a real model, or data without reference solutions)
+        return {}
     pairs = sft_pairs(tok, samples)
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.98))
