@@ -40,6 +40,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         ["process.value_estimator=monte_carlo", "process.mc_samples=2", "process.mc_prefixes=4"],
     ),
     "greedy": ("longchain_process", ["process.value_estimator=greedy_continuation"]),
+    # forced-answer credit shrunk tenfold: is its size (|U| ~1.6 nats an episode) what hurts?
+    "fa_small": ("longchain_process", ["process.value_estimator=forced_answer_logprob", "process.scale=0.1"]),
 }
 
 
@@ -144,7 +146,8 @@ def summarize(runs: dict[str, list[Path]], per_step: int) -> dict[str, Any]:
         eq = sum(x.get("groups/all_equal_adv_frac", 0.0) for rr in rl for x in rr)
         moved = sum(x.get("groups/all_equal_nonzero_adv_frac", 0.0) for rr in rl for x in rr)
         mc = mean_curve.get(v, [])
-        reach = next((s for s, _, a in mc if a >= target), float("nan"))
+        # the first validation after RL started (step 0 is the shared SFT model) at GRPO's final level
+        reach = next((s for s, _, a in mc if s > 0 and a >= target), float("nan"))
         out["variants"][v] = {
             "seeds": len(rs),
             "val_after_sft": _mean([c[0][2] for c in curves[v] if c]),
