@@ -40,8 +40,13 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         ["process.value_estimator=monte_carlo", "process.mc_samples=2", "process.mc_prefixes=4"],
     ),
     "greedy": ("longchain_process", ["process.value_estimator=greedy_continuation"]),
-    # forced-answer credit shrunk tenfold: is its size (|U| ~1.6 nats an episode) what hurts?
-    "fa_small": ("longchain_process", ["process.value_estimator=forced_answer_logprob", "process.scale=0.1"]),
+    # the forced-answer channel at a tenth of the weight: is its share of the advantage what hurts?
+    # (grpo_process normalises step rewards per group, so process.scale would cancel out; the weight
+    # after normalisation is algorithm.process_weight)
+    "fa_w01": (
+        "longchain_process",
+        ["process.value_estimator=forced_answer_logprob", "algorithm.process_weight=0.1"],
+    ),
 }
 
 

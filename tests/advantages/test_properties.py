@@ -204,6 +204,29 @@ def test_compute_advantages_dispatches_by_name() -> None:
         )
 
 
+@settings(max_examples=25, deadline=None)
+@given(shapes, st.floats(0.01, 100.0))
+def test_process_std_normalised_estimators_ignore_a_process_scale(
+    args: tuple[int, int, int, bool, bool], c: float
+) -> None:
+    # the registry metadata check_config relies on: step rewards c * U give the advantages of U
+    seed, B, T, gaps, invalid = args
+    inp = random_inputs(seed, B, T, gaps=gaps, invalid=invalid)
+    assert inp.process_BT is not None
+    scaled = dataclasses.replace(inp, process_BT=inp.process_BT * c)
+    # a group with fewer than two steps has no std to divide by (mean 0, std 1 are used): only groups
+    # with two or more counted steps are scale-free, i.e. every group of a real batch
+    steps_B = inp.steps_BT.sum(1) if inp.steps_BT is not None else torch.zeros(B)
+    per_group = {int(g): 0 for g in inp.group_B}
+    for g, n in zip(inp.group_B.tolist(), steps_B.tolist(), strict=True):
+        per_group[int(g)] += int(n)
+    rows = torch.tensor([per_group[int(g)] >= 2 for g in inp.group_B])
+    for name in NAMES:
+        if ESTIMATORS.get(name).process_std_normalised:
+            a, b = ESTIMATORS.get(name).fn(inp, **HP), ESTIMATORS.get(name).fn(scaled, **HP)
+            assert torch.allclose(a.adv_BT[rows], b.adv_BT[rows], atol=1e-3, rtol=1e-3), name
+
+
 def test_check_config() -> None:
     check_config(Config())
     with pytest.raises(ConfigError, match=r"valid: .*grpo"):
@@ -215,6 +238,19 @@ def test_check_config() -> None:
         check_config(Config(algorithm=AlgorithmConfig(advantage="grpo_process")))
     check_config(
         Config(algorithm=AlgorithmConfig(advantage="grpo_process"), process=ProcessConfig(enabled=True))
+    )
+    with pytest.raises(ConfigError, match=r"process\.scale: .*algorithm\.process_weight"):
+        check_config(
+            Config(
+                algorithm=AlgorithmConfig(advantage="grpo_process"),
+                process=ProcessConfig(enabled=True, scale=0.1),
+            )
+        )
+    check_config(  # without the std division the scale does matter
+        Config(
+            algorithm=AlgorithmConfig(advantage="grpo_process", norm_by_std=False),
+            process=ProcessConfig(enabled=True, scale=0.1),
+        )
     )
     with pytest.raises(ConfigError, match=r"algorithm\.gamma"):
         AlgorithmConfig(gamma=1.5)

@@ -108,20 +108,34 @@ class Estimator:
     """Meaningless without process rewards (``process.enabled`` must be true)."""
     token_level: bool = False
     """Keeps token-level rewards (False: collapses each response to one score)."""
+    process_std_normalised: bool = False
+    """Divides the process channel by its group std (with ``algorithm.norm_by_std``), so a constant
+    factor on the step rewards (``process.scale``) cancels out; ``algorithm.process_weight`` is the knob."""
 
 
 ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
 
 
 def register_estimator(
-    name: str, *, needs_values: bool = False, needs_process: bool = False, token_level: bool = False
+    name: str,
+    *,
+    needs_values: bool = False,
+    needs_process: bool = False,
+    token_level: bool = False,
+    process_std_normalised: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator: ``@register_estimator("grpo")`` adds an estimator function to :data:`ESTIMATORS`."""
 
     def deco(fn: EstimatorFn) -> EstimatorFn:
         ESTIMATORS.add(
             name,
-            Estimator(fn=fn, needs_values=needs_values, needs_process=needs_process, token_level=token_level),
+            Estimator(
+                fn=fn,
+                needs_values=needs_values,
+                needs_process=needs_process,
+                token_level=token_level,
+                process_std_normalised=process_std_normalised,
+            ),
         )
         return fn
 
@@ -166,4 +180,10 @@ def check_config(cfg: Config) -> None:
     if est.needs_process and not cfg.process.enabled:
         raise ConfigError(
             f"config key algorithm.advantage: {name!r} needs process rewards; set process.enabled=true"
+        )
+    if est.process_std_normalised and cfg.algorithm.norm_by_std and cfg.process.scale != 1.0:
+        raise ConfigError(
+            f"config key process.scale: {name!r} divides step rewards by their group std, so "
+            f"process.scale={cfg.process.scale:g} would have no effect; weight the process channel "
+            f"with algorithm.process_weight instead"
         )

@@ -119,7 +119,7 @@ def reinforce_pp(
     return AdvantageOutputs(adv_BT=adv_BT, ret_BT=g_BT)
 
 
-@register_estimator("grpo_process", needs_process=True, token_level=True)
+@register_estimator("grpo_process", needs_process=True, token_level=True, process_std_normalised=True)
 def grpo_process(
     inp: AdvantageInputs,
     *,
