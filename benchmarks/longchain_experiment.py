@@ -35,6 +35,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "fa": ("longchain_process", ["process.value_estimator=forced_answer_logprob"]),
     # Monte Carlo (VinePPO) at a cost a CPU can pay: K=2 continuations at 4 prefixes per response
     # (V_0, two evenly spaced episode ends and the whole response, which is scored, not sampled)
+    # (V_0 of each response is the leave-one-out mean reward of its group: process.mc_v0=group)
     "mc": (
         "longchain_process",
         ["process.value_estimator=monte_carlo", "process.mc_samples=2", "process.mc_prefixes=4"],
@@ -131,6 +132,23 @@ def _mean(xs: list[float]) -> float:
     return statistics.mean(xs) if xs else float("nan")
 
 
+def _reward_curve(
+    rl: list[list[dict[str, Any]]], per_step: int, window: int = 5
+) -> list[tuple[float, float]]:
+    """(samples, seed-mean training reward over the last ``window`` steps) at each step."""
+    k = min((len(rr) for rr in rl if rr), default=0)
+    out = []
+    for i in range(k):
+        lo = max(0, i + 1 - window)
+        out.append(
+            (
+                float(rl[0][i]["step"] * per_step),
+                _mean([x["reward/mean"] for rr in rl if rr for x in rr[lo : i + 1]]),
+            )
+        )
+    return out
+
+
 def summarize(runs: dict[str, list[Path]], per_step: int) -> dict[str, Any]:
     curves = {v: [_curve(_rows(r), per_step) for r in rs] for v, rs in runs.items()}
     mean_curve: dict[str, list[tuple[float, float, float]]] = {}
@@ -169,6 +187,18 @@ def summarize(runs: dict[str, list[Path]], per_step: int) -> dict[str, Any]:
                 [x.get("process/u_near_zero_frac", float("nan")) for rr in rl for x in rr]
             ),
             "s_per_step": _mean([x["time/step_s"] for rr in rl for x in rr if "time/step_s" in x]),
+            "reward_first10": _mean([x["reward/mean"] for rr in rl for x in rr[:10]]),
+            "reward_last10": _mean([x["reward/mean"] for rr in rl for x in rr[-10:]]),
+            "kl_last": _mean([rr[-1].get("kl", float("nan")) for rr in rl if rr]),
+            # breaking out of zero pass rate (cumulative at the last step; prompts must come back)
+            "zero_pass_prompts": _mean([rr[-1].get("prompts/zero_pass", float("nan")) for rr in rl if rr]),
+            "zero_pass_revisited": _mean(
+                [rr[-1].get("prompts/zero_pass_revisited", float("nan")) for rr in rl if rr]
+            ),
+            "zero_pass_solved_later": _mean(
+                [rr[-1].get("prompts/zero_pass_solved_later", float("nan")) for rr in rl if rr]
+            ),
+            "reward_curve": _reward_curve(rl, per_step),
             "curve": mc,
         }
     return out
@@ -180,7 +210,7 @@ def plot(summary: dict[str, Any], runs: dict[str, list[Path]], per_step: int, pn
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     for i, v in enumerate(runs):
         colour = f"C{i}"
         for r in runs[v]:
@@ -192,10 +222,16 @@ def plot(summary: dict[str, Any], runs: dict[str, list[Path]], per_step: int, pn
         if mc:
             axes[0].plot([x[0] for x in mc], [x[2] for x in mc], color=colour, lw=2.5, marker="o", label=v)
             axes[1].plot([x[1] for x in mc], [x[2] for x in mc], color=colour, lw=2.5, marker="o", label=v)
+        rc = summary["variants"][v]["reward_curve"]
+        if rc:
+            axes[2].plot([x[0] for x in rc], [x[1] for x in rc], color=colour, lw=2, label=v)
     axes[0].set_xlabel("training samples")
     axes[1].set_xlabel("wall-clock seconds (sum of step times)")
-    for ax in axes:
+    axes[2].set_xlabel("training samples")
+    for ax in axes[:2]:
         ax.set_ylabel("validation accuracy (greedy)")
+    axes[2].set_ylabel("training reward (sampled, 5-step mean)")
+    for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle("long-chain arith: seed means (thick) and seeds (thin)")
@@ -240,6 +276,7 @@ def main() -> None:
     print(f"outcome GRPO final mean val accuracy: {summary['grpo_final']:.3f} ({per_step} samples per step)")
     head = f"{'variant':<8}{'after SFT':>10}{'final':>8}{'samples to GRPO final':>23}{'x GRPO':>8}"
     head += f"{'equal groups':>13}{'moved':>7}{'length':>8}{'|U|~0':>7}{'s/step':>8}"
+    head += f"{'reward first/last 10':>22}{'KL':>7}{'stuck/back/solved':>19}"
     print(head)
     for v, s in summary["variants"].items():
         print(
@@ -247,6 +284,8 @@ def main() -> None:
             f"{s['samples_frac_of_grpo']:>8.2f}{s['all_equal_groups_frac']:>13.3f}"
             f"{s['all_equal_groups_moved_share']:>7.2f}{s['response_length']:>8.1f}"
             f"{s['u_near_zero_frac']:>7.2f}{s['s_per_step']:>8.1f}"
+            f"{s['reward_first10']:>11.3f}/{s['reward_last10']:<10.3f}{s['kl_last']:>7.3f}"
+            f"{s['zero_pass_prompts']:>7.0f}/{s['zero_pass_revisited']:.0f}/{s['zero_pass_solved_later']:.0f}"
         )
     if args.png:
         plot(summary, runs, per_step, args.png)

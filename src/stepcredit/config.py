@@ -560,6 +560,11 @@ class ProcessConfig:
     mc_prefixes: int = 0
     """monte_carlo / greedy_continuation: at most this many prefixes per response are estimated (evenly
     spaced, V_0 and the last always; the others repeat the value before them); 0 = every prefix."""
+    mc_v0: str = "group"
+    """monte_carlo: where V_0 (the value of the bare prompt) comes from. ``group``: the mean reward of the
+    other responses to the same prompt in the batch (leave-one-out; they are samples of the policy from
+    that very prefix, so no continuation is generated for it; a prompt with one response falls back to
+    sampling); ``sample``: K continuations like every other prefix."""
     credit: str = "difference"
     """How values become step credit (``stepcredit.process.CREDIT_FORMS``): ``difference`` (U_i = V_i -
     V_(i-1)), ``min_form`` (PURE: a step's return is the min of the future U, not their sum) or
@@ -587,6 +592,7 @@ class ProcessConfig:
         _check(self.mc_max_new_tokens >= 1, "process.mc_max_new_tokens", "must be >= 1")
         _check(self.mc_temperature > 0, "process.mc_temperature", "must be > 0")
         _check(self.max_answer_chars >= 1, "process.max_answer_chars", "must be >= 1")
+        _check(self.mc_v0 in ("group", "sample"), "process.mc_v0", "group or sample")
         _check(self.mc_prefixes >= 0, "process.mc_prefixes", "must be >= 0 (0 = every prefix)")
 
 

@@ -49,7 +49,7 @@ def run(batch: Batch, tok: Any, **kw: Any) -> tuple[list[list[float]], ScriptedP
 def test_monte_carlo_exact_with_a_scripted_policy(batch_factory: Callable[..., Batch]) -> None:
     tok = build_tokenizer()
     batch = batch_factory(tok, [("q", RESPONSE, "7"), ("q", RESPONSE[:-1] + "!", "7")])
-    values, model = run(batch, tok, value_estimator="monte_carlo", mc_samples=4)
+    values, model = run(batch, tok, value_estimator="monte_carlo", mc_samples=4, mc_v0="sample")
     # V_0, V_1: 3 of the 4 continuations say "ok" and the prefix holds no "= 8": 3/4.
     # V_2: the prefix holds "= 8", every continuation scores 0. V_3: the complete response is scored as
     # it is (it does not end in "ok"): 0, with no sampling.
@@ -69,8 +69,22 @@ def test_greedy_continuation_and_prefix_budget(batch_factory: Callable[..., Batc
     # mc_prefixes=2 estimates V_0 and V_3 only; V_1, V_2 repeat V_0 (so U_1 = U_2 = 0, U_3 carries it all)
     values, _ = run(
         batch_factory(tok, [("q", RESPONSE, "7")]), tok, value_estimator="monte_carlo", mc_prefixes=2
-    )
+    )  # (a prompt with one response samples V_0 even with mc_v0=group)
     assert values == [[0.75, 0.75, 0.75, 0.0]]
+
+
+def test_monte_carlo_v0_from_the_group(batch_factory: Callable[..., Batch]) -> None:
+    tok = build_tokenizer()
+    right_a = "So 3 + 4 = 7. So 7 + 1 = 9. So ok"  # rewards: 1 (ends in "ok", no "= 8")
+    right_c = "So 3 + 4 = 7. So 7 + 2 = 9. So ok"  # 1
+    batch = batch_factory(tok, [("q", right_a, "7"), ("q", RESPONSE, "7"), ("q", right_c, "7")])
+    values, model = run(batch, tok, value_estimator="monte_carlo", mc_samples=4, mc_v0="group")
+    # V_0 = mean reward of the two other responses: a: (0 + 1) / 2, b: (1 + 1) / 2, c: (1 + 0) / 2.
+    # V_1 (prefix "So 3 + 4 = 7. ", shared by all three): 3 of 4 continuations "ok": 0.75.
+    # V_2: a and c hold no "= 8": 0.75; b holds "= 8": 0. V_3: each complete response's own reward.
+    assert values == [[0.5, 0.75, 0.75, 1.0], [1.0, 0.75, 0.0, 0.0], [0.5, 0.75, 0.75, 1.0]]
+    # no continuation for the bare prompt: contexts are V_1 (shared) and the three V_2 prefixes
+    assert len(model.calls) == 1 and model.calls[0].shape[0] == 4 * 4
 
 
 def test_prefix_indices() -> None:

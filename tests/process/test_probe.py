@@ -11,7 +11,13 @@ import pytest
 
 from stepcredit.config import ArithConfig
 from stepcredit.data.arith import make_rows
-from stepcredit.process.probe import ProbeCase, case_indicators, inject_wrong_step, spearman
+from stepcredit.process.probe import (
+    ProbeCase,
+    case_indicators,
+    inject_wrong_step,
+    solvable_figures,
+    spearman,
+)
 from stepcredit.process.values import PrefixRequest
 from stepcredit.types import Sample
 
@@ -107,6 +113,21 @@ def test_indicators_by_hand() -> None:
     assert got["argmin"] == 0.5 and got["argmin_next"] == 1.0 and got["chance_next"] == 1.0
 
 
+def test_solvable_figures_by_hand() -> None:
+    # trace 0 (3 episodes): hit; trace 1 (2 episodes): a tie over both, half a hit; trace 2 unsolvable
+    by_case = {
+        0: case_indicators([0.5, 0.5, 0.75, 1.0], [0.5, 0.5, 0.0, 0.0], _case(1, 3)),
+        1: case_indicators([1.0, 1.0, 1.0], [1.0, 0.5, 0.0], _case(0, 2)),
+        2: case_indicators([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], _case(0, 2)),
+    }
+    got = solvable_figures(by_case, {0, 1})
+    # argmin (1 + 0.5) / 2 = 0.75; chance (1/3 + 1/2) / 2 = 5/12; ratio 0.75 / (5/12) = 1.8
+    assert got["n"] == 2 and got["argmin"] == 0.75
+    assert got["chance"] == pytest.approx(5 / 12) and got["argmin_vs_chance"] == pytest.approx(1.8)
+    assert got["v_before"] == 0.75 and got["v_after"] == 0.25  # (0.5 + 1.0) / 2, (0.0 + 0.5) / 2
+    assert solvable_figures(by_case, set()) == {}
+
+
 def test_spearman_by_hand() -> None:
     # ranks of x: 0, 1, 2, 3; of y: 0, 2, 1, 3 -> d^2 = 0 + 1 + 1 + 0 = 2 -> 1 - 6*2/(4*15) = 0.8
     assert spearman([1.0, 2.0, 3.0, 4.0], [10.0, 30.0, 20.0, 40.0]) == pytest.approx(0.8)
@@ -128,6 +149,7 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
     for m in summary["estimators"].values():
         assert 0.0 <= m["argmin"] <= 1.0 and m["s_per_trace"] > 0
     assert 0.0 < summary["chance"] <= 1.0 and "spearman_forced_vs_mc" in summary
+    assert summary["solvable_by"] == "monte_carlo" and 0 <= summary["n_solvable"] <= 3
     assert "x chance" in out and png.stat().st_size > 1000
 
 

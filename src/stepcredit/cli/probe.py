@@ -117,6 +117,18 @@ def _table(summary: dict[str, Any]) -> str:
             f"{m['argmin_next']:>13.3f} {m['argmin_next_vs_chance']:>9.2f} {m['final_drop']:>14.3f} "
             f"{m['v_before']:>9.3f} {m['v_after']:>8.3f} {m['s_per_trace']:>9.4f}"
         )
+    if summary.get("n_solvable"):
+        lines.append(
+            f"on the {summary['n_solvable']} traces the policy can solve ({summary['solvable_by']} V_0 of the "
+            "clean trace > 0):"
+        )
+        for name, m in summary["estimators"].items():
+            if "solvable" in m:
+                sv = m["solvable"]
+                lines.append(
+                    f"  {name:<22} U lower {sv['lower']:.3f}, argmin U {sv['argmin']:.3f} against chance "
+                    f"{sv['chance']:.3f} ({sv['argmin_vs_chance']:.2f}x), V {sv['v_before']:.3f} -> {sv['v_after']:.3f}"
+                )
     if "spearman_forced_vs_mc" in summary:
         lines.append(
             f"rank correlation of forced-answer V with Monte Carlo V: {summary['spearman_forced_vs_mc']:.3f}"

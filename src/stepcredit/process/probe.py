@@ -258,6 +258,20 @@ def case_indicators(
     }
 
 
+def solvable_figures(by_case: dict[int, dict[str, float]], solvable: set[int]) -> dict[str, float]:
+    """The argmin figures on the traces the policy can solve (its continuation V_0 of the clean trace >
+    0). On the others every continuation value is 0 at every prefix, so the argmin ties over all
+    episodes and scores exactly chance whatever the estimator: they pull the overall figures to chance
+    and say nothing about the estimator. Empty when no trace is solvable."""
+    rows = [r for i, r in by_case.items() if i in solvable]
+    if not rows:
+        return {}
+    mean = {
+        k: sum(r[k] for r in rows) / len(rows) for k in ("lower", "argmin", "chance", "v_before", "v_after")
+    }
+    return {"n": float(len(rows)), **mean, "argmin_vs_chance": mean["argmin"] / mean["chance"]}
+
+
 def run_probe(
     model: Any,
     tokenizer: Any,
@@ -270,14 +284,18 @@ def run_probe(
     """Value every case with every estimator (each over the whole set at once) and summarise.
 
     Returns ``{"n", "chance", "chance_next", "estimators": {name: {"lower", "argmin", "argmin_vs_chance",
-    "argmin_next", "argmin_next_vs_chance", "final_drop", "v_before", "v_after", "s_per_trace"}}, "spearman_forced_vs_mc"}``; the last is the rank correlation, over every prefix of
-    every trace, of ``forced_answer_logprob``'s V with ``monte_carlo``'s (when both ran).
+    "argmin_next", "argmin_next_vs_chance", "final_drop", "v_before", "v_after", "s_per_trace", "solvable"}},
+    "solvable_by", "n_solvable", "spearman_forced_vs_mc"}``. ``solvable`` (:func:`solvable_figures`)
+    repeats the figures on the traces whose clean V_0 > 0 by ``solvable_by``, the first estimator given
+    whose registry entry says it ``needs_verifier`` (its V is a chance of reaching the gold answer); the last is the rank correlation, over every
+    prefix of every trace, of ``forced_answer_logprob``'s V with ``monte_carlo``'s (when both ran).
     """
     import torch
 
     requests = [r for c in cases for r in (c.clean, c.corrupt)]
     out: dict[str, Any] = {"n": len(cases), "estimators": {}}
     all_values: dict[str, list[list[float]]] = {}
+    per_case: dict[str, dict[int, dict[str, float]]] = {}
     was_training = bool(getattr(model, "training", False))
     model.eval()
     try:
@@ -299,6 +317,7 @@ def run_probe(
             if not ok:
                 raise DataError(f"probe: {name} values could not be computed for any trace (verifier failed)")
             rows = [case_indicators(values[2 * i], values[2 * i + 1], cases[i]) for i in ok]
+            per_case[name] = dict(zip(ok, rows, strict=True))
             mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
             out["chance"], out["chance_next"] = mean["chance"], mean["chance_next"]
             out["estimators"][name] = {
@@ -316,6 +335,16 @@ def run_probe(
     finally:
         if was_training:
             model.train()
+    # the first estimator whose V is the policy's chance of reaching the gold answer (it scores
+    # continuations with the verifier) says which traces the policy can solve at all
+    reference = next((n for n in estimators if VALUE_ESTIMATORS.get(n).needs_verifier), None)
+    if reference is not None:
+        solvable = {i for i in range(len(cases)) if all_values[reference][2 * i][0] > 0}
+        out["solvable_by"], out["n_solvable"] = reference, len(solvable)
+        for name, by_case in per_case.items():
+            figures = solvable_figures(by_case, solvable)
+            if figures:
+                out["estimators"][name]["solvable"] = figures
     if "forced_answer_logprob" in all_values and "monte_carlo" in all_values:
         fa = [v for vs in all_values["forced_answer_logprob"] for v in vs]
         mc = [v for vs in all_values["monte_carlo"] for v in vs]

@@ -593,6 +593,7 @@ def continuation_values(
     max_new_tokens: int,
     max_prefixes: int,
     max_tokens_per_forward: int,
+    v0_from_group: bool = False,
 ) -> list[list[float]]:
     """V(prefix) = mean verifier score of ``samples`` continuations of prompt + prefix by the policy.
 
@@ -600,13 +601,41 @@ def continuation_values(
     ``generate`` call (as many rows per call as ``max_tokens_per_forward`` allows); identical contexts
     (V_0 of the responses of one prompt) are generated once and shared. The full prefix of a response
     that ended by itself is scored as it is: its value is its own reward.
+
+    ``v0_from_group``: the other responses of the batch to the same prompt are already samples of the
+    policy from the bare prompt, so V_0 of a response is their mean reward (leave-one-out, the RLOO
+    baseline of Ahmadian et al. 2024, arXiv:2402.14740) and costs no generation. The utilities then
+    telescope to R - mean(R of the others): the process channel's sum is the RLOO outcome advantage.
     """
     dev = _device(model)
     out: list[list[float]] = [[0.0] * len(r.prefix_lens) for r in requests]
+    from_group: set[int] = set()
+    if v0_from_group:
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for ri, r in enumerate(requests):
+            groups.setdefault(tuple(r.prompt_ids), []).append(ri)
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            rewards = {
+                ri: float(
+                    score_fn(
+                        requests[ri].sample,
+                        tokenizer.decode(requests[ri].response_ids, skip_special_tokens=True),
+                    )
+                )
+                for ri in members
+            }
+            total = sum(rewards.values())
+            for ri in members:
+                out[ri][0] = (total - rewards[ri]) / (len(members) - 1)
+                from_group.add(ri)
     todo: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # context -> (request, prefix index)
     for ri, r in enumerate(requests):
         for pi in mc_prefix_indices(len(r.prefix_lens), max_prefixes):
             n = r.prefix_lens[pi]
+            if pi == 0 and ri in from_group:
+                continue
             if r.complete and n >= len(r.response_ids) - 1:
                 text = tokenizer.decode(r.response_ids, skip_special_tokens=True)
                 out[ri][pi] = float(score_fn(r.sample, text))
@@ -671,7 +700,9 @@ def monte_carlo(
 ) -> list[list[float]]:
     """VinePPO's value (Kazemnejad et al. 2024, arXiv:2410.01679, section 4): V(prefix) = (1/K) sum_k
     R(prefix + y_k), y_k ~ policy(. | prompt + prefix), K = ``process.mc_samples``, at most
-    ``process.mc_prefixes`` prefixes per response. A complete response's last value is its reward."""
+    ``process.mc_prefixes`` prefixes per response. A complete response's last value is its reward;
+    with ``process.mc_v0=group`` V_0 is the leave-one-out mean reward of the other responses to the
+    same prompt (no continuations sampled for it)."""
     return continuation_values(
         model,
         tokenizer,
@@ -683,6 +714,7 @@ def monte_carlo(
         max_new_tokens=cfg.mc_max_new_tokens,
         max_prefixes=cfg.mc_prefixes,
         max_tokens_per_forward=cfg.max_tokens_per_forward,
+        v0_from_group=cfg.mc_v0 == "group",
     )
 
 

@@ -117,6 +117,49 @@ def outcome_free_signal(
     }
 
 
+class ZeroPassTracker:
+    """Breaking out of zero pass rate: prompts whose group once had no passing response (no valid
+    outcome score > 0), and how many of them a later group of the same prompt (by ``Sample.uid``, else
+    the prompt text) solved. Only meaningful when prompts come back (``data.train_size`` smaller than
+    the prompts drawn in the run); carried in checkpoints so a resumed run keeps counting.
+
+    Reported as cumulative counts: ``prompts/zero_pass`` (seen with zero pass rate),
+    ``prompts/zero_pass_revisited`` (drawn again afterwards) and ``prompts/zero_pass_solved_later``
+    (a later group had a passing response).
+    """
+
+    def __init__(self) -> None:
+        self.stuck: set[str] = set()
+        self.revisited: set[str] = set()
+        self.solved: set[str] = set()
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        assert batch.rewards is not None
+        passed: dict[str, bool] = {}
+        for s, r in zip(batch.samples, batch.rewards, strict=True):
+            key = s.uid or json.dumps(s.prompt, sort_keys=True)
+            passed[key] = passed.get(key, False) or (r.ok and r.score > 0)
+        for key, ok in passed.items():
+            if key in self.stuck:
+                self.revisited.add(key)
+                if ok:
+                    self.solved.add(key)
+            elif not ok:
+                self.stuck.add(key)
+        return {
+            "prompts/zero_pass": float(len(self.stuck)),
+            "prompts/zero_pass_revisited": float(len(self.revisited)),
+            "prompts/zero_pass_solved_later": float(len(self.solved)),
+        }
+
+    def state_dict(self) -> dict[str, list[str]]:
+        return {k: sorted(getattr(self, k)) for k in ("stuck", "revisited", "solved")}
+
+    def load_state_dict(self, d: dict[str, list[str]]) -> None:
+        for k in ("stuck", "revisited", "solved"):
+            setattr(self, k, set(d.get(k, [])))
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process in MiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -15,6 +15,7 @@ from stepcredit.errors import ConfigError
 from stepcredit.losses import KLController
 from stepcredit.reward import RunningStats
 from stepcredit.trainer.critic import Critic, build_critic
+from stepcredit.trainer.metrics import ZeroPassTracker
 
 
 @dataclass
@@ -38,6 +39,7 @@ class TrainState:
     critic: Critic | None = None
     step: int = 0
     updates: int = 0
+    zero_pass: ZeroPassTracker = field(default_factory=ZeroPassTracker)
 
     def set_lr(self, step: int) -> None:
         """Linear warm-up: Adam's first steps move every weight by ~lr whatever the gradient's size."""
@@ -63,6 +65,7 @@ class TrainState:
             "ref_model": self.ref.state_dict() if self.ref is not None else None,
             "policy_step": self.step,
             "policy_updates": self.updates,
+            "zero_pass": self.zero_pass.state_dict(),
         }
 
     def load_state_dict(self, ckpt: dict[str, Any]) -> None:
@@ -74,6 +77,7 @@ class TrainState:
         self.running.load_state_dict(ckpt.get("outcome_stats") or {})
         self.step = int(ckpt.get("policy_step", ckpt["step"]))
         self.updates = int(ckpt.get("policy_updates", 0))
+        self.zero_pass.load_state_dict(ckpt.get("zero_pass") or {})
 
 
 def build_state(cfg: Config, model: Any, tok: Any, stream: PromptStream | MixedStream) -> TrainState:
