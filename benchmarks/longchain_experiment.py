@@ -41,6 +41,26 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         ["process.value_estimator=monte_carlo", "process.mc_samples=2", "process.mc_prefixes=4"],
     ),
     "greedy": ("longchain_process", ["process.value_estimator=greedy_continuation"]),
+    # VinePPO's step advantage (every token of a step gets that step's change of value) over Monte Carlo
+    # values (K=2 at 4 prefixes) and over one greedy continuation at 6 prefixes (about the same
+    # generation: 2 sampled continuations of ~1/3 and ~2/3 of a response vs 4 greedy ones of 1/5..4/5)
+    "vine": (
+        "longchain_process",
+        [
+            "algorithm.advantage=vineppo",
+            "process.value_estimator=monte_carlo",
+            "process.mc_samples=2",
+            "process.mc_prefixes=4",
+        ],
+    ),
+    "vine_greedy": (
+        "longchain_process",
+        [
+            "algorithm.advantage=vineppo",
+            "process.value_estimator=greedy_continuation",
+            "process.mc_prefixes=6",
+        ],
+    ),
     # the forced-answer channel at a tenth of the weight: is its share of the advantage what hurts?
     # (grpo_process normalises step rewards per group, so process.scale would cancel out; the weight
     # after normalisation is algorithm.process_weight)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from stepcredit.advantages import AdvantageInputs, grpo_process, prime_rloo
+from stepcredit.advantages import AdvantageInputs, grpo_process, prime_rloo, rloo, vineppo
 from stepcredit.advantages.token import prime_rloo_rewards
 from stepcredit.ops import masked_whiten
 
@@ -93,3 +93,38 @@ def test_prime_rloo_outcome_channel_is_leave_one_out() -> None:
     want = [1 / 3, -1.0, 1 / 3, 1 / 3]
     for i, r in enumerate(REWARDS):
         assert out.ret_BT[i, : len(r)].tolist() == pytest.approx([want[i]] * len(r), abs=1e-12)
+
+
+def test_vineppo_hand() -> None:
+    # VinePPO: every token of step j gets U_j = V_j - V_(j-1). Two responses of one group, T = 6:
+    #   row 0: steps end at tokens 1, 3, 5; V = 0, 0.5, 0.5, 0 (R = 0) -> U = 0.5, 0, -0.5
+    #   row 1: steps end at tokens 2, 4;    V = 0, 0.25, 1 (R = 1)     -> U = 0.25, 0.75; token 5 is padding
+    p = torch.zeros(2, 6, dtype=torch.float64)
+    at = torch.zeros(2, 6, dtype=torch.bool)
+    for i, (ends, us) in enumerate([((1, 3, 5), (0.5, 0.0, -0.5)), ((2, 4), (0.25, 0.75))]):
+        for t, u in zip(ends, us, strict=True):
+            p[i, t], at[i, t] = u, True
+    m = torch.ones(2, 6, dtype=torch.bool)
+    m[1, 5] = False
+    o = torch.zeros(2, 6, dtype=torch.float64)
+    o[1, 4] = 1.0
+    inp = AdvantageInputs(
+        outcome_BT=o, mask_BT=m, group_B=torch.zeros(2, dtype=torch.long), process_BT=p, process_mask_BT=at
+    )
+    raw = vineppo(inp, norm_by_std=False).adv_BT
+    # the step whose U is 0 (tokens 2-3 of row 0) keeps 0: the mask, not the value, says where steps end
+    assert raw.tolist() == [[0.5, 0.5, 0.0, 0.0, -0.5, -0.5], [0.25, 0.25, 0.25, 0.75, 0.75, 0.0]]
+    # normalised by the RMS over the 11 live tokens: (4 x 0.25 + 3 x 0.0625 + 2 x 0.5625) / 11
+    rms = math.sqrt((1.0 + 0.1875 + 1.125) / 11)
+    assert rms == pytest.approx(0.458506, abs=1e-6)
+    torch.testing.assert_close(vineppo(inp).adv_BT, raw / (rms + 1e-6))
+
+
+def test_vineppo_without_steps_is_rloo() -> None:
+    # a response with no step rewards (its domain has none) gets the RLOO outcome advantage
+    o = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    m = torch.ones(3, 2, dtype=torch.bool)
+    inp = AdvantageInputs(outcome_BT=o, mask_BT=m, group_B=torch.zeros(3, dtype=torch.long))
+    torch.testing.assert_close(vineppo(inp, norm_by_std=False).adv_BT, rloo(inp).adv_BT)
+    # [1, 0, 1]: A = 1 - 1/2, 0 - 1, 1 - 1/2 = 0.5, -1, 0.5
+    assert vineppo(inp, norm_by_std=False).adv_BT[:, 0].tolist() == [0.5, -1.0, 0.5]

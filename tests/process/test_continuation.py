@@ -128,3 +128,27 @@ def test_chunked_generation_gives_the_same_values(batch_factory: Callable[..., B
     )
     assert len(model.calls) == 1 and len(chunked.calls) == 6
     assert small == whole == [[0.75, 0.75, 0.0, 0.0]] * 2
+
+
+def test_the_probe_samples_v0_even_with_mc_v0_group() -> None:
+    from stepcredit.process.probe import ProbeCase, run_probe
+    from stepcredit.process.values import PrefixRequest
+
+    # a clean trace (reward 1) and its corrupted twin (reward 0) share a prompt, but are not samples of
+    # the policy: V_0 must come from continuations (3 of 4 say "ok": 0.75), not from the twin's reward
+    tok = build_tokenizer()
+    sample = Sample(prompt=({"role": "user", "content": "q"},), ground_truth="7")
+    prompt = tok("q")["input_ids"]
+
+    def req(text: str) -> PrefixRequest:
+        ids = tok(text)["input_ids"]
+        return PrefixRequest(sample, prompt, ids, [0, len(ids)], "7", complete=True)
+
+    case = ProbeCase(req("So 3 + 4 = 7. So ok"), req("So 3 + 4 = 8. So ok"), 0, 0)
+    out = run_probe(
+        ScriptedPolicy(tok), tok, [case], ProcessConfig(mc_samples=4, mc_v0="group"), ["monte_carlo"],
+        score_fn=score,
+    )  # fmt: skip
+    mc = out["estimators"]["monte_carlo"]
+    assert mc["v_before"] == 0.75 and mc["v_after"] == 0.0  # corrupted: V_0 sampled, V_1 its reward 0
+    assert out["n_solvable"] == 1 and mc["solvable"]["argmin"] == 1.0

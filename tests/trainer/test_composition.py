@@ -28,7 +28,8 @@ from stepcredit.trainer import train
 
 FACTORS: dict[str, list[Any]] = {
     "loss": LOSSES.names(),
-    "process": ["off", "forced_answer_logprob", "monte_carlo"],
+    # vineppo: Monte Carlo values with the VinePPO step advantage
+    "process": ["off", "forced_answer_logprob", "monte_carlo", "vineppo"],
     "mini_batch": [0, 8],
     "off_policy": [False, True],
     "dynamic_sampling": [False, True],
@@ -102,13 +103,14 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         "trainer": {"steps": 2, "val_every": 0, "save_every": 0, "progress": False, "tensorboard": False},
     }
     if run["process"] != "off":
+        vine = run["process"] == "vineppo"
         d["process"] = {
             "enabled": True,
-            "value_estimator": run["process"],
+            "value_estimator": "monte_carlo" if vine else run["process"],
             "mc_samples": 2,
             "mc_max_new_tokens": 8,
         }
-        d["algorithm"]["advantage"] = "grpo_process"
+        d["algorithm"]["advantage"] = "vineppo" if vine else "grpo_process"
     if run["critic"]:
         d["algorithm"] = {"advantage": "gae", "use_critic": True}
     if run["multi_domain"]:
@@ -189,6 +191,13 @@ def test_a_combination_that_cannot_work_fails_at_start_up(tmp_path: Path) -> Non
     bad = config({**RUNS[0], "off_policy": True, "loss": "ppo_clip"})
     with pytest.raises(ConfigError, match=r"loss\.name: pipeline\.one_step_off_policy"):
         train(bad, tmp_path)
+    # VinePPO's step advantages need values that end at the reward: not the forced-answer log-prob
+    vine = {**RUNS[0], "process": "forced_answer_logprob", "critic": False}
+    with pytest.raises(ConfigError, match=r"process\.value_estimator: algorithm\.advantage=vineppo"):
+        train(config(vine, algorithm__advantage="vineppo"), tmp_path)
+    vine["process"] = "vineppo"
+    with pytest.raises(ConfigError, match=r"process\.last_episode"):
+        train(config(vine, process__last_episode="zero"), tmp_path)
 
 
 def test_resume_after_an_interrupted_off_policy_run_continues_exactly(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@
     out = compute_advantages(cfg.algorithm, AdvantageInputs(outcome_BT=..., mask_BT=..., group_B=...))
 
 Registered: ``grpo`` (and Dr. GRPO via ``norm_by_std=False``), ``rloo``, ``reinforce_pp_baseline``
-(outcome); ``gae``, ``reinforce_pp``, ``grpo_process``, ``prime_rloo`` (token-level).
+(outcome); ``gae``, ``reinforce_pp``, ``grpo_process``, ``prime_rloo``, ``vineppo`` (token-level).
 A new estimator is one function decorated with :func:`register_estimator`.
 """
 
@@ -21,7 +21,15 @@ from stepcredit.advantages.core import (
     register_estimator,
 )
 from stepcredit.advantages.outcome import grpo, reinforce_pp_baseline, rloo
-from stepcredit.advantages.token import discounted_returns, gae, grpo_process, prime_rloo, reinforce_pp
+from stepcredit.advantages.token import (
+    discounted_returns,
+    gae,
+    grpo_process,
+    prime_rloo,
+    reinforce_pp,
+    step_fill,
+    vineppo,
+)
 
 __all__ = [
     "ESTIMATORS",
@@ -40,4 +48,6 @@ __all__ = [
     "reinforce_pp",
     "reinforce_pp_baseline",
     "rloo",
+    "step_fill",
+    "vineppo",
 ]

@@ -111,6 +111,10 @@ class Estimator:
     process_std_normalised: bool = False
     """Divides the process channel by its group std (with ``algorithm.norm_by_std``), so a constant
     factor on the step rewards (``process.scale``) cancels out; ``algorithm.process_weight`` is the knob."""
+    needs_reward_values: bool = False
+    """Reads the step rewards as differences of a value whose last entry is the response's reward (the
+    outcome enters only through the last step): needs a value estimator whose registry entry says
+    ``terminal_is_reward`` and ``process.last_episode=utility``."""
 
 
 ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
@@ -123,6 +127,7 @@ def register_estimator(
     needs_process: bool = False,
     token_level: bool = False,
     process_std_normalised: bool = False,
+    needs_reward_values: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator: ``@register_estimator("grpo")`` adds an estimator function to :data:`ESTIMATORS`."""
 
@@ -135,6 +140,7 @@ def register_estimator(
                 needs_process=needs_process,
                 token_level=token_level,
                 process_std_normalised=process_std_normalised,
+                needs_reward_values=needs_reward_values,
             ),
         )
         return fn

@@ -17,6 +17,7 @@ from stepcredit.advantages.outcome import grpo_advantage_B, outcome_score_B, spr
 from stepcredit.ops import (
     discounted_reverse_cumsum,
     group_index,
+    group_stats,
     group_token_stats,
     is_right_padded,
     last_token_index,
@@ -152,6 +153,57 @@ def grpo_process(
             z_BT = z_BT / (std_B[:, None] + eps)
         z_BT = torch.where(steps_BT, z_BT, 0.0)
         adv_BT.add_(discounted_returns(z_BT, live_BT, gamma=1.0), alpha=process_weight)
+    return AdvantageOutputs(adv_BT=adv_BT, ret_BT=adv_BT)
+
+
+def step_fill(process_BT: torch.Tensor, steps_BT: torch.Tensor, live_BT: torch.Tensor) -> torch.Tensor:
+    """Every token gets the step reward of the step it belongs to: the reward at the first step-end
+    token at or after it (0 after the last step end and on dead tokens)."""
+    B, T = process_BT.shape
+    pos_BT = torch.arange(T, device=process_BT.device).expand(B, T)
+    idx_BT = torch.where(steps_BT, pos_BT, T)
+    nxt_BT = torch.flip(torch.cummin(torch.flip(idx_BT, [1]), dim=1).values, [1])
+    got_BT = process_BT.gather(1, nxt_BT.clamp(max=T - 1))
+    return torch.where((nxt_BT < T) & live_BT, got_BT, 0.0)
+
+
+@register_estimator("vineppo", needs_process=True, token_level=True, needs_reward_values=True)
+def vineppo(
+    inp: AdvantageInputs, *, norm_by_std: bool = True, eps: float = 1e-6, **_hp: Any
+) -> AdvantageOutputs:
+    """VinePPO's step advantage (Kazemnejad et al. 2024, arXiv:2410.01679, eq. 3 with Monte Carlo values):
+
+        A_{i,t} = r_j + V(s_j) - V(s_(j-1)) = U_{i,j}      t in step j of response i
+
+    every token of a step gets that step's change of value; the last value is the response's reward
+    (``terminal_is_reward`` value estimators: ``monte_carlo``, ``greedy_continuation``), so the outcome
+    enters through the last step and a response's step advantages add up to R - V_0 (with
+    ``process.mc_v0=group``: the RLOO advantage). Unlike ``grpo_process`` (a step's advantage is the sum
+    of all later step rewards, i.e. R - V_(j-1)), a step that left the value unchanged gets 0 even in a
+    failed response: credit goes to the step that lost it. A response without process rewards (a domain
+    left out of ``process.domains``) gets its RLOO outcome advantage.
+
+    ``norm_by_std``: divided by the root mean square over the batch's live tokens (PPO's advantage
+    whitening without the mean shift, so a zero stays zero). Token-level rewards: preserved.
+    """
+    live_BT = inp.live_BT
+    adv_BT = torch.zeros_like(inp.outcome_BT)
+    has_B = torch.zeros(live_BT.shape[0], dtype=torch.bool, device=live_BT.device)
+    if inp.process_BT is not None and inp.steps_BT is not None:
+        if inp.process_mask_BT is None:
+            raise ValueError("vineppo needs process_mask_BT: a step whose utility is 0 still owns its tokens")
+        steps_BT = inp.steps_BT & live_BT
+        has_B = steps_BT.any(1)
+        adv_BT = step_fill(inp.process_BT, steps_BT, live_BT)
+    if not bool(has_B.all()):
+        score_B = outcome_score_B(inp)
+        mean_B, _, n_B = group_stats(score_B, inp.group_B, inp.live_B)
+        loo_B = torch.where(n_B > 1, (score_B - mean_B) * n_B / (n_B - 1).clamp(min=1), score_B)
+        adv_BT = torch.where(has_B[:, None], adv_BT, spread_B(loo_B, live_BT))
+    if norm_by_std and bool(live_BT.any()):
+        rms = adv_BT[live_BT].pow(2).mean().sqrt()
+        adv_BT = adv_BT / (rms + eps)
+    adv_BT = torch.where(live_BT, adv_BT, 0.0)
     return AdvantageOutputs(adv_BT=adv_BT, ret_BT=adv_BT)
 
 

@@ -16,7 +16,7 @@ import random
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -293,6 +293,9 @@ def run_probe(
     import torch
 
     requests = [r for c in cases for r in (c.clean, c.corrupt)]
+    # a clean trace and its corrupted twin share a prompt but are not samples of the policy: V_0 must
+    # come from continuations, not from the other trace's reward (process.mc_v0=group)
+    cfg = replace(cfg, mc_v0="sample")
     out: dict[str, Any] = {"n": len(cases), "estimators": {}}
     all_values: dict[str, list[list[float]]] = {}
     per_case: dict[str, dict[int, dict[str, float]]] = {}

@@ -76,6 +76,9 @@ class ValueEstimatorSpec:
     """It scores text with the verifier: pass ``score_fn`` to :func:`compute_prefix_values`."""
     generates: bool
     """It samples continuations from the policy (costs generation, not just forward passes)."""
+    terminal_is_reward: bool = False
+    """V is a chance of reaching the gold answer and V after the whole (complete) response is its
+    reward, so the utilities add up to R - V_0 (what ``vineppo``-style advantages need)."""
 
     def __call__(
         self,
@@ -94,12 +97,17 @@ VALUE_ESTIMATORS: Registry[ValueEstimatorSpec] = Registry("value estimator")
 
 
 def register_value_estimator(
-    name: str, *, needs_verifier: bool, generates: bool
+    name: str, *, needs_verifier: bool, generates: bool, terminal_is_reward: bool = False
 ) -> Callable[[ValueEstimator], ValueEstimator]:
     """Decorator: add ``fn`` to :data:`VALUE_ESTIMATORS` with its capabilities."""
 
     def deco(fn: ValueEstimator) -> ValueEstimator:
-        VALUE_ESTIMATORS.add(name, ValueEstimatorSpec(fn, needs_verifier=needs_verifier, generates=generates))
+        VALUE_ESTIMATORS.add(
+            name,
+            ValueEstimatorSpec(
+                fn, needs_verifier=needs_verifier, generates=generates, terminal_is_reward=terminal_is_reward
+            ),
+        )
         return fn
 
     return deco
@@ -688,7 +696,7 @@ def _need_verifier(name: str, score_fn: ScoreFn | None) -> ScoreFn:
     return score_fn
 
 
-@register_value_estimator("monte_carlo", needs_verifier=True, generates=True)
+@register_value_estimator("monte_carlo", needs_verifier=True, generates=True, terminal_is_reward=True)
 def monte_carlo(
     model: Any,
     tokenizer: Any,
@@ -718,7 +726,7 @@ def monte_carlo(
     )
 
 
-@register_value_estimator("greedy_continuation", needs_verifier=True, generates=True)
+@register_value_estimator("greedy_continuation", needs_verifier=True, generates=True, terminal_is_reward=True)
 def greedy_continuation(
     model: Any,
     tokenizer: Any,
