@@ -173,7 +173,9 @@ def check_config(cfg: Config) -> None:
 
     - the estimator name must be registered (the message lists the valid ones);
     - an estimator that reads values (``gae``) needs ``algorithm.use_critic=true``;
-    - an estimator that needs process rewards (``grpo_process``) needs ``process.enabled=true``.
+    - an estimator that needs process rewards (``grpo_process``) needs ``process.enabled=true``;
+    - one that ``needs_reward_values`` (``vineppo``) needs a ``terminal_is_reward`` value estimator
+      and ``process.last_episode=utility``.
     """
     name = cfg.algorithm.advantage
     est = ESTIMATORS.get(name)
@@ -187,6 +189,24 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(
             f"config key algorithm.advantage: {name!r} needs process rewards; set process.enabled=true"
         )
+    if est.needs_reward_values and cfg.process.enabled:
+        from stepcredit.process.values import VALUE_ESTIMATORS
+
+        p = cfg.process
+        if (
+            p.value_estimator in VALUE_ESTIMATORS
+            and not VALUE_ESTIMATORS.get(p.value_estimator).terminal_is_reward
+        ):
+            ok = ", ".join(n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).terminal_is_reward)
+            raise ConfigError(
+                f"config key process.value_estimator: algorithm.advantage={name} reads step rewards as "
+                f"changes of a value that ends at the reward; {p.value_estimator} does not (use {ok})"
+            )
+        if p.last_episode != "utility":
+            raise ConfigError(
+                f"config key process.last_episode: algorithm.advantage={name} gets the outcome through the "
+                "last step's utility; set it to utility"
+            )
     if est.process_std_normalised and cfg.algorithm.norm_by_std and cfg.process.scale != 1.0:
         raise ConfigError(
             f"config key process.scale: {name!r} divides step rewards by their group std, so "

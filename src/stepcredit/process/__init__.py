@@ -149,21 +149,6 @@ def check_config(cfg: Config) -> None:
             f"config key process.credit: unknown {p.credit!r} (valid: {', '.join(CREDIT_FORMS.names())})"
         )
     spec = VALUE_ESTIMATORS.get(p.value_estimator)
-    from stepcredit.advantages import ESTIMATORS
-
-    adv = cfg.algorithm.advantage
-    if p.enabled and adv in ESTIMATORS and ESTIMATORS.get(adv).needs_reward_values:
-        if not spec.terminal_is_reward:
-            ok = ", ".join(n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).terminal_is_reward)
-            raise ConfigError(
-                f"config key process.value_estimator: algorithm.advantage={adv} reads step rewards as "
-                f"changes of a value that ends at the reward; {p.value_estimator} does not (use {ok})"
-            )
-        if p.last_episode != "utility":
-            raise ConfigError(
-                f"config key process.last_episode: algorithm.advantage={adv} gets the outcome through the "
-                "last step's utility; set it to utility"
-            )
     if p.enabled and spec.generates and p.mc_samples * p.mc_max_new_tokens > 1 << 20:
         raise ConfigError(
             "config key process.mc_samples: mc_samples * mc_max_new_tokens is unreasonably large"
