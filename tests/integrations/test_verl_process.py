@@ -313,3 +313,20 @@ def test_stepcredit_sync_advantage_stage_on_fake_transfer_queue(model_tok: Any, 
         )
     assert metrics["stepcredit/reward_valid_frac"] == 0.75
     assert metrics["stepcredit/value_probes"] == sum(len(e) + 1 for e in batch.episode_ends or [])
+
+
+def test_the_verl_trainer_refuses_process_settings_it_cannot_serve() -> None:
+    from stepcredit.errors import ConfigError
+    from stepcredit.integrations.verl.trainer import check_process_config
+
+    def sc(**process: Any) -> Any:
+        return from_dict({"process": {"enabled": True, **process}})
+
+    check_process_config(sc(), "stepcredit_grpo_process")  # forced answer + grpo_process: served
+    with pytest.raises(ConfigError, match="needs a stepcredit estimator"):
+        check_process_config(sc(), "grpo")
+    with pytest.raises(ConfigError, match=r"stepcredit\.process\.value_estimator: monte_carlo"):
+        check_process_config(sc(value_estimator="monte_carlo"), "stepcredit_grpo_process")
+    # VinePPO's step advantages need continuation values, which verl's advantage stage cannot compute
+    with pytest.raises(ConfigError, match=r"algorithm\.adv_estimator: stepcredit_vineppo"):
+        check_process_config(sc(), "stepcredit_vineppo")

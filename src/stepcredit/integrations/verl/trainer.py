@@ -52,6 +52,7 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
+from stepcredit.advantages import ESTIMATORS
 from stepcredit.errors import ConfigError
 from stepcredit.integrations.verl.config import get, stepcredit_config, to_plain
 from stepcredit.integrations.verl.estimators import PREFIX, group_ids, verl_advantages
@@ -92,6 +93,29 @@ def _forward_only(estimator: str) -> bool:
     return not (spec.generates or spec.needs_verifier)
 
 
+def check_process_config(sc: Any, est: str) -> None:
+    """Start-up refusals of process settings verl's advantage stage cannot serve (one line, key named)."""
+    if sc.process.enabled and not est.startswith(PREFIX):
+        raise ConfigError(
+            f"verl config: stepcredit.process.enabled needs a stepcredit estimator "
+            f"(algorithm.adv_estimator={PREFIX}grpo_process, ...), got {est!r}"
+        )
+    # Inside verl only the actor's forward passes are at hand: no generation, no verifier.
+    usable = [n for n in VALUE_ESTIMATORS.names() if _forward_only(n)]
+    if sc.process.enabled and not _forward_only(sc.process.value_estimator):
+        raise ConfigError(
+            f"verl config key stepcredit.process.value_estimator: "
+            f"{sc.process.value_estimator} generates or needs the verifier, which verl's "
+            f"advantage stage cannot do; use one of {', '.join(usable)}"
+        )
+    name = est[len(PREFIX) :]
+    if sc.process.enabled and name in ESTIMATORS and ESTIMATORS.get(name).needs_reward_values:
+        raise ConfigError(
+            f"verl config key algorithm.adv_estimator: {est} reads step rewards as changes of a value "
+            "that ends at the reward (continuation values), which verl's advantage stage cannot compute"
+        )
+
+
 @register_trainer(NAME)
 class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
     """verl's ``sync`` trainer whose advantage stage is stepcredit's (see the module docstring)."""
@@ -100,20 +124,7 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
         super().__init__(config)
         self.sc = stepcredit_config(config)
         self.sc_reward = reward_config(config)
-        est = str(config.algorithm.adv_estimator)
-        if self.sc.process.enabled and not est.startswith(PREFIX):
-            raise ConfigError(
-                f"verl config: stepcredit.process.enabled needs a stepcredit estimator "
-                f"(algorithm.adv_estimator={PREFIX}grpo_process, ...), got {est!r}"
-            )
-        # Inside verl only the actor's forward passes are at hand: no generation, no verifier.
-        usable = [n for n in VALUE_ESTIMATORS.names() if _forward_only(n)]
-        if self.sc.process.enabled and not _forward_only(self.sc.process.value_estimator):
-            raise ConfigError(
-                f"verl config key stepcredit.process.value_estimator: "
-                f"{self.sc.process.value_estimator} generates or needs the verifier, which verl's "
-                f"advantage stage cannot do; use one of {', '.join(usable)}"
-            )
+        check_process_config(self.sc, str(config.algorithm.adv_estimator))
 
     # ------------------------------------------------------------------------------ advantage
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
