@@ -182,7 +182,15 @@ def summarize(runs: dict[str, list[Path]], per_step: int) -> dict[str, Any]:
         ]
     target = mean_curve["grpo"][-1][2] if "grpo" in mean_curve else float("nan")
     grpo_samples = mean_curve["grpo"][-1][0] if "grpo" in mean_curve else float("nan")
-    out: dict[str, Any] = {"per_step_samples": per_step, "grpo_final": target, "variants": {}}
+    start = mean_curve["grpo"][0][2] if "grpo" in mean_curve else float("nan")
+    out: dict[str, Any] = {
+        "per_step_samples": per_step,
+        "grpo_final": target,
+        "grpo_after_sft": start,
+        # "samples to reach GRPO's final accuracy" only means something when GRPO improved on SFT
+        "grpo_improved": bool(target > start),
+        "variants": {},
+    }
     for v, rs in runs.items():
         rows = [_rows(r) for r in rs]
         rl = [[x for x in rr if x.get("step", 0) > 0 and "reward/mean" in x] for rr in rows]
@@ -294,6 +302,11 @@ def main() -> None:
         per_step = int(cfg["rollout"]["prompts_per_step"]) * int(cfg["rollout"]["n"])
     summary = summarize(runs, per_step)
     print(f"outcome GRPO final mean val accuracy: {summary['grpo_final']:.3f} ({per_step} samples per step)")
+    if not summary["grpo_improved"]:
+        print(
+            f"outcome GRPO did not improve on the SFT model ({summary['grpo_after_sft']:.3f} -> "
+            f"{summary['grpo_final']:.3f}): 'samples to GRPO final' compares against no learning"
+        )
     head = f"{'variant':<8}{'after SFT':>10}{'final':>8}{'samples to GRPO final':>23}{'x GRPO':>8}"
     head += f"{'equal groups':>13}{'moved':>7}{'length':>8}{'|U|~0':>7}{'s/step':>8}"
     head += f"{'reward first/last 10':>22}{'KL':>7}{'stuck/back/solved':>19}"
