@@ -232,7 +232,9 @@ def summarize(runs: dict[str, list[Path]], per_step: int) -> dict[str, Any]:
     return out
 
 
-def plot(summary: dict[str, Any], runs: dict[str, list[Path]], per_step: int, png: Path) -> None:
+def plot(
+    summary: dict[str, Any], runs: dict[str, list[Path]], per_step: int, png: Path, val_label: str
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -257,7 +259,7 @@ def plot(summary: dict[str, Any], runs: dict[str, list[Path]], per_step: int, pn
     axes[1].set_xlabel("wall-clock seconds (sum of step times)")
     axes[2].set_xlabel("training samples")
     for ax in axes[:2]:
-        ax.set_ylabel("validation accuracy (greedy)")
+        ax.set_ylabel(f"validation accuracy ({val_label})")
     axes[2].set_ylabel("training reward (sampled, 5-step mean)")
     for ax in axes:
         ax.grid(alpha=0.3)
@@ -294,12 +296,12 @@ def main() -> None:
         runs = {v: [args.out / f"{v}-s{s}" for s in args.seeds] for v in args.variants}
     else:
         runs = run_all(args)
-    per_step = args.per_step
-    if not per_step:
-        import yaml
+    import yaml
 
-        cfg = yaml.safe_load((runs[args.variants[0]][0] / "config.yaml").read_text())
-        per_step = int(cfg["rollout"]["prompts_per_step"]) * int(cfg["rollout"]["n"])
+    cfg = yaml.safe_load((runs[args.variants[0]][0] / "config.yaml").read_text())
+    per_step = args.per_step or int(cfg["rollout"]["prompts_per_step"]) * int(cfg["rollout"]["n"])
+    val_t = float(cfg["rollout"].get("val_temperature", 0.0))
+    val_label = "greedy" if val_t == 0 else f"sampled at T={val_t:g}"
     summary = summarize(runs, per_step)
     print(f"outcome GRPO final mean val accuracy: {summary['grpo_final']:.3f} ({per_step} samples per step)")
     if not summary["grpo_improved"]:
@@ -321,7 +323,7 @@ def main() -> None:
             f"{s['zero_pass_prompts']:>7.0f}/{s['zero_pass_revisited']:.0f}/{s['zero_pass_solved_later']:.0f}"
         )
     if args.png:
-        plot(summary, runs, per_step, args.png)
+        plot(summary, runs, per_step, args.png, val_label)
         print(f"wrote {args.png}")
     if args.json:
         print(json.dumps(summary))
