@@ -32,15 +32,26 @@ from typing import Any
 
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "grpo": ("longchain", []),
-    "fa": ("longchain_process", ["process.value_estimator=forced_answer_logprob"]),
+    "fa": (
+        "longchain_process",
+        ["process.value_estimator=forced_answer_logprob", "algorithm.advantage=grpo_process"],
+    ),
     # Monte Carlo (VinePPO) at a cost a CPU can pay: K=2 continuations at 4 prefixes per response
     # (V_0, two evenly spaced episode ends and the whole response, which is scored, not sampled)
     # (V_0 of each response is the leave-one-out mean reward of its group: process.mc_v0=group)
     "mc": (
         "longchain_process",
-        ["process.value_estimator=monte_carlo", "process.mc_samples=2", "process.mc_prefixes=4"],
+        [
+            "algorithm.advantage=grpo_process",
+            "process.value_estimator=monte_carlo",
+            "process.mc_samples=2",
+            "process.mc_prefixes=4",
+        ],
     ),
-    "greedy": ("longchain_process", ["process.value_estimator=greedy_continuation"]),
+    "greedy": (
+        "longchain_process",
+        ["algorithm.advantage=grpo_process", "process.value_estimator=greedy_continuation"],
+    ),
     # VinePPO's step advantage (every token of a step gets that step's change of value) over Monte Carlo
     # values (K=2 at 4 prefixes) and over one greedy continuation at 6 prefixes (about the same
     # generation: 2 sampled continuations of ~1/3 and ~2/3 of a response vs 4 greedy ones of 1/5..4/5)
@@ -66,7 +77,11 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # after normalisation is algorithm.process_weight)
     "fa_w01": (
         "longchain_process",
-        ["process.value_estimator=forced_answer_logprob", "algorithm.process_weight=0.1"],
+        [
+            "algorithm.advantage=grpo_process",
+            "process.value_estimator=forced_answer_logprob",
+            "algorithm.process_weight=0.1",
+        ],
     ),
 }
 

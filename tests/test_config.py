@@ -50,3 +50,10 @@ def test_round_trip_and_presets() -> None:
     assert {"default", "smoke"} <= set(preset_names())
     for name in preset_names():
         assert dataclasses.is_dataclass(C.from_dict(load_preset(name)))
+
+
+def test_every_preset_passes_the_start_up_checks() -> None:
+    from stepcredit.trainer.loop import check_config
+
+    for name in preset_names():
+        check_config(C.from_dict(load_preset(name)))  # raises ConfigError naming the key
