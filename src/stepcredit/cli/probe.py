@@ -73,7 +73,8 @@ def _solutions(args: argparse.Namespace, cfg: Any) -> list[tuple[Any, str]]:
     if args.data == "arith":
         from stepcredit.data.arith import make_rows
 
-        rows = make_rows(cfg.data.arith, args.n, seed=args.seed, split="val")
+        # the probe corrupts correct solutions: a noisy teacher's uncorrected slips are left out
+        rows = make_rows(replace(cfg.data.arith, teacher_error_prob=0.0), args.n, seed=args.seed, split="val")
         return [(row_to_sample(r, f"arith:{i}"), r["extra_info"]["solution"]) for i, r in enumerate(rows)]
     if args.data == "gsm8k":
         from stepcredit.data.prepare import gsm8k_rows, shared_data_dir
@@ -106,7 +107,7 @@ def _table(summary: dict[str, Any]) -> str:
     )
     lines = [
         f"{summary['n']} traces with one wrong step carried forward ({summary['skipped']} without an equation "
-        f"skipped); chance of the argmin: {summary['chance']:.3f} (on the step or the next: "
+        f"and {summary.get('not_correct', 0)} whose solution the verifier does not score correct skipped); chance of the argmin: {summary['chance']:.3f} (on the step or the next: "
         f"{summary['chance_next']:.3f}); chance of U lower: 0.5",
         head,
         "-" * len(head),
@@ -210,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     )
     model, tok = load_policy(model_cfg, seed=cfg.trainer.seed)
     rng = random.Random(args.seed)
-    cases, skipped = [], 0
+    cases, texts, skipped = [], [], 0
     eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
     for sample, text in solutions:
         inj = inject_wrong_step(text, rng, deltas=deltas)
@@ -224,11 +225,18 @@ def run(args: argparse.Namespace) -> int:
             ends, req = prefix_request(sample, prompt, ids, tok, cfg.process)
             pair.append((ends, req, episode_at(ids, tok, ends, inj.position)))
         cases.append(ProbeCase(pair[0][1], pair[1][1], pair[0][2], pair[1][2]))
+        texts.append((sample, text))
     if not cases:
         raise UserError(f"--data {args.data}: no solution has an equation 'a op b = c' to make wrong")
     with build_rewarder(cfg.reward) as rewarder:
-        summary = run_probe(model, tok, cases, cfg.process, estimators, score_fn=rewarder.verifier_fn())
+        verify = rewarder.verifier_fn()
+        # a "clean" trace the verifier does not score correct is no baseline for a wrong step
+        keep = [i for i, (sample, text) in enumerate(texts) if verify(sample, text) >= 1.0 - 1e-6]
+        if not keep:
+            raise UserError(f"--data {args.data}: the verifier scores none of the solutions correct")
+        summary = run_probe(model, tok, [cases[i] for i in keep], cfg.process, estimators, score_fn=verify)
     summary["skipped"] = skipped
+    summary["not_correct"] = len(cases) - len(keep)
     summary["model"], summary["data"] = str(args.model), str(args.data)
     print(_table(summary))
     if args.png is not None:
