@@ -248,7 +248,7 @@ def summarize(runs: dict[str, list[Path]], per_step: int) -> dict[str, Any]:
 
 
 def plot(
-    summary: dict[str, Any], runs: dict[str, list[Path]], per_step: int, png: Path, val_label: str
+    summary: dict[str, Any], runs: dict[str, list[Path]], per_step: int, png: Path, val_label: str, task: str
 ) -> None:
     import matplotlib
 
@@ -279,7 +279,7 @@ def plot(
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("long-chain arith: seed means (thick) and seeds (thin)")
+    fig.suptitle(f"{task}: seed means (thick) and seeds (thin)")
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
@@ -317,6 +317,8 @@ def main() -> None:
     per_step = args.per_step or int(cfg["rollout"]["prompts_per_step"]) * int(cfg["rollout"]["n"])
     val_t = float(cfg["rollout"].get("val_temperature", 0.0))
     val_label = "greedy" if val_t == 0 else f"sampled at T={val_t:g}"
+    ar = cfg.get("data", {}).get("arith", {})
+    task = f"arith, {ar.get('min_steps')}-{ar.get('max_steps')} operations"
     summary = summarize(runs, per_step)
     print(f"outcome GRPO final mean val accuracy: {summary['grpo_final']:.3f} ({per_step} samples per step)")
     if not summary["grpo_improved"]:
@@ -338,7 +340,7 @@ def main() -> None:
             f"{s['zero_pass_prompts']:>7.0f}/{s['zero_pass_revisited']:.0f}/{s['zero_pass_solved_later']:.0f}"
         )
     if args.png:
-        plot(summary, runs, per_step, args.png, val_label)
+        plot(summary, runs, per_step, args.png, val_label, task)
         print(f"wrote {args.png}")
     if args.json:
         print(json.dumps(summary))
