@@ -153,7 +153,12 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
     assert summary["not_correct"] == 0  # every clean solution is verified correct before it is corrupted
     # a noisy teacher (every SFT trace with an uncorrected slip) does not leak into the probe's solutions
     argv = ["probe", "--model", "tiny", "--data", "arith", "--n", "3", "--json"]
-    argv += ["--estimators", "forced_answer_logprob", "trainer.threads=1", "data.arith.teacher_error_prob=1.0"]
+    argv += [
+        "--estimators",
+        "forced_answer_logprob",
+        "trainer.threads=1",
+        "data.arith.teacher_error_prob=1.0",
+    ]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 3 and summary["not_correct"] == 0
