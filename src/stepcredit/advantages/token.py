@@ -13,11 +13,10 @@ from typing import Any
 import torch
 
 from stepcredit.advantages.core import AdvantageInputs, AdvantageOutputs, register_estimator
-from stepcredit.advantages.outcome import grpo_advantage_B, outcome_score_B, spread_B
+from stepcredit.advantages.outcome import grpo_advantage_B, outcome_score_B, rloo, spread_B
 from stepcredit.ops import (
     discounted_reverse_cumsum,
     group_index,
-    group_stats,
     group_token_stats,
     is_right_padded,
     last_token_index,
@@ -196,10 +195,7 @@ def vineppo(
         has_B = steps_BT.any(1)
         adv_BT = step_fill(inp.process_BT, steps_BT, live_BT)
     if not bool(has_B.all()):
-        score_B = outcome_score_B(inp)
-        mean_B, _, n_B = group_stats(score_B, inp.group_B, inp.live_B)
-        loo_B = torch.where(n_B > 1, (score_B - mean_B) * n_B / (n_B - 1).clamp(min=1), score_B)
-        adv_BT = torch.where(has_B[:, None], adv_BT, spread_B(loo_B, live_BT))
+        adv_BT = torch.where(has_B[:, None], adv_BT, rloo(inp).adv_BT)
     if norm_by_std and bool(live_BT.any()):
         rms = adv_BT[live_BT].pow(2).mean().sqrt()
         adv_BT = adv_BT / (rms + eps)

@@ -617,6 +617,14 @@ def continuation_values(
     """
     dev = _device(model)
     out: list[list[float]] = [[0.0] * len(r.prefix_lens) for r in requests]
+    scored: dict[int, float] = {}  # request -> reward of its whole response (each scored once)
+
+    def reward(ri: int) -> float:
+        if ri not in scored:
+            text = tokenizer.decode(requests[ri].response_ids, skip_special_tokens=True)
+            scored[ri] = float(score_fn(requests[ri].sample, text))
+        return scored[ri]
+
     from_group: set[int] = set()
     if v0_from_group:
         groups: dict[tuple[int, ...], list[int]] = {}
@@ -625,18 +633,9 @@ def continuation_values(
         for members in groups.values():
             if len(members) < 2:
                 continue
-            rewards = {
-                ri: float(
-                    score_fn(
-                        requests[ri].sample,
-                        tokenizer.decode(requests[ri].response_ids, skip_special_tokens=True),
-                    )
-                )
-                for ri in members
-            }
-            total = sum(rewards.values())
+            total = sum(reward(ri) for ri in members)
             for ri in members:
-                out[ri][0] = (total - rewards[ri]) / (len(members) - 1)
+                out[ri][0] = (total - reward(ri)) / (len(members) - 1)
                 from_group.add(ri)
     todo: dict[tuple[int, ...], list[tuple[int, int]]] = {}  # context -> (request, prefix index)
     for ri, r in enumerate(requests):
@@ -645,8 +644,7 @@ def continuation_values(
             if pi == 0 and ri in from_group:
                 continue
             if r.complete and n >= len(r.response_ids) - 1:
-                text = tokenizer.decode(r.response_ids, skip_special_tokens=True)
-                out[ri][pi] = float(score_fn(r.sample, text))
+                out[ri][pi] = reward(ri)
             else:
                 todo.setdefault(tuple(r.prompt_ids + r.response_ids[:n]), []).append((ri, pi))
     jobs = list(todo.items())
