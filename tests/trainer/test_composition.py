@@ -28,8 +28,9 @@ from stepcredit.trainer import train
 
 FACTORS: dict[str, list[Any]] = {
     "loss": LOSSES.names(),
-    # vineppo: Monte Carlo values with the VinePPO step advantage
-    "process": ["off", "forced_answer_logprob", "monte_carlo", "vineppo"],
+    # vineppo: Monte Carlo values with the VinePPO step advantage; mc_sample_v0: Monte Carlo with V_0
+    # sampled (process.mc_v0=sample) instead of taken from the group
+    "process": ["off", "forced_answer_logprob", "monte_carlo", "vineppo", "mc_sample_v0"],
     "mini_batch": [0, 8],
     "off_policy": [False, True],
     "dynamic_sampling": [False, True],
@@ -104,11 +105,13 @@ def config(run: dict[str, Any], **over: Any) -> Any:
     }
     if run["process"] != "off":
         vine = run["process"] == "vineppo"
+        mc = vine or run["process"] == "mc_sample_v0"
         d["process"] = {
             "enabled": True,
-            "value_estimator": "monte_carlo" if vine else run["process"],
+            "value_estimator": "monte_carlo" if mc else run["process"],
             "mc_samples": 2,
             "mc_max_new_tokens": 8,
+            "mc_v0": "sample" if run["process"] == "mc_sample_v0" else "group",
         }
         d["algorithm"]["advantage"] = "vineppo" if vine else "grpo_process"
     if run["critic"]:
