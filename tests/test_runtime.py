@@ -44,6 +44,10 @@ def test_freed_tensors_are_reused_without_page_faults() -> None:
     assert keep_freed_memory() is True
     assert keep_freed_memory() is True  # a second call is a no-op with the same answer
     kept = _faults_per_call("keep")
-    assert kept < 512, kept  # steady state: the freed 16 MiB blocks are reused, not faulted in again
     system = _faults_per_call("system")
-    assert system > kept, (system, kept)
+    # One 16 MiB tensor faulted in page by page is 4096 minor faults; glibc's default faults in several
+    # per call (~12,000 measured). Kept memory leaves a few hundred (Python, torch's small allocations,
+    # and whatever else the kernel charges: 640 on a busy CI machine), so the claim is the ratio, with
+    # an absolute bound below half a tensor to show no 16 MiB block is faulted in again.
+    assert kept < 2048, (kept, system)
+    assert system > 4 * kept, (system, kept)
