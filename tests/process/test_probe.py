@@ -14,6 +14,7 @@ from stepcredit.data.arith import make_rows
 from stepcredit.process.probe import (
     ProbeCase,
     case_indicators,
+    credit_indicators,
     inject_wrong_step,
     solvable_figures,
     spearman,
@@ -113,6 +114,33 @@ def test_indicators_by_hand() -> None:
     assert got["argmin"] == 0.5 and got["argmin_next"] == 1.0 and got["chance_next"] == 1.0
 
 
+def test_credit_indicators_by_hand() -> None:
+    clean = [0.5, 0.5, 0.75, 1.0]  # U = 0, 0.25, 0.25
+    bad = [0.5, 0.75, 0.25, 0.5]  # U = 0.25, -0.5, 0.25: the wrong step is episode 1
+    case = _case(1, 3)
+    # difference: c = U; bad c_1 = -0.5 is the unique minimum and below the clean 0.25
+    got = credit_indicators(clean, bad, case, form="difference")
+    assert got == {"lower": 1.0, "argmin": 1.0, "chance": pytest.approx(1 / 3)}
+    # min_form (PURE): G_t = min_{i >= t} U_i, c_t = G_t - G_(t+1), G_3 = 0.
+    #   bad:   G = [-0.5, -0.5, 0.25] -> c = [0, -0.75, 0.25]
+    #   clean: G = [0, 0.25, 0.25]    -> c = [-0.25, 0, 0.25]; bad c_1 = -0.75 < clean c_1 = 0
+    got = credit_indicators(clean, bad, case, form="min_form")
+    assert got == {"lower": 1.0, "argmin": 1.0, "chance": pytest.approx(1 / 3)}
+    # watermark (MIG): W = running max of V, c_i = W_i - W_(i-1) >= 0.
+    #   bad: W = 0.5, 0.75, 0.75, 0.75 -> c = [0.25, 0, 0]: the minimum 0 ties over episodes 1 and 2
+    #   clean: c = [0, 0.25, 0.25]; bad c_1 = 0 < 0.25
+    got = credit_indicators(clean, bad, case, form="watermark")
+    assert got == {"lower": 1.0, "argmin": 0.5, "chance": pytest.approx(1 / 3)}
+    # where the forms disagree: V = 0.5, 0.2, 0.0, 0.0 (U = -0.3, -0.2, 0), wrong step 1. The largest
+    # single drop is episode 0, but min-form's c = G_t - G_(t+1) with G = [-0.3, -0.2, 0] gives
+    # c = [-0.1, -0.2, 0]: the step after which the trace never recovers its worst level is episode 1
+    bad = [0.5, 0.2, 0.0, 0.0]
+    assert credit_indicators(clean, bad, case, form="difference")["argmin"] == 0.0
+    assert credit_indicators(clean, bad, case, form="min_form")["argmin"] == 1.0
+    # clipping (process.clip) is applied before the form: |U| <= 0.1 ties episodes 0 and 1 at -0.1
+    assert credit_indicators(clean, bad, case, form="difference", clip=0.1)["argmin"] == 0.5
+
+
 def test_solvable_figures_by_hand() -> None:
     # trace 0 (3 episodes): hit; trace 1 (2 episodes): a tie over both, half a hit; trace 2 unsolvable
     by_case = {
@@ -151,6 +179,14 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
     assert 0.0 < summary["chance"] <= 1.0 and "spearman_forced_vs_mc" in summary
     assert summary["solvable_by"] == "monte_carlo" and 0 <= summary["n_solvable"] <= 3
     assert summary["not_correct"] == 0  # every clean solution is verified correct before it is corrupted
+    # every registered credit form is scored beside each estimator; difference is the table's plain U
+    from stepcredit.process import CREDIT_FORMS
+
+    for m in summary["estimators"].values():
+        assert set(m["credits"]) == set(CREDIT_FORMS.names())
+        assert m["credits"]["difference"]["argmin"] == pytest.approx(m["argmin"])
+        assert m["credits"]["difference"]["lower"] == pytest.approx(m["lower"])
+    assert "credit form" in out
     # a noisy teacher (every SFT trace with an uncorrected slip) does not leak into the probe's solutions
     argv = ["probe", "--model", "tiny", "--data", "arith", "--n", "3", "--json"]
     argv += [
@@ -176,3 +212,5 @@ def test_probe_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert f"{rows}:1: no solution text" in capsys.readouterr().err
     assert main(["probe", "--model", "tiny", "--data", "arith", "--estimators", "oracle"]) == 2
     assert "unknown 'oracle'" in capsys.readouterr().err
+    assert main(["probe", "--model", "tiny", "--data", "arith", "--credits", "sum_of_squares"]) == 2
+    assert "--credits: unknown 'sum_of_squares'" in capsys.readouterr().err

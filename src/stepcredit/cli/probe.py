@@ -3,13 +3,15 @@
     stepcredit probe --model M --data arith|gsm8k|FILE [--estimators a,b] [--n 60] [--png F] [--json]
 
 ``--model`` is a model directory, a run directory (its ``checkpoints/final/model`` and ``config.yaml``:
-the task and process settings the run used) or ``tiny``. ``--data arith`` takes validation problems of
-the config's ``data.arith`` setting, ``gsm8k`` the shared GSM8K test split, a FILE verl-schema rows
+the task and process settings the run used), ``tiny`` or a packaged model (``smollm2``). ``--data
+arith`` takes validation problems of the config's ``data.arith`` setting, ``gsm8k`` the shared GSM8K test split, a FILE verl-schema rows
 (jsonl/parquet) whose solution is ``response``, ``extra_info.solution`` or ``extra_info.answer``. Each
 solution gets one wrong step (a result changed and carried forward, format kept); every estimator values
 the clean and the corrupted trace (one model load) and the table says, per estimator, how often U at the
 wrong step is lower than in the clean trace, how often the most negative U falls on it (against
-chance), how often the final V drops, and the cost per trace. Trailing ``key=value`` arguments override
+chance), how often the final V drops, and the cost per trace; a second table repeats the locating
+figures for each credit form (``--credits``: the step credit c_i that form writes into the process
+channel, e.g. PURE's min-form or MIG's watermark), so the form a run uses can be chosen from it. Trailing ``key=value`` arguments override
 the config (e.g. ``process.mc_samples=8``). With ``--json`` the last line is the summary as JSON.
 """
 
@@ -28,12 +30,21 @@ DEFAULT_ESTIMATORS = "forced_answer_logprob,monte_carlo,greedy_continuation"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="a model directory, a run directory, or 'tiny'")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a model directory, a run directory, 'tiny', or a packaged model (smollm2)",
+    )
     p.add_argument("--data", required=True, help="arith, gsm8k, or a jsonl/parquet file of verl-schema rows")
     p.add_argument(
         "--estimators",
         default=DEFAULT_ESTIMATORS,
         help=f"comma-separated value estimators ({DEFAULT_ESTIMATORS})",
+    )
+    p.add_argument(
+        "--credits",
+        default="",
+        help="comma-separated credit forms to score beside each estimator (default: every registered one)",
     )
     p.add_argument("--n", type=int, default=60, help="solutions to probe (default 60)")
     p.add_argument("--seed", type=int, default=0, help="which wrong steps are drawn (and arith problems)")
@@ -130,6 +141,17 @@ def _table(summary: dict[str, Any]) -> str:
                     f"  {name:<22} U lower {sv['lower']:.3f}, argmin U {sv['argmin']:.3f} against chance "
                     f"{sv['chance']:.3f} ({sv['argmin_vs_chance']:.2f}x), V {sv['v_before']:.3f} -> {sv['v_after']:.3f}"
                 )
+    forms = [(n, f, c) for n, m in summary["estimators"].items() for f, c in m.get("credits", {}).items()]
+    if forms:
+        lines.append("step credit c_i by credit form (difference: c_i = U_i = V_i - V_(i-1)):")
+        sub = f"  {'estimator':<22} {'credit form':<12} {'c lower':>8} {'argmin c':>9} {'x chance':>9} {'solvable x chance':>18}"
+        lines += [sub, "  " + "-" * (len(sub) - 2)]
+        for name, form, c in forms:
+            sv = c.get("solvable")
+            solv = f"{sv['argmin_vs_chance']:>18.2f}" if sv else f"{'-':>18}"
+            lines.append(
+                f"  {name:<22} {form:<12} {c['lower']:>8.3f} {c['argmin']:>9.3f} {c['argmin_vs_chance']:>9.2f} {solv}"
+            )
     if "spearman_forced_vs_mc" in summary:
         lines.append(
             f"rank correlation of forced-answer V with Monte Carlo V: {summary['spearman_forced_vs_mc']:.3f}"
@@ -149,7 +171,27 @@ def _png(summary: dict[str, Any], path: Path, title: str) -> None:
         ("argmin", "most negative U on it"),
         ("final_drop", "final V drops"),
     ]
-    fig, ax = plt.subplots(figsize=(1.8 + 2.2 * len(names), 3.6))
+    forms = sorted({f for n in names for f in summary["estimators"][n].get("credits", {})})
+    if forms:
+        fig, (ax, bx) = plt.subplots(
+            1, 2, figsize=(3.6 + 4.4 * len(names), 3.6), gridspec_kw={"width_ratios": [1, 1]}
+        )
+        w = 0.8 / len(forms)
+        for j, form in enumerate(forms):
+            xs = [i + (j - (len(forms) - 1) / 2) * w for i in range(len(names))]
+            ys = [
+                summary["estimators"][n].get("credits", {}).get(form, {}).get("argmin_vs_chance", 0.0)
+                for n in names
+            ]
+            bx.bar(xs, ys, w, label=form)
+        bx.axhline(1.0, color="k", ls="--", lw=1, label="chance")
+        bx.axhline(2.0, color="grey", ls=":", lw=1, label="2x chance")
+        bx.set_xticks(range(len(names)), names)
+        bx.set_ylabel("most negative c_i on the wrong step, x chance")
+        bx.set_title("by credit form", fontsize=9)
+        bx.legend(fontsize=7)
+    else:
+        fig, ax = plt.subplots(figsize=(1.8 + 2.2 * len(names), 3.6))
     width = 0.8 / len(keys)
     for j, (k, label) in enumerate(keys):
         xs = [i + (j - 1) * width for i in range(len(names))]
@@ -176,8 +218,13 @@ def run(args: argparse.Namespace) -> int:
     run_dir = model_dir if (model_dir / "checkpoints" / "final" / "model").is_dir() else None
     if run_dir is not None:
         model_dir = run_dir / "checkpoints" / "final" / "model"
-    elif args.model != "tiny" and not model_dir.is_dir():
-        raise UserError(f"--model {args.model}: no such model or run directory")
+    from stepcredit.models import PACKAGED
+
+    builtin = args.model == "tiny" or args.model in PACKAGED  # built in code or shipped in a package
+    if run_dir is None and not builtin and not model_dir.is_dir():
+        raise UserError(
+            f"--model {args.model}: no such model or run directory (or 'tiny', {', '.join(sorted(PACKAGED))})"
+        )
     if args.n < 1:
         raise UserError(f"--n {args.n}: must be >= 1")
     try:
@@ -188,7 +235,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--deltas {args.deltas}: expected comma-separated non-zero integers")
     cfg = _config(args, run_dir)
     estimators = [e.strip() for e in args.estimators.split(",") if e.strip()]
-    from stepcredit.process import VALUE_ESTIMATORS, check_config
+    from stepcredit.process import CREDIT_FORMS, VALUE_ESTIMATORS, check_config
+
+    credit_forms = [c.strip() for c in args.credits.split(",") if c.strip()] or CREDIT_FORMS.names()
+    for c in credit_forms:
+        if c not in CREDIT_FORMS:
+            raise UserError(f"--credits: unknown {c!r} (valid: {', '.join(CREDIT_FORMS.names())})")
 
     check_config(cfg)
     for e in estimators:
@@ -207,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
     model_cfg = (
         cfg.model
         if args.model == "tiny"
-        else replace(cfg.model, path=str(model_dir), gguf_file=args.gguf_file)
+        else replace(cfg.model, path=args.model if builtin else str(model_dir), gguf_file=args.gguf_file)
     )
     model, tok = load_policy(model_cfg, seed=cfg.trainer.seed)
     rng = random.Random(args.seed)
@@ -234,7 +286,15 @@ def run(args: argparse.Namespace) -> int:
         keep = [i for i, (sample, text) in enumerate(texts) if verify(sample, text) >= 1.0 - 1e-6]
         if not keep:
             raise UserError(f"--data {args.data}: the verifier scores none of the solutions correct")
-        summary = run_probe(model, tok, [cases[i] for i in keep], cfg.process, estimators, score_fn=verify)
+        summary = run_probe(
+            model,
+            tok,
+            [cases[i] for i in keep],
+            cfg.process,
+            estimators,
+            score_fn=verify,
+            credit_forms=credit_forms,
+        )
     summary["skipped"] = skipped
     summary["not_correct"] = len(cases) - len(keep)
     summary["model"], summary["data"] = str(args.model), str(args.data)

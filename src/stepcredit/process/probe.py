@@ -23,7 +23,7 @@ from typing import Any
 from stepcredit.config import ProcessConfig
 from stepcredit.errors import DataError
 from stepcredit.process.segment import token_char_spans
-from stepcredit.process.utility import marginal_utilities
+from stepcredit.process.utility import CREDIT_FORMS, marginal_utilities
 from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn
 
 _NUM = r"\d+(?:\.\d+)?"
@@ -258,6 +258,30 @@ def case_indicators(
     }
 
 
+def credit_indicators(
+    clean_v: Sequence[float], corrupt_v: Sequence[float], case: ProbeCase, *, form: str, clip: float = 0.0
+) -> dict[str, float]:
+    """The locating figures of one credit form of :data:`CREDIT_FORMS`, on its step credits c_i (what
+    the process channel carries at episode i's end, and what a step-level estimator such as ``vineppo``
+    gives every token of the step) instead of the plain U_i of :func:`case_indicators`.
+
+    ``lower``: c at the wrong step < c at the same step of the clean trace; ``argmin``: the most negative
+    c of the corrupted trace is on the wrong step (1/m for an m-way tie); ``chance``: 1/S. A form that
+    pays no negative credit (``watermark``: c_i >= 0) ties every step that lost value at 0, so it can
+    only score about chance here: it is built to ignore drops, not to point at them.
+    """
+    fn = CREDIT_FORMS.get(form)
+    c_clean = fn(clean_v, clip=clip, scale=1.0, zero_last=False)
+    c_bad = fn(corrupt_v, clip=clip, scale=1.0, zero_last=False)
+    lowest = min(c_bad)
+    ties = [i for i, c in enumerate(c_bad) if c == lowest]
+    return {
+        "lower": float(c_bad[case.corrupt_step] < c_clean[case.clean_step]),
+        "argmin": (1.0 / len(ties)) if case.corrupt_step in ties else 0.0,
+        "chance": 1.0 / len(c_bad),
+    }
+
+
 def solvable_figures(by_case: dict[int, dict[str, float]], solvable: set[int]) -> dict[str, float]:
     """The argmin figures on the traces the policy can solve (its continuation V_0 of the clean trace >
     0). On the others every continuation value is 0 at every prefix, so the argmin ties over all
@@ -266,9 +290,8 @@ def solvable_figures(by_case: dict[int, dict[str, float]], solvable: set[int]) -
     rows = [r for i, r in by_case.items() if i in solvable]
     if not rows:
         return {}
-    mean = {
-        k: sum(r[k] for r in rows) / len(rows) for k in ("lower", "argmin", "chance", "v_before", "v_after")
-    }
+    keys = [k for k in ("lower", "argmin", "chance", "v_before", "v_after") if k in rows[0]]
+    mean = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
     return {"n": float(len(rows)), **mean, "argmin_vs_chance": mean["argmin"] / mean["chance"]}
 
 
@@ -280,12 +303,16 @@ def run_probe(
     estimators: Sequence[str],
     *,
     score_fn: ScoreFn | None,
+    credit_forms: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Value every case with every estimator (each over the whole set at once) and summarise.
 
     Returns ``{"n", "chance", "chance_next", "estimators": {name: {"lower", "argmin", "argmin_vs_chance",
     "argmin_next", "argmin_next_vs_chance", "final_drop", "v_before", "v_after", "s_per_trace", "solvable"}},
-    "solvable_by", "n_solvable", "spearman_forced_vs_mc"}``. ``solvable`` (:func:`solvable_figures`)
+    "solvable_by", "n_solvable", "spearman_forced_vs_mc"}``. Each estimator also gets ``credits``: for
+    every form of ``credit_forms`` (:data:`CREDIT_FORMS`, with ``cfg.clip``) the figures of
+    :func:`credit_indicators` (``lower``, ``argmin``, ``argmin_vs_chance``, and ``solvable``).
+    ``solvable`` (:func:`solvable_figures`)
     repeats the figures on the traces whose clean V_0 > 0 by ``solvable_by``, the first estimator given
     whose registry entry says it ``needs_verifier`` (its V is a chance of reaching the gold answer); the last is the rank correlation, over every
     prefix of every trace, of ``forced_answer_logprob``'s V with ``monte_carlo``'s (when both ran).
@@ -299,6 +326,7 @@ def run_probe(
     out: dict[str, Any] = {"n": len(cases), "estimators": {}}
     all_values: dict[str, list[list[float]]] = {}
     per_case: dict[str, dict[int, dict[str, float]]] = {}
+    per_form: dict[str, dict[str, dict[int, dict[str, float]]]] = {}  # estimator -> form -> case -> figures
     was_training = bool(getattr(model, "training", False))
     model.eval()
     try:
@@ -334,7 +362,23 @@ def run_probe(
                 "v_after": mean["v_after"],
                 "s_per_trace": seconds / max(1, len(requests)),
                 "unscored": len(cases) - len(ok),
+                "credits": {},
             }
+            for form in credit_forms:
+                by_case = {
+                    i: credit_indicators(values[2 * i], values[2 * i + 1], cases[i], form=form, clip=cfg.clip)
+                    for i in ok
+                }
+                per_form.setdefault(name, {})[form] = by_case
+                fm = {
+                    k: sum(r[k] for r in by_case.values()) / len(by_case)
+                    for k in ("lower", "argmin", "chance")
+                }
+                out["estimators"][name]["credits"][form] = {
+                    "lower": fm["lower"],
+                    "argmin": fm["argmin"],
+                    "argmin_vs_chance": fm["argmin"] / fm["chance"],
+                }
     finally:
         if was_training:
             model.train()
@@ -348,6 +392,10 @@ def run_probe(
             figures = solvable_figures(by_case, solvable)
             if figures:
                 out["estimators"][name]["solvable"] = figures
+            for form, form_cases in per_form.get(name, {}).items():
+                figures = solvable_figures(form_cases, solvable)
+                if figures:
+                    out["estimators"][name]["credits"][form]["solvable"] = figures
     if "forced_answer_logprob" in all_values and "monte_carlo" in all_values:
         fa = [v for vs in all_values["forced_answer_logprob"] for v in vs]
         mc = [v for vs in all_values["monte_carlo"] for v in vs]
