@@ -290,7 +290,7 @@ def solvable_figures(by_case: dict[int, dict[str, float]], solvable: set[int]) -
     rows = [r for i, r in by_case.items() if i in solvable]
     if not rows:
         return {}
-    keys = [k for k in ("lower", "argmin", "chance", "v_before", "v_after") if k in rows[0]]
+    keys: list[str] = [k for k in ("lower", "argmin", "chance", "v_before", "v_after") if k in rows[0]]
     mean = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
     return {"n": float(len(rows)), **mean, "argmin_vs_chance": mean["argmin"] / mean["chance"]}
 
