@@ -33,8 +33,21 @@ def before(text: str, marker: str, nth: int = 0) -> int:
 def test_markers_at_sentence_and_line_starts() -> None:
     t = "Let me start with 3. So 3 + 4 = 7. But 7 - 2 = 4.\nWait, 7 - 2 = 5.\nThe answer is 5."
     # episodes: "Let me start with 3. " | "So 3 + 4 = 7. " | "But 7 - 2 = 4.\n" | "Wait, ... 5." (the last
-    # line is not a marker, so it stays in the last episode); a marker at position 0 opens no episode.
-    assert ends_of(t) == [before(t, "So"), before(t, "But"), before(t, "Wait"), len(t) - 1]
+    # line is not a marker, so with lines not split it stays in the last episode); a marker at position 0
+    # opens no episode.
+    want = [before(t, "So"), before(t, "But"), before(t, "Wait"), len(t) - 1]
+    assert ends_of(t, split_lines=False) == want
+    # with lines split (the default) "The answer is 5." is an episode of its own
+    assert ends_of(t) == [*want[:-1], before(t, "The answer"), len(t) - 1]
+
+
+def test_every_line_is_a_step() -> None:
+    # a GSM8K solution: one step per line, no discourse marker; blank lines and indentation belong to the
+    # line before; a line shorter than min_episode_tokens joins the next one
+    t = "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether.\n\n  #### 72"
+    assert ends_of(t) == [before(t, "Natalia", 1), before(t, "####"), len(t) - 1]
+    assert ends_of(t, split_lines=False) == [len(t) - 1]
+    assert ends_of("ab\ncd\nThe answer is 5.") == [len("ab\ncd\n") - 1, len("ab\ncd\nThe answer is 5.") - 1]
 
 
 def test_no_markers_is_one_episode() -> None:

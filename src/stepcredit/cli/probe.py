@@ -174,7 +174,7 @@ def _png(summary: dict[str, Any], path: Path, title: str) -> None:
     forms = sorted({f for n in names for f in summary["estimators"][n].get("credits", {})})
     if forms:
         fig, (ax, bx) = plt.subplots(
-            1, 2, figsize=(3.6 + 4.4 * len(names), 3.6), gridspec_kw={"width_ratios": [1, 1]}
+            1, 2, figsize=(3.0 + 3.2 * len(names), 3.8), gridspec_kw={"width_ratios": [1, 1]}
         )
         w = 0.8 / len(forms)
         for j, form in enumerate(forms):

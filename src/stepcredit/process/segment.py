@@ -2,7 +2,8 @@
 
 The text is recovered from the ids once, with the character span of every token, so a boundary found
 in the text maps back to a token index and nothing is re-tokenised. An episode starts at a discourse
-marker ("Wait,", "So ", ...) that opens a sentence or a line; with no marker within
+marker ("Wait,", "So ", ...) that opens a sentence or a line, and (``split_lines``) at every new line,
+the step delimiter of GSM8K, PRM800K and Math-Shepherd traces; with no marker within
 ``max_episode_tokens`` it is cut at the last sentence end before that limit (or at the limit itself),
 and episodes shorter than ``min_episode_tokens`` are merged into their neighbour.
 """
@@ -101,6 +102,15 @@ def sentence_starts(text: str) -> list[int]:
     return [m.end() for m in _SENTENCE_BREAK.finditer(text) if 0 < m.end() < len(text)]
 
 
+_LINE_BREAK = re.compile(r"\n\s*")
+
+
+def line_starts(text: str) -> list[int]:
+    """Character positions where a non-blank line starts after a line break (never 0; blank lines and
+    indentation belong to the line before)."""
+    return [m.end() for m in _LINE_BREAK.finditer(text) if 0 < m.end() < len(text)]
+
+
 def marker_starts(text: str, markers: Sequence[str]) -> list[int]:
     """Sentence/line starts at which one of ``markers`` begins (as a whole word when it ends in one)."""
     out = []
@@ -157,9 +167,12 @@ def segment_episodes(response_ids: Sequence[int], tokenizer: Any, cfg: ProcessCo
     def to_tokens(chars: list[int]) -> list[int]:
         return sorted({k for k in (token_at(c) for c in chars) if 0 < k < n})
 
+    starts = marker_starts(text, cfg.markers)
+    if cfg.split_lines:
+        starts += line_starts(text)
     return _plan(
         n,
-        to_tokens(marker_starts(text, cfg.markers)),
+        to_tokens(starts),
         to_tokens(sentence_starts(text)),
         max_len=cfg.max_episode_tokens,
         min_len=cfg.min_episode_tokens,
