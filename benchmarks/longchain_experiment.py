@@ -64,6 +64,17 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
             "process.mc_prefixes=4",
         ],
     ),
+    # GRPO's outcome advantage on every token plus VinePPO's step advantage from the same Monte Carlo
+    # values as "vine": keeps the dense outcome signal that vineppo alone spreads thinly over a few steps
+    "grpo_vine": (
+        "longchain_process",
+        [
+            "algorithm.advantage=grpo_vineppo",
+            "process.value_estimator=monte_carlo",
+            "process.mc_samples=2",
+            "process.mc_prefixes=4",
+        ],
+    ),
     "vine_greedy": (
         "longchain_process",
         [

@@ -7,7 +7,15 @@ import math
 import pytest
 import torch
 
-from stepcredit.advantages import AdvantageInputs, grpo_process, prime_rloo, rloo, vineppo
+from stepcredit.advantages import (
+    AdvantageInputs,
+    grpo,
+    grpo_process,
+    grpo_vineppo,
+    prime_rloo,
+    rloo,
+    vineppo,
+)
 from stepcredit.advantages.token import prime_rloo_rewards
 from stepcredit.ops import masked_whiten
 
@@ -118,6 +126,44 @@ def test_vineppo_hand() -> None:
     rms = math.sqrt((1.0 + 0.1875 + 1.125) / 11)
     assert rms == pytest.approx(0.458506, abs=1e-6)
     torch.testing.assert_close(vineppo(inp).adv_BT, raw / (rms + 1e-6))
+
+
+def test_grpo_vineppo_hand() -> None:
+    # The vineppo example above (one group, R = 0 and 1) with GRPO's outcome advantage added to every
+    # token. Without the divisions (norm_by_std=False): A^o = R - mean(R) = -0.5, +0.5, so
+    #   row 0: -0.5 + (0.5, 0.5, 0, 0, -0.5, -0.5)        = (0, 0, -0.5, -0.5, -1, -1)
+    #   row 1: +0.5 + (0.25, 0.25, 0.25, 0.75, 0.75) , pad = (0.75, 0.75, 0.75, 1.25, 1.25, 0)
+    p = torch.zeros(2, 6, dtype=torch.float64)
+    at = torch.zeros(2, 6, dtype=torch.bool)
+    for i, (ends, us) in enumerate([((1, 3, 5), (0.5, 0.0, -0.5)), ((2, 4), (0.25, 0.75))]):
+        for t, u in zip(ends, us, strict=True):
+            p[i, t], at[i, t] = u, True
+    m = torch.ones(2, 6, dtype=torch.bool)
+    m[1, 5] = False
+    o = torch.zeros(2, 6, dtype=torch.float64)
+    o[1, 4] = 1.0
+    inp = AdvantageInputs(
+        outcome_BT=o, mask_BT=m, group_B=torch.zeros(2, dtype=torch.long), process_BT=p, process_mask_BT=at
+    )
+    raw = grpo_vineppo(inp, norm_by_std=False).adv_BT
+    assert raw.tolist() == [[0.0, 0.0, -0.5, -0.5, -1.0, -1.0], [0.75, 0.75, 0.75, 1.25, 1.25, 0.0]]
+    # process_weight scales the step part only: row 0 with w = 0.5 is -0.5 + 0.5 * U
+    half = grpo_vineppo(inp, norm_by_std=False, process_weight=0.5).adv_BT
+    assert half[0].tolist() == [-0.25, -0.25, -0.5, -0.5, -0.75, -0.75]
+    # normalised: A^o = (R - 0.5) / (std(0, 1) = 1/sqrt(2)) = -+0.7071; U / rms(U) with rms = 0.458506 over
+    # the 11 live tokens (as in the vineppo example)
+    a_o = 0.5 / (math.sqrt(0.5) + 1e-6)
+    u = vineppo(inp).adv_BT
+    want = torch.tensor([[-a_o] * 6, [a_o] * 5 + [0.0]], dtype=torch.float64) + u
+    torch.testing.assert_close(grpo_vineppo(inp).adv_BT, want)
+
+
+def test_grpo_vineppo_without_steps_is_grpo() -> None:
+    # no process channel (a domain without process rewards): the outcome advantage alone, not doubled
+    o = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    m = torch.ones(3, 2, dtype=torch.bool)
+    inp = AdvantageInputs(outcome_BT=o, mask_BT=m, group_B=torch.zeros(3, dtype=torch.long))
+    torch.testing.assert_close(grpo_vineppo(inp).adv_BT, grpo(inp).adv_BT)
 
 
 def test_vineppo_without_steps_is_rloo() -> None:

@@ -29,8 +29,9 @@ from stepcredit.trainer import train
 FACTORS: dict[str, list[Any]] = {
     "loss": LOSSES.names(),
     # vineppo: Monte Carlo values with the VinePPO step advantage; mc_sample_v0: Monte Carlo with V_0
-    # sampled (process.mc_v0=sample) instead of taken from the group
-    "process": ["off", "forced_answer_logprob", "monte_carlo", "vineppo", "mc_sample_v0"],
+    # sampled (process.mc_v0=sample) instead of taken from the group; grpo_vineppo: Monte Carlo values
+    # with GRPO's outcome advantage plus the VinePPO step advantage
+    "process": ["off", "forced_answer_logprob", "monte_carlo", "vineppo", "mc_sample_v0", "grpo_vineppo"],
     "mini_batch": [0, 8],
     "off_policy": [False, True],
     "dynamic_sampling": [False, True],
@@ -104,7 +105,7 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         "trainer": {"steps": 2, "val_every": 0, "save_every": 0, "progress": False, "tensorboard": False},
     }
     if run["process"] != "off":
-        vine = run["process"] == "vineppo"
+        vine = run["process"] in ("vineppo", "grpo_vineppo")
         mc = vine or run["process"] == "mc_sample_v0"
         d["process"] = {
             "enabled": True,
@@ -113,7 +114,7 @@ def config(run: dict[str, Any], **over: Any) -> Any:
             "mc_max_new_tokens": 8,
             "mc_v0": "sample" if run["process"] == "mc_sample_v0" else "group",
         }
-        d["algorithm"]["advantage"] = "vineppo" if vine else "grpo_process"
+        d["algorithm"]["advantage"] = run["process"] if vine else "grpo_process"
     if run["critic"]:
         d["algorithm"] = {"advantage": "gae", "use_critic": True}
     if run["multi_domain"]:

@@ -203,6 +203,56 @@ def vineppo(
     return AdvantageOutputs(adv_BT=adv_BT, ret_BT=adv_BT)
 
 
+@register_estimator(
+    "grpo_vineppo",
+    needs_process=True,
+    token_level=True,
+    needs_reward_values=True,
+    process_std_normalised=True,
+)
+def grpo_vineppo(
+    inp: AdvantageInputs,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+    process_weight: float = 1.0,
+    **_hp: Any,
+) -> AdvantageOutputs:
+    """GRPO's outcome advantage on every token plus VinePPO's step advantage on the tokens of its step.
+
+        A^o_i     = (R_i - mean(R_group)) / (std(R_group) + eps)       GRPO (Shao et al. 2024, DeepSeekMath)
+        U_{i,j}   = V_j - V_(j-1)                                     VinePPO (Kazemnejad et al. 2024,
+                                                                      arXiv:2410.01679, eq. 3)
+        A_{i,t}   = A^o_i + w * U_{i,j} / rms(U)                      t in step j of response i
+
+    The two are normalised apart and then added, as the outcome and process channels are everywhere
+    in this package (DeepSeekMath's process supervision adds its step returns to the outcome the same
+    way). ``vineppo`` alone replaces the outcome by the step utilities: with a few noisy Monte Carlo
+    values most steps get ~0 and the dense, well-estimated outcome signal is lost (docs/results.md,
+    the mid-chain experiment). Here every token keeps it, and the step whose value dropped or rose
+    gets extra credit. rms(U) is the root mean square of U over the live tokens of the responses that
+    have steps (no mean shift, so a step that did not move the value adds nothing); ``norm_by_std=False``
+    drops both divisions. A response without process rewards gets the outcome advantage alone.
+    Token-level rewards: preserved.
+    """
+    live_BT = inp.live_BT
+    adv_B = grpo_advantage_B(outcome_score_B(inp), inp.group_B, inp.live_B, norm_by_std=norm_by_std, eps=eps)
+    adv_BT = spread_B(adv_B, live_BT)
+    if inp.process_BT is not None and inp.steps_BT is not None:
+        if inp.process_mask_BT is None:
+            raise ValueError(
+                "grpo_vineppo needs process_mask_BT: a step whose utility is 0 still owns its tokens"
+            )
+        steps_BT = inp.steps_BT & live_BT
+        u_BT = step_fill(inp.process_BT, steps_BT, live_BT)
+        has_BT = steps_BT.any(1)[:, None] & live_BT
+        if norm_by_std and bool(has_BT.any()):
+            u_BT = u_BT / (u_BT[has_BT].pow(2).mean().sqrt() + eps)
+        adv_BT = adv_BT + process_weight * torch.where(has_BT, u_BT, 0.0)
+    adv_BT = torch.where(live_BT, adv_BT, 0.0)
+    return AdvantageOutputs(adv_BT=adv_BT, ret_BT=adv_BT)
+
+
 def prime_rloo_rewards(
     r_BT: torch.Tensor, at_BT: torch.Tensor, group_B: torch.Tensor, valid_B: torch.Tensor
 ) -> torch.Tensor:
