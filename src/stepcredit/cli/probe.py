@@ -174,7 +174,7 @@ def _png(summary: dict[str, Any], path: Path, title: str) -> None:
     forms = sorted({f for n in names for f in summary["estimators"][n].get("credits", {})})
     if forms:
         fig, (ax, bx) = plt.subplots(
-            1, 2, figsize=(3.0 + 3.2 * len(names), 3.8), gridspec_kw={"width_ratios": [1, 1]}
+            1, 2, figsize=(max(9.0, 3.0 + 3.2 * len(names)), 3.8), gridspec_kw={"width_ratios": [1, 1]}
         )
         w = 0.8 / len(forms)
         for j, form in enumerate(forms):
@@ -203,7 +203,7 @@ def _png(summary: dict[str, Any], path: Path, title: str) -> None:
     ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.set_ylabel("share of traces")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", ncol=3)
+    ax.legend(fontsize=7, loc="upper center", ncol=3 if len(names) > 1 else 2)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
