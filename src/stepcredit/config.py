@@ -533,7 +533,8 @@ class ProcessConfig:
     split_lines: bool = True
     """A new (non-blank) line also opens an episode: GSM8K solutions, PRM800K and Math-Shepherd write one
     step per line with no discourse marker, and without this a 5-line GSM8K solution is one episode.
-    Lines shorter than ``min_episode_tokens`` join the next one."""
+    A boundary closer than ``min_episode_tokens`` to the previous one is skipped (a short line joins the
+    next; a short last line joins the one before). Saved configs of earlier runs load with it on."""
     max_episode_tokens: int = 256
     """Longest episode: with no marker within this many tokens, split at the last sentence end before it."""
     min_episode_tokens: int = 4

@@ -137,6 +137,11 @@ def test_credit_indicators_by_hand() -> None:
     bad = [0.5, 0.2, 0.0, 0.0]
     assert credit_indicators(clean, bad, case, form="difference")["argmin"] == 0.0
     assert credit_indicators(clean, bad, case, form="min_form")["argmin"] == 1.0
+    # thirds: U = -1/3 three times, equal up to the last bit of the float: a three-way tie, 1/3 of a hit
+    assert credit_indicators(clean, [1.0, 2 / 3, 1 / 3, 0.0], case, form="difference")[
+        "argmin"
+    ] == pytest.approx(1 / 3)
+    assert case_indicators(clean, [1.0, 2 / 3, 1 / 3, 0.0], case)["argmin"] == pytest.approx(1 / 3)
     # clipping (process.clip) is applied before the form: |U| <= 0.1 ties episodes 0 and 1 at -0.1
     assert credit_indicators(clean, bad, case, form="difference", clip=0.1)["argmin"] == 0.5
 

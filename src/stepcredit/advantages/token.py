@@ -233,7 +233,12 @@ def grpo_vineppo(
     gets extra credit. rms(U) is the root mean square of U over the live tokens of the responses that
     have steps (no mean shift, so a step that did not move the value adds nothing); ``norm_by_std=False``
     drops both divisions. A response without process rewards gets the outcome advantage alone.
-    Token-level rewards: preserved.
+
+    The outcome enters twice, on purpose: in A^o on every token, and through the step utilities, whose
+    sum over a response is R - V_0 (the RLOO advantage with ``process.mc_v0=group``). The second copy
+    is what localises: it sits on the steps whose value moved. Like ``vineppo`` it needs values that
+    end at the reward (``needs_reward_values``), so verl's ``stepcredit_sync`` (forced-answer values
+    only) refuses it with process rewards on; without them it is GRPO. Token-level rewards: preserved.
     """
     live_BT = inp.live_BT
     adv_B = grpo_advantage_B(outcome_score_B(inp), inp.group_B, inp.live_B, norm_by_std=norm_by_std, eps=eps)

@@ -143,7 +143,9 @@ def _table(summary: dict[str, Any]) -> str:
                 )
     forms = [(n, f, c) for n, m in summary["estimators"].items() for f, c in m.get("credits", {}).items()]
     if forms:
-        lines.append("step credit c_i by credit form (difference: c_i = U_i = V_i - V_(i-1)):")
+        lines.append(
+            "step credit c_i by credit form (with process.clip; difference without a clip is the U above):"
+        )
         sub = f"  {'estimator':<22} {'credit form':<12} {'c lower':>8} {'argmin c':>9} {'x chance':>9} {'solvable x chance':>18}"
         lines += [sub, "  " + "-" * (len(sub) - 2)]
         for name, form, c in forms:

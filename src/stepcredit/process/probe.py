@@ -228,6 +228,16 @@ class ProbeCase:
     """Episode of the corrupted trace holding the wrong step."""
 
 
+_TIE = 1e-9
+"""Credits this close to the minimum tie with it: values such as thirds (Monte Carlo with K=3) give
+differences that should be equal but differ in the last bit (-0.33333333333333337 vs -0.3333333333333333)."""
+
+
+def _ties_at_min(c: Sequence[float]) -> list[int]:
+    lowest = min(c)
+    return [i for i, x in enumerate(c) if x <= lowest + _TIE]
+
+
 def case_indicators(
     clean_v: Sequence[float], corrupt_v: Sequence[float], case: ProbeCase
 ) -> dict[str, float]:
@@ -243,8 +253,7 @@ def case_indicators(
     reaches the gold answer once the wrong result is written; near 0 if it follows its own chain).
     """
     u_clean, u_bad = marginal_utilities(clean_v), marginal_utilities(corrupt_v)
-    lowest = min(u_bad)
-    ties = [i for i, u in enumerate(u_bad) if u == lowest]
+    ties = _ties_at_min(u_bad)
     near = {case.corrupt_step, min(case.corrupt_step + 1, len(u_bad) - 1)}
     return {
         "lower": float(u_bad[case.corrupt_step] < u_clean[case.clean_step]),
@@ -262,8 +271,9 @@ def credit_indicators(
     clean_v: Sequence[float], corrupt_v: Sequence[float], case: ProbeCase, *, form: str, clip: float = 0.0
 ) -> dict[str, float]:
     """The locating figures of one credit form of :data:`CREDIT_FORMS`, on its step credits c_i (what
-    the process channel carries at episode i's end, and what a step-level estimator such as ``vineppo``
-    gives every token of the step) instead of the plain U_i of :func:`case_indicators`.
+    the process channel carries at episode i's end with ``process.last_episode=utility``, and what a
+    step-level estimator such as ``vineppo`` gives every token of the step) instead of the plain,
+    unclipped U_i of :func:`case_indicators`; ``clip`` is ``process.clip``.
 
     ``lower``: c at the wrong step < c at the same step of the clean trace; ``argmin``: the most negative
     c of the corrupted trace is on the wrong step (1/m for an m-way tie); ``chance``: 1/S. A form that
@@ -273,8 +283,12 @@ def credit_indicators(
     fn = CREDIT_FORMS.get(form)
     c_clean = fn(clean_v, clip=clip, scale=1.0, zero_last=False)
     c_bad = fn(corrupt_v, clip=clip, scale=1.0, zero_last=False)
-    lowest = min(c_bad)
-    ties = [i for i, c in enumerate(c_bad) if c == lowest]
+    for c, v in ((c_clean, clean_v), (c_bad, corrupt_v)):
+        if len(c) != len(v) - 1:
+            raise DataError(
+                f"credit form {form!r}: {len(v)} values gave {len(c)} credits, expected {len(v) - 1}"
+            )
+    ties = _ties_at_min(c_bad)
     return {
         "lower": float(c_bad[case.corrupt_step] < c_clean[case.clean_step]),
         "argmin": (1.0 / len(ties)) if case.corrupt_step in ties else 0.0,

@@ -161,8 +161,13 @@ def segment_episodes(response_ids: Sequence[int], tokenizer: Any, cfg: ProcessCo
     token_ends = [e for _, e in spans]
 
     def token_at(c: int) -> int:
-        # the token holding character c: the first whose span ends after it
-        return bisect.bisect_right(token_ends, c)
+        # the token holding character c: the first whose span ends after it, moved back over the empty
+        # spans just before it (the leading byte tokens of a multi-byte character such as an emoji or a
+        # CJK character at a line start), so an episode never starts in the middle of a character
+        k = bisect.bisect_right(token_ends, c)
+        while 0 < k < n and spans[k - 1][0] == spans[k - 1][1] == c:
+            k -= 1
+        return k
 
     def to_tokens(chars: list[int]) -> list[int]:
         return sorted({k for k in (token_at(c) for c in chars) if 0 < k < n})
