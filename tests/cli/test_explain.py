@@ -23,11 +23,13 @@ def test_explain_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main([*argv, "--html", str(page), "--json"]) == 0
     report = last_json(capsys.readouterr().out)
     eps = report["episodes"]
-    # "Let me" opens the response; "So " and "Wait," open the other two episodes
+    # "Let me" opens the response; "So " and "Wait," open two more episodes, and the new line the last one
+    # (process.split_lines)
     assert [e["text"] for e in eps] == [
         "Let me start with 3. ",
         "So 3 + 4 = 8. ",
-        "Wait, 3 + 4 = 7.\nThe answer is 7.",
+        "Wait, 3 + 4 = 7.\n",
+        "The answer is 7.",
     ]
     assert "".join(e["text"] for e in eps) == RESPONSE
     assert all(RESPONSE[e["start"] : e["end"]] == e["text"] for e in eps)
@@ -37,7 +39,7 @@ def test_explain_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str
     for i, e in enumerate(eps, 1):
         assert e["utility"] == pytest.approx(values[i] - values[i - 1], abs=1e-6)
     doc = page.read_text()
-    assert "<svg" in doc and "<polyline" in doc and doc.count('class="ep"') == 3
+    assert "<svg" in doc and "<polyline" in doc and doc.count('class="ep"') == 4
     assert "So 3 + 4 = 8." in doc
 
     # process settings can be overridden; clip/scale change U, not V
@@ -54,7 +56,7 @@ def test_explain_with_a_verifier_estimator(capsys: pytest.CaptureFixture[str]) -
     assert main([*argv, "--json", "process.value_estimator=greedy_continuation"]) == 0
     report = last_json(capsys.readouterr().out)
     values = [report["v0"]] + [e["value"] for e in report["episodes"]]
-    assert len(values) == 4 and set(values) <= {0.0, 1.0}
+    assert len(values) == 5 and set(values) <= {0.0, 1.0}
 
 
 def test_explain_from_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,7 +76,7 @@ def test_explain_from_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     ]
     (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run / "config.yaml").write_text(
-        "process:\n  enabled: true\n  min_episode_tokens: 2\n  markers: ['Wait,']\n"
+        "process:\n  enabled: true\n  min_episode_tokens: 2\n  markers: ['Wait,']\n  split_lines: false\n"
     )
     assert main(["explain", "--from-run", str(run), "--index", "1", "--json"]) == 0
     eps = last_json(capsys.readouterr().out)["episodes"]
