@@ -103,10 +103,8 @@ def test_prime_rloo_outcome_channel_is_leave_one_out() -> None:
         assert out.ret_BT[i, : len(r)].tolist() == pytest.approx([want[i]] * len(r), abs=1e-12)
 
 
-def test_vineppo_hand() -> None:
-    # VinePPO: every token of step j gets U_j = V_j - V_(j-1). Two responses of one group, T = 6:
-    #   row 0: steps end at tokens 1, 3, 5; V = 0, 0.5, 0.5, 0 (R = 0) -> U = 0.5, 0, -0.5
-    #   row 1: steps end at tokens 2, 4;    V = 0, 0.25, 1 (R = 1)     -> U = 0.25, 0.75; token 5 is padding
+def two_step_example() -> AdvantageInputs:
+    """Two responses of one group, T = 6, step utilities at episode ends (see test_vineppo_hand)."""
     p = torch.zeros(2, 6, dtype=torch.float64)
     at = torch.zeros(2, 6, dtype=torch.bool)
     for i, (ends, us) in enumerate([((1, 3, 5), (0.5, 0.0, -0.5)), ((2, 4), (0.25, 0.75))]):
@@ -116,9 +114,16 @@ def test_vineppo_hand() -> None:
     m[1, 5] = False
     o = torch.zeros(2, 6, dtype=torch.float64)
     o[1, 4] = 1.0
-    inp = AdvantageInputs(
+    return AdvantageInputs(
         outcome_BT=o, mask_BT=m, group_B=torch.zeros(2, dtype=torch.long), process_BT=p, process_mask_BT=at
     )
+
+
+def test_vineppo_hand() -> None:
+    # VinePPO: every token of step j gets U_j = V_j - V_(j-1). Two responses of one group, T = 6:
+    #   row 0: steps end at tokens 1, 3, 5; V = 0, 0.5, 0.5, 0 (R = 0) -> U = 0.5, 0, -0.5
+    #   row 1: steps end at tokens 2, 4;    V = 0, 0.25, 1 (R = 1)     -> U = 0.25, 0.75; token 5 is padding
+    inp = two_step_example()
     raw = vineppo(inp, norm_by_std=False).adv_BT
     # the step whose U is 0 (tokens 2-3 of row 0) keeps 0: the mask, not the value, says where steps end
     assert raw.tolist() == [[0.5, 0.5, 0.0, 0.0, -0.5, -0.5], [0.25, 0.25, 0.25, 0.75, 0.75, 0.0]]
@@ -133,18 +138,7 @@ def test_grpo_vineppo_hand() -> None:
     # token. Without the divisions (norm_by_std=False): A^o = R - mean(R) = -0.5, +0.5, so
     #   row 0: -0.5 + (0.5, 0.5, 0, 0, -0.5, -0.5)        = (0, 0, -0.5, -0.5, -1, -1)
     #   row 1: +0.5 + (0.25, 0.25, 0.25, 0.75, 0.75) , pad = (0.75, 0.75, 0.75, 1.25, 1.25, 0)
-    p = torch.zeros(2, 6, dtype=torch.float64)
-    at = torch.zeros(2, 6, dtype=torch.bool)
-    for i, (ends, us) in enumerate([((1, 3, 5), (0.5, 0.0, -0.5)), ((2, 4), (0.25, 0.75))]):
-        for t, u in zip(ends, us, strict=True):
-            p[i, t], at[i, t] = u, True
-    m = torch.ones(2, 6, dtype=torch.bool)
-    m[1, 5] = False
-    o = torch.zeros(2, 6, dtype=torch.float64)
-    o[1, 4] = 1.0
-    inp = AdvantageInputs(
-        outcome_BT=o, mask_BT=m, group_B=torch.zeros(2, dtype=torch.long), process_BT=p, process_mask_BT=at
-    )
+    inp = two_step_example()
     raw = grpo_vineppo(inp, norm_by_std=False).adv_BT
     assert raw.tolist() == [[0.0, 0.0, -0.5, -0.5, -1.0, -1.0], [0.75, 0.75, 0.75, 1.25, 1.25, 0.0]]
     # process_weight scales the step part only: row 0 with w = 0.5 is -0.5 + 0.5 * U
