@@ -160,6 +160,34 @@ def test_grpo_vineppo_without_steps_is_grpo() -> None:
     torch.testing.assert_close(grpo_vineppo(inp).adv_BT, grpo(inp).adv_BT)
 
 
+def test_grpo_vineppo_mixed_batch() -> None:
+    # Row 0 has steps (U = 0.5 on tokens 0-1, -0.5 on tokens 2-3), row 1 (same group) has none (a domain
+    # without process rewards). Outcomes 0 and 1 -> A^o = -0.5, +0.5 without the divisions. Row 1 gets
+    # its outcome advantage alone; with the division the RMS of U is taken over row 0's 4 tokens only
+    # (sqrt((4 x 0.25) / 4) = 0.5), so row 0's step part is U / 0.5 = +-1.
+    p = torch.zeros(2, 4, dtype=torch.float64)
+    at = torch.zeros(2, 4, dtype=torch.bool)
+    p[0, 1], p[0, 3] = 0.5, -0.5
+    at[0, 1] = at[0, 3] = True
+    o = torch.zeros(2, 4, dtype=torch.float64)
+    o[1, 3] = 1.0
+    inp = AdvantageInputs(
+        outcome_BT=o,
+        mask_BT=torch.ones(2, 4, dtype=torch.bool),
+        group_B=torch.zeros(2, dtype=torch.long),
+        process_BT=p,
+        process_mask_BT=at,
+    )
+    raw = grpo_vineppo(inp, norm_by_std=False).adv_BT
+    assert raw.tolist() == [[0.0, 0.0, -1.0, -1.0], [0.5, 0.5, 0.5, 0.5]]
+    a_o = 0.5 / (math.sqrt(0.5) + 1e-6)
+    step = 0.5 / (0.5 + 1e-6)
+    want = [[-a_o + step] * 2 + [-a_o - step] * 2, [a_o] * 4]
+    torch.testing.assert_close(grpo_vineppo(inp).adv_BT, torch.tensor(want, dtype=torch.float64))
+    with pytest.raises(ValueError, match="process_mask_BT"):
+        grpo_vineppo(AdvantageInputs(outcome_BT=o, mask_BT=inp.mask_BT, group_B=inp.group_B, process_BT=p))
+
+
 def test_vineppo_without_steps_is_rloo() -> None:
     # a response with no step rewards (its domain has none) gets the RLOO outcome advantage
     o = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
