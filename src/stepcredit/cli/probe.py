@@ -4,14 +4,15 @@
 
 ``--model`` is a model directory, a run directory (its ``checkpoints/final/model`` and ``config.yaml``:
 the task and process settings the run used), ``tiny`` or a packaged model (``smollm2``). ``--data
-arith`` takes validation problems of the config's ``data.arith`` setting, ``gsm8k`` the shared GSM8K test split, a FILE verl-schema rows
-(jsonl/parquet) whose solution is ``response``, ``extra_info.solution`` or ``extra_info.answer``. Each
-solution gets one wrong step (a result changed and carried forward, format kept); every estimator values
-the clean and the corrupted trace (one model load) and the table says, per estimator, how often U at the
-wrong step is lower than in the clean trace, how often the most negative U falls on it (against
-chance), how often the final V drops, and the cost per trace; a second table repeats the locating
-figures for each credit form (``--credits``: the step credit c_i that form writes into the process
-channel, e.g. PURE's min-form or MIG's watermark), so the form a run uses can be chosen from it. Trailing ``key=value`` arguments override
+arith`` takes validation problems of the config's ``data.arith`` setting, ``gsm8k`` the shared GSM8K
+test split, a FILE verl-schema rows (jsonl/parquet) whose solution is ``response``,
+``extra_info.solution`` or ``extra_info.answer``. Each solution gets one wrong step (a result changed
+and carried forward, format kept); every estimator values the clean and the corrupted trace (one model
+load) and the table says, per estimator, how often U at the wrong step is lower than in the clean
+trace, how often the most negative U falls on it (against chance), how often the final V drops, and
+the cost per trace; a second table repeats the locating figures for each credit form (``--credits``:
+the step credit c_i that form writes into the process channel, e.g. PURE's min-form or MIG's
+watermark), so the form a run uses can be chosen from it. Trailing ``key=value`` arguments override
 the config (e.g. ``process.mc_samples=8``). With ``--json`` the last line is the summary as JSON.
 """
 
