@@ -174,6 +174,28 @@ class DataConfig:
 
 # --------------------------------------------------------------------------------------- rollout
 @dataclass(frozen=True)
+class TreeConfig:
+    """The shape of a tree rollout (``rollout.mode=tree``): a prompt's group is a tree whose leaves are
+    complete responses; siblings share the prefix up to their branch point."""
+
+    branching: tuple[int, ...] = ()
+    """Children per node at each depth, root first; their product is the number of leaves and must equal
+    ``rollout.n``. Empty = derived from ``rollout.n``: (n/4, 2, 2) when 4 divides n, (n/2, 2) when 2 does."""
+    branch_at: str = "episode"
+    """Where a response branches: ``episode`` (a uniformly drawn episode end after the parent's branch
+    point, SPO's segment boundaries) or ``entropy`` (the token after the parent's branch point where the
+    policy's next-token entropy was highest, TreeRL's EPTree)."""
+    min_tail_tokens: int = 4
+    """A branch point leaves at least this many of the response's tokens after it (so a branch re-samples
+    a real step, not just the final eos)."""
+
+    def __post_init__(self) -> None:
+        _check(all(b >= 1 for b in self.branching), "rollout.tree.branching", "every factor must be >= 1")
+        _check(self.branch_at in ("episode", "entropy"), "rollout.tree.branch_at", "episode or entropy")
+        _check(self.min_tail_tokens >= 1, "rollout.tree.min_tail_tokens", "must be >= 1")
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     prompts_per_step: int = 16
     """Prompts drawn per training step."""
@@ -187,9 +209,33 @@ class RolloutConfig:
     """Nucleus sampling threshold for training rollouts."""
     val_temperature: float = 0.0
     """Temperature for validation (0 = greedy)."""
+    mode: str = "flat"
+    """How a prompt's group is sampled (``stepcredit.rollout.ROLLOUT_MODES``): ``flat`` (n independent
+    responses) or ``tree`` (n leaves of a tree that branches at step boundaries, whose node values are
+    free Monte Carlo estimates of V(prefix): ``process.value_estimator=tree``)."""
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    """The tree's shape (``rollout.mode=tree``)."""
+
+    def branching(self) -> tuple[int, ...]:
+        """The tree's branching factors, root first (``tree.branching`` or the default derived from n)."""
+        if self.tree.branching:
+            return self.tree.branching
+        if self.n % 4 == 0:
+            return (self.n // 4, 2, 2)
+        if self.n % 2 == 0:
+            return (self.n // 2, 2)
+        return (self.n,)
 
     def __post_init__(self) -> None:
         _check(self.n >= 1, "rollout.n", "must be >= 1")
+        leaves = 1
+        for b in self.branching():
+            leaves *= b
+        _check(
+            leaves == self.n,
+            "rollout.tree.branching",
+            f"the product of the branching factors ({leaves}) must equal rollout.n ({self.n})",
+        )
         _check(self.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")

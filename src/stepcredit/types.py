@@ -168,6 +168,12 @@ class Batch:
     """Per response: token indices (into the response) of each episode's last token."""
     prefix_values: list[list[float]] | None = None
     """Per response: V_0 (empty response), V_1, ..., V_S at the episode ends."""
+    tree_ends: list[list[int]] | None = None
+    """Tree rollouts: per response, the token index of the last token before each branch point on its
+    path (shared with its siblings up to there), then its own last token."""
+    tree_nodes: list[list[int]] | None = None
+    """Tree rollouts: per response, the ids (unique within its group) of the tree nodes whose values are
+    V_0 (the root: the bare prompt), V_1, ... at ``tree_ends``; its own outcome is the last value."""
     kv_cache: RolloutCache | None = None
     """The rollout's KV cache over prompt + response (``generate(keep_cache=True)``), held only until
     the process stage has used it: never selected, concatenated or saved."""
@@ -205,6 +211,8 @@ class Batch:
             rewards=pick(self.rewards),
             episode_ends=pick(self.episode_ends),
             prefix_values=pick(self.prefix_values),
+            tree_ends=pick(self.tree_ends),
+            tree_nodes=pick(self.tree_nodes),
         )
 
     def to(self, device: Any) -> Batch:
@@ -276,4 +284,6 @@ class Batch:
             rewards=cat_list("rewards"),
             episode_ends=cat_list("episode_ends"),
             prefix_values=cat_list("prefix_values"),
+            tree_ends=cat_list("tree_ends"),
+            tree_nodes=cat_list("tree_nodes"),
         )

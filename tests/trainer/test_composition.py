@@ -31,7 +31,17 @@ FACTORS: dict[str, list[Any]] = {
     # vineppo: Monte Carlo values with the VinePPO step advantage; mc_sample_v0: Monte Carlo with V_0
     # sampled (process.mc_v0=sample) instead of taken from the group; grpo_vineppo: Monte Carlo values
     # with GRPO's outcome advantage plus the VinePPO step advantage
-    "process": ["off", "forced_answer_logprob", "monte_carlo", "vineppo", "mc_sample_v0", "grpo_vineppo"],
+    # tree: a tree rollout's node values (process.value_estimator=tree) with grpo_vineppo
+    "process": [
+        "off",
+        "forced_answer_logprob",
+        "monte_carlo",
+        "vineppo",
+        "mc_sample_v0",
+        "grpo_vineppo",
+        "tree",
+    ],
+    "rollout_mode": ["flat", "tree"],
     "mini_batch": [0, 8],
     "off_policy": [False, True],
     "dynamic_sampling": [False, True],
@@ -44,6 +54,8 @@ FACTORS: dict[str, list[Any]] = {
 
 def allowed(run: dict[str, Any]) -> bool:
     """Combinations that cannot work are refused at start-up (tested below), not run here."""
+    if run.get("process") == "tree" and run.get("rollout_mode") == "flat":
+        return False  # tree values need a tree rollout (refused at start-up, tested below)
     if run.get("off_policy") and "loss" in run:
         return bool(LOSSES.get(run["loss"]).corrects_staleness)
     return True
@@ -88,7 +100,7 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         "model": {"tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}},
         "data": {"train_size": 64, "val_size": 4},
         "sft": {"steps": 2, "batch_size": 8},
-        "rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 16},
+        "rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 16, "mode": run["rollout_mode"]},
         "optim": {"lr": 1e-3, "warmup_steps": 0},
         "loss": {"name": run["loss"], "kl_coef": 0.05, "kl_in_reward": run["kl_in_reward"]},
         "pipeline": {
@@ -110,11 +122,14 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         d["process"] = {
             "enabled": True,
             "value_estimator": "monte_carlo" if mc else run["process"],
+            "min_episode_tokens": 1,
             "mc_samples": 2,
             "mc_max_new_tokens": 8,
             "mc_v0": "sample" if run["process"] == "mc_sample_v0" else "group",
         }
-        d["algorithm"]["advantage"] = run["process"] if vine else "grpo_process"
+        d["algorithm"]["advantage"] = (
+            run["process"] if vine else "grpo_vineppo" if run["process"] == "tree" else "grpo_process"
+        )
     if run["critic"]:
         d["algorithm"] = {"advantage": "gae", "use_critic": True}
     if run["multi_domain"]:
@@ -233,3 +248,45 @@ def test_resume_after_an_interrupted_off_policy_run_continues_exactly(tmp_path: 
     ):
         x, y = a[3][key], b[3][key]
         assert (x is None and y is None) or math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9), (key, x, y)
+
+
+def test_tree_values_need_a_tree_rollout(tmp_path: Path) -> None:
+    from stepcredit.errors import ConfigError
+
+    run = {**RUNS[0], "process": "tree", "rollout_mode": "flat", "critic": False}
+    with pytest.raises(
+        ConfigError, match=r"rollout\.mode: process\.value_estimator=tree .* rollout\.mode=tree"
+    ):
+        train(config(run), tmp_path)
+    with pytest.raises(
+        ConfigError, match=r"rollout\.tree\.branching: the product .* \(6\) must equal rollout\.n \(4\)"
+    ):
+        config({**run, "rollout_mode": "tree"}, rollout__tree={"branching": [3, 2]})
+
+
+def test_resume_mid_run_of_a_tree_rollout_with_tree_values_continues_exactly(tmp_path: Path) -> None:
+    """Tree rollouts branch at points drawn from the saved random state: a resumed run's step 3 equals
+    an uninterrupted run's (one-step off-policy: the saved batch ahead is a tree with its nodes)."""
+    run = {
+        **RUNS[0],
+        "off_policy": True,
+        "loss": "decoupled_ppo",
+        "dynamic_sampling": False,
+        "critic": False,
+        "process": "tree",
+        "rollout_mode": "tree",
+    }
+    over = {"trainer__steps": 3, "trainer__save_every": 1}
+    train(config(run, **over), tmp_path / "full")
+    train(config(run, **over, trainer__stop_after_steps=2), tmp_path / "part")
+    train(config(run, **over), tmp_path / "part", resume=tmp_path / "part")
+    a = {r["step"]: r for r in rows(tmp_path / "full")}
+    b = {r["step"]: r for r in rows(tmp_path / "part")}
+    assert sorted(b) == [0, 1, 2, 3]
+    for key in ("reward/mean", "response_length/mean", "rollout/generated_tokens_per_response"):
+        assert a[2][key] == b[2][key] and a[3].get(key) == b[3].get(key), key  # the same tokens sampled
+    # the agent hands over scored rows in completion order, so sums run in another order: equal to
+    # float rounding (these runs' gradients are ~1e-5, all of it rounding-sized)
+    for key in ("loss", "adv/abs_mean", "process/u_abs_mean", "kl"):
+        assert math.isclose(a[3][key], b[3][key], rel_tol=1e-4, abs_tol=1e-5), (key, a[3][key], b[3][key])
+    assert a[1]["tree/depth"] == 3.0  # n=4 -> branching (1, 2, 2)

@@ -15,7 +15,16 @@ from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
 from stepcredit.types import Sample
 
-__all__ = ["TASKS", "PromptStream", "load_task", "read_rows", "read_samples", "row_to_sample", "write_rows"]
+__all__ = [
+    "STEP_VALUES",
+    "TASKS",
+    "PromptStream",
+    "load_task",
+    "read_rows",
+    "read_samples",
+    "row_to_sample",
+    "write_rows",
+]
 
 TaskFn = Callable[[DataConfig], tuple[list[Sample], list[Sample]]]
 TASKS: Registry[TaskFn] = Registry("data task")
@@ -29,6 +38,19 @@ def _arith(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
     train = arith.make_rows(cfg.arith, cfg.train_size, seed=cfg.seed, split="train")
     val = arith.make_rows(cfg.arith, cfg.val_size, seed=cfg.seed, split="val")
     return conv(train, "train"), conv(val, "val")
+
+
+StepValueFn = Callable[[Sample, str], float]
+STEP_VALUES: Registry[StepValueFn] = Registry("exact step value (data source)")
+"""Per data source: the exact value of a reasoning prefix, ``fn(sample, prefix_text) -> float`` in [0, 1],
+where the task can check every step itself (the oracle that ``process.value_estimator=step_oracle``
+reads; an upper bound for any V(prefix) estimator on that task)."""
+
+
+@STEP_VALUES.register(arith.DATA_SOURCE)
+def _arith_step_value(sample: Sample, prefix: str) -> float:
+    question = next(m["content"] for m in reversed(sample.prompt) if m["role"] == "user")
+    return arith.step_value(question, prefix)
 
 
 @TASKS.register("code")

@@ -10,6 +10,7 @@ Generation is deterministic by seed.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,3 +165,55 @@ def make_rows(cfg: ArithConfig, n: int, *, seed: int, split: str) -> list[dict[s
             }
         )
     return rows
+
+
+# ------------------------------------------------------------------------------ exact step values
+_START_RE = re.compile(r" has (\d+) ")
+_THEN_RE = re.compile(r"Then ([^.]*?)(\d+)( more)?\.")
+_EQ_RE = re.compile(r"(-?\d+) ([+-]) (\d+) = (-?\d+)")
+_BEGIN_RE = re.compile(r"start with (-?\d+)")
+_ANSWER_RE = re.compile(r"answer is (-?\d+)")
+_SUB_VERBS = tuple(t.split(" {n}")[0] for t in _SUB)
+
+
+def chain_of(question: str) -> tuple[list[int], list[tuple[str, int]]]:
+    """(states, ops) of a question written by :func:`make_problem`: the running quantities
+    s_0 (the start), s_1, ..., s_k and the operations (sign, amount) between them."""
+    m = _START_RE.search(question)
+    if m is None:
+        raise ValueError(f"not an arith question: {question[:60]!r}")
+    states, ops = [int(m.group(1))], []
+    for phrase, n, _ in _THEN_RE.findall(question):
+        sign = "-" if phrase.strip().startswith(_SUB_VERBS) else "+"
+        ops.append((sign, int(n)))
+        states.append(states[-1] + int(n) if sign == "+" else states[-1] - int(n))
+    return states, ops
+
+
+def step_value(question: str, prefix: str) -> float:
+    """The exact value of a reasoning prefix under an ideal continuation: 1.0 when the quantity it last
+    stated is on the problem's true chain, else 0.0.
+
+    * a final "The answer is N": 1 iff N is the answer;
+    * else the last equation "a +/- n = w": 1 iff it is one of the problem's own steps, done right
+      (a = s_j, (+/-, n) = op_(j+1), w = s_(j+1)): a slip makes it 0, its correction 1 again;
+    * else "start with N": 1 iff N = s_0; a prefix that has stated nothing yet: 1.
+    Wasted restatements ("that leaves N") change nothing.
+    """
+    states, ops = chain_of(question)
+    answers = _ANSWER_RE.findall(prefix)
+    if answers:
+        return float(int(answers[-1]) == states[-1])
+    eqs = _EQ_RE.findall(prefix)
+    if eqs:
+        a, sign, n, w = eqs[-1]
+        return float(
+            any(
+                (int(a), sign, int(n), int(w)) == (states[j], ops[j][0], ops[j][1], states[j + 1])
+                for j in range(len(ops))
+            )
+        )
+    begin = _BEGIN_RE.findall(prefix)
+    if begin:
+        return float(int(begin[-1]) == states[0])
+    return 1.0

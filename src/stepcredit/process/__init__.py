@@ -14,8 +14,10 @@ import torch
 
 from stepcredit.config import Config, ProcessConfig
 from stepcredit.errors import ConfigError
+from stepcredit.process import oracle as _oracle  # noqa: F401  (registers step_oracle)
 from stepcredit.process.diagnostics import describe_episodes
 from stepcredit.process.segment import segment_episodes, token_char_spans
+from stepcredit.process.tree import outcome_values, tree_values
 from stepcredit.process.utility import (
     CREDIT_FORMS,
     marginal_utilities,
@@ -38,7 +40,7 @@ from stepcredit.process.values import (
     register_value_estimator,
     resolve_force_prompt,
 )
-from stepcredit.types import Batch
+from stepcredit.types import Batch, Sample
 
 __all__ = [
     "CREDIT_FORMS",
@@ -51,6 +53,7 @@ __all__ = [
     "answer_suffix",
     "build_requests",
     "check_config",
+    "check_data",
     "compute_prefix_values",
     "continuation_values",
     "describe_episodes",
@@ -58,6 +61,7 @@ __all__ = [
     "marginal_utilities",
     "mc_prefix_indices",
     "min_form_credit",
+    "outcome_values",
     "prefix_request",
     "process_channel",
     "register_value_estimator",
@@ -65,6 +69,7 @@ __all__ = [
     "segment_episodes",
     "step_credits",
     "token_char_spans",
+    "tree_values",
     "watermark_credit",
 ]
 
@@ -149,7 +154,34 @@ def check_config(cfg: Config) -> None:
             f"config key process.credit: unknown {p.credit!r} (valid: {', '.join(CREDIT_FORMS.names())})"
         )
     spec = VALUE_ESTIMATORS.get(p.value_estimator)
+    from stepcredit.rollout import ROLLOUT_MODES
+
+    if cfg.rollout.mode not in ROLLOUT_MODES:
+        raise ConfigError(
+            f"config key rollout.mode: unknown {cfg.rollout.mode!r} (valid: {', '.join(ROLLOUT_MODES.names())})"
+        )
+    if p.enabled and spec.from_outcomes and not ROLLOUT_MODES.get(cfg.rollout.mode).shares_prefixes:
+        ok = ", ".join(n for n in ROLLOUT_MODES if ROLLOUT_MODES.get(n).shares_prefixes)
+        raise ConfigError(
+            f"config key rollout.mode: process.value_estimator={p.value_estimator} values the nodes of a "
+            f"rollout whose responses share prefixes; use rollout.mode={ok}, not {cfg.rollout.mode!r}"
+        )
     if p.enabled and spec.generates and p.mc_samples * p.mc_max_new_tokens > 1 << 20:
         raise ConfigError(
             "config key process.mc_samples: mc_samples * mc_max_new_tokens is unreasonably large"
         )
+
+
+def check_data(cfg: ProcessConfig, samples: list[Sample], domains: frozenset[str]) -> None:
+    """Start-up checks of the process settings against the data (DataError naming the first bad row)."""
+    from stepcredit.data import STEP_VALUES
+    from stepcredit.errors import DataError
+
+    if not cfg.enabled or not VALUE_ESTIMATORS.get(cfg.value_estimator).needs_step_values:
+        return
+    for s in samples:
+        if s.domain in domains and s.data_source not in STEP_VALUES:
+            raise DataError(
+                f"sample {s.uid or '?'}: process.value_estimator={cfg.value_estimator} needs exact step values, "
+                f"which data source {s.data_source!r} does not have (known: {', '.join(STEP_VALUES.names())})"
+            )

@@ -79,6 +79,14 @@ class ValueEstimatorSpec:
     terminal_is_reward: bool = False
     """V is a chance of reaching the gold answer and V after the whole (complete) response is its
     reward, so the utilities add up to R - V_0 (what ``vineppo``-style advantages need)."""
+    needs_step_values: bool = False
+    """It reads the data source's exact step values (``stepcredit.data.STEP_VALUES``): every process row's
+    data source must have them."""
+    from_outcomes: bool = False
+    """In training its values come from the group's own verified outcomes once they are scored (a
+    tree rollout's node values: :func:`stepcredit.process.tree.tree_values`), not from ``fn`` at
+    rollout time; ``fn`` values fixed traces (probe, explain). Needs a rollout mode that
+    ``shares_prefixes``."""
 
     def __call__(
         self,
@@ -97,7 +105,13 @@ VALUE_ESTIMATORS: Registry[ValueEstimatorSpec] = Registry("value estimator")
 
 
 def register_value_estimator(
-    name: str, *, needs_verifier: bool, generates: bool, terminal_is_reward: bool = False
+    name: str,
+    *,
+    needs_verifier: bool,
+    generates: bool,
+    terminal_is_reward: bool = False,
+    from_outcomes: bool = False,
+    needs_step_values: bool = False,
 ) -> Callable[[ValueEstimator], ValueEstimator]:
     """Decorator: add ``fn`` to :data:`VALUE_ESTIMATORS` with its capabilities."""
 
@@ -105,7 +119,12 @@ def register_value_estimator(
         VALUE_ESTIMATORS.add(
             name,
             ValueEstimatorSpec(
-                fn, needs_verifier=needs_verifier, generates=generates, terminal_is_reward=terminal_is_reward
+                fn,
+                needs_verifier=needs_verifier,
+                generates=generates,
+                terminal_is_reward=terminal_is_reward,
+                from_outcomes=from_outcomes,
+                needs_step_values=needs_step_values,
             ),
         )
         return fn

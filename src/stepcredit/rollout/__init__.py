@@ -8,12 +8,17 @@ sampling temperature, so the loss sees the same distribution the tokens were dra
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
+from stepcredit.config import RolloutConfig
 from stepcredit.models import token_logprobs
+from stepcredit.registry import Registry
 from stepcredit.rollout.sampling import decode
+from stepcredit.rollout.tree import tree_rollout
 from stepcredit.types import Batch, RolloutCache, Sample
 
 
@@ -68,8 +73,6 @@ def generate(
     dev = next(model.parameters()).device
     p_ids = p_ids.repeat_interleave(n, dim=0).to(dev)
     p_mask = p_mask.repeat_interleave(n, dim=0).to(dev)
-    P = p_ids.shape[1]
-    greedy = temperature <= 0
     # our own sampling loop (rollout/sampling.py): model.generate's draws, without generating on for
     # rows that have finished
     resp = decode(
@@ -82,6 +85,46 @@ def generate(
         temperature=temperature,
         top_p=top_p,
     )
+    out = finish_batch(
+        model,
+        tok,
+        samples,
+        n=n,
+        p_ids=p_ids,
+        p_mask=p_mask,
+        resp=resp,
+        temperature=temperature,
+        group_offset=group_offset,
+        with_logprobs=with_logprobs,
+        policy_version=policy_version,
+        keep_cache=keep_cache,
+    )
+    if was_training:
+        model.train()
+    return out
+
+
+def finish_batch(
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    *,
+    n: int,
+    p_ids: torch.Tensor,
+    p_mask: torch.Tensor,
+    resp: torch.Tensor,
+    temperature: float,
+    group_offset: int,
+    with_logprobs: bool,
+    policy_version: int,
+    keep_cache: bool,
+) -> Batch:
+    """The batch of sampled responses ``resp`` (``[B, T]``, each row cut at its first eos) to the
+    left-padded prompts ``p_ids`` (row b answers ``samples[b // n]``): masks, texts, truncation flags and,
+    with ``with_logprobs``, the behaviour log-prob pass (keeping its cache with ``keep_cache``)."""
+    dev = p_ids.device
+    P = p_ids.shape[1]
+    greedy = temperature <= 0
     B = resp.shape[0]
     if resp.shape[1] == 0:
         resp = torch.full((B, 1), tok.eos_token_id, dtype=torch.long, device=dev)
@@ -115,8 +158,6 @@ def generate(
         logp = torch.where(mask, logp, torch.zeros_like(logp))
     else:
         logp = None
-    if was_training:
-        model.train()
     group = torch.arange(len(samples), dtype=torch.long).repeat_interleave(n) + group_offset
     return Batch(
         samples=[s for s in samples for _ in range(n)],
@@ -131,3 +172,73 @@ def generate(
         policy_version=policy_version,
         kv_cache=RolloutCache(caches[0], (P - p_mask.sum(1)).tolist(), P + T) if caches else None,
     )
+
+
+# ------------------------------------------------------------------------------------ rollout modes
+class RolloutMode(Protocol):
+    def __call__(
+        self,
+        model: Any,
+        tok: Any,
+        samples: list[Sample],
+        cfg: RolloutConfig,
+        *,
+        group_offset: int,
+        policy_version: int,
+        with_logprobs: bool,
+        keep_cache: bool,
+        boundaries: Callable[[list[int]], list[int]],
+    ) -> tuple[Batch, dict[str, float]]: ...
+
+
+@dataclass(frozen=True)
+class RolloutModeSpec:
+    """A registered way of sampling a prompt's group, and what later stages must know about it."""
+
+    fn: RolloutMode
+    """Returns the batch (``rollout.n`` responses per prompt, each prompt's contiguous, one group per
+    prompt) and the rollout's counters (sums: ``rollout/responses``, ``rollout/generated_tokens``...)."""
+    shares_prefixes: bool
+    """The group's responses share prefixes and the batch carries ``tree_ends`` / ``tree_nodes``, so the
+    mean outcome below a node values its prefix (what ``from_outcomes`` value estimators need)."""
+
+
+ROLLOUT_MODES: Registry[RolloutModeSpec] = Registry("rollout mode")
+
+
+def _flat(
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    cfg: RolloutConfig,
+    *,
+    group_offset: int,
+    policy_version: int,
+    with_logprobs: bool,
+    keep_cache: bool,
+    boundaries: Callable[[list[int]], list[int]],
+) -> tuple[Batch, dict[str, float]]:
+    """``rollout.n`` independent responses per prompt."""
+    batch = generate(
+        model,
+        tok,
+        samples,
+        n=cfg.n,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        group_offset=group_offset,
+        policy_version=policy_version,
+        with_logprobs=with_logprobs,
+        keep_cache=keep_cache,
+    )
+    tokens = float(batch.response_mask_BT.sum())
+    return batch, {
+        "rollout/responses": float(len(batch)),
+        "rollout/generated_tokens": tokens,
+        "rollout/response_tokens": tokens,
+    }
+
+
+ROLLOUT_MODES.add("flat", RolloutModeSpec(_flat, shares_prefixes=False))
+ROLLOUT_MODES.add("tree", RolloutModeSpec(tree_rollout, shares_prefixes=True))

@@ -51,9 +51,14 @@ def decode(
     pad_token_id: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    entropy_BT: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Sampled continuations ``[B, T]`` (T <= max_new_tokens) of left-padded prompts: each row up to
     and including its first eos, then ``pad_token_id``.
+
+    ``entropy_BT`` (``[B, max_new_tokens]``, float): filled with the entropy (nats) of the distribution
+    each token was drawn from (after temperature), for tree rollouts that branch where the policy was
+    least sure (TreeRL's EPTree, arXiv:2506.11902).
 
     The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
     same distribution (greedy: the same tokens up to floating-point ties), computed with less work."""
@@ -74,6 +79,9 @@ def decode(
     for t in range(max_new_tokens):
         # a finished row that is still in the batch (until the next compaction) emits padding
         tok_A = sample_next(logits_BV, temperature=temperature, top_p=top_p).masked_fill(done_A, pad_token_id)
+        if entropy_BT is not None:
+            logp_AV = torch.log_softmax(logits_BV.float() / max(temperature, 1e-6), dim=-1)
+            entropy_BT[rows, t] = -(logp_AV.exp() * logp_AV).sum(-1).to(entropy_BT.dtype)
         out_BT[rows, t] = tok_A
         T = t + 1
         done_A |= tok_A == eos_token_id

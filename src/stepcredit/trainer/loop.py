@@ -67,6 +67,7 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
         bar = closing.enter_context(contextlib.closing(Progress(cfg.trainer.steps, cfg.trainer.progress)))
         state = build_state(cfg, model, tok, stream)
         domains = process_domains(cfg.process, train_set) if cfg.process.enabled else frozenset()
+        process.check_data(cfg.process, train_set, domains)
         rollout_for = functools.partial(rollout_and_submit, state, agent, rewarder, process_domains=domains)
         validation = functools.partial(_validate, state, val_set, rewarder, run_dir)
 
@@ -128,6 +129,12 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
     return last
 
 
+_PER_RESPONSE = {
+    "rollout/generated_tokens": "rollout/generated_tokens_per_response",  # a tree's leaves share prefixes
+    "rollout/response_tokens": "rollout/tokens_per_response",
+    "tree/branch_points": "tree/branch_points_per_leaf",
+    "tree/depth": "tree/depth",
+}
 _WAIT_KEYS = ("time/reward_wait_s", "time/generation_s", "time/process_s")
 
 
@@ -198,6 +205,10 @@ def _step_row(
         "_tokens": float(sum(int(b.response_mask_BT.sum()) for b in arrived)),
     }
     row["time/reward_s"] = row.get("time/reward_wait_s", 0.0)
+    if responses := row.pop("rollout/responses", 0.0):  # this step's rollouts' counters, per response
+        for key, name in _PER_RESPONSE.items():
+            if key in row:
+                row[name] = row.pop(key) / responses
     row["samples/dropped"] = sum(
         row.get(f"samples/dropped_{why}", 0.0) for why in ("failed", "no_signal", "surplus")
     )

@@ -4,16 +4,17 @@ which scores it in the background."""
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field, replace
 
 from stepcredit import process
 from stepcredit.reward import RewardAgent, Rewarder, Ticket
-from stepcredit.rollout import generate
+from stepcredit.rollout import ROLLOUT_MODES
 from stepcredit.trainer.critic import critic_values
 from stepcredit.trainer.state import TrainState
-from stepcredit.trainer.update import needs_behaviour_logp
+from stepcredit.trainer.update import needs_behaviour_logp, reads_rollout_cache
 from stepcredit.types import Batch
 
 
@@ -35,6 +36,13 @@ def with_values(
     a value could not be computed (NaN)."""
     cfg = state.cfg.process
     rows = [i for i, s in enumerate(batch.samples) if s.domain in domains]
+    if process.VALUE_ESTIMATORS.get(cfg.value_estimator).from_outcomes:
+        # a tree's node values need the leaves' outcomes: the segments now, the values once scored
+        # (trainer.update.reward_channels)
+        assert batch.tree_ends is not None, "from_outcomes values need a rollout that shares prefixes"
+        keep = set(rows)
+        ends = [list(e) if i in keep else [] for i, e in enumerate(batch.tree_ends)]
+        return replace(batch, episode_ends=ends, prefix_values=None, kv_cache=None), 0
     score_fn = rewarder.verifier_fn()  # used by estimators that need a verifier, ignored by the rest
     if len(rows) == len(batch):
         part = batch
@@ -70,25 +78,23 @@ def rollout_and_submit(
     cfg = state.cfg
     P = cfg.rollout.prompts_per_step
     t0 = time.perf_counter()
-    batch = generate(
+    batch, counts = ROLLOUT_MODES.get(cfg.rollout.mode).fn(
         state.model,
         state.tok,
         state.stream.take(P),
-        n=cfg.rollout.n,
-        max_new_tokens=cfg.rollout.max_new_tokens,
-        temperature=cfg.rollout.temperature,
-        top_p=cfg.rollout.top_p,
+        cfg.rollout,
         group_offset=(extra * (cfg.trainer.steps + 1) + step) * P,
         policy_version=state.step,
         with_logprobs=needs_behaviour_logp(cfg),
         # the process stage continues from the behaviour log-prob pass instead of re-running responses
-        keep_cache=cfg.process.enabled,
+        keep_cache=reads_rollout_cache(cfg),
+        boundaries=functools.partial(process.segment_episodes, tokenizer=state.tok, cfg=cfg.process),
     )
     batch = replace(batch, policy_updates=state.updates)
     if state.critic is not None:
         batch = replace(batch, values_BT=critic_values(state.critic, batch))
     t1 = time.perf_counter()
-    times = {"time/generation_s": t1 - t0}
+    times = {"time/generation_s": t1 - t0, **counts}
     if cfg.process.enabled:
         batch, unscored = with_values(state, batch, rewarder, process_domains)
         times["time/process_s"] = time.perf_counter() - t1

@@ -22,7 +22,7 @@ from stepcredit.losses import compute_policy_loss
 from stepcredit.losses.kl import apply_kl_penalty
 from stepcredit.models import token_logprobs
 from stepcredit.ops import last_token_index, masked_mean
-from stepcredit.process import process_channel
+from stepcredit.process import VALUE_ESTIMATORS, outcome_values, process_channel
 from stepcredit.reward import RunningStats, apply_failure_policy, process_outcomes
 from stepcredit.trainer.critic import critic_update
 from stepcredit.trainer.metrics import outcome_free_signal
@@ -100,8 +100,14 @@ def needs_behaviour_logp(cfg: Config) -> bool:
         and p.ppo_epochs == 1
         and not p.one_step_off_policy
         and not cfg.loss.kl_in_reward
-        and not cfg.process.enabled
+        and not reads_rollout_cache(cfg)
     )
+
+
+def reads_rollout_cache(cfg: Config) -> bool:
+    """Do the process values run the policy over the batch at rollout time (and so continue from the
+    behaviour pass's KV cache)? Not when they come from the group's outcomes (a tree's node values)."""
+    return cfg.process.enabled and not VALUE_ESTIMATORS.get(cfg.process.value_estimator).from_outcomes
 
 
 def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = None) -> tuple[Batch, Channels]:
@@ -116,6 +122,7 @@ def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = No
         idx = keep_B.nonzero().flatten().tolist()
         batch = batch.select(idx)
         score_B, valid_B = score_B[idx], valid_B[idx]
+    raw_score_B, raw_valid_B = score_B, valid_B  # the verified outcomes, before normalisation
     score_B, valid_B = process_outcomes(
         score_B,
         valid_B,
@@ -134,11 +141,19 @@ def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = No
         outcome_BT[torch.arange(len(batch), device=mask_BT.device), last_token_index(mask_BT)] = score_B
     process_BT = process_mask_BT = None
     if cfg.process.enabled:
-        if batch.episode_ends is None or batch.prefix_values is None:
+        values = batch.prefix_values
+        if VALUE_ESTIMATORS.get(cfg.process.value_estimator).from_outcomes and batch.episode_ends is not None:
+            assert batch.tree_nodes is not None
+            values = outcome_values(
+                batch.group_B.tolist(),
+                batch.tree_nodes,
+                batch.episode_ends,
+                raw_score_B.tolist(),
+                raw_valid_B.tolist(),
+            )
+        if batch.episode_ends is None or values is None:
             raise ValueError("process rewards are enabled but the batch has no V(prefix) values")
-        process_BT, process_mask_BT = process_channel(
-            batch.episode_ends, batch.prefix_values, mask_BT, cfg.process
-        )
+        process_BT, process_mask_BT = process_channel(batch.episode_ends, values, mask_BT, cfg.process)
     return batch, Channels(outcome_BT, process_BT, process_mask_BT, score_B, valid_B)
 
 

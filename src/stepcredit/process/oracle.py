@@ -1,0 +1,52 @@
+"""Exact step values where the task can check every step: the oracle that bounds every V(prefix)
+estimator from above on that task.
+
+On ``arith`` each step's equation can be checked against the problem's own chain, so the value of a
+prefix under an ideal continuation is known exactly (:func:`stepcredit.data.arith.step_value`): 1 while
+the last stated quantity is right, 0 from a slip until it is corrected. Its differences are exact step
+credit (-1 at the step that goes wrong, +1 at its correction, 0 elsewhere), and they run through the
+same credit forms and advantage estimators as any estimated value; the gap between a training run with
+these values and one with an estimator's is what the estimator loses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from stepcredit.config import ProcessConfig
+from stepcredit.data import STEP_VALUES
+from stepcredit.errors import DataError
+from stepcredit.process.values import PrefixRequest, ScoreFn, register_value_estimator
+from stepcredit.types import RolloutCache
+
+
+@register_value_estimator(
+    "step_oracle", needs_verifier=False, generates=False, terminal_is_reward=True, needs_step_values=True
+)
+def step_oracle(
+    model: Any,
+    tokenizer: Any,
+    requests: Sequence[PrefixRequest],
+    cfg: ProcessConfig,
+    *,
+    score_fn: ScoreFn | None = None,
+    body: RolloutCache | None = None,
+) -> list[list[float]]:
+    """V_i = the data source's exact value of the response's first i episodes (``STEP_VALUES``); the
+    value after a complete response is 1 iff its final answer is right (its reward)."""
+    out = []
+    for r in requests:
+        if r.sample.data_source not in STEP_VALUES:
+            raise DataError(
+                f"sample {r.sample.uid or '?'}: process.value_estimator=step_oracle has no exact step values "
+                f"for data source {r.sample.data_source!r} (known: {', '.join(STEP_VALUES.names())})"
+            )
+        fn = STEP_VALUES.get(r.sample.data_source)
+        out.append(
+            [
+                fn(r.sample, tokenizer.decode(r.response_ids[:n], skip_special_tokens=True))
+                for n in r.prefix_lens
+            ]
+        )
+    return out

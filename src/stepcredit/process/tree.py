@@ -1,0 +1,101 @@
+"""V(prefix) from a tree rollout's own outcomes: free Monte Carlo values.
+
+In a tree rollout (``rollout.mode=tree``, :mod:`stepcredit.rollout.tree`) the leaves below a node are
+samples of the policy continuing from the node's prefix, so
+
+    V(node) = (1 / |L(node)|) * sum_{l in L(node)} R(l)          L(node): the scored leaves below it
+
+is an unbiased Monte Carlo estimate of the policy's V(prefix) (SPO-tree's segment value, Guo et al.
+2025, arXiv:2505.23564, eq. 7; TreeRL's V(s_n), Hou et al. 2025, arXiv:2506.11902, eq. 2). A leaf's values
+along its path are V(root) = the group's mean outcome, the values of the nodes it branched off at, and
+its own outcome R last, so with ``process.credit=difference`` the step credit of a segment is
+V(child) - V(parent) and the utilities telescope to R - mean(group): the VinePPO-style advantages
+(``vineppo``, ``grpo_vineppo``) and ``grpo_process`` take them unchanged (``terminal_is_reward``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from stepcredit.config import ProcessConfig
+from stepcredit.process.values import PrefixRequest, ScoreFn, continuation_values, register_value_estimator
+from stepcredit.types import RolloutCache
+
+
+def tree_values(
+    group_B: Sequence[int],
+    nodes: Sequence[Sequence[int]],
+    score_B: Sequence[float],
+    valid_B: Sequence[bool],
+) -> list[list[float]]:
+    """[V(root), V(n_1), ..., V(n_k), R] per response from the outcomes of the leaves below each node.
+
+    ``nodes[b]``: response b's node ids (unique within its group ``group_B[b]``), root first. Only valid
+    responses (a finite, computed outcome) count in a node's mean; a node with none below it takes its
+    parent's value, a root with none 0 (its responses are all masked, so no credit is read). The last
+    value is the response's own outcome (its parent's value when the response is not valid)."""
+    sums: dict[tuple[int, int], float] = {}
+    counts: dict[tuple[int, int], int] = {}
+    for g, ns, score, ok in zip(group_B, nodes, score_B, valid_B, strict=True):
+        if not ok or not math.isfinite(score):
+            continue
+        for n in ns:
+            sums[(g, n)] = sums.get((g, n), 0.0) + float(score)
+            counts[(g, n)] = counts.get((g, n), 0) + 1
+    out = []
+    for g, ns, score, ok in zip(group_B, nodes, score_B, valid_B, strict=True):
+        values: list[float] = []
+        for n in ns:
+            c = counts.get((g, n), 0)
+            values.append(sums[(g, n)] / c if c else (values[-1] if values else 0.0))
+        values.append(float(score) if ok and math.isfinite(score) else values[-1])
+        out.append(values)
+    return out
+
+
+def outcome_values(
+    group_B: Sequence[int],
+    tree_nodes: Sequence[Sequence[int]],
+    episode_ends: Sequence[Sequence[int]],
+    score_B: Sequence[float],
+    valid_B: Sequence[bool],
+) -> list[list[float]]:
+    """:func:`tree_values` for the responses that have episodes (a process domain's), ``[]`` for the rest."""
+    values = tree_values(group_B, tree_nodes, score_B, valid_B)
+    return [v if ends else [] for v, ends in zip(values, episode_ends, strict=True)]
+
+
+@register_value_estimator(
+    "tree", needs_verifier=True, generates=True, terminal_is_reward=True, from_outcomes=True
+)
+def tree(
+    model: Any,
+    tokenizer: Any,
+    requests: Sequence[PrefixRequest],
+    cfg: ProcessConfig,
+    *,
+    score_fn: ScoreFn | None = None,
+    body: RolloutCache | None = None,
+) -> list[list[float]]:
+    """In training: the tree rollout's node values (:func:`tree_values`, no generation). On fixed traces
+    (probe, explain), where no tree was grown, the same estimate as a tree rooted at each prefix with
+    ``process.mc_samples`` leaves below it: the mean outcome of that many sampled continuations."""
+    if score_fn is None:
+        from stepcredit.errors import ConfigError
+
+        raise ConfigError("config key process.value_estimator: tree values fixed traces with a verifier")
+    return continuation_values(
+        model,
+        tokenizer,
+        requests,
+        score_fn,
+        samples=cfg.mc_samples,
+        greedy=False,
+        temperature=cfg.mc_temperature,
+        max_new_tokens=cfg.mc_max_new_tokens,
+        max_prefixes=cfg.mc_prefixes,
+        max_tokens_per_forward=cfg.max_tokens_per_forward,
+        v0_from_group=cfg.mc_v0 == "group",
+    )
