@@ -41,8 +41,8 @@ def with_values(
         # (trainer.update.reward_channels)
         assert batch.tree_ends is not None, "from_outcomes values need a rollout that shares prefixes"
         keep = set(rows)
-        ends = [list(e) if i in keep else [] for i, e in enumerate(batch.tree_ends)]
-        return replace(batch, episode_ends=ends, prefix_values=None, kv_cache=None), 0
+        segments = [list(e) if i in keep else [] for i, e in enumerate(batch.tree_ends)]
+        return replace(batch, episode_ends=segments, prefix_values=None, kv_cache=None), 0
     score_fn = rewarder.verifier_fn()  # used by estimators that need a verifier, ignored by the rest
     if len(rows) == len(batch):
         part = batch
