@@ -252,6 +252,8 @@ class JudgeConfig:
     for braces; each field becomes a delimited region, inserted once; empty = the built-in rubric."""
     system_prompt: str = ""
     """Optional system message."""
+    break_special_tokens: bool = True
+    """Put a zero-width space into special-token strings (``<|im_end|>``, ``</s>``...) of inserted text."""
     score_pattern: str = r"(?i)(?:final\s+)?score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)\s*\**(?:\s*/\s*\d+)?\.?"
     """Regex a whole verdict line of the reply must match (markdown ``*_#`` stripped); group 1 is the score."""
     max_score: float = 10.0

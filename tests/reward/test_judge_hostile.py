@@ -35,7 +35,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from stepcredit.config import JudgeConfig
-from stepcredit.reward.scorers.judge import DEFAULT_TEMPLATE, Judge, JudgeRequest
+from stepcredit.reward.scorers.judge import (
+    DEFAULT_TEMPLATE,
+    SPECIAL_TOKEN_RX,
+    Judge,
+    JudgeRequest,
+    break_special_tokens,
+)
 from stepcredit.types import Status
 
 QUESTION = "What is 6 * 7? Give the number."
@@ -169,7 +175,7 @@ class RecordingJudge:
         out = {}
         for body in self.requests:
             user = body["messages"][-1]["content"]
-            out[read_regions(user)[1]["ANSWER TO GRADE"]] = user
+            out[read_regions(user)[1]["ANSWER TO GRADE"].replace("\u200b", "")] = user
         return out
 
 
@@ -185,8 +191,9 @@ def cfg_for(server: RecordingJudge, **kw: Any) -> JudgeConfig:
 
 
 def check_request(user: str, response: str) -> None:
-    """The recorded message holds each field once, verbatim, inside its own region, and the
-    reference in the response's region only when the response wrote it (and never outside the regions)."""
+    """The recorded message holds each field once, verbatim (special-token strings broken by a
+    zero-width space), inside its own region; the reference is in the response's region only when
+    the response wrote it, and never outside the regions; no special-token string is left whole."""
     marker, regions, outside = read_regions(user)
     assert marker is not None and marker not in response
     for name, text in [
@@ -197,10 +204,11 @@ def check_request(user: str, response: str) -> None:
         assert (
             user.count(f"<<<BEGIN {name} {marker}>>>") == 1 and user.count(f"<<<END {name} {marker}>>>") == 1
         )
-        assert regions[name] == text
+        assert regions[name] == break_special_tokens(text)
     assert (REFERENCE in regions["ANSWER TO GRADE"]) == (REFERENCE in response)
     outside = outside.replace(marker, "")  # a random hex code may spell "42"
     assert REFERENCE not in outside and response not in outside
+    assert SPECIAL_TOKEN_RX.search(user) is None
 
 
 # User templates in other shapes get the same regions (the region code is named by {marker}).

@@ -5,16 +5,20 @@ template is split into text and fields once, at start-up, and each field (the qu
 the response) is inserted once, verbatim, between a ``<<<BEGIN NAME m>>>`` and an ``<<<END NAME m>>>``
 line where ``m`` is a random code drawn per request and checked absent from every inserted text, so a
 response can neither pull another field in (``{ground_truth}`` stays those 14 characters) nor close its
-own region. The judge's reply is parsed strictly: its verdict lines (whole lines matching
-``score_pattern``) must exist, agree and lie in ``[0, max_score]``; the score is the final one divided
-by ``max_score``. Anything else is retried and ends as ``error`` with ``info["verdict"]`` saying why. The client is asynchronous (httpx)
-with at most ``concurrency`` requests in flight, and every request is retried on 429, 5xx, timeouts,
-connection errors, malformed JSON and replies without a score, with exponential backoff and full
-jitter (``uniform(0, min(backoff_max_s, backoff_s * 2**k))``, the AWS "full jitter" scheme; a
-``Retry-After`` header raises the wait up to ``backoff_max_s``). A request never outlives its
-``deadline_s``. Failures are typed and never raised: ``error`` after the last retry (or at once on a
-non-retryable 4xx), ``timeout`` when the deadline passed or every attempt timed out; both have a NaN
-score. Results come back in the order of the requests, each tagged with its index.
+own region. Special-token strings in inserted text (``<|im_end|>``...) get a zero-width space
+(``break_special_tokens``), so a judge server that tokenizes the chat reads them as text.
+
+The judge's reply is parsed strictly: its verdict lines (whole lines matching ``score_pattern``) must
+exist, agree and lie in ``[0, max_score]``; the score is the final one divided by ``max_score``.
+Anything else is retried and ends as ``error`` with ``info["verdict"]`` saying why, never a 0 or a 10.
+
+The client is asynchronous (httpx) with at most ``concurrency`` requests in flight, and every request
+is retried on 429, 5xx, timeouts, connection errors, malformed JSON and replies without a verdict, with
+exponential backoff and full jitter (``uniform(0, min(backoff_max_s, backoff_s * 2**k))``, the AWS
+"full jitter" scheme; a ``Retry-After`` header raises the wait up to ``backoff_max_s``). A request never
+outlives its ``deadline_s``. Failures are typed and never raised: ``error`` after the last retry (or at
+once on a non-retryable 4xx), ``timeout`` when the deadline passed or every attempt timed out; both have
+a NaN score. Results come back in the order of the requests, each tagged with its index.
 """
 
 from __future__ import annotations
@@ -55,6 +59,14 @@ reference answer. Reply with one short sentence of justification, then a final l
 REGION_NAMES = {"question": "QUESTION", "ground_truth": "REFERENCE ANSWER", "response": "ANSWER TO GRADE"}
 """The NAME on the delimiter lines of each field's region."""
 
+SPECIAL_TOKEN_RX = re.compile(
+    r"<\|[^|<>\s]{1,64}\|>"  # <|im_end|>, <|eot_id|>, <|start_header_id|>, <|endoftext|>
+    r"|<\uff5c[^\uff5c<>\s]{1,64}\uff5c>"  # DeepSeek's <｜end▁of▁sentence｜>
+    r"|</?s>|<(?:unk|pad|bos|eos|mask|sep|cls|start_of_turn|end_of_turn)>"
+    r"|\[/?INST\]|<</?SYS>>"
+)
+"""Common spellings of chat control tokens, whatever the judge's tokenizer."""
+
 _DECORATION = " \t*_#>`"
 """Stripped from both ends of a reply's line before it is matched as a verdict line (markdown)."""
 
@@ -73,6 +85,12 @@ def parse_template(template: str) -> list[str | tuple[str]]:
         pos = m.end()
     pieces.append(template[pos:])
     return [p for p in pieces if p != ""]
+
+
+def break_special_tokens(text: str) -> str:
+    """``text`` with a zero-width space after the first character of every special-token string, so a
+    judge server that tokenizes the rendered chat reads them as text, never as control tokens."""
+    return SPECIAL_TOKEN_RX.sub(lambda m: m.group(0)[0] + "\u200b" + m.group(0)[1:], text)
 
 
 def new_marker(texts: Sequence[str], *, rng: Callable[[int], str] = secrets.token_hex) -> str:
@@ -177,6 +195,8 @@ class Judge:
     def messages(self, req: JudgeRequest, *, marker: str | None = None) -> list[dict[str, str]]:
         """The chat messages of one request; a fresh random ``marker`` unless one is given (tests)."""
         fields = {"question": req.question, "response": req.response, "ground_truth": req.ground_truth}
+        if self.cfg.break_special_tokens:
+            fields = {k: break_special_tokens(v) for k, v in fields.items()}
         texts = [*fields.values(), *(p for p in self._pieces if isinstance(p, str))]
         if marker is None:
             marker = new_marker(texts)
