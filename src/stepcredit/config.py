@@ -295,7 +295,8 @@ JUDGE_FIELDS = ("question", "response", "ground_truth", "marker")
 
 
 def check_judge_template(template: str) -> None:
-    # Checked at start-up so that a typo ("{reference}") is one line, not a judge that grades blind.
+    """ConfigError naming an unknown or repeated field of a judge template (a typo such as
+    ``{reference}`` stops the run at start-up instead of reaching the judge as text)."""
     if not template:
         return
     seen: dict[str, int] = {}
