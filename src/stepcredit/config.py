@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -293,11 +294,14 @@ class JudgeConfig:
     api_key_env: str = "OPENAI_API_KEY"
     """Name of the environment variable holding the API key (never the key itself); unset = no key."""
     prompt_template: str = ""
-    """User message with ``{question}``, ``{response}``, ``{ground_truth}``; empty = the built-in rubric."""
+    """User message: ``{response}`` once, ``{question}``/``{ground_truth}`` at most once, ``{marker}``, ``{{``/``}}``
+    for braces; each field becomes a delimited region, inserted once; empty = the built-in rubric."""
     system_prompt: str = ""
     """Optional system message."""
-    score_pattern: str = r"(?i)score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)"
-    """Regex whose first group is the score in the judge's reply (the last match wins)."""
+    break_special_tokens: bool = True
+    """Put a zero-width space into special-token strings (``<|im_end|>``, ``</s>``...) of inserted text."""
+    score_pattern: str = r"(?i)(?:final\s+)?score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)\s*\**(?:\s*/\s*\d+)?\.?"
+    """Regex a whole verdict line of the reply must match (markdown ``*_#`` stripped); group 1 is the score."""
     max_score: float = 10.0
     """The parsed score is divided by this (so 0..max_score becomes 0..1)."""
     temperature: float = 0.0
@@ -322,6 +326,40 @@ class JudgeConfig:
         _check(self.concurrency >= 1, "reward.judge.concurrency", "must be >= 1")
         _check(self.max_retries >= 0, "reward.judge.max_retries", "must be >= 0")
         _check(self.request_timeout_s > 0 and self.deadline_s > 0, "reward.judge.deadline_s", "must be > 0")
+        check_judge_template(self.prompt_template)
+        try:
+            rx = re.compile(self.score_pattern)
+        except re.error as e:
+            raise ConfigError(f"config key reward.judge.score_pattern: not a regex ({e})") from None
+        _check(rx.groups >= 1, "reward.judge.score_pattern", "needs a group (the score)")
+
+
+JUDGE_FIELD_RE = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+"""A judge template's grammar: ``{{`` / ``}}`` are literal braces, ``{name}`` is a field, the rest is text."""
+JUDGE_FIELDS = ("question", "response", "ground_truth", "marker")
+"""Fields of a judge template (``marker``: the request's random region code, the only field repeatable)."""
+
+
+def check_judge_template(template: str) -> None:
+    """ConfigError naming an unknown or repeated field of a judge template (a typo such as
+    ``{reference}`` stops the run at start-up instead of reaching the judge as text)."""
+    if not template:
+        return
+    seen: dict[str, int] = {}
+    for m in JUDGE_FIELD_RE.finditer(template):
+        name = m.group(1)
+        if name is None:
+            continue
+        _check(
+            name in JUDGE_FIELDS,
+            "reward.judge.prompt_template",
+            f"unknown field {{{name}}} (fields: {', '.join('{' + f + '}' for f in JUDGE_FIELDS)};"
+            " write {{ and }} for literal braces)",
+        )
+        seen[name] = seen.get(name, 0) + 1
+    _check(seen.get("response") == 1, "reward.judge.prompt_template", "must contain {response} exactly once")
+    for name in ("question", "ground_truth"):
+        _check(seen.get(name, 0) <= 1, "reward.judge.prompt_template", f"{{{name}}} may appear once at most")
 
 
 @dataclass(frozen=True)

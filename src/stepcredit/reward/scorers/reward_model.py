@@ -3,7 +3,10 @@
 Rows with ``reward_model.style: model`` route here. The prompt (chat messages rendered with the
 tokenizer's chat template, with the generation prompt) and the response are tokenized separately and
 concatenated, so the response's tokens are known exactly; a too-long input loses prompt tokens from the
-left first. Batches are left-padded with explicit ``position_ids`` (so padding does not change a score)
+left first. Text is text: the response, and the content of the prompt's messages, are encoded with
+special-token strings split (``<|end|>`` in a response is six characters' tokens, never the control
+token), so a response cannot end its turn or open a new one; only the chat template's own markup
+yields special tokens. Batches are left-padded with explicit ``position_ids`` (so padding does not change a score)
 and the model's ``pad_token_id`` is hidden during the forward pass, so a sequence model pools the last
 position, which is the last valid token even when that token is the eos/pad id.
 
@@ -21,6 +24,8 @@ import contextlib
 import functools
 import multiprocessing as mp
 import os
+import re
+import secrets
 import threading
 import time
 from collections.abc import Sequence
@@ -33,6 +38,20 @@ from stepcredit.types import RewardResult, Sample, Status
 
 WORKER_TIMEOUT_S = 600.0
 """Longest a worker may take for one batch before its results are ``timeout`` and it is restarted."""
+
+
+def special_token_strings(tok: Any) -> list[str]:
+    """Every string the tokenizer would read as a special (control) token."""
+    added = getattr(tok, "added_tokens_decoder", None) or {}
+    out = {getattr(t, "content", str(t)) for t in added.values() if getattr(t, "special", False)}
+    out.update(getattr(tok, "all_special_tokens", None) or [])
+    return sorted(x for x in out if x)
+
+
+def encode_text(tok: Any, text: str, *, add_special_tokens: bool = False) -> list[int]:
+    """Token ids of ``text`` with any special-token strings in it encoded as ordinary text
+    (``add_special_tokens`` only adds the tokenizer's own bos/eos around it)."""
+    return list(tok(text, add_special_tokens=add_special_tokens, split_special_tokens=True)["input_ids"])
 
 
 def _kind_of(config: Any, kind: str) -> str:
@@ -102,20 +121,43 @@ class RewardModel:
 
     # --------------------------------------------------------------------------------- encoding
     def render_prompt(self, prompt: Sequence[dict[str, str]] | str) -> list[int]:
-        """Token ids of the prompt: the chat template (with generation prompt) when there is one."""
+        """Token ids of the prompt: the chat template (with generation prompt) when there is one; the
+        messages' content is text (its special-token strings are never control tokens)."""
         if isinstance(prompt, str):
-            return list(self.tok(prompt, add_special_tokens=True)["input_ids"])
+            return encode_text(self.tok, prompt, add_special_tokens=True)
         if getattr(self.tok, "chat_template", None):
+            specials = special_token_strings(self.tok)
+            if any(x in str(m.get("content", "")) for m in prompt for x in specials):
+                return self._render_chat_as_text(list(prompt))
+            # No special-token text in the content: the template's ids exactly, as before.
             ids = self.tok.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True)
             if isinstance(ids, dict) or hasattr(ids, "keys"):
                 ids = ids["input_ids"]
             return list(ids)
         text = "\n".join(m.get("content", "") for m in prompt) + "\n"
-        return list(self.tok(text, add_special_tokens=True)["input_ids"])
+        return encode_text(self.tok, text, add_special_tokens=True)
+
+    def _render_chat_as_text(self, messages: list[dict[str, str]]) -> list[int]:
+        # The template is rendered around placeholders; its own text (and special tokens) is tokenized
+        # as the template wrote it, each message's content separately as plain text.
+        contents = [str(m.get("content", "")) for m in messages]
+        nonce = secrets.token_hex(8)
+        while any(nonce in c for c in contents):
+            nonce = secrets.token_hex(8)
+        holes = [{**m, "content": f"STEPCREDITHOLE{nonce}N{i}E"} for i, m in enumerate(messages)]
+        rendered = self.tok.apply_chat_template(holes, add_generation_prompt=True, tokenize=False)
+        ids: list[int] = []
+        pos = 0
+        for m in re.finditer(f"STEPCREDITHOLE{nonce}N(\\d+)E", rendered):
+            ids += self.tok(rendered[pos : m.start()], add_special_tokens=False)["input_ids"]
+            ids += encode_text(self.tok, contents[int(m.group(1))])
+            pos = m.end()
+        ids += self.tok(rendered[pos:], add_special_tokens=False)["input_ids"]
+        return ids
 
     def _encode(self, prompt: Sequence[dict[str, str]] | str, response: str) -> tuple[list[int], int]:
         p = self.render_prompt(prompt)
-        r = list(self.tok(response, add_special_tokens=False)["input_ids"])
+        r = encode_text(self.tok, response)
         limit = self.cfg.max_length
         r = r[: limit - 1] if len(r) >= limit else r  # keep at least one prompt token
         p = p[max(0, len(p) - (limit - len(r))) :]
