@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stepcredit.cli.main import main
 
 EXE = [sys.executable, "-m", "stepcredit.cli.main"]
@@ -29,6 +31,7 @@ TINY = [
 DOMAINS = ("arith", "code", "ifeval", "mc")
 
 
+@pytest.mark.slow  # ~25 s on the loaded 2-core machine
 def test_alldomains_preset_logs_every_domain(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = [*TINY, "sft.steps=2", "trainer.steps=2", "trainer.val_every=2", "trainer.save_every=0"]
