@@ -27,16 +27,56 @@ def verdict(response: str, iid: str, **kwargs: Any) -> tuple[bool, bool]:
 REFERENCE = [
     ("The response is English", "language:response_language", {"language": "en"}, True),
     ("Desayunamos en McDonald's hoy", "language:response_language", {"language": "es"}, True),
-    ("xx,x. xx,x! xx/x. x{x}x?", "length_constraints:number_sentences", {"relation": "less than", "num_sentences": 4}, False),
-    ("xxxx. xx,x! xxxx. x(x)x?", "length_constraints:number_sentences", {"relation": "less than", "num_sentences": 5}, True),
-    ("xxxx. xx,x! xx|x. x&x x?", "length_constraints:number_sentences", {"relation": "at least", "num_sentences": 4}, True),
-    ("xx-x. xx,x! xx}x. x,xx?", "length_constraints:number_sentences", {"relation": "at least", "num_sentences": 5}, False),
-    ("My [adjective] [noun] is [adjective] [noun]. I [verb] and [verb].", "detectable_content:number_placeholders", {"num_placeholders": 7}, False),
+    (
+        "xx,x. xx,x! xx/x. x{x}x?",
+        "length_constraints:number_sentences",
+        {"relation": "less than", "num_sentences": 4},
+        False,
+    ),
+    (
+        "xxxx. xx,x! xxxx. x(x)x?",
+        "length_constraints:number_sentences",
+        {"relation": "less than", "num_sentences": 5},
+        True,
+    ),
+    (
+        "xxxx. xx,x! xx|x. x&x x?",
+        "length_constraints:number_sentences",
+        {"relation": "at least", "num_sentences": 4},
+        True,
+    ),
+    (
+        "xx-x. xx,x! xx}x. x,xx?",
+        "length_constraints:number_sentences",
+        {"relation": "at least", "num_sentences": 5},
+        False,
+    ),
+    (
+        "My [adjective] [noun] is [adjective] [noun]. I [verb] and [verb].",
+        "detectable_content:number_placeholders",
+        {"num_placeholders": 7},
+        False,
+    ),
     ("\n My answer is no.\n", "detectable_format:constrained_response", {}, True),
     ("My answer is no.   ", "detectable_format:constrained_response", {}, True),
-    ("SECTION 1\n  [content of section 1]\n  SECTION 2\n  [content of section 2]", "detectable_format:multiple_sections", {"section_spliter": "SECTION", "num_sections": 2}, True),
-    ("\n  paragraph 1\n  ***\n  paragraph 2\n  ***\n  paragraph 3", "length_constraints:number_paragraphs", {"num_paragraphs": 3}, True),
-    ("\n  paragraph 1\n          ***\n      paragraph 2\n          ***\n          ***", "length_constraints:number_paragraphs", {"num_paragraphs": 2}, False),
+    (
+        "SECTION 1\n  [content of section 1]\n  SECTION 2\n  [content of section 2]",
+        "detectable_format:multiple_sections",
+        {"section_spliter": "SECTION", "num_sections": 2},
+        True,
+    ),
+    (
+        "\n  paragraph 1\n  ***\n  paragraph 2\n  ***\n  paragraph 3",
+        "length_constraints:number_paragraphs",
+        {"num_paragraphs": 3},
+        True,
+    ),
+    (
+        "\n  paragraph 1\n          ***\n      paragraph 2\n          ***\n          ***",
+        "length_constraints:number_paragraphs",
+        {"num_paragraphs": 2},
+        False,
+    ),
 ]
 
 
@@ -56,11 +96,35 @@ HAND = [
     # dropping line 1 fixes loose
     ("**Tea**\n" + LOWER, "change_case:english_lowercase", {}, False, True),
     # fewer than 5 words: 4 words; 6 words
-    ("one two three four", "length_constraints:number_words", {"num_words": 5, "relation": "less than"}, True, True),
-    ("one two three four five six", "length_constraints:number_words", {"num_words": 5, "relation": "less than"}, False, False),
+    (
+        "one two three four",
+        "length_constraints:number_words",
+        {"num_words": 5, "relation": "less than"},
+        True,
+        True,
+    ),
+    (
+        "one two three four five six",
+        "length_constraints:number_words",
+        {"num_words": 5, "relation": "less than"},
+        False,
+        False,
+    ),
     # end phrase: strict needs it last; a trailing sign-off line is dropped by loose
-    ("Tea is good. Any other questions?", "startend:end_checker", {"end_phrase": "Any other questions?"}, True, True),
-    ("Tea is good. Any other questions?\n-- bot", "startend:end_checker", {"end_phrase": "Any other questions?"}, False, True),
+    (
+        "Tea is good. Any other questions?",
+        "startend:end_checker",
+        {"end_phrase": "Any other questions?"},
+        True,
+        True,
+    ),
+    (
+        "Tea is good. Any other questions?\n-- bot",
+        "startend:end_checker",
+        {"end_phrase": "Any other questions?"},
+        False,
+        True,
+    ),
     # keywords: both present (case-insensitive); one missing
     ("Green TEA and honey.", "keywords:existence", {"keywords": ["tea", "honey"]}, True, True),
     ("Green tea.", "keywords:existence", {"keywords": ["tea", "honey"]}, False, False),
@@ -79,18 +143,32 @@ HAND = [
     # wrapped in double quotes
     ('"Tea is good."', "startend:quotation", {}, True, True),
     # postscript P.S.
-    ("Tea is good.\nP.S. so is cake.", "detectable_content:postscript", {"postscript_marker": "P.S."}, True, True),
+    (
+        "Tea is good.\nP.S. so is cake.",
+        "detectable_content:postscript",
+        {"postscript_marker": "P.S."},
+        True,
+        True,
+    ),
     # at least 2 highlighted sections
     ("*one* and *two*", "detectable_format:number_highlighted_sections", {"num_highlights": 2}, True, True),
     # two placeholders in square brackets
-    ("Dear [name], see you at [place].", "detectable_content:number_placeholders", {"num_placeholders": 2}, True, True),
+    (
+        "Dear [name], see you at [place].",
+        "detectable_content:number_placeholders",
+        {"num_placeholders": 2},
+        True,
+        True,
+    ),
     # all capitals in English
     ("TEA IS THE BEST DRINK IN THE WORLD.", "change_case:english_capital", {}, True, True),
 ]
 
 
 @pytest.mark.parametrize(("response", "iid", "kwargs", "strict", "loose"), HAND)
-def test_hand_derived_verdicts(response: str, iid: str, kwargs: dict[str, Any], strict: bool, loose: bool) -> None:
+def test_hand_derived_verdicts(
+    response: str, iid: str, kwargs: dict[str, Any], strict: bool, loose: bool
+) -> None:
     assert verdict(response, iid, **kwargs) == (strict, loose)
 
 
@@ -117,7 +195,9 @@ def test_share_all_strict_loose() -> None:
 
 def test_row_layouts_agree() -> None:
     resp = "i like tea. bye."
-    as_json = ifeval_compute_score("ifeval", resp, '{"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}')
+    as_json = ifeval_compute_score(
+        "ifeval", resp, '{"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}'
+    )
     in_extra = ifeval_compute_score(
         "ifeval", resp, "", {"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{"num_words": None}]}
     )
@@ -133,7 +213,7 @@ def test_unknown_instruction_id_names_the_row() -> None:
         "prompt": "Say hi.",
         "reward_model": {"ground_truth": {"instruction_id_list": ["no:such"], "kwargs": [{}]}},
     }
-    with build_rewarder() as rw, pytest.raises(DataError, match="train.jsonl:9"):
+    with build_rewarder() as rw, pytest.raises(DataError, match=r"train\.jsonl:9"):
         check_routes([row_to_sample(row, "train.jsonl:9")], rw.route)
 
 

@@ -53,9 +53,7 @@ def checkers() -> dict[str, Any]:
     try:
         from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
     except ImportError as e:
-        raise ConfigError(
-            f"instruction-following rewards need the ifeval extra ({_INSTALL}): {e}"
-        ) from None
+        raise ConfigError(f"instruction-following rewards need the ifeval extra ({_INSTALL}): {e}") from None
     import langdetect
 
     # language:response_language calls langdetect, which samples at random unless seeded: a verifier
@@ -130,7 +128,9 @@ def _as_dict(x: Any) -> dict[str, Any] | None:
     return x if isinstance(x, dict) else None
 
 
-def constraints(ground_truth: Any, extra_info: dict[str, Any] | None) -> tuple[list[str], list[dict[str, Any]], str]:
+def constraints(
+    ground_truth: Any, extra_info: dict[str, Any] | None
+) -> tuple[list[str], list[dict[str, Any]], str]:
     """(instruction ids, their kwargs with ``None`` values dropped, the prompt) of a row.
 
     Looked up in the ground truth (a dict or JSON text), then in ``extra_info``; kwargs missing or
@@ -207,7 +207,9 @@ def loose_variants(response: str) -> list[str]:
     return [response, response.replace("*", ""), first, last, both] + [v.replace("*", "") for v in base[1:]]
 
 
-def check(response: str, ids: list[str], kwargs: list[dict[str, Any]], prompt: str = "") -> list[dict[str, Any]]:
+def check(
+    response: str, ids: list[str], kwargs: list[dict[str, Any]], prompt: str = ""
+) -> list[dict[str, Any]]:
     """Per instruction ``{"id", "strict", "loose"}``; an empty response meets nothing (as in IFEval)."""
     variants = [v for v in loose_variants(response) if v.strip()]
     out = []

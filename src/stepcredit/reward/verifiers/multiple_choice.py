@@ -35,7 +35,9 @@ LETTERS = string.ascii_uppercase
 _LETTER = r"[\(\[]?\s*([A-Z])\s*[\)\]]?(?![A-Za-z0-9'])"
 _LEAD = r"^(?:(?:either|both|option|options|choice|choices|letter|probably|clearly|definitely)\s+)*"
 _FIRST_RE = re.compile(_LEAD + _LETTER, re.IGNORECASE)
-_MORE_RE = re.compile(r"^\s*[.):]?\s*(?:,|/|&|\bor\b|\band\b|\bnor\b|\+)\s*(?:(?:option|choice)\s+)?" + _LETTER)
+_MORE_RE = re.compile(
+    r"^\s*[.):]?\s*(?:,|/|&|\bor\b|\band\b|\bnor\b|\+)\s*(?:(?:option|choice)\s+)?" + _LETTER
+)
 _LETTERS_ONLY_RE = re.compile(r"^[\(\[]?([A-Z](?:\s*[,/&]?\s*[A-Z])+)[\)\]]?\.?$")
 _PHRASE_RE = re.compile(
     r"(?i)(?:\b(?:final|correct|best|right)\s+(?:answer|option|choice)|\bthe\s+answer|\banswer|"
@@ -80,7 +82,11 @@ def read_letters(content: str, letters: str, options: dict[str, str] | None) -> 
         if all(c in letters for c in found):
             return found
     m = _FIRST_RE.match(s)
-    if m and m.group(1).upper() in letters and (m.group(1).isupper() or s[: m.end()].lower().startswith(("option", "choice", "letter"))):
+    if (
+        m
+        and m.group(1).upper() in letters
+        and (m.group(1).isupper() or s[: m.end()].lower().startswith(("option", "choice", "letter")))
+    ):
         found = [m.group(1).upper()]
         rest = s[m.end() :]
         while (more := _MORE_RE.match(rest)) and more.group(1) in letters:
@@ -89,7 +95,11 @@ def read_letters(content: str, letters: str, options: dict[str, str] | None) -> 
         return list(dict.fromkeys(found))
     if options:  # the option's text itself ("The answer is Paris.")
         t = _norm_text(s)
-        hits = [k for k, v in options.items() if _norm_text(v) and (t == _norm_text(v) or t.startswith(_norm_text(v) + " "))]
+        hits = [
+            k
+            for k, v in options.items()
+            if _norm_text(v) and (t == _norm_text(v) or t.startswith(_norm_text(v) + " "))
+        ]
         if len(hits) > 1:  # one option's text is a prefix of another's: the longest is meant
             hits = [max(hits, key=lambda k: len(options[k]))]
         return hits
@@ -111,7 +121,11 @@ def _options(ground_truth: Any, extra_info: dict[str, Any] | None) -> dict[str, 
 def gold_letter(ground_truth: Any, options: dict[str, str] | None) -> str:
     """The key as a letter; ValueError when it names no valid option."""
     letters = "".join(options) if options else LETTERS
-    gt = ground_truth.get("answer", ground_truth.get("label")) if isinstance(ground_truth, dict) else ground_truth
+    gt = (
+        ground_truth.get("answer", ground_truth.get("label"))
+        if isinstance(ground_truth, dict)
+        else ground_truth
+    )
     if isinstance(gt, (list, tuple)) and len(gt) == 1:
         gt = gt[0]
     if isinstance(gt, int) and not isinstance(gt, bool):
@@ -125,7 +139,9 @@ def gold_letter(ground_truth: Any, options: dict[str, str] | None) -> str:
     raise ValueError(f"ground truth {ground_truth!r} names no single option among {letters[0]}-{letters[-1]}")
 
 
-def extract_choice(response: str, *, letters: str = LETTERS, options: dict[str, str] | None = None) -> tuple[list[str], str]:
+def extract_choice(
+    response: str, *, letters: str = LETTERS, options: dict[str, str] | None = None
+) -> tuple[list[str], str]:
     """(letters of the final answer, how it was found): the last box or answer phrase that names an
     option, else the last line when it is an option alone; ``([], "none")`` when nothing is found."""
     text = response.rsplit("</think>", 1)[1] if "</think>" in response else response
@@ -145,7 +161,9 @@ def extract_choice(response: str, *, letters: str = LETTERS, options: dict[str, 
     last = _clean(lines[-1]) if lines else ""
     # the last line alone: a letter ("(C)", "C.", "**C**"), a letter with its option's text ("C: Paris"),
     # or an option's text; never a sentence that happens to start with "A"
-    if _LAST_LINE_RE.match(last) or (options and _norm_text(last) in {_norm_text(v) for v in options.values()}):
+    if _LAST_LINE_RE.match(last) or (
+        options and _norm_text(last) in {_norm_text(v) for v in options.values()}
+    ):
         got = read_letters(last, letters, options)
         if got:
             return got, "last_line"
