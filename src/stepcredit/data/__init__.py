@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stepcredit.config import DataConfig
-from stepcredit.data import arith, codegen
+from stepcredit.data import arith, codegen, ifgen
 from stepcredit.data.io import read_rows, read_samples, row_to_sample, write_rows
 from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
@@ -60,6 +60,26 @@ def _code(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
 
     train = codegen.make_rows(cfg.train_size, seed=cfg.seed, split="train")
     val = codegen.make_rows(cfg.val_size, seed=cfg.seed, split="val")
+    return conv(train, "train"), conv(val, "val")
+
+
+@TASKS.register("ifeval")
+def _ifeval(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
+    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
+        return [row_to_sample(r, f"ifeval:{split}:{i}") for i, r in enumerate(rows)]
+
+    train = ifgen.make_rows(cfg.train_size, seed=cfg.seed, split="train")
+    val = ifgen.make_rows(cfg.val_size, seed=cfg.seed, split="val")
+    return conv(train, "train"), conv(val, "val")
+
+
+@TASKS.register("arith_mc")
+def _arith_mc(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
+    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
+        return [row_to_sample(r, f"arith_mc:{split}:{i}") for i, r in enumerate(rows)]
+
+    train = ifgen.make_mc_rows(cfg.train_size, seed=cfg.seed, split="train")
+    val = ifgen.make_mc_rows(cfg.val_size, seed=cfg.seed, split="val")
     return conv(train, "train"), conv(val, "val")
 
 

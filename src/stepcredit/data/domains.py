@@ -99,17 +99,20 @@ def build_data(
 
 def check_routes(samples: list[Sample], route: Any) -> None:
     """Every (domain, tag, data_source) of the data has a reward route (``route`` is ``Rewarder.route``);
-    else a ConfigError naming the domain and tag."""
+    else a ConfigError naming the domain and tag. A route's ``validate`` check (e.g. IFEval's known
+    instruction ids) runs on every row: a UserError naming the row."""
     seen: set[tuple[str, str, str, str, str]] = set()
     for s in samples:
         key = (s.domain, s.tag, s.data_source, s.ability, s.style)
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            route(s)
-        except ConfigError as e:
-            raise ConfigError(
-                f"data domain {s.domain!r}, tag {s.tag!r} (data_source {s.data_source!r}) has no reward route: "
-                f"map it in reward.domains / reward.tag_domains ({e})"
-            ) from None
+        if key not in seen:
+            seen.add(key)
+            try:
+                route(s)
+            except ConfigError as e:
+                raise ConfigError(
+                    f"data domain {s.domain!r}, tag {s.tag!r} (data_source {s.data_source!r}) has no reward route: "
+                    f"map it in reward.domains / reward.tag_domains ({e})"
+                ) from None
+        validate = getattr(getattr(route(s), "entry", None), "validate", None)
+        if validate is not None:
+            validate(s)

@@ -80,6 +80,9 @@ class RewardFn:
     """Where a worker process finds ``fn`` (derived from ``fn`` when not given)."""
     post_process: Callable[[list[float]], list[float]] | None = None
     """Optional ``post_process_scores(scores_of_one_group) -> scores`` of a stateful custom scorer."""
+    validate: Callable[[Sample], None] | None = None
+    """Optional check of a row before it is scored (``validate(sample)`` raises a UserError naming the
+    row, e.g. an IFEval instruction id no checker knows); run when data is loaded and when routed."""
 
 
 REWARDS: Registry[RewardFn] = Registry("reward function")
@@ -183,13 +186,22 @@ def register_reward(
     fast: FastFn | None = None,
     isolate: bool = True,
     override: bool = False,
+    validate: Callable[[Sample], None] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register a per-sample reward function under ``data_source`` names (or patterns like
     ``aime*``). ``fast``: an inline pre-check with the same signature (None = undecided, run the
-    function); ``isolate``: run the function in the kill-safe pool. Returns the function unchanged."""
+    function); ``isolate``: run the function in the kill-safe pool; ``validate``: a check of each row
+    (raises a UserError naming it). Returns the function unchanged."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        entry = RewardFn(name=name, fn=fn, fast=fast, isolate=isolate, ref=ref_of(fn) if isolate else None)
+        entry = RewardFn(
+            name=name,
+            fn=fn,
+            fast=fast,
+            isolate=isolate,
+            ref=ref_of(fn) if isolate else None,
+            validate=validate,
+        )
         REWARDS.register(name, *aliases, override=override)(entry)
         return fn
 

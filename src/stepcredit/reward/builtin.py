@@ -8,5 +8,9 @@ from stepcredit.reward.scorers import (  # noqa: F401  (each module registers it
     judge,  # LLM judge: data_source judge
     reward_model,  # reward models: reward_model.style model
 )
-from stepcredit.reward.verifiers import math  # noqa: F401  (math, gsm8k, MATH, arith, ...)
+from stepcredit.reward.verifiers import (
+    ifeval,  # noqa: F401  (ifeval: IFEval's instruction constraints)
+    math,  # noqa: F401  (math, gsm8k, MATH, arith, ...)
+    multiple_choice,  # noqa: F401  (multiple_choice, mmlu*, gpqa*, ...)
+)
 from stepcredit.reward.verifiers.code import sandbox  # noqa: F401  (data_source code, VeRL's code sources)

@@ -235,6 +235,8 @@ class Rewarder:
         for i, (s, resp) in enumerate(zip(samples, responses, strict=True)):
             try:
                 r = routes[i] = self.route(s)
+                if r.entry.validate is not None:
+                    r.entry.validate(s)
             except UserError as e:
                 done.append((i, _fail(Status.ERROR, str(e), source=s.data_source)))
                 continue

