@@ -185,7 +185,7 @@ class FusionSandbox:
 
     def _judge(self, program: str, case: TestCase) -> CaseOutcome:
         if case.mode == "stdio":
-            return judge_report(case, self.execute(program, case.stdin), None)
+            return judge_report(case, self._capped(self.execute(program, case.stdin)), None)
         if case.mode == "call" or (case.plan is not None and case.plan.calls is not None):
             module = "solution" if case.mode == "call" else "__main__"
             done = self._driven(program, mode="calls", module=module, items=list(_calls(case)))
@@ -199,7 +199,7 @@ class FusionSandbox:
         lines = str(done["out"]).split("\n")
         done["replies"] = [line[len(marker) :] for line in lines if line.startswith(marker)]
         done["out"] = "\n".join(line for line in lines if not line.startswith(marker))
-        return done
+        return self._capped(done, answers=sum(len(r.encode()) + 1 for r in done["replies"]))
 
     def _replay(self, program: str, case: TestCase) -> CaseOutcome:
         """A test that talks to the program: every question re-runs it with the questions so far."""
@@ -254,6 +254,15 @@ class FusionSandbox:
         with self._sem:
             reply = self._post(payload, deadline)
         return report_from_reply(reply)
+
+    def _capped(self, report: dict[str, Any], answers: int = 0) -> dict[str, Any]:
+        # The output caps are ours to apply, whatever the service allows: the same verdict as locally
+        # (the runner's answer channel may hold 64 KiB more than the cap).
+        cap = self.cfg.output_limit_kb * 1024
+        over = len(report["out"].encode()) > cap or len(report["err"].encode()) > cap
+        if over or answers > cap + 65536:
+            report.update(overflow=True, exit=None, sig=None)
+        return report
 
     def _post(self, payload: dict[str, Any], deadline: float) -> dict[str, Any]:
         last = ""

@@ -87,6 +87,8 @@ class SandboxServer:
         self._slots = threading.BoundedSemaphore(concurrency)
         self._lock = threading.Lock()
         self._in_flight = 0
+        self.served = 0
+        """Programs run so far (for logs and tests)."""
         self._sandboxes: dict[tuple[float, int], Sandbox] = {}
         cls = type(
             "_Server", (_HTTPServer,), {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET}
@@ -150,6 +152,7 @@ class SandboxServer:
         finally:
             with self._lock:
                 self._in_flight -= 1
+                self.served += 1
         done = out.detail
         if out.status == SANDBOX_ERROR or not done:
             return 200, _error(out.message or "the sandbox failed")
