@@ -12,8 +12,6 @@ import re
 import secrets
 import shutil
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -200,15 +198,12 @@ def test_server_limits_and_refusals(server: SandboxServer) -> None:
         SandboxServer("0.0.0.0", 0)
 
 
-def test_cli_refuses_a_public_host_in_one_line() -> None:
-    p = subprocess.run(
-        [sys.executable, "-m", "stepcredit.cli.main", "serve", "sandbox", "--host", "0.0.0.0", "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode == 2
-    assert p.stderr.count("\n") == 1 and "--allow-remote" in p.stderr
+def test_cli_refuses_a_public_host_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from stepcredit.cli.main import main
+
+    assert main(["serve", "sandbox", "--host", "0.0.0.0", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--allow-remote" in err and err.startswith("stepcredit serve: error:")
 
 
 # --------------------------------------------------------------------- our backend -> the server
@@ -317,6 +312,22 @@ def test_service_down_or_silent_is_a_sandbox_error_not_a_zero() -> None:
         probe_routes(
             rw, [Sample(prompt=(), ground_truth={"inputs": [""], "outputs": ["1"]}, data_source="code")]
         )
+
+
+def test_a_failed_probe_is_retried_later(server: SandboxServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepcredit.reward.verifiers.code import fusion
+
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{dead.getsockname()[1]}/run_code"
+    dead.close()
+    ex = FusionSandbox(SandboxConfig(backend="sandbox_fusion", url=url, retries=0))
+    assert "SandboxFusion service at" in (ex.unavailable() or "")
+    ex.url = server.url  # the service comes back (here: at another address)
+    assert ex.unavailable() is not None  # a failure stands for a while...
+    monkeypatch.setattr(fusion, "REPROBE_S", 0.0)
+    time.sleep(0.01)
+    assert ex.unavailable() is None  # ...then the service is asked again
 
 
 def test_backend_config_is_checked() -> None:

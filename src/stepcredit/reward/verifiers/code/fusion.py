@@ -58,6 +58,8 @@ __all__ = ["FusionSandbox", "post_json"]
 
 MAX_ROUND_TRIPS = 64
 """Most questions one conversational test may ask a remote program (each one re-runs it)."""
+REPROBE_S = 30.0
+"""How long a failed probe of the service stands before the service is probed again."""
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 """Largest reply read from the service."""
 
@@ -140,16 +142,19 @@ class FusionSandbox:
         self._sem = threading.BoundedSemaphore(cfg.concurrency)
         self._probe_lock = threading.Lock()
         self._probe: str | None = None
-        self._probed = False
+        self._probed_at: float | None = None
 
     # ------------------------------------------------------------------------------ availability
     def unavailable(self) -> str | None:
-        """None when the known-good probe program passes on the service (checked once), else why not."""
+        """None when the known-good probe program passes on the service, else why not. A pass is kept; a
+        failure is kept ``REPROBE_S`` seconds, then the service is asked again (it may be back)."""
         with self._probe_lock:
-            if not self._probed:
+            now = time.monotonic()
+            stale = self._probe is not None and now - (self._probed_at or now) > REPROBE_S
+            if self._probed_at is None or stale:
                 why = probe_executor(self)
                 self._probe = None if why is None else f"SandboxFusion service at {self.url}: {why}"
-                self._probed = True
+                self._probed_at = now
             return self._probe
 
     # ------------------------------------------------------------------------------------- run

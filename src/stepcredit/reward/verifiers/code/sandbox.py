@@ -30,6 +30,10 @@ wrote too much is ``error`` and one that ran past its deadline (wall or CPU) is 
 their score (fraction of cases passed). ``sandbox_error`` (NaN score) means the sandbox itself failed
 (bubblewrap missing or refused, the runner never started): never the program's fault, never a pass.
 
+Execution sits behind :class:`Executor` (this bubblewrap :class:`Sandbox`, or a SandboxFusion service:
+:mod:`.fusion`, ``reward.sandbox.backend``); judging (:func:`judge_report`, :func:`verdict`) is the same
+whichever executes.
+
 Test cases follow VeRL's ground-truth formats: ``{"inputs": [...], "outputs": [...]}`` (stdin/stdout),
 ``{"assert_case": [...]}`` (assert statements about the program) and
 ``{"fn_name": ..., "inputs": [...], "outputs": [...]}`` (call the function, or ``Solution().fn``).
