@@ -359,6 +359,9 @@ def test_multidomain_train_run_through_the_server(server: SandboxServer, tmp_pat
         "trainer.val_every=0",
         "trainer.save_every=0",
     ]
+    # The wiring: the start-up probe goes through the service and the code domain's metrics come out
+    # with no sandbox_error. (A model this small writes no fenced code yet, so equal scores on executed
+    # programs are checked through the Rewarder above, not here.)
     fusion = ["reward.sandbox.backend=sandbox_fusion", f"reward.sandbox.url={server.url}"]
     before = server.served
     out = tmp_path / "run"
