@@ -263,16 +263,34 @@ class SandboxConfig:
     output_limit_kb: int = 1024
     """Cap on stdout and on stderr; a program that writes more is stopped (status ``error``)."""
     concurrency: int = 2
-    """Sandboxes that run at once in one process."""
+    """Sandboxes that run at once in one process (with ``sandbox_fusion``: requests in flight at once)."""
     scoring: str = "fraction"
     """``fraction`` (share of test cases passed) or ``all`` (1 only when every case passes)."""
     max_cases: int = 0
     """Run at most this many test cases per response (0 = all)."""
     python: str = ""
     """Interpreter inside the sandbox; empty = the base interpreter running stepcredit."""
+    backend: str = "local"
+    """Where programs run: ``local`` (bubblewrap here) or ``sandbox_fusion`` (a SandboxFusion service at ``url``)."""
+    url: str = ""
+    """The service's ``/run_code`` endpoint (backend ``sandbox_fusion``), e.g. ``http://127.0.0.1:8080/run_code``."""
+    request_timeout_s: float = 0.0
+    """Longest wait for one request to the service, retries included (0 = ``timeout_s + 10``)."""
+    retries: int = 2
+    """Retries of a request after a connection error, 429 or 5xx from the service (``sandbox_fusion``)."""
 
     def __post_init__(self) -> None:
         _check(self.timeout_s > 0, "reward.sandbox.timeout_s", "must be > 0")
+        _check(
+            self.backend in ("local", "sandbox_fusion"), "reward.sandbox.backend", "local or sandbox_fusion"
+        )
+        _check(
+            self.backend != "sandbox_fusion" or self.url.startswith(("http://", "https://")),
+            "reward.sandbox.url",
+            "an http(s):// URL of the service's /run_code endpoint (backend sandbox_fusion)",
+        )
+        _check(self.request_timeout_s >= 0, "reward.sandbox.request_timeout_s", "must be >= 0")
+        _check(self.retries >= 0, "reward.sandbox.retries", "must be >= 0")
         _check(self.cpu_s >= 0, "reward.sandbox.cpu_s", "must be >= 0")
         _check(self.memory_mb >= 64, "reward.sandbox.memory_mb", "must be >= 64")
         _check(self.file_size_mb >= 1 and self.tmpfs_mb >= 1, "reward.sandbox.file_size_mb", "must be >= 1")

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "explain": "Show episodes, V(prefix) and utilities of a response: stepcredit explain --model PATH --prompt T --response T --answer A [--html F] [--json]",
     "eval": "pass@1, pass@k and maj@k of a model: stepcredit eval --model PATH|tiny|smollm2 --data arith|gsm8k|math500|FILE [--n K] [--temperature T] [--limit N]",
     "probe": "Do process rewards find a wrong step? stepcredit probe --model M --data arith|gsm8k|FILE [--estimators a,b] [--png F] [--json]",
+    "serve": "Serve the code sandbox behind SandboxFusion's /run_code API: stepcredit serve sandbox [--host H] [--port P]",
 }
 
 

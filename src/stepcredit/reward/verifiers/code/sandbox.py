@@ -30,6 +30,10 @@ wrote too much is ``error`` and one that ran past its deadline (wall or CPU) is 
 their score (fraction of cases passed). ``sandbox_error`` (NaN score) means the sandbox itself failed
 (bubblewrap missing or refused, the runner never started): never the program's fault, never a pass.
 
+Execution sits behind :class:`Executor` (this bubblewrap :class:`Sandbox`, or a SandboxFusion service:
+:mod:`.fusion`, ``reward.sandbox.backend``); judging (:func:`judge_report`, :func:`verdict`) is the same
+whichever executes.
+
 Test cases follow VeRL's ground-truth formats: ``{"inputs": [...], "outputs": [...]}`` (stdin/stdout),
 ``{"assert_case": [...]}`` (assert statements about the program) and
 ``{"fn_name": ..., "inputs": [...], "outputs": [...]}`` (call the function, or ``Solution().fn``).
@@ -54,10 +58,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from stepcredit.config import SandboxConfig
 from stepcredit.reward.verifiers.code.cases import (
@@ -81,11 +85,14 @@ from stepcredit.types import RewardResult, Sample, Status
 __all__ = [
     "CaseOutcome",
     "CodeScorer",
+    "Executor",
     "Sandbox",
     "TestCase",
     "aggregate",
     "extract_code",
     "get_sandbox",
+    "judge_report",
+    "make_executor",
     "outputs_match",
     "parse_tests",
     "score_code",
@@ -248,6 +255,53 @@ class _Session:
         return clean
 
 
+class Executor(Protocol):
+    """What runs programs for code rewards: the local :class:`Sandbox` or a SandboxFusion service
+    (:class:`~stepcredit.reward.verifiers.code.fusion.FusionSandbox`). It returns one
+    :class:`CaseOutcome` per case, judged on the host by :func:`judge_report` / :func:`verdict`."""
+
+    cfg: SandboxConfig
+
+    def unavailable(self) -> str | None:
+        """None when known-good programs pass (checked once), else why not."""
+        ...
+
+    def run_program(
+        self, program: str, cases: Sequence[TestCase], *, stop_on_failure: bool = False
+    ) -> list[CaseOutcome]:
+        """Verdicts of ``cases`` of one program."""
+        ...
+
+    def check_many(
+        self, jobs: Sequence[tuple[str, Sequence[TestCase]]], *, stop_on_failure: bool = False
+    ) -> list[list[CaseOutcome]]:
+        """Verdicts of several programs' cases, ``cfg.concurrency`` at a time."""
+        ...
+
+
+def probe_executor(executor: Executor) -> str | None:
+    """Run one known-good program through both ways a case is judged (stdout, and calls from the host);
+    None when it passes, else why not."""
+    program = "def f(x):\n    return [x, x * 2]\nprint(6 * 7)\n"
+    cases = parse_tests({"inputs": [""], "outputs": ["42"]}) + parse_tests(["assert f(3) == [3, 6]"])
+    outs = executor.run_program(program, cases)
+    bad = next((o for o in outs if o.status != PASSED), None)
+    if bad is None:
+        return None
+    if bad.status == SANDBOX_ERROR:
+        return f"the sandbox does not start: {bad.message}"
+    return f"the sandbox's probe program failed ({bad.status}): {bad.message}"
+
+
+def make_executor(cfg: SandboxConfig) -> Executor:
+    """The executor ``cfg.backend`` names: ``local`` (bubblewrap here) or ``sandbox_fusion`` (``cfg.url``)."""
+    if cfg.backend == "sandbox_fusion":
+        from stepcredit.reward.verifiers.code.fusion import FusionSandbox
+
+        return FusionSandbox(cfg)
+    return Sandbox(cfg)
+
+
 class Sandbox:
     """Runs untrusted Python in bubblewrap with limits; thread-safe, at most ``cfg.concurrency`` at once."""
 
@@ -275,16 +329,7 @@ class Sandbox:
             return "bubblewrap (bwrap) is not installed: run `make setup` or `apt-get install bubblewrap`"
         if not os.path.exists(self._python):
             return f"sandbox interpreter {self._python} does not exist (reward.sandbox.python)"
-        # One known-good program through both ways a case is judged (stdout, and calls from the host).
-        program = "def f(x):\n    return [x, x * 2]\nprint(6 * 7)\n"
-        cases = parse_tests({"inputs": [""], "outputs": ["42"]}) + parse_tests(["assert f(3) == [3, 6]"])
-        outs = self.check(program, cases)
-        bad = next((o for o in outs if o.status != PASSED), None)
-        if bad is None:
-            return None
-        if bad.status == SANDBOX_ERROR:
-            return f"the sandbox does not start: {bad.message}"
-        return f"the sandbox's probe program failed ({bad.status}): {bad.message}"
+        return probe_executor(self)
 
     # ------------------------------------------------------------------------------------- run
     def run_program(
@@ -381,7 +426,8 @@ class Sandbox:
                 t0 = time.monotonic()
                 deadline = t0 + self.cfg.timeout_s + REPLY_SLACK_S
                 if k < sent:
-                    out = self._judge_sent(session, case, session.recv(deadline))
+                    converse = functools.partial(self._converse, session, case)
+                    out = judge_report(case, session.recv(deadline), converse)
                 else:
                     out = self._converse(session, case)
                     sent = k + 1
@@ -392,29 +438,6 @@ class Sandbox:
         except SandboxFailure as e:
             return outcomes + [CaseOutcome(SANDBOX_ERROR, str(e))] * (len(cases) - len(outcomes))
         return outcomes
-
-    def _judge_sent(self, session: _Session, case: TestCase, done: dict[str, Any]) -> CaseOutcome:
-        """The verdict on a case sent ahead, from the runner's report (stdout, or answers to its calls)."""
-        if case.mode == "stdio":
-            return _classify(done, case, early=False)
-        calls = _calls(case)
-        replies = done.get("replies")
-        clean = done.get("op") == "done" and done.get("exit") == 0 and not done.get("sig")
-        clean = clean and not (done.get("timeout") or done.get("overflow") or done.get("leftover"))
-        if not clean or not isinstance(replies, list) or len(replies) < len(calls):
-            return _classify(done, case, early=True)
-        if len(replies) > len(calls):
-            return CaseOutcome(FAILED, "the program wrote on the sandbox's answer channel")
-        parsed = []
-        for raw in replies:
-            try:
-                parsed.append(json.loads(raw) if isinstance(raw, str) else None)
-            except (json.JSONDecodeError, RecursionError):
-                parsed.append(None)
-        try:
-            return self._verdict(case, PrecomputedLink(calls, parsed))
-        except NeedsConversation:  # the test wanted more than the calls known in advance: ask live
-            return self._converse(session, case)
 
     def _converse(self, session: _Session, case: TestCase) -> CaseOutcome:
         """A case whose test talks with the program while it runs (handles, comprehensions...)."""
@@ -442,7 +465,7 @@ class Sandbox:
             return reply
 
         try:
-            verdict = self._verdict(case, RemoteLink(ask))
+            result = verdict(case, RemoteLink(ask))
         except _CaseEnded as e:
             return _classify(e.done, case, early=True)
         session.send({"op": "end"})
@@ -454,30 +477,7 @@ class Sandbox:
             return CaseOutcome(SANDBOX_ERROR, "processes of the case could not be killed")
         if done.get("overflow"):
             return CaseOutcome(ERROR, "output limit exceeded")
-        return verdict
-
-    @staticmethod
-    def _verdict(case: TestCase, link: RemoteLink) -> CaseOutcome:
-        try:
-            if case.mode == "assert":
-                assert case.plan is not None
-                evaluate_assert(case.plan, link)
-                return CaseOutcome(PASSED)
-            value = link.auto(case.fn_name, case.args)
-            if type(value) is Remote:
-                raise NotPlain(f"{case.fn_name}(...) did not return a plain builtin value")
-            ok = values_match(value, case.expected)
-            return CaseOutcome(PASSED if ok else FAILED, "" if ok else f"returned {str(value)[:200]}")
-        except (_CaseEnded, NeedsConversation):
-            raise
-        except AssertFailed:
-            return CaseOutcome(FAILED, "assertion failed")
-        except NotPlain as e:
-            return CaseOutcome(FAILED, str(e)[:300])
-        except ProgramRaised as e:
-            return CaseOutcome(ERROR, str(e)[:800])
-        except Exception as e:  # the test raised on the program's (plain) values: TypeError, NameError...
-            return CaseOutcome(ERROR, f"the test raised {type(e).__name__}: {str(e)[:300]}")
+        return result
 
     def _command(self, host_dir: str, limits: dict[str, Any]) -> list[str]:
         cfg = self.cfg
@@ -523,6 +523,66 @@ class Sandbox:
         with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
             futures = [pool.submit(self.run_program, p, c, stop_on_failure=stop_on_failure) for p, c in jobs]
             return [f.result() for f in futures]
+
+
+def judge_report(
+    case: TestCase, done: dict[str, Any], converse: Callable[[], CaseOutcome] | None
+) -> CaseOutcome:
+    """The verdict on a case that needed no conversation, from the executor's report ``done``.
+
+    ``done`` is the runner's report (exit code or signal, timeout, overflow, stdout, stderr tail and the
+    answers to the case's calls); every executor (the local sandbox, a SandboxFusion service) produces
+    one, so judging is the same whichever ran the program. ``converse`` asks the program live when the
+    test wants more than the calls known in advance. A stdio case's outcome carries ``done`` as detail.
+    """
+    if case.mode == "stdio":
+        out = _classify(done, case, early=False)
+        out.detail = done
+        return out
+    calls = _calls(case)
+    replies = done.get("replies")
+    clean = done.get("op") == "done" and done.get("exit") == 0 and not done.get("sig")
+    clean = clean and not (done.get("timeout") or done.get("overflow") or done.get("leftover"))
+    if not clean or not isinstance(replies, list) or len(replies) < len(calls):
+        return _classify(done, case, early=True)
+    if len(replies) > len(calls):
+        return CaseOutcome(FAILED, "the program wrote on the sandbox's answer channel")
+    parsed = []
+    for raw in replies:
+        try:
+            parsed.append(json.loads(raw) if isinstance(raw, str) else None)
+        except (json.JSONDecodeError, RecursionError):
+            parsed.append(None)
+    try:
+        return verdict(case, PrecomputedLink(calls, parsed))
+    except NeedsConversation:  # the test wanted more than the calls known in advance: ask live
+        if converse is None:
+            raise
+        return converse()
+
+
+def verdict(case: TestCase, link: RemoteLink) -> CaseOutcome:
+    """Judge an assert or call case on the host, asking the program through ``link``."""
+    try:
+        if case.mode == "assert":
+            assert case.plan is not None
+            evaluate_assert(case.plan, link)
+            return CaseOutcome(PASSED)
+        value = link.auto(case.fn_name, case.args)
+        if type(value) is Remote:
+            raise NotPlain(f"{case.fn_name}(...) did not return a plain builtin value")
+        ok = values_match(value, case.expected)
+        return CaseOutcome(PASSED if ok else FAILED, "" if ok else f"returned {str(value)[:200]}")
+    except (_CaseEnded, NeedsConversation):
+        raise
+    except AssertFailed:
+        return CaseOutcome(FAILED, "assertion failed")
+    except NotPlain as e:
+        return CaseOutcome(FAILED, str(e)[:300])
+    except ProgramRaised as e:
+        return CaseOutcome(ERROR, str(e)[:800])
+    except Exception as e:  # the test raised on the program's (plain) values: TypeError, NameError...
+        return CaseOutcome(ERROR, f"the test raised {type(e).__name__}: {str(e)[:300]}")
 
 
 def _calls(case: TestCase) -> tuple[Call, ...]:
@@ -725,9 +785,9 @@ def _sweep_uid(uid: int) -> int:
 
 # ------------------------------------------------------------------------------------- scoring
 @functools.lru_cache(maxsize=8)
-def get_sandbox(cfg: SandboxConfig) -> Sandbox:
-    """One shared sandbox per configuration in this process (its concurrency bound is per process)."""
-    return Sandbox(cfg)
+def get_sandbox(cfg: SandboxConfig) -> Executor:
+    """One shared executor per configuration in this process (its concurrency bound is per process)."""
+    return make_executor(cfg)
 
 
 def aggregate(outcomes: Sequence[CaseOutcome], *, scoring: str) -> RewardResult:
@@ -757,7 +817,7 @@ def score_code(
     ground_truth: Any,
     *,
     cfg: SandboxConfig | None = None,
-    sandbox: Sandbox | None = None,
+    sandbox: Executor | None = None,
 ) -> RewardResult:
     """Reward of one response: run its last fenced Python block against the ground truth's test cases."""
     return score_code_batch([solution_str], [ground_truth], cfg=cfg, sandbox=sandbox)[0]
@@ -768,7 +828,7 @@ def score_code_batch(
     ground_truths: Sequence[Any],
     *,
     cfg: SandboxConfig | None = None,
-    sandbox: Sandbox | None = None,
+    sandbox: Executor | None = None,
 ) -> list[RewardResult]:
     """Rewards of many responses, their test cases run ``cfg.concurrency`` at a time."""
     sb = sandbox or get_sandbox(cfg or SandboxConfig())
@@ -828,10 +888,11 @@ def score_samples(
 
 # ------------------------------------------------------------------------------------ routing
 class CodeScorer:
-    """The rewarder's scorer for code rows: one sandbox, its concurrency bound shared by the whole batch."""
+    """The rewarder's scorer for code rows: one executor (``cfg.backend``), its concurrency bound shared by
+    the whole batch."""
 
     def __init__(self, cfg: SandboxConfig) -> None:
-        self.sandbox = Sandbox(cfg)
+        self.sandbox = make_executor(cfg)
 
     def score_batch(self, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
         try:
