@@ -37,6 +37,9 @@ LOAD_PER_CORE = 0.5
 """Load average beyond our own processes, per core, above which the run is invalid."""
 PROBE_S = 0.5
 """Length of the look at the machine before the first side."""
+MIN_WINDOW_S = 0.5
+"""Sides shorter than this are too short (CPU time counts in clock ticks) to judge a process busy in;
+the whole run's window still covers them."""
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -92,7 +95,7 @@ def _window(a: Snapshot, b: Snapshot, busy_share: float) -> dict[str, Any]:
     own_s = sum(b.table[p][2] - a.table[p][2] for p in b.own if p in a.table)
     own_s += sum(b.table[p][2] for p in b.own if p not in a.table)  # children started in between
     busy = []
-    for pid, (name, _, cpu) in b.table.items():
+    for pid, (name, _, cpu) in b.table.items() if wall >= MIN_WINDOW_S else ():
         if pid in b.own or pid in a.own or pid not in a.table:
             continue
         share = (cpu - a.table[pid][2]) / wall
@@ -123,6 +126,7 @@ class Monitor:
         self.cpus = os.cpu_count() or 1
         self.windows: list[dict[str, Any]] = []
         self.notes: list[str] = []
+        self.first = Snapshot()
         if probe_s > 0:
             with self.side("probe (before the first side)"):
                 time.sleep(probe_s)
@@ -184,6 +188,8 @@ class Monitor:
         self.notes.append(reason)
 
     def record(self) -> dict[str, Any]:
+        whole = {"side": "whole run", **_window(self.first, Snapshot(), self.busy_share)}
+        self.windows = [w for w in self.windows if w["side"] != "whole run"] + [whole]
         why = self.reasons()
         loads = [x for w in self.windows for x in (w["load1_before"], w["load1_after"])]
         return {
