@@ -43,9 +43,12 @@ the whole run's window still covers them."""
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _proc_table() -> dict[int, tuple[str, int, float]]:
-    """{pid: (name, parent pid, CPU seconds used so far, children waited for included)}."""
-    out: dict[int, tuple[str, int, float]] = {}
+def _proc_table() -> dict[int, tuple[str, int, float, float]]:
+    """{pid: (name, parent pid, CPU seconds used so far, that plus its children waited for)}.
+
+    A process's reaped children land in its own count at once when they end (a shell that ran a build
+    would seem to use many cores for an instant), so only our own main process counts them."""
+    out: dict[int, tuple[str, int, float, float]] = {}
     for d in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
         if not d.name.isdigit():
             continue
@@ -56,14 +59,15 @@ def _proc_table() -> dict[int, tuple[str, int, float]]:
         # "pid (name with spaces) state ppid ... utime stime cutime cstime ..."
         name = raw[raw.index("(") + 1 : raw.rindex(")")]
         f = raw[raw.rindex(")") + 2 :].split()
-        out[int(d.name)] = (name, int(f[1]), sum(int(x) for x in f[11:15]) / _TICK)
+        own = (int(f[11]) + int(f[12])) / _TICK
+        out[int(d.name)] = (name, int(f[1]), own, own + (int(f[13]) + int(f[14])) / _TICK)
     return out
 
 
-def _own(table: dict[int, tuple[str, int, float]]) -> set[int]:
+def _own(table: dict[int, tuple[str, int, float, float]]) -> set[int]:
     """This process and all its descendants."""
     kids: dict[int, list[int]] = {}
-    for pid, (_, ppid, _) in table.items():
+    for pid, (_, ppid, _, _) in table.items():
         kids.setdefault(ppid, []).append(pid)
     own, todo = set(), [os.getpid()]
     while todo:
@@ -92,10 +96,13 @@ class Snapshot:
 def _window(a: Snapshot, b: Snapshot, busy_share: float) -> dict[str, Any]:
     """What happened between two snapshots: our own CPU use and the foreign processes that were busy."""
     wall = max(b.t - a.t, 1e-9)
-    own_s = sum(b.table[p][2] - a.table[p][2] for p in b.own if p in a.table)
+    me = os.getpid()
+    own_s = b.table[me][3] - a.table[me][3] if me in a.table and me in b.table else 0.0
+    own_s += sum(b.table[p][2] - a.table[p][2] for p in b.own if p in a.table and p != me)
     own_s += sum(b.table[p][2] for p in b.own if p not in a.table)  # children started in between
+    own_s = min(own_s, wall * (os.cpu_count() or 1))  # a child reaped in between counts twice
     busy = []
-    for pid, (name, _, cpu) in b.table.items() if wall >= MIN_WINDOW_S else ():
+    for pid, (name, _, cpu, _) in b.table.items() if wall >= MIN_WINDOW_S else ():
         if pid in b.own or pid in a.own or pid not in a.table:
             continue
         share = (cpu - a.table[pid][2]) / wall
