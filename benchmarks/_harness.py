@@ -101,7 +101,7 @@ def _window(a: Snapshot, b: Snapshot, busy_share: float) -> dict[str, Any]:
     own_s += sum(b.table[p][2] - a.table[p][2] for p in b.own if p in a.table and p != me)
     own_s += sum(b.table[p][2] for p in b.own if p not in a.table)  # children started in between
     own_s = min(own_s, wall * (os.cpu_count() or 1))  # a child reaped in between counts twice
-    busy = []
+    busy: list[dict[str, Any]] = []
     for pid, (name, _, cpu, _) in b.table.items() if wall >= MIN_WINDOW_S else ():
         if pid in b.own or pid in a.own or pid not in a.table:
             continue
@@ -255,7 +255,7 @@ def main() -> None:
     a = p.parse_args()
     mon = Monitor()
     runs = mon.alternate({"a": lambda: _spin(a.side_s), "b": lambda: _spin(a.side_s)}, repeats=a.repeats)
-    res = {
+    res: dict[str, Any] = {
         "benchmark": "harness",
         "a_loops": spread([float(x) for x in runs["a"]]),
         "b_loops": spread([float(x) for x in runs["b"]]),
