@@ -62,3 +62,16 @@ def test_every_benchmark_script_uses_the_harness() -> None:
     assert len(scripts) >= 10
     missing = [f.name for f in scripts if "from _harness import" not in f.read_text()]
     assert not missing, missing
+
+
+def test_the_unisolated_runner_of_the_sandbox_benchmark_never_kills_every_process(tmp_path: Path) -> None:
+    # outside a pid namespace the runner's kill(-1) would reach every process of the user
+    sys.path.insert(0, str(BENCH))
+    try:
+        import sandbox as bench_sandbox  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(BENCH))
+    src = bench_sandbox.unisolated_runner_source(str(tmp_path / "work"), str(tmp_path / "solution.py"))
+    assert "os.kill(-1" not in src and "os.kill(child, _SIGKILL)" in src
+    assert '"/tmp"' not in src and "/box/" not in src
+    compile(src, "runner_unisolated.py", "exec")
