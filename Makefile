@@ -58,9 +58,11 @@ pytest: setup-test
 
 test: lint typecheck pytest
 
-# trl_compare.py needs TRL, which lives in its own venv (TRL_PYTHON): `make bench-trl`.
+# Every script in benchmarks/ with its defaults (each marks its JSON "valid": false when the machine was
+# busy); _*.py are helpers. trl_compare.py needs TRL, which lives in its own venv (TRL_PYTHON): `make bench-trl`.
 bench: setup-test
-	for b in benchmarks/*.py; do case $$b in *trl_compare.py) continue;; esac; $(PY) $$b || exit 1; done
+	for b in benchmarks/*.py; do case $$b in *trl_compare.py|benchmarks/_*) continue;; esac; \
+	  echo "== $$b"; $(PY) $$b --json || exit 1; done
 
 TRL_PYTHON ?= /tmp/trlvenv/bin/python
 bench-trl:

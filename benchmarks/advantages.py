@@ -9,13 +9,14 @@ gains little from more); ``max_abs_diff`` compares advantages on the counted tok
 Like ``stepcredit train``, the process first lets glibc keep freed batch-sized tensors
 (:func:`stepcredit.runtime.keep_freed_memory`; ``--system-malloc`` skips it): without it, page faults
 on fresh 16 MiB tensors take about half of our time at 1024 x 4096 (and less of verl's).
-With ``--json`` the last stdout line is ``{"results": [...]}``.
+The machine's load is recorded around each shape (``benchmarks/_harness.py``; ``"valid": false`` says
+the figures cannot be trusted, and why); each row has the min and max of both sides' runs beside the
+medians. With ``--json`` the last stdout line is ``{"results": [...], "settings", "valid", "load", ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 import warnings
@@ -25,6 +26,7 @@ from typing import Any
 
 import torch
 
+from _harness import Monitor, emit
 from stepcredit.advantages import ESTIMATORS, AdvantageInputs, AdvantageOutputs, hparams
 from stepcredit.config import AlgorithmConfig
 from stepcredit.runtime import keep_freed_memory
@@ -63,10 +65,10 @@ def median_ms(fn: Callable[[], Any], runs: int) -> float:
     return statistics.median(times)
 
 
-def paired_median_ms(
+def paired_ms(
     ours: Callable[[], Any], theirs: Callable[[], Any], runs: int, their_runs: int
-) -> tuple[float, float]:
-    """Medians of both, timed in alternation (ours, theirs, ours, ...) after one warm-up call each, so
+) -> tuple[list[float], list[float]]:
+    """Times of both, timed in alternation (ours, theirs, ours, ...) after one warm-up call each, so
     that a slow spell of the machine falls on both rather than on whichever ran during it."""
     ours()
     theirs()
@@ -82,7 +84,7 @@ def paired_median_ms(
             t0 = time.perf_counter()
             theirs()
             b.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(a), statistics.median(b)
+    return a, b
 
 
 def cases(d: dict[str, torch.Tensor]) -> list[tuple[str, AdvantageInputs, Callable[[], torch.Tensor] | None]]:
@@ -130,35 +132,48 @@ def cases(d: dict[str, torch.Tensor]) -> list[tuple[str, AdvantageInputs, Callab
     ]
 
 
-def run(shapes: list[tuple[int, int]], runs: int) -> list[dict[str, Any]]:
+def run(shapes: list[tuple[int, int]], runs: int, mon: Monitor) -> list[dict[str, Any]]:
     cfg = AlgorithmConfig(gamma=GAMMA, lam=LAM, process_weight=0.5)
     hp = hparams(cfg)
     results = []
     for B, T in shapes:
         d = make_batch(B, T)
         for name, inp, verl_fn in cases(d):
-            fn = ESTIMATORS.get(name).fn
-
-            def ours(
-                fn: Callable[..., AdvantageOutputs] = fn, inp: AdvantageInputs = inp
-            ) -> AdvantageOutputs:
-                with torch.no_grad():
-                    return fn(inp, **hp)
-
-            row: dict[str, Any] = {"estimator": name, "shape": f"{B}x{T}"}
-            if verl_fn is None:
-                row.update(
-                    ours_ms=round(median_ms(ours, runs), 3), verl_ms=None, speedup=None, max_abs_diff=None
-                )
-            else:
-                # verl's Python loop over time takes seconds at 1024 x 4096: fewer runs of it there
-                slow = B * T > 1_000_000 and name in ("reinforce_pp", "gae")
-                ours_ms, verl_ms = paired_median_ms(ours, verl_fn, runs, 3 if slow else runs)
-                row["ours_ms"] = round(ours_ms, 3)
-                diff = (ours().adv_BT - verl_fn()).abs()[d["mask"]].max().item()
-                row.update(verl_ms=round(verl_ms, 3), speedup=round(verl_ms / ours_ms, 2), max_abs_diff=diff)
-            results.append(row)
+            with mon.side(f"{name} {B}x{T} (ours and verl interleaved)"):
+                results.append(one_case(name, inp, verl_fn, d, B, T, runs, hp))
     return results
+
+
+def one_case(
+    name: str,
+    inp: AdvantageInputs,
+    verl_fn: Callable[[], torch.Tensor] | None,
+    d: dict[str, torch.Tensor],
+    B: int,
+    T: int,
+    runs: int,
+    hp: dict[str, Any],
+) -> dict[str, Any]:
+    fn = ESTIMATORS.get(name).fn
+
+    def ours(fn: Callable[..., AdvantageOutputs] = fn, inp: AdvantageInputs = inp) -> AdvantageOutputs:
+        with torch.no_grad():
+            return fn(inp, **hp)
+
+    row: dict[str, Any] = {"estimator": name, "shape": f"{B}x{T}"}
+    if verl_fn is None:
+        row.update(ours_ms=round(median_ms(ours, runs), 3), verl_ms=None, speedup=None, max_abs_diff=None)
+    else:
+        # verl's Python loop over time takes seconds at 1024 x 4096: fewer runs of it there
+        slow = B * T > 1_000_000 and name in ("reinforce_pp", "gae")
+        a, b = paired_ms(ours, verl_fn, runs, 3 if slow else runs)
+        ours_ms, verl_ms = statistics.median(a), statistics.median(b)
+        row["ours_ms"] = round(ours_ms, 3)
+        row["ours_ms_min_max"] = [round(min(a), 3), round(max(a), 3)]
+        row["verl_ms_min_max"] = [round(min(b), 3), round(max(b), 3)]
+        diff = (ours().adv_BT - verl_fn()).abs()[d["mask"]].max().item()
+        row.update(verl_ms=round(verl_ms, 3), speedup=round(verl_ms / ours_ms, 2), max_abs_diff=diff)
+    return row
 
 
 def main() -> None:
@@ -184,7 +199,8 @@ def main() -> None:
     # same process and get the same allocator.
     kept = False if args.system_malloc else keep_freed_memory()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    results = run([(b, t) for b, t in shapes], args.runs)
+    mon = Monitor()
+    results = run([(b, t) for b, t in shapes], args.runs, mon)
 
     def fmt(v: Any, spec: str) -> str:
         return "-" if v is None else format(v, spec)
@@ -199,8 +215,15 @@ def main() -> None:
             f"{r['estimator']:<22} {r['shape']:>10} {r['ours_ms']:>10.2f} {fmt(r['verl_ms'], '10.2f'):>10} "
             f"{fmt(r['speedup'], '8.1f') + 'x' if r['speedup'] else '-':>9} {fmt(r['max_abs_diff'], '10.2e'):>10}"
         )
-    if args.json:
-        print(json.dumps({"results": results, "threads": args.threads, "malloc_keeps_freed_memory": kept}))
+    import verl
+
+    side = {"threads": args.threads, "dtype": "float32", "malloc_keeps_freed_memory": kept, "runs": args.runs}
+    settings = {
+        "ours": {**side, "stepcredit": "this tree", "no_grad": True},
+        "verl": {**side, "verl": getattr(verl, "__version__", "?"), "slow_loops_runs": 3},
+    }
+    res = {"benchmark": "advantages", "results": results, "threads": args.threads}
+    emit(mon.finish({**res, "malloc_keeps_freed_memory": kept}, settings), args.json)
 
 
 if __name__ == "__main__":

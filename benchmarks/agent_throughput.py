@@ -7,16 +7,18 @@ default settings otherwise: one warm-up batch, then ``--requests`` samples (grou
 same backends run again with ``reward.agent.chunk_s=0`` (one request per sample, the dispatch before
 chunking) on ``--baseline-requests`` samples, so ``speedup`` is a ratio measured in this run. The
 direct loop calls the function in this process, no agent. ``identical`` says whether every
-per-request score equals the direct loop's.
+per-request score equals the direct loop's. The chunked and per-sample runs alternate (``--repeats``
+rounds, medians with min/max) and the machine's load is recorded around each
+(``benchmarks/_harness.py``; ``"valid": false`` says the figures cannot be trusted, and why).
 
-    python benchmarks/agent_throughput.py [--json] [--requests 20000] [--backends thread,process,ray]
+    python benchmarks/agent_throughput.py [--json] [--requests 20000] [--backends thread,process,ray] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -26,6 +28,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+from _harness import Monitor, emit, spread
 from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig
 from stepcredit.reward.run.agent import build_agent
 from stepcredit.types import Sample
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-requests", type=int, default=5_000, help="samples per batch with chunk_s=0")
     ap.add_argument("--pull", type=int, default=256, help="samples per stream pull (whole groups)")
     ap.add_argument("--backends", default="thread,process,ray")
+    ap.add_argument("--repeats", type=int, default=3, help="alternating rounds of chunked / per-sample runs")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,32 +86,52 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, tmp)
         from fn import compute_score  # type: ignore[import-not-found]
 
+        mon = Monitor()
         s, t, _ = batch(args.requests, seed=0)
-        t0 = time.perf_counter()
-        direct = [
-            compute_score(x.data_source, r, x.ground_truth, x.extra_info) for x, r in zip(s, t, strict=True)
-        ]
-        t_direct = time.perf_counter() - t0
+        t_direct, direct = mon.timed(
+            "direct loop",
+            lambda: [
+                compute_score(x.data_source, r, x.ground_truth, x.extra_info)
+                for x, r in zip(s, t, strict=True)
+            ],
+        )
         out: dict[str, Any] = {"requests": args.requests, "direct_per_s": round(args.requests / t_direct, 1)}
+        base_n = args.baseline_requests
+        path = f"{fn}:compute_score"
         for backend in args.backends.split(","):
-            dt, scores, m = run(f"{fn}:compute_score", backend, args.requests, args.pull, None)
-            base_n = args.baseline_requests
-            bdt, bscores, _ = run(f"{fn}:compute_score", backend, base_n, args.pull, 0.0)
+            runs = mon.alternate(
+                {
+                    f"{backend} chunked": lambda b=backend: run(path, b, args.requests, args.pull, None),
+                    f"{backend} per-sample": lambda b=backend: run(path, b, base_n, args.pull, 0.0),
+                },
+                repeats=args.repeats,
+            )
+            chunked = [args.requests / dt for dt, _, _ in runs[f"{backend} chunked"]]
+            single = [base_n / dt for dt, _, _ in runs[f"{backend} per-sample"]]
+            m = runs[f"{backend} chunked"][-1][2]
             out[backend] = {
-                "per_s": round(args.requests / dt, 1),
-                "per_sample_dispatch_per_s": round(base_n / bdt, 1),
-                "speedup": round((args.requests / dt) / (base_n / bdt), 2),
-                "identical": scores == direct and bscores == direct[:base_n],
+                "per_s": round(statistics.median(chunked), 1),
+                "per_sample_dispatch_per_s": round(statistics.median(single), 1),
+                "speedup": round(statistics.median(chunked) / statistics.median(single), 2),
+                "identical": all(sc == direct for _, sc, _ in runs[f"{backend} chunked"])
+                and all(sc == direct[:base_n] for _, sc, _ in runs[f"{backend} per-sample"]),
                 "chunk_size_mean": round(m["agent/chunk_size_mean"], 1),
                 "chunks": m["agent/chunks"],
+                "per_s_spread": spread(chunked),
+                "per_sample_dispatch_per_s_spread": spread(single),
             }
     print(f"direct loop: {out['direct_per_s']:,.0f} requests/s ({args.requests} requests)")
     cols = ["per_s", "per_sample_dispatch_per_s", "speedup", "identical", "chunk_size_mean"]
     print(f"{'backend':<9}" + "".join(f"{c:>28}" for c in cols))
     for backend in args.backends.split(","):
         print(f"{backend:<9}" + "".join(f"{out[backend][c]!s:>28}" for c in cols))
-    if args.json:
-        print(json.dumps(out))
+    common = {"backends": args.backends.split(","), "pull": args.pull, "reward": "string comparison"}
+    settings = {
+        "chunked": {**common, "requests": args.requests, "chunk_s": AgentConfig().chunk_s},
+        "per_sample": {**common, "requests": base_n, "chunk_s": 0.0},
+        "direct": {"requests": args.requests, "agent": None},
+    }
+    emit(mon.finish({"benchmark": "agent_throughput", **out}, settings), args.json)
     return 0
 
 

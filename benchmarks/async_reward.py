@@ -26,7 +26,12 @@ of each run, and the audit of every reward the trainer pulled from the agent: ``
 submitted batch never handed to the trainer) and ``misassigned`` (a result handed out twice, or to a
 response other than the one it scored, by the fingerprint the reward function returns).
 
-    python benchmarks/async_reward.py [--json] [--steps 8] [--min-s 0.1] [--max-s 4] [key=value ...]
+The runs alternate (baseline, pipeline, off_policy, both, baseline, ...; ``--repeats`` rounds): wall
+times are medians (min/max beside them), the bound comes from every baseline run's steps, and the
+machine's load is recorded around each run (``benchmarks/_harness.py``; ``"valid": false`` says the
+figures cannot be trusted, and why).
+
+    python benchmarks/async_reward.py [--json] [--steps 8] [--min-s 0.1] [--max-s 4] [--repeats 3] [key=value ...]
 
 Extra ``key=value`` arguments are config overrides applied to all four runs (e.g. ``loss.name=...``).
 With --json the last line is ``{"baseline_s", "pipeline_s", "off_policy_s", "both_s", "reduction_pct",
@@ -38,18 +43,21 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _harness import Monitor, emit, spread  # noqa: E402
 from _sleepy_reward import fingerprint  # noqa: E402
 from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime  # noqa: E402
-from stepcredit.config import Config, RewardConfig, from_dict  # noqa: E402
+from stepcredit.config import Config, RewardConfig, from_dict, to_dict  # noqa: E402
 from stepcredit.reward.run.agent import RewardAgent, Ticket  # noqa: E402
 from stepcredit.types import RewardResult  # noqa: E402
 
@@ -151,14 +159,18 @@ def warm_start(args: argparse.Namespace, work: Path) -> Path:
     return work / "sft" / "checkpoints" / "final" / "model"
 
 
-def run(name: str, args: argparse.Namespace, model_dir: Path, work: Path) -> dict[str, Any]:
-    from stepcredit.trainer import train
-
+def run_config(name: str, args: argparse.Namespace, model_dir: Path) -> Config:
     over = [f"model.path={model_dir}", "sft.steps=0"]
     for k, v in RUNS[name].items():
         v = args.mini_batch if v is None else v
         over.append(f"{k}={str(v).lower() if isinstance(v, bool) else v}")
-    cfg = from_dict(apply_overrides(base_config(args), over))
+    return from_dict(apply_overrides(base_config(args), over))
+
+
+def run(name: str, args: argparse.Namespace, model_dir: Path, work: Path) -> dict[str, Any]:
+    from stepcredit.trainer import train
+
+    cfg = run_config(name, args, model_dir)
     audit = Audit()
     audit.install()
     t0 = time.perf_counter()
@@ -232,6 +244,7 @@ def main() -> None:
     p.add_argument("--sft-steps", type=int, default=-1, help="SFT warm-up steps (-1 = the preset's)")
     p.add_argument("--preset", default="default", help="config preset the runs start from")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=3, help="alternating rounds of the runs (median wall time)")
     p.add_argument(
         "--loss",
         default="decoupled_ppo",
@@ -258,7 +271,28 @@ def main() -> None:
         t0 = time.perf_counter()
         model_dir = args.init or warm_start(args, work)
         sft_s = time.perf_counter() - t0
-        out = {n: run(n, args, model_dir, work) for n in names}
+        mon = Monitor()
+        done = dict.fromkeys(names, 0)  # runs of each so far: each gets its own directory
+
+        def one(n: str) -> dict[str, Any]:
+            done[n] += 1
+            return run(n, args, model_dir, work / f"{n}{done[n]}")
+
+        reps = mon.alternate({n: partial(one, n) for n in names}, repeats=args.repeats)
+        settings = {n: to_dict(run_config(n, args, model_dir).pipeline) for n in names}
+    out: dict[str, dict[str, Any]] = {}
+    for n, rs in reps.items():
+        walls = [r["wall_s"] for r in rs]
+        out[n] = {
+            **min(rs, key=lambda r: abs(r["wall_s"] - statistics.median(walls))),
+            "wall_s": statistics.median(walls),
+            "wall_s_spread": spread(walls),
+            "steps": [s for r in rs for s in r["steps"]],
+            "lost": sum(r["lost"] for r in rs),
+            "misassigned": sum(r["misassigned"] for r in rs),
+            "failed": sum(r["failed"] for r in rs),
+            "accuracy": statistics.fmean(r["accuracy"] for r in rs),
+        }
 
     base = out["baseline"]["wall_s"]
     ideal, gt, rw = ideal_reduction(out["baseline"]["steps"])
@@ -284,23 +318,24 @@ def main() -> None:
         f"reduction (both vs baseline): {reduction:.1f}%  ideal bound: {100 * ideal:.1f}%  "
         f"share of ideal: {reduction / (100 * ideal) if ideal else float('nan'):.2f}"
     )
-    if args.json:
-        summary = {
-            **{f"{n}_s": round(r["wall_s"], 3) for n, r in out.items()},
-            "reduction_pct": round(reduction, 2),
-            "ideal_reduction_pct": round(100 * ideal, 2),
-            "accuracy": {n: r["accuracy"] for n, r in out.items()},
-            "lost": sum(r["lost"] for r in out.values()),
-            "misassigned": sum(r["misassigned"] for r in out.values()),
-            "failed": sum(r["failed"] for r in out.values()),
-            "proximal_frac": {n: round(r["proximal_frac"], 3) for n, r in out.items()},
-            "behav_weight_dev": {n: r["behav_weight_dev"] for n, r in out.items()},
-            "generation_training_s_per_step": round(gt, 3),
-            "reward_wait_s_per_step": round(rw, 3),
-            "steps": args.steps,
-            "reward_latency_s": [args.min_s, args.max_s],
-        }
-        print(json.dumps(summary))
+    summary: dict[str, Any] = {
+        **{f"{n}_s": round(r["wall_s"], 3) for n, r in out.items()},
+        "reduction_pct": round(reduction, 2),
+        "ideal_reduction_pct": round(100 * ideal, 2),
+        "accuracy": {n: r["accuracy"] for n, r in out.items()},
+        "lost": sum(r["lost"] for r in out.values()),
+        "misassigned": sum(r["misassigned"] for r in out.values()),
+        "failed": sum(r["failed"] for r in out.values()),
+        "proximal_frac": {n: round(r["proximal_frac"], 3) for n, r in out.items()},
+        "behav_weight_dev": {n: r["behav_weight_dev"] for n, r in out.items()},
+        "generation_training_s_per_step": round(gt, 3),
+        "reward_wait_s_per_step": round(rw, 3),
+        "steps": args.steps,
+        "reward_latency_s": [args.min_s, args.max_s],
+        "wall_s_spread": {n: r["wall_s_spread"] for n, r in out.items()},
+        "repeats": args.repeats,
+    }
+    emit(mon.finish({"benchmark": "async_reward", **summary}, settings), args.json)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ side and the seeds only in RL sampling and data order. Runs go ``--parallel`` at
 ``--threads`` torch threads each (keep parallel x threads = the machine's cores); a run whose
 ``metrics.jsonl`` already reaches the last step is not run again.
 
-    python benchmarks/longchain_experiment.py --out runs/lc [--seeds 0,1,2] [--steps 40] \
+    python benchmarks/longchain_experiment.py [--out runs/longchain_experiment] [--seeds 0,1,2] [--steps 40] \
         [--variants grpo,fa,mc] [--sft-model DIR] [--png docs/img/longchain_curves.png] [--json] \
         [key=value ...]          # overrides for every RL run, e.g. rollout.prompts_per_step=8
 
@@ -15,7 +15,9 @@ Reported per variant (means over seeds): validation accuracy after SFT and at th
 which the mean curve first reaches outcome GRPO's final mean accuracy (and that as a fraction of
 GRPO's samples), the share of all-equal-outcome groups that still got a non-zero advantage, response
 length, the share of episodes whose step credit is ~0 (``process/u_near_zero_frac``), seconds per
-step. The PNG has validation accuracy against samples and against wall-clock seconds.
+step. The PNG has validation accuracy against samples and against wall-clock seconds. The machine's
+load is recorded around the runs (``benchmarks/_harness.py``): seconds per step are only worth quoting
+from a run that says ``"valid": true`` (never with ``--summarize-only``, nor with runs done earlier).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _harness import Monitor, emit
 
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "grpo": ("longchain", []),
@@ -298,7 +302,7 @@ def plot(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=Path("runs/longchain_experiment"))
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--variants", default="grpo,fa,mc")
     ap.add_argument("--steps", type=int, default=40)
@@ -318,10 +322,21 @@ def main() -> None:
     bad = [v for v in args.variants if v not in VARIANTS]
     if bad:
         raise SystemExit(f"--variants: unknown {bad[0]!r} (valid: {', '.join(VARIANTS)})")
+    mon = Monitor()
     if args.summarize_only:
         runs = {v: [args.out / f"{v}-s{s}" for s in args.seeds] for v in args.variants}
+        mon.invalidate("--summarize-only: seconds per step were measured when the runs ran, not here")
     else:
-        runs = run_all(args)
+        skipped = [
+            f"{v}-s{s}"
+            for v in args.variants
+            for s in args.seeds
+            if _done(args.out / f"{v}-s{s}", args.steps)
+        ]
+        with mon.side(f"{args.parallel} runs at a time"):
+            runs = run_all(args)
+        if skipped:
+            mon.invalidate(f"runs done earlier and not run again: {', '.join(skipped)}")
     import yaml
 
     cfg = yaml.safe_load((runs[args.variants[0]][0] / "config.yaml").read_text())
@@ -353,8 +368,15 @@ def main() -> None:
     if args.png:
         plot(summary, runs, per_step, args.png, val_label, task)
         print(f"wrote {args.png}")
-    if args.json:
-        print(json.dumps(summary))
+    settings = {
+        v: {"preset": VARIANTS[v][0], "overrides": [*VARIANTS[v][1], *args.overrides], "steps": args.steps}
+        for v in args.variants
+    }
+    common = {"seeds": args.seeds, "parallel": args.parallel, "threads": args.threads}
+    emit(
+        mon.finish({"benchmark": "longchain_experiment", **summary, "run_settings": common}, settings),
+        args.json,
+    )
 
 
 if __name__ == "__main__":

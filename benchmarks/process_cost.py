@@ -14,6 +14,12 @@ forced-answer's.
 
     python benchmarks/process_cost.py [--json] [--steps 6] [--preset longchain_process] [--model DIR]
 
+Every ratio (``*_over_rollout``, ``monte_carlo_over_forced_answer``) divides by
+``same_batch_in_rollout_s``, the in-rollout values of the same batch, printed beside it; the training
+steps' own ``process_in_rollout_s`` is another batch's (and a mean over steps) and is a share of the
+step only. Each timing runs once (``repeats: 1``); the machine's load around each is recorded
+(``benchmarks/_harness.py``) and ``"valid": false`` says when the figures cannot be trusted.
+
 ``--model DIR`` starts from a saved (SFT) model and skips the preset's SFT. ``--continuation-rows N``
 times the continuation estimators on the first N responses only and scales the time to the batch
 (linear in the number of prefixes: every prefix is one row block of the same ``generate`` calls).
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import io
 import json
 import statistics
@@ -32,6 +39,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+
+from _harness import Monitor, emit
 
 
 def main() -> None:
@@ -72,9 +81,11 @@ def main() -> None:
     if args.model:
         overrides += [f"model.path={args.model}", "sft.steps=0"]
     cfg = from_dict(apply_overrides(load_preset(args.preset), overrides))
+    mon = Monitor()
     with tempfile.TemporaryDirectory() as d:
         run = Path(d) / "run"
-        train(cfg, run)
+        with mon.side("training run"):
+            train(cfg, run)
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         steps = [r for r in rows if r.get("step", 0) > 0]
         step_s = statistics.mean(r["time/step_s"] for r in steps)
@@ -91,9 +102,9 @@ def main() -> None:
     )
     fresh = batch.select(list(range(len(batch))))  # the same responses without the rollout's cache
 
-    t0 = time.perf_counter()
-    compute_prefix_values(model, tok, batch, cfg.process)
-    packed_s = time.perf_counter() - t0
+    packed_s, _ = mon.timed(
+        "in-rollout values", lambda: compute_prefix_values(model, tok, batch, cfg.process)
+    )
     packed_values = batch.prefix_values
 
     stage: dict[str, float] = {}
@@ -110,18 +121,20 @@ def main() -> None:
             worker.load_state_dict(torch.load(buf, weights_only=True))
             return worker
 
-        t0 = time.perf_counter()
-        compute_prefix_values(receive(), tok, fresh, cfg.process)
-        reward_stage_packed_s = time.perf_counter() - t0
+        reward_stage_packed_s, _ = mon.timed(
+            "reward stage, packed", lambda: compute_prefix_values(receive(), tok, fresh, cfg.process)
+        )
         naive_cfg = replace(cfg.process, strategy="naive")
-        t0 = time.perf_counter()
-        worker_model = receive()
-        recomputed = []
-        for i in range(len(batch)):
-            one = fresh.select([i])
-            compute_prefix_values(worker_model, tok, one, naive_cfg)
-            recomputed.extend(one.prefix_values or [])
-        reward_stage_s = time.perf_counter() - t0
+        recomputed: list[list[float]] = []
+
+        def naive() -> None:
+            worker_model = receive()
+            for i in range(len(batch)):
+                one = fresh.select([i])
+                compute_prefix_values(worker_model, tok, one, naive_cfg)
+                recomputed.extend(one.prefix_values or [])
+
+        reward_stage_s, _ = mon.timed("reward stage, naive", naive)
         stage = {
             "reward_stage_packed_s": reward_stage_packed_s,
             "reward_stage_packed_pct_of_step": 100 * reward_stage_packed_s / step_s,
@@ -151,22 +164,24 @@ def main() -> None:
         part_prefixes = sum(len(e) + 1 for e in (batch.episode_ends or [])[:n_rows])
         for name in ("monte_carlo", "greedy_continuation"):
             torch.manual_seed(0)
-            t0 = time.perf_counter()
-            compute_prefix_values(
-                model,
-                tok,
-                part.select(list(range(n_rows))),
-                replace(cfg.process, value_estimator=name),
-                score_fn=score,
-            )
-            continuation[name] = (time.perf_counter() - t0) * all_prefixes / max(1, part_prefixes)
+            with mon.side(name):
+                t0 = time.perf_counter()
+                compute_prefix_values(
+                    model,
+                    tok,
+                    part.select(list(range(n_rows))),
+                    replace(cfg.process, value_estimator=name),
+                    score_fn=score,
+                )
+                continuation[name] = (time.perf_counter() - t0) * all_prefixes / max(1, part_prefixes)
     lengths = fresh.response_mask_BT.sum(1).float()
 
     res = {
         "step_s": step_s,
         "process_in_rollout_s": in_rollout_s,
         "process_in_rollout_pct_of_step": 100 * in_rollout_s / step_s,
-        "same_batch_packed_s": packed_s,
+        "same_batch_in_rollout_s": packed_s,
+        "same_batch_in_rollout_pct_of_step": 100 * packed_s / step_s,
         **stage,
         "monte_carlo_s": continuation["monte_carlo"],
         "monte_carlo_pct_of_step": 100 * continuation["monte_carlo"] / step_s,
@@ -184,8 +199,20 @@ def main() -> None:
     print(f"{'what':<34}{'value':>12}")
     for k, v in res.items():
         print(f"{k:<34}{v:>12.4g}" if isinstance(v, float) else f"{k:<34}{v!s:>12}")
-    if args.json:
-        print(json.dumps(res))
+    denom = "same_batch_in_rollout_s"
+    for k in [k for k in res if k.endswith("_over_rollout") or k.endswith("_over_forced_answer")]:
+        num = k.replace("_over_rollout", "_s").replace("_over_forced_answer", "_s")
+        num = {"reward_stage_s": "same_batch_reward_stage_s"}.get(num, num)
+        print(f"{k} = {num} / {denom} = {res[num]:.4g} / {res[denom]:.4g} = {res[k]:.3g}")
+    process = dataclasses.asdict(cfg.process)
+    settings = {
+        "in_rollout": {**process, "cache": "the rollout's behaviour-pass KV cache"},
+        "reward_stage_packed": {**process, "cache": "none (weights received, model rebuilt)"},
+        "reward_stage_naive": {**process, "strategy": "naive", "per_sample": True},
+        "monte_carlo": {**process, "value_estimator": "monte_carlo"},
+        "greedy_continuation": {**process, "value_estimator": "greedy_continuation"},
+    }
+    emit(mon.finish({"benchmark": "process_cost", **res, "repeats": 1}, settings), args.json)
 
 
 if __name__ == "__main__":

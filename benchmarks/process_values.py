@@ -20,20 +20,22 @@ runs noisy, hence the minimum and the round robin.
 
 Models: ``tiny`` is the built-in default model (``ModelConfig().tiny``, built with a longer
 max_position_embeddings), ``llama-100m`` a random Llama (hidden 768, 12 layers, vocabulary 32000,
-~110M parameters). With --json the last line is ``{"results": [...]}``.
+~110M parameters). The machine's load is recorded around each (model, size) (``benchmarks/_harness.py``;
+``"valid": false`` says the figures cannot be trusted, and why); ``*_ms_max`` beside each minimum is the
+slowest repeat. With --json the last line is ``{"results": [...], "settings", "valid", "load", ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from _harness import Monitor, emit
 from stepcredit.config import ModelConfig
 from stepcredit.models import build_tiny
 from stepcredit.process import ValueQuery, answer_suffix, forced_answer_values
@@ -106,55 +108,74 @@ def bench(
     repeats: int,
     warmup: bool,
     naive_repeats: int,
+    mon: Monitor,
 ) -> list[dict[str, Any]]:
     rows = []
     for tokens, boundaries in sizes:
-        q = make_query(model.config.vocab_size, tokens, boundaries, suffix, n_answer)
-        res: dict[str, Any] = {"model": name, "tokens": tokens, "boundaries": boundaries}
-        vals: dict[str, list[float]] = {}
-        run_floor = floor_pass(model, q)
-        runs: dict[str, Callable[[], Any]] = {
-            s: (lambda s=s, q=q: forced_answer_values(model, [q], strategy=s))
-            for s in ("naive", "kv_cache", "kv_packed", "packed_single", "packed")
-        }
-        # in training: generation's behaviour log-prob pass already holds the response's cache, so
-        # only the suffixes run (the cache itself is built outside the timing)
-        body = rollout_cache(model, q)
-        runs["packed_cached"] = lambda q=q, body=body: forced_answer_values(
-            model, [q], strategy="packed", body=body
-        )
-        runs["floor"] = run_floor
-        times: dict[str, list[float]] = {k: [] for k in runs}
-        # warm-up (allocator, kernels, lazy imports); on the big model only the cheap floor pass
-        for fn in runs.values() if warmup else [run_floor]:
-            fn()
-        # round-robin repeats, so that load from other work on the machine hits every method alike;
-        # the minimum is the least disturbed run
-        for rep in range(repeats):
-            for k, fn in runs.items():
-                if k == "naive" and rep >= naive_repeats:
-                    continue  # naive is the slow reference: its minimum needs fewer samples
-                t0 = time.perf_counter()
-                out = fn()
-                times[k].append((time.perf_counter() - t0) * 1000)
-                if k != "floor":
-                    vals[k] = out[0]
-        for k in runs:
-            res[f"{k}_ms"] = round(min(times[k]), 2)
-        res["max_abs_diff"] = max(
-            abs(a - b)
-            for s in ("kv_cache", "kv_packed", "packed_single", "packed", "packed_cached")
-            for a, b in zip(vals[s], vals["naive"], strict=True)
-        )
-        rows.append(res)
-        print(
-            f"{name:>10} {tokens:>6} {boundaries:>4} {res['naive_ms']:>10.1f} {res['kv_cache_ms']:>10.1f} "
-            f"{res['kv_packed_ms']:>10.1f} {res['packed_single_ms']:>10.1f} {res['packed_ms']:>10.1f} "
-            f"{res['packed_cached_ms']:>10.1f} {res['floor_ms']:>10.1f} {res['naive_ms'] / res['packed_ms']:>8.2f}x "
-            f"{res['packed_ms'] / res['floor_ms']:>8.2f}x {res['max_abs_diff']:>9.1e}",
-            flush=True,
-        )
+        with mon.side(f"{name} {tokens} tokens {boundaries} boundaries (strategies round-robin)"):
+            rows.append(
+                one_size(name, model, suffix, n_answer, tokens, boundaries, repeats, warmup, naive_repeats)
+            )
     return rows
+
+
+def one_size(
+    name: str,
+    model: Any,
+    suffix: list[int],
+    n_answer: int,
+    tokens: int,
+    boundaries: int,
+    repeats: int,
+    warmup: bool,
+    naive_repeats: int,
+) -> dict[str, Any]:
+    q = make_query(model.config.vocab_size, tokens, boundaries, suffix, n_answer)
+    res: dict[str, Any] = {"model": name, "tokens": tokens, "boundaries": boundaries}
+    vals: dict[str, list[float]] = {}
+    run_floor = floor_pass(model, q)
+    runs: dict[str, Callable[[], Any]] = {
+        s: (lambda s=s, q=q: forced_answer_values(model, [q], strategy=s))
+        for s in ("naive", "kv_cache", "kv_packed", "packed_single", "packed")
+    }
+    # in training: generation's behaviour log-prob pass already holds the response's cache, so
+    # only the suffixes run (the cache itself is built outside the timing)
+    body = rollout_cache(model, q)
+    runs["packed_cached"] = lambda q=q, body=body: forced_answer_values(
+        model, [q], strategy="packed", body=body
+    )
+    runs["floor"] = run_floor
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    # warm-up (allocator, kernels, lazy imports); on the big model only the cheap floor pass
+    for fn in runs.values() if warmup else [run_floor]:
+        fn()
+    # round-robin repeats, so that load from other work on the machine hits every method alike;
+    # the minimum is the least disturbed run
+    for rep in range(repeats):
+        for k, fn in runs.items():
+            if k == "naive" and rep >= naive_repeats:
+                continue  # naive is the slow reference: its minimum needs fewer samples
+            t0 = time.perf_counter()
+            out = fn()
+            times[k].append((time.perf_counter() - t0) * 1000)
+            if k != "floor":
+                vals[k] = out[0]
+    for k in runs:
+        res[f"{k}_ms"] = round(min(times[k]), 2)
+        res[f"{k}_ms_max"] = round(max(times[k]), 2)
+    res["max_abs_diff"] = max(
+        abs(a - b)
+        for s in ("kv_cache", "kv_packed", "packed_single", "packed", "packed_cached")
+        for a, b in zip(vals[s], vals["naive"], strict=True)
+    )
+    print(
+        f"{name:>10} {tokens:>6} {boundaries:>4} {res['naive_ms']:>10.1f} {res['kv_cache_ms']:>10.1f} "
+        f"{res['kv_packed_ms']:>10.1f} {res['packed_single_ms']:>10.1f} {res['packed_ms']:>10.1f} "
+        f"{res['packed_cached_ms']:>10.1f} {res['floor_ms']:>10.1f} {res['naive_ms'] / res['packed_ms']:>8.2f}x "
+        f"{res['packed_ms'] / res['floor_ms']:>8.2f}x {res['max_abs_diff']:>9.1e}",
+        flush=True,
+    )
+    return res
 
 
 def main() -> None:
@@ -178,18 +199,36 @@ def main() -> None:
         f"{'floor ms':>10} {'naive/pk':>9} {'pk/floor':>9} {'max diff':>9}"
     )
     results = []
+    mon = Monitor()
     wanted = args.models.split(",")
     if "tiny" in wanted:
         results += bench(
-            "tiny", *tiny_model(), SIZES, repeats=3 if args.quick else 5, warmup=True, naive_repeats=3
+            "tiny",
+            *tiny_model(),
+            SIZES,
+            repeats=3 if args.quick else 5,
+            warmup=True,
+            naive_repeats=3,
+            mon=mon,
         )
     if "llama-100m" in wanted:
         sizes = SIZES[:2] if args.quick else SIZES
         results += bench(
-            "llama-100m", *llama_100m(), sizes, repeats=2 if args.quick else 3, warmup=False, naive_repeats=1
+            "llama-100m",
+            *llama_100m(),
+            sizes,
+            repeats=2 if args.quick else 3,
+            warmup=False,
+            naive_repeats=1,
+            mon=mon,
         )
-    if args.json:
-        print(json.dumps({"results": results}))
+    side = {"threads": args.threads, "dtype": "float32", "attn": "sdpa", "no_grad": True}
+    settings = {
+        **{s: {**side, "strategy": s} for s in ("naive", "kv_cache", "kv_packed", "packed_single", "packed")},
+        "packed_cached": {**side, "strategy": "packed", "body": "rollout cache (built untimed)"},
+        "floor": {**side, "what": "one causal forward pass, as many tokens and logits as packed"},
+    }
+    emit(mon.finish({"benchmark": "process_values", "results": results}, settings), args.json)
 
 
 if __name__ == "__main__":

@@ -2,21 +2,22 @@
 
 Generation: ``rollout.generate`` (Hugging Face generate with KV cache, n samples per prompt, plus the
 behaviour log-prob pass) against a plain loop that re-runs the full forward pass for every new token
-(no cache), on the same prompts, in the same process. Training: one forward+backward of the policy
-loss over a batch of the same shape, in tokens per second.
+(no cache), on the same prompts, in the same process, alternating (``--repeats`` rounds; medians with
+min/max). Training: one forward+backward of the policy loss over a batch of the same shape, in tokens
+per second. The load of the machine around each side is recorded (``benchmarks/_harness.py``);
+``"valid": false`` says the figures cannot be trusted, and why.
 
-    python benchmarks/rollout.py [--json] [--prompts 16] [--n 8] [--new-tokens 64]
+    python benchmarks/rollout.py [--json] [--prompts 16] [--n 8] [--new-tokens 64] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
 
 import torch
 
+from _harness import Monitor, emit, spread
 from stepcredit.config import DataConfig, ModelConfig, from_dict
 from stepcredit.data import load_task
 from stepcredit.models import load_policy, token_logprobs
@@ -54,30 +55,38 @@ def main() -> None:
     samples = load_task(DataConfig(train_size=args.prompts, val_size=1))[0]
     B = args.prompts * args.n
 
-    gen_s, naive_s = [], []
-    for _ in range(args.repeats):
+    mon = Monitor()
+    gen_s: list[float] = []
+    naive_s: list[float] = []
+    gen_tokens = 0
+    for _ in range(args.repeats):  # alternating: kv_cache, no_cache, kv_cache, ...
         torch.manual_seed(0)
-        t0 = time.perf_counter()
-        # min length so every run produces exactly new_tokens per response (an untrained model may stop early)
-        b = generate(model, tok, samples, n=args.n, max_new_tokens=args.new_tokens)
-        gen_s.append(time.perf_counter() - t0)
+        dt, b = mon.timed(
+            "kv_cache_generate",
+            lambda: generate(model, tok, samples, n=args.n, max_new_tokens=args.new_tokens),
+        )
+        gen_s.append(dt)
         gen_tokens = int(b.response_mask_BT.sum())
-        t0 = time.perf_counter()
-        no_cache_generate(model, tok, samples, n=args.n, new_tokens=args.new_tokens)
-        naive_s.append(time.perf_counter() - t0)
+        dt, _ = mon.timed(
+            "no_cache_generate",
+            lambda: no_cache_generate(model, tok, samples, n=args.n, new_tokens=args.new_tokens),
+        )
+        naive_s.append(dt)
 
     ids = torch.cat([b.prompt_ids_BP, b.response_ids_BT], 1)
     attn = torch.cat([b.prompt_mask_BP, b.response_mask_BT], 1).long()
     T = b.response_ids_BT.shape[1]
     train_s = []
     model.train()
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
+
+    def train_step() -> None:
         logp, _ = token_logprobs(model, ids, attn, n_response=T, with_entropy=True)
         loss = -(logp * b.response_mask_BT).sum() / b.response_mask_BT.sum()
         loss.backward()
         model.zero_grad(set_to_none=True)
-        train_s.append(time.perf_counter() - t0)
+
+    for _ in range(args.repeats):
+        train_s.append(mon.timed("train_step", train_step)[0])
 
     g, nv, tr = statistics.median(gen_s), statistics.median(naive_s), statistics.median(train_s)
     n_params = sum(p.numel() for p in model.parameters())
@@ -94,8 +103,14 @@ def main() -> None:
     print(f"{'what':<34}{'value':>14}")
     for k, v in res.items():
         print(f"{k:<34}{v:>14.1f}" if isinstance(v, float) else f"{k:<34}{v!s:>14}")
-    if args.json:
-        print(json.dumps(res))
+    common = {"prompts": args.prompts, "n": args.n, "threads": args.threads, "dtype": "float32"}
+    settings = {
+        "kv_cache_generate": {**common, "max_new_tokens": args.new_tokens, "kv_cache": True},
+        "no_cache_generate": {**common, "new_tokens": args.new_tokens, "kv_cache": False},
+        "train_step": {**common, "loss": "-mean logp over response tokens", "entropy": True},
+    }
+    spreads = {"generation_s": spread(gen_s), "no_cache_s": spread(naive_s), "train_step_s": spread(train_s)}
+    emit(mon.finish({"benchmark": "rollout", **res, **spreads}, settings), args.json)
 
 
 if __name__ == "__main__":

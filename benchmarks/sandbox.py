@@ -1,23 +1,35 @@
-"""The cost of isolation: the bubblewrap code sandbox vs a bare ``subprocess.run`` per test case.
+"""The cost of isolation: the bubblewrap code sandbox vs the same runner without isolation, beside the
+naive ``subprocess.run`` per test case that a user would write.
 
-    python benchmarks/sandbox.py [--json] [--programs 24] [--cases 8]
+    python benchmarks/sandbox.py [--json] [--programs 24] [--cases 8] [--rounds 3]
 
 Programs (three small competitive-programming ones: read stdin, compute, print) with ``--cases`` test
-cases each are judged at concurrency 1 and 2 (programs in flight at once), once through
-:class:`stepcredit.reward.verifiers.code.sandbox.Sandbox` (one sandbox per program: namespaces, its own
-uid, limits, private tmpfs, every case in a fresh child from an emptied cwd, output capture, verdict)
-and once as ``subprocess.run([python, "-I", "-S", "-B", file], input=..., capture_output=True,
-timeout=...)`` per test case with the same interpreter and the same comparison. Latency is per
-program (all its cases), measured around the call (p50/p95); throughput is programs per second of
-wall time. Both runners alternate in one process, so load from elsewhere hits both alike. With
-``--json`` the last stdout line is ``{"results": [...], "ratios": {...}}``; each result row carries
-``runner``, ``concurrency``, ``cases`` and ``programs_per_s``; ratios are sandbox / bare.
+cases each are judged at concurrency 1 and 2 (programs in flight at once) by three runners:
+
+* ``bubblewrap sandbox``: :class:`stepcredit.reward.verifiers.code.sandbox.Sandbox` (one sandbox per
+  program: namespaces, its own uid, limits, private tmpfs, every case in a fresh child forked by the
+  sandbox's runner, output capture, verdict);
+* ``runner without isolation``: the same host code and the same runner (``runner.py``: limits, a fork
+  per case, the same protocol and verdicts), started directly instead of under ``bwrap`` (no
+  namespaces, no private tmpfs). BENCHMARK ONLY: this script rewrites a copy of the runner to use a
+  private work directory instead of the namespace's ``/tmp`` and to kill only its own case's child
+  instead of ``kill(-1)``, which outside a pid namespace would reach every process of the user. The
+  ratio sandbox / this runner is the cost of isolation itself;
+* ``bare subprocess.run``: ``subprocess.run([python, "-I", "-S", "-B", file], input=...,
+  capture_output=True, timeout=...)`` per test case, the same interpreter and comparison: a fresh
+  interpreter per case, what a user writes without a sandbox.
+
+Latency is per program (all its cases), measured around the call (p50/p95); throughput is programs
+per second of wall time. The runners alternate (``--rounds``, an A B C A B C ... order) in one
+process, and the machine's load is recorded around each (``benchmarks/_harness.py``); with
+``--json`` the last stdout line is ``{"results": [...], "ratios": {...}, "settings": ..., "valid": ...,
+"load": ...}``; each result row carries ``runner``, ``concurrency``, ``cases``, ``programs_per_s``
+(median over rounds) with its min/max; ratios are sandbox / unisolated runner and sandbox / bare.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -29,9 +41,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from _harness import Monitor, emit
 from stepcredit.config import SandboxConfig
+from stepcredit.reward.verifiers.code import sandbox as sandbox_mod
 from stepcredit.reward.verifiers.code.cases import outputs_match
 from stepcredit.reward.verifiers.code.sandbox import PASSED, Sandbox, TestCase
+
+BARE, PLAIN, BOX = "bare subprocess.run", "runner without isolation", "bubblewrap sandbox"
 
 SUM = "print(sum(map(int, input().split())))"
 SORT = "n = int(input())\nxs = sorted(map(int, input().split()))\nprint(' '.join(map(str, xs)))"
@@ -84,6 +100,40 @@ def make_programs(cases: int) -> list[tuple[str, str, list[TestCase]]]:
     return out
 
 
+def unisolated_runner_source(work: str, solution: str) -> str:
+    """BENCHMARK ONLY: the sandbox's runner rewritten to run outside a namespace. Each rewrite must
+    apply (a changed runner fails here rather than running unsafely)."""
+    src = sandbox_mod._runner_source()
+    rewrites = [
+        ('os.chdir("/tmp")', f"os.chdir({work!r})"),
+        ('os.walk("/tmp", topdown=False)', f"os.walk({work!r}, topdown=False)"),
+        ('open("/box/solution.py"', f"open({solution!r}"),
+        # kill(-1) from pid 1 of a pid namespace ends the sandbox's processes; outside one it would
+        # reach every process of the user: kill the case's own child (unreaped, so its pid is ours)
+        ("os.kill(-1, _SIGKILL)", "os.kill(child, _SIGKILL)"),
+    ]
+    for old, new in rewrites:
+        if src.count(old) != 1:
+            raise SystemExit(f"benchmarks/sandbox.py: the runner changed ({old!r}); update the rewrite")
+        src = src.replace(old, new)
+    return src
+
+
+class UnisolatedSandbox(Sandbox):
+    """BENCHMARK ONLY: the Sandbox's host code and runner, started without bubblewrap."""
+
+    def _command(self, host_dir: str, limits: dict[str, Any]) -> list[str]:
+        work = os.path.join(host_dir, "work")
+        os.mkdir(work)
+        os.chmod(work, 0o777)  # the runner may run as the sandbox's own uid
+        runner = os.path.join(host_dir, "runner_unisolated.py")
+        with open(runner, "w", encoding="utf-8") as f:
+            f.write(unisolated_runner_source(work, os.path.join(host_dir, "solution.py")))
+        os.chmod(runner, 0o444)
+        order = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb", "timeout_s")
+        return [self._python, "-I", "-S", "-B", runner, *(str(limits[k]) for k in order)]
+
+
 def percentile(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     k = (len(xs) - 1) * q
@@ -123,7 +173,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     ap.add_argument("--programs", type=int, default=24, help="programs judged per runner and concurrency")
     ap.add_argument("--cases", type=int, default=8, help="test cases per program")
-    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of both runners (summed)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of the runners (median)")
     args = ap.parse_args()
 
     probe = Sandbox(SandboxConfig())
@@ -154,28 +204,41 @@ def main() -> int:
         return passed
 
     jobs = [programs[i % len(programs)] for i in range(args.programs)]
+    mon = Monitor()
     results = []
     for conc in (1, 2):
         box = Sandbox(SandboxConfig(concurrency=conc))
+        plain = UnisolatedSandbox(SandboxConfig(concurrency=conc))
 
-        def sandboxed(job: Job, box: Sandbox = box) -> bool:
+        def checked(job: Job, runner: Sandbox) -> bool:
             _, code, cases = job
-            return all(o.status == PASSED for o in box.check(code, cases))
+            return all(o.status == PASSED for o in runner.check(code, cases))
 
-        run_many(bare, jobs[:3], conc)  # warm the page cache for both
-        run_many(sandboxed, jobs[:3], conc)
-        acc: dict[str, list[dict[str, Any]]] = {"bare subprocess.run": [], "bubblewrap sandbox": []}
-        for _ in range(args.rounds):  # alternate, so that a burst of load elsewhere hits both
-            for label, fn in (("bare subprocess.run", bare), ("bubblewrap sandbox", sandboxed)):
-                acc[label].append(run_many(fn, jobs, conc))
-        for label, rs in acc.items():
-            wall = sum(r["programs"] / r["programs_per_s"] for r in rs)
+        fns: dict[str, Callable[[Job], bool]] = {
+            BARE: bare,
+            PLAIN: lambda job, r=plain: checked(job, r),  # type: ignore[misc]
+            BOX: lambda job, r=box: checked(job, r),  # type: ignore[misc]
+        }
+        for fn in fns.values():  # warm the page cache for all
+            run_many(fn, jobs[:3], conc)
+        acc = mon.alternate(
+            {
+                f"{label} c{conc}": (lambda fn=fn, conc=conc: run_many(fn, jobs, conc))
+                for label, fn in fns.items()
+            },
+            repeats=args.rounds,
+        )
+        for label in fns:
+            rs = acc[f"{label} c{conc}"]
+            tput = [r["programs_per_s"] for r in rs]
             results.append(
                 {
                     "runner": label,
                     "concurrency": conc,
                     "cases": args.cases,
-                    "programs_per_s": sum(r["programs"] for r in rs) / wall,
+                    "programs_per_s": statistics.median(tput),
+                    "programs_per_s_min": min(tput),
+                    "programs_per_s_max": max(tput),
                     "p50_ms": statistics.median(r["p50_ms"] for r in rs),
                     "p95_ms": max(r["p95_ms"] for r in rs),
                     "passed": sum(r["passed"] for r in rs),
@@ -184,28 +247,46 @@ def main() -> int:
             )
     shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"{'runner':<22}{'conc':>5}{'cases':>6}{'p50 ms':>10}{'p95 ms':>10}{'prog/s':>10}{'passed':>10}")
+    print(f"{'runner':<26}{'conc':>5}{'cases':>6}{'p50 ms':>10}{'p95 ms':>10}{'prog/s':>10}{'passed':>10}")
     for r in results:
         print(
-            f"{r['runner']:<22}{r['concurrency']:>5}{r['cases']:>6}{r['p50_ms']:>10.1f}{r['p95_ms']:>10.1f}"
+            f"{r['runner']:<26}{r['concurrency']:>5}{r['cases']:>6}{r['p50_ms']:>10.1f}{r['p95_ms']:>10.1f}"
             f"{r['programs_per_s']:>10.1f}{r['passed']:>6}/{r['programs']}"
         )
     ratios = {}
     for conc in (1, 2):
-        b, s = (
+        b, u, x = (
             next(r for r in results if r["runner"] == lab and r["concurrency"] == conc)
-            for lab in ("bare subprocess.run", "bubblewrap sandbox")
+            for lab in (BARE, PLAIN, BOX)
         )
         ratios[f"c{conc}"] = {
-            "p50_latency_ratio": s["p50_ms"] / b["p50_ms"],
-            "throughput_ratio": s["programs_per_s"] / b["programs_per_s"],
+            "isolation_p50_latency_ratio": x["p50_ms"] / u["p50_ms"],
+            "isolation_throughput_ratio": x["programs_per_s"] / u["programs_per_s"],
+            "sandbox_vs_bare_p50_latency_ratio": x["p50_ms"] / b["p50_ms"],
+            "sandbox_vs_bare_throughput_ratio": x["programs_per_s"] / b["programs_per_s"],
         }
+        r = ratios[f"c{conc}"]
         print(
-            f"concurrency {conc}: sandbox/bare p50 latency x{ratios[f'c{conc}']['p50_latency_ratio']:.2f}, "
-            f"throughput x{ratios[f'c{conc}']['throughput_ratio']:.2f}"
+            f"concurrency {conc}: sandbox / runner without isolation: p50 latency "
+            f"x{r['isolation_p50_latency_ratio']:.2f}, throughput x{r['isolation_throughput_ratio']:.2f}; "
+            f"sandbox / bare subprocess.run: p50 x{r['sandbox_vs_bare_p50_latency_ratio']:.2f}, "
+            f"throughput x{r['sandbox_vs_bare_throughput_ratio']:.2f}"
         )
-    if args.json:
-        print(json.dumps({"results": results, "ratios": ratios, "python": python}))
+    cfg = SandboxConfig()
+    limits = {"timeout_s": cfg.timeout_s, "memory_mb": cfg.memory_mb, "cpu_s": cfg.cpu_s}
+    common = {"python": python, "programs": args.programs, "cases": args.cases, "concurrency": [1, 2]}
+    settings = {
+        BOX: {
+            **common,
+            **limits,
+            "isolation": "bwrap namespaces, own uid, private tmpfs",
+            "fork_per_case": True,
+        },
+        PLAIN: {**common, **limits, "isolation": "none (benchmark-only runner copy)", "fork_per_case": True},
+        BARE: {**common, "timeout_s": 10, "isolation": "none", "fork_per_case": False, "exec_per_case": True},
+    }
+    out = {"benchmark": "sandbox", "results": results, "ratios": ratios, "python": python}
+    emit(mon.finish(out, settings), args.json)
     return 0
 
 

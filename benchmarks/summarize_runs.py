@@ -1,7 +1,11 @@
 """Summarise run directories: validation accuracy right after SFT (step 0) and at the last
 validation, mean reward over the last steps, response length, and wall time.
 
-    python benchmarks/summarize_runs.py runs/default-s0 runs/default-s1 ... [--json]
+    python benchmarks/summarize_runs.py [runs/default-s0 runs/default-s1 ...] [--json]
+
+With no run directories it summarises every directory under ``runs/`` that holds a ``metrics.jsonl``.
+Its wall times were measured when the runs ran, not by this command: the JSON carries this command's
+load record (``benchmarks/_harness.py``) and always ``"valid": false`` with that reason.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import argparse
 import json
 import statistics
 from pathlib import Path
+
+from _harness import Monitor, emit
 
 
 def _share(rows: list[dict]) -> float:
@@ -45,16 +51,24 @@ def summarize(run: Path) -> dict[str, float | str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("runs", nargs="*", type=Path, help="run directories (default: every one under runs/)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    out = [summarize(r) for r in args.runs]
+    runs = args.runs or sorted(f.parent for f in Path("runs").glob("**/metrics.jsonl"))
+    mon = Monitor(probe_s=0.2)
+    if not runs:
+        mon.invalidate("no run directories given and none with a metrics.jsonl under runs/")
+        emit(mon.finish({"benchmark": "summarize_runs", "runs": []}, {}), args.json)
+        return
+    with mon.side("read"):
+        out = [summarize(r) for r in runs]
+    mon.invalidate("summarises saved runs: their wall times were measured when they ran, not by this command")
     keys = [k for k in out[0] if k != "run"]
     print(f"{'run':<36}" + "".join(f"{k:>24}" for k in keys))
     for s in out:
         print(f"{s['run']:<36}" + "".join(f"{s[k]:>24.3f}" for k in keys))  # type: ignore[str-format]
-    if args.json:
-        print(json.dumps({"runs": out}))
+    settings = {str(r): {"config": str(r / "config.yaml")} for r in runs}
+    emit(mon.finish({"benchmark": "summarize_runs", "runs": out}, settings), args.json)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,11 @@ process, on the main thread, after one untimed warm-up pass, with their caches c
 timed pass. ``agree`` is the share
 of pairs on which the two verdicts are equal; ``worse`` counts pairs where math-verify is right and we
 are wrong (the target is 0), ``better`` the reverse. Also reported: our throughput through the full
-:class:`~stepcredit.reward.Rewarder` (routing + kill-safe pool for what the fast path leaves).
+:class:`~stepcredit.reward.Rewarder` (routing + kill-safe pool for what the fast path leaves). The three
+timed passes alternate (``--repeats`` rounds; medians with min/max) and the machine's load is recorded
+around each (``benchmarks/_harness.py``; ``"valid": false`` says the figures cannot be trusted, and why).
 
-    python benchmarks/verifier.py [--json] [--limit N]
+    python benchmarks/verifier.py [--json] [--limit N] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _harness import Monitor, emit, spread
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("STEPCREDIT_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -135,15 +140,26 @@ def run_rewarder(pairs: list[tuple[str, str, str, bool]]) -> float:
         return time.perf_counter() - t0
 
 
-def bench(dataset: str, limit: int, variant: str) -> dict[str, Any]:
+def bench(dataset: str, limit: int, variant: str, mon: Monitor, repeats: int) -> dict[str, Any]:
     pairs = load_pairs(dataset, limit, variant)
     labels = [p[3] for p in pairs]
     # An untimed pass first: the LaTeX parser both verifiers share (antlr) builds its lookahead
     # tables lazily, and whichever runs first would otherwise pay for it.
     run_math_verify(pairs, dataset)
-    t_ours, ours = run_ours(pairs)
-    t_mv, mv = run_math_verify(pairs, dataset)
-    t_rw = run_rewarder(pairs)
+    where = f"{dataset} {variant}"
+    runs = mon.alternate(
+        {
+            f"ours {where}": lambda: run_ours(pairs),
+            f"math_verify {where}": lambda: run_math_verify(pairs, dataset),
+            f"rewarder {where}": lambda: run_rewarder(pairs),
+        },
+        repeats=repeats,
+    )
+    ours_t = [t for t, _ in runs[f"ours {where}"]]
+    mv_t = [t for t, _ in runs[f"math_verify {where}"]]
+    t_ours, ours = statistics.median(ours_t), runs[f"ours {where}"][0][1]
+    t_mv, mv = statistics.median(mv_t), runs[f"math_verify {where}"][0][1]
+    t_rw = statistics.median(runs[f"rewarder {where}"])
     n = len(pairs)
     return {
         "pairs": n,
@@ -156,6 +172,8 @@ def bench(dataset: str, limit: int, variant: str) -> dict[str, Any]:
         "worse": sum(b == y != a for a, b, y in zip(ours, mv, labels, strict=True)),
         "better": sum(a == y != b for a, b, y in zip(ours, mv, labels, strict=True)),
         "rewarder_per_s": round(n / t_rw, 1),
+        "ours_s": spread(ours_t),
+        "math_verify_s": spread(mv_t),
     }
 
 
@@ -163,12 +181,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     ap.add_argument("--limit", type=int, default=0, help="rows per dataset (0 = all)")
+    ap.add_argument("--repeats", type=int, default=3, help="alternating rounds of the timed passes")
     args = ap.parse_args(argv)
     if not DATA.is_dir():
         print(f"benchmarks/verifier.py: {DATA} not found (set STEPCREDIT_SHARED_DATA)", file=sys.stderr)
         return 2
+    mon = Monitor()
     out = {
-        name: {variant: bench(name, args.limit, variant) for variant in ("boxed", "unboxed")}
+        name: {
+            variant: bench(name, args.limit, variant, mon, args.repeats) for variant in ("boxed", "unboxed")
+        }
         for name in ("gsm8k", "math500")
     }
     cols = ["pairs", "ours_per_s", "math_verify_per_s", "speedup", "agree", "ours_correct"]
@@ -177,8 +199,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, variants in out.items():
         for variant, r in variants.items():
             print(f"{name + ' ' + variant:<17}" + "".join(f"{r[c]!s:>20}" for c in cols))
-    if args.json:
-        print(json.dumps(out))
+    import math_verify
+
+    side = {"thread": "main", "caches": "cleared before each timed pass", "limit": args.limit}
+    settings = {
+        "ours": {**side, "fn": "math_compute_score"},
+        "math_verify": {**side, "fn": "parse + verify", "version": getattr(math_verify, "__version__", "?")},
+        "rewarder": {**side, "workers": 1},
+    }
+    emit(mon.finish({"benchmark": "verifier", **out}, settings), args.json)
     return 0
 
 

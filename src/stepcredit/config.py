@@ -1035,10 +1035,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        value = _number(value)
         if isinstance(value, float) and value.is_integer():
             return int(value)
         raise ConfigError(f"config key {key}: expected an integer, got {value!r}")
     if tp is float:
+        value = _number(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         raise ConfigError(f"config key {key}: expected a number, got {value!r}")
@@ -1046,6 +1048,16 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
         raise ConfigError(f"config key {key}: expected a string, got {value!r}")
+    return value
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _number(value: Any) -> Any:
+    """A string written as a number (``1e-5``, which YAML 1.1 reads as a string) as that float."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        return float(value)
     return value
 
 

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from stepcredit import __version__
 from stepcredit.errors import UserError
 
 COMMANDS: dict[str, str] = {
@@ -20,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "data": "Prepare datasets: stepcredit data prepare gsm8k|math500 --out DIR",
     "explain": "Show episodes, V(prefix) and utilities of a response: stepcredit explain --model PATH --prompt T --response T --answer A [--html F] [--json]",
     "eval": "pass@1, pass@k and maj@k of a model: stepcredit eval --model PATH|tiny|smollm2 --data arith|gsm8k|math500|FILE [--n K] [--temperature T] [--limit N]",
+    "config": "Print the merged configuration as YAML with each field's documentation: stepcredit config [--preset NAME | --config F] [key=value ...]",
     "probe": "Do process rewards find a wrong step? stepcredit probe --model M --data arith|gsm8k|FILE [--estimators a,b] [--png F] [--json]",
     "serve": "Serve the code sandbox behind SandboxFusion's /run_code API: stepcredit serve sandbox [--host H] [--port P]",
 }
@@ -27,6 +29,7 @@ COMMANDS: dict[str, str] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stepcredit", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"stepcredit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in COMMANDS.items():
         mod = importlib.import_module(f"stepcredit.cli.{name.replace('-', '_')}")
