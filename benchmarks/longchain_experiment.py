@@ -34,7 +34,22 @@ from typing import Any
 
 from _harness import Monitor, emit
 
+_ORACLE = [
+    "process.enabled=true",
+    "process.value_estimator=step_oracle",
+    "process.min_episode_tokens=2",
+    "algorithm.advantage=grpo_vineppo",
+]
 VARIANTS: dict[str, tuple[str, list[str]]] = {
+    # issue 24 on the mid-chain regime (--baseline mid_grpo): outcome GRPO; tree rollouts with their free
+    # node values and grpo_vineppo; tree rollouts with outcome GRPO only (what the tree's correlated samples
+    # do without step credit); exact step credit from the task's own arithmetic (the oracle, an upper bound
+    # for any V(prefix) estimator), flat rollouts, the same credit path
+    "mid_grpo": ("midchain", []),
+    "mid_tree": ("midchain_tree", []),
+    "mid_tree_outcome": ("midchain_tree", ["process.enabled=false", "algorithm.advantage=grpo"]),
+    "mid_oracle": ("midchain", _ORACLE),
+    "mid_tree_vine": ("midchain_tree", ["algorithm.advantage=vineppo"]),
     "grpo": ("longchain", []),
     "fa": (
         "longchain_process",
@@ -199,7 +214,30 @@ def _reward_curve(
     return out
 
 
-def summarize(runs: dict[str, list[Path]], per_step: int) -> dict[str, Any]:
+def _se(xs: list[float]) -> float:
+    xs = [x for x in xs if x == x]
+    return statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
+
+
+_WASTE = ("Let me check: that leaves", "so far.", "I need to keep going from")
+
+
+def _final_samples(run: Path) -> dict[str, float]:
+    """Wasted episodes and tokens (characters / 4 is not used: words) per response of the last validation."""
+    f = run / "samples.jsonl"
+    if not f.exists():
+        return {}
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    if not rows:
+        return {}
+    waste = [sum(r["response"].count(w) for w in _WASTE) for r in rows]
+    return {
+        "wasted_episodes_per_response": sum(waste) / len(rows),
+        "words_per_response": sum(len(r["response"].split()) for r in rows) / len(rows),
+    }
+
+
+def summarize(runs: dict[str, list[Path]], per_step: int, baseline: str = "grpo") -> dict[str, Any]:
     curves = {v: [_curve(_rows(r), per_step) for r in rs] for v, rs in runs.items()}
     mean_curve: dict[str, list[tuple[float, float, float]]] = {}
     for v, cs in curves.items():
@@ -210,10 +248,12 @@ def summarize(runs: dict[str, list[Path]], per_step: int) -> dict[str, Any]:
         mean_curve[v] = [
             (cs[0][i][0], _mean([c[i][1] for c in cs]), _mean([c[i][2] for c in cs])) for i in range(k)
         ]
-    target = mean_curve["grpo"][-1][2] if "grpo" in mean_curve else float("nan")
-    grpo_samples = mean_curve["grpo"][-1][0] if "grpo" in mean_curve else float("nan")
-    start = mean_curve["grpo"][0][2] if "grpo" in mean_curve else float("nan")
+    target = mean_curve[baseline][-1][2] if baseline in mean_curve else float("nan")
+    grpo_samples = mean_curve[baseline][-1][0] if baseline in mean_curve else float("nan")
+    start = mean_curve[baseline][0][2] if baseline in mean_curve else float("nan")
+    base_final = {i: c[-1][2] for i, c in enumerate(curves.get(baseline, [])) if c}
     out: dict[str, Any] = {
+        "baseline": baseline,
         "per_step_samples": per_step,
         "grpo_final": target,
         "grpo_after_sft": start,
@@ -229,8 +269,27 @@ def summarize(runs: dict[str, list[Path]], per_step: int) -> dict[str, Any]:
         mc = mean_curve.get(v, [])
         # the first validation after RL started (step 0 is the shared SFT model) at GRPO's final level
         reach = next((s for s, _, a in mc if s > 0 and a >= target), float("nan"))
+        finals = {i: c[-1][2] for i, c in enumerate(curves[v]) if c}
+        # paired by seed (same SFT model, same prompt order): final accuracy minus the baseline's
+        diffs = [finals[i] - base_final[i] for i in finals if i in base_final]
+        # per seed: the first validation after RL started at the baseline's final mean accuracy
+        reach_seed = [
+            next((x for x, _, a in c if x > 0 and a >= target), float("nan")) for c in curves[v] if c
+        ]
+        waste = [_final_samples(r) for r in rs]
         out["variants"][v] = {
             "seeds": len(rs),
+            "val_final_se": _se(list(finals.values())),
+            "paired_diff": _mean(diffs),
+            "paired_diff_se": _se(diffs),
+            "samples_to_target_per_seed": reach_seed,
+            "samples_to_target_mean": _mean(reach_seed),
+            "samples_to_target_se": _se(reach_seed),
+            "seeds_reaching_target": sum(x == x for x in reach_seed),
+            "wasted_episodes_per_response": _mean(
+                [w.get("wasted_episodes_per_response", float("nan")) for w in waste]
+            ),
+            "words_per_response": _mean([w.get("words_per_response", float("nan")) for w in waste]),
             "val_after_sft": _mean([c[0][2] for c in curves[v] if c]),
             "val_final": _mean([c[-1][2] for c in curves[v] if c]),
             "val_final_per_seed": [c[-1][2] if c else None for c in curves[v]],
@@ -305,6 +364,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/longchain_experiment"))
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--variants", default="grpo,fa,mc")
+    ap.add_argument("--baseline", default="grpo", help="the variant whose final accuracy is the target")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--val-every", type=int, default=10)
     ap.add_argument("--sft-model", type=Path)
@@ -345,25 +405,36 @@ def main() -> None:
     val_label = "greedy" if val_t == 0 else f"sampled at T={val_t:g}"
     ar = cfg.get("data", {}).get("arith", {})
     task = f"arith, {ar.get('min_steps')}-{ar.get('max_steps')} operations"
-    summary = summarize(runs, per_step)
+    summary = summarize(runs, per_step, args.baseline)
     print(f"outcome GRPO final mean val accuracy: {summary['grpo_final']:.3f} ({per_step} samples per step)")
     if not summary["grpo_improved"]:
         print(
             f"outcome GRPO did not improve on the SFT model ({summary['grpo_after_sft']:.3f} -> "
             f"{summary['grpo_final']:.3f}): 'samples to GRPO final' compares against no learning"
         )
-    head = f"{'variant':<8}{'after SFT':>10}{'final':>8}{'samples to GRPO final':>23}{'x GRPO':>8}"
+    head = f"{'variant':<18}{'after SFT':>10}{'final':>8}{'samples to GRPO final':>23}{'x GRPO':>8}"
     head += f"{'equal groups':>13}{'moved':>7}{'length':>8}{'|U|~0':>7}{'s/step':>8}"
     head += f"{'reward first/last 10':>22}{'KL':>7}{'stuck/back/solved':>19}"
     print(head)
     for v, s in summary["variants"].items():
         print(
-            f"{v:<8}{s['val_after_sft']:>10.3f}{s['val_final']:>8.3f}{s['samples_to_grpo_final']:>23.0f}"
+            f"{v:<18}{s['val_after_sft']:>10.3f}{s['val_final']:>8.3f}{s['samples_to_grpo_final']:>23.0f}"
             f"{s['samples_frac_of_grpo']:>8.2f}{s['all_equal_groups_frac']:>13.3f}"
             f"{s['all_equal_groups_moved_share']:>7.2f}{s['response_length']:>8.1f}"
             f"{s['u_near_zero_frac']:>7.2f}{s['s_per_step']:>8.1f}"
             f"{s['reward_first10']:>11.3f}/{s['reward_last10']:<10.3f}{s['kl_last']:>7.3f}"
             f"{s['zero_pass_prompts']:>7.0f}/{s['zero_pass_revisited']:.0f}/{s['zero_pass_solved_later']:.0f}"
+        )
+    print(f"\npaired by seed against {args.baseline} (same SFT model and prompt order per seed):")
+    print(
+        f"{'variant':<18}{'final':>8}{'+-SE':>7}{'diff':>8}{'+-SE':>7}{'samples to target':>19}{'+-SE':>7}"
+        f"{'seeds':>6}{'wasted/resp':>12}{'words/resp':>11}"
+    )
+    for v, s in summary["variants"].items():
+        print(
+            f"{v:<18}{s['val_final']:>8.3f}{s['val_final_se']:>7.3f}{s['paired_diff']:>8.3f}"
+            f"{s['paired_diff_se']:>7.3f}{s['samples_to_target_mean']:>19.0f}{s['samples_to_target_se']:>7.0f}"
+            f"{s['seeds_reaching_target']:>6d}{s['wasted_episodes_per_response']:>12.3f}{s['words_per_response']:>11.1f}"
         )
     if args.png:
         plot(summary, runs, per_step, args.png, val_label, task)

@@ -161,6 +161,8 @@ def grow_trees(
         p = j // branching[0]
         trees[p].append(Leaf(p, ids, ent, [(0, 0)], len(ids)))
     for b in branching[1:]:
+        if b == 1:  # one child per node: nothing branches, no node to value
+            continue
         jobs: list[tuple[Leaf, int]] = []
         for leaves in trees:
             for leaf in list(leaves):
@@ -171,8 +173,6 @@ def grow_trees(
                 next_node[leaf.prompt] += 1
                 leaf.path.append((node, point))
                 jobs.extend((leaf, point) for _ in range(b - 1))
-        if not jobs:
-            continue
         conts = _sample(
             model,
             tok,

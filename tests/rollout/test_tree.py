@@ -1,0 +1,171 @@
+"""Tree rollouts: shape, shared prefixes, every leaf once, node values = leaf means, and a tree with one
+branch per node is a flat group."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import pytest
+import torch
+
+from stepcredit.config import (
+    ArithConfig,
+    ModelConfig,
+    ProcessConfig,
+    RolloutConfig,
+    TinyModelConfig,
+    TreeConfig,
+)
+from stepcredit.data import row_to_sample
+from stepcredit.data.arith import make_rows
+from stepcredit.models import load_policy, token_logprobs
+from stepcredit.process import segment_episodes, tree_values
+from stepcredit.rollout import ROLLOUT_MODES, generate
+from stepcredit.rollout.tree import Leaf, choose_branch_point, leaf_segments
+
+SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
+
+
+@pytest.fixture(scope="module")
+def policy() -> tuple[object, object]:
+    model, tok = load_policy(SMALL, seed=0)
+    with torch.no_grad():  # stop now and then, so leaves differ in length and some are truncated
+        model.lm_head.weight[tok.eos_token_id] += 0.2
+    return model, tok
+
+
+def samples(k: int = 3) -> list:
+    return [
+        row_to_sample(r, f"t:{i}") for i, r in enumerate(make_rows(ArithConfig(), k, seed=0, split="train"))
+    ]
+
+
+def rollout(model, tok, cfg: RolloutConfig, *, with_logprobs: bool = True):
+    seg = functools.partial(segment_episodes, tokenizer=tok, cfg=ProcessConfig(min_episode_tokens=1))
+    return ROLLOUT_MODES.get(cfg.mode).fn(
+        model, tok, samples(), cfg, group_offset=5, policy_version=0, with_logprobs=with_logprobs,
+        keep_cache=False, boundaries=seg,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("branch_at", ["episode", "entropy"])
+def test_a_tree_is_a_group_of_n_complete_leaves_that_share_their_prefixes(policy, branch_at: str) -> None:
+    model, tok = policy
+    cfg = RolloutConfig(
+        n=8, max_new_tokens=24, mode="tree", tree=TreeConfig(branch_at=branch_at, min_tail_tokens=2)
+    )
+    torch.manual_seed(0)
+    b, stats = rollout(model, tok, cfg)
+    assert cfg.branching() == (2, 2, 2)
+    assert len(b) == 24 and b.group_B.tolist() == [5] * 8 + [6] * 8 + [7] * 8
+    assert b.tree_ends is not None and b.tree_nodes is not None
+    lens = b.response_mask_BT.sum(1).tolist()
+    branched = 0
+    for i in range(len(b)):
+        ids = b.response_ids_BT[i, : lens[i]].tolist()
+        # every leaf is a complete response: it ends at its first eos, or is flagged truncated
+        assert (ids[-1] == tok.eos_token_id) != bool(b.truncated_B[i]) and tok.eos_token_id not in ids[:-1]
+        ends, nodes = b.tree_ends[i], b.tree_nodes[i]
+        assert len(ends) == len(nodes) and nodes[0] == 0 and ends[-1] == lens[i] - 1
+        assert ends == sorted(set(ends))
+        branched += len(ends) - 1
+        # every leaf that passed through a node shares the node's prefix token for token
+        for j in range(len(b)):
+            if b.group_B[j] != b.group_B[i] or j == i:
+                continue
+            for e, node in zip(ends[:-1], nodes[1:]):
+                if node in b.tree_nodes[j]:
+                    assert b.response_ids_BT[j, : e + 1].tolist() == ids[: e + 1]
+    assert branched > 0
+    # a leaf generates only its tail: fewer tokens generated than the leaves hold
+    assert stats["rollout/responses"] == 24 and stats["tree/depth"] == 3 * 24
+    assert stats["rollout/generated_tokens"] < stats["rollout/response_tokens"] == sum(lens)
+    # behaviour log-probs equal a fresh forward pass over each leaf (the batch is an ordinary batch)
+    ids = torch.cat([b.prompt_ids_BP, b.response_ids_BT], 1)
+    attn = torch.cat([b.prompt_mask_BP, b.response_mask_BT], 1).long()
+    lp, _ = token_logprobs(model, ids, attn, n_response=b.response_ids_BT.shape[1])
+    assert torch.allclose(lp[b.response_mask_BT], b.behaviour_logp_BT[b.response_mask_BT], atol=1e-5)
+
+
+@pytest.mark.parametrize("branching", [(4,), (4, 1, 1)])
+def test_a_tree_with_one_branch_per_node_is_a_flat_group(policy, branching: tuple[int, ...]) -> None:
+    model, tok = policy
+    cfg = RolloutConfig(n=4, max_new_tokens=16, mode="tree", tree=TreeConfig(branching=branching))
+    torch.manual_seed(3)
+    tree, _ = rollout(model, tok, cfg)
+    torch.manual_seed(3)
+    flat, _ = rollout(model, tok, replace(cfg, mode="flat"))
+    assert tree.texts == flat.texts
+    assert torch.equal(tree.response_ids_BT, flat.response_ids_BT)
+    assert torch.allclose(tree.behaviour_logp_BT, flat.behaviour_logp_BT)
+    assert all(len(n) == 1 for n in tree.tree_nodes)  # one segment: V_0 is the group's mean outcome
+
+
+def test_node_values_are_the_means_of_the_leaves_below() -> None:
+    """A hand-built tree (one group): root 0 -> nodes 1, 2; node 1 -> leaves a, b, c; node 2 -> leaves d
+    and (via node 3) e, f. Outcomes a..f = 1, 0, 1, 0, 1, 1.
+        V(0) = (1+0+1+0+1+1)/6 = 2/3;  V(1) = (1+0+1)/3 = 2/3;  V(2) = (0+1+1)/3 = 2/3;  V(3) = (1+1)/2 = 1
+    and each leaf ends at its own outcome."""
+    nodes = [[0, 1], [0, 1], [0, 1], [0, 2], [0, 2, 3], [0, 2, 3]]
+    score = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
+    v = tree_values([7] * 6, nodes, score, [True] * 6)
+    assert v[0] == pytest.approx([2 / 3, 2 / 3, 1.0]) and v[1] == pytest.approx([2 / 3, 2 / 3, 0.0])
+    assert v[3] == pytest.approx([2 / 3, 2 / 3, 0.0]) and v[4] == pytest.approx([2 / 3, 2 / 3, 1.0, 1.0])
+    # a failed reward (not valid) leaves the means; node 3 then has one leaf: V(3) = 1, V(2) = (0+1)/2
+    v = tree_values([7] * 6, nodes, score, [True] * 5 + [False])
+    assert v[4] == pytest.approx([3 / 5, 1 / 2, 1.0, 1.0]) and v[5] == pytest.approx([3 / 5, 1 / 2, 1.0, 1.0])
+    # node ids are per group: the same ids in another group are other nodes
+    v = tree_values([1, 1, 2, 2], [[0, 1], [0, 1], [0, 1], [0, 1]], [1.0, 1.0, 0.0, 0.0], [True] * 4)
+    assert v == [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+
+
+def test_tree_values_of_a_real_tree_equal_brute_force_leaf_means(policy) -> None:
+    """With a deterministic verifier (reward 1 for an even number of tokens), every node's value equals
+    the mean reward of the leaves whose responses start with the node's prefix and pass through it."""
+    model, tok = policy
+    cfg = RolloutConfig(
+        n=8, max_new_tokens=24, mode="tree", tree=TreeConfig(branching=(2, 4), min_tail_tokens=2)
+    )
+    torch.manual_seed(1)
+    b, _ = rollout(model, tok, cfg, with_logprobs=False)
+    lens = b.response_mask_BT.sum(1).tolist()
+    score = [float(n % 2 == 0) for n in lens]
+    values = tree_values(b.group_B.tolist(), b.tree_nodes, score, [True] * len(b))
+    for i in range(len(b)):
+        for k, node in enumerate(b.tree_nodes[i]):
+            below = [j for j in range(len(b)) if b.group_B[j] == b.group_B[i] and node in b.tree_nodes[j]]
+            assert values[i][k] == pytest.approx(sum(score[j] for j in below) / len(below))
+        assert values[i][-1] == score[i]
+
+
+def test_branch_points_follow_the_parent_and_leave_a_tail() -> None:
+    leaf = Leaf(0, list(range(10)), [0.1] * 10, [(0, 0), (1, 3)])
+    ends = lambda ids: [1, 3, 5, 8, 9]  # noqa: E731  (episode ends: points 2, 4, 6, 9, 10)
+    torch.manual_seed(0)
+    points = {
+        choose_branch_point(leaf, branch_at="episode", boundaries=ends, min_tail_tokens=2) for _ in range(40)
+    }
+    assert points == {4, 6}  # after the parent's point 3, and at most 10 - 2
+    leaf.entropy[7] = 2.0
+    assert choose_branch_point(leaf, branch_at="entropy", boundaries=ends, min_tail_tokens=2) == 7
+    # no admissible point: branch again at the parent's point (more samples from the same prefix)
+    assert choose_branch_point(leaf, branch_at="episode", boundaries=lambda ids: [9], min_tail_tokens=2) == 3
+    # segments: a repeated point counts once (its shallowest node), the leaf's own end last
+    leaf.path.append((4, 3))
+    leaf.path.append((5, 6))
+    assert leaf_segments(leaf) == ([2, 5, 9], [0, 1, 5])
+
+
+def test_generate_and_the_flat_mode_agree(policy) -> None:
+    model, tok = policy
+    torch.manual_seed(2)
+    a = generate(model, tok, samples(), n=2, max_new_tokens=12, group_offset=5)
+    torch.manual_seed(2)
+    b, stats = rollout(model, tok, RolloutConfig(n=2, max_new_tokens=12))
+    assert a.texts == b.texts and b.tree_nodes is None
+    assert (
+        stats["rollout/generated_tokens"]
+        == stats["rollout/response_tokens"]
+        == float(a.response_mask_BT.sum())
+    )
