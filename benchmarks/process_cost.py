@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import io
 import json
 import statistics
@@ -37,6 +38,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -56,6 +58,10 @@ def main() -> None:
     ap.add_argument(
         "--skip-reward-stage", action="store_true", help="do not time the reward-stage recomputation"
     )
+    ap.add_argument(
+        "--tree-steps", type=int, default=4, help="steps per side of the tree/flat/MC comparison (0: skip it)"
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="alternations of the tree/flat/MC comparison")
     args = ap.parse_args()
 
     from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime
@@ -175,6 +181,13 @@ def main() -> None:
                 )
                 continuation[name] = (time.perf_counter() - t0) * all_prefixes / max(1, part_prefixes)
     lengths = fresh.response_mask_BT.sum(1).float()
+    tree: dict[str, Any] = {}
+    if args.tree_steps > 0:
+        from stepcredit.models import save_pretrained
+
+        with tempfile.TemporaryDirectory() as d:
+            save_pretrained(model, tok, Path(d) / "model")
+            tree = tree_cost(cfg, str(Path(d) / "model"), mon, args)
 
     res = {
         "step_s": step_s,
@@ -192,6 +205,7 @@ def main() -> None:
         "greedy_continuation_pct_of_step": 100 * continuation["greedy_continuation"] / step_s,
         "mean_response_tokens": float(lengths.mean()),
         "episodes_per_response": sum(len(e) for e in batch.episode_ends or []) / max(1, len(batch)),
+        **tree,
         "preset": args.preset,
         "responses": len(batch),
         "threads": args.threads,
@@ -200,6 +214,12 @@ def main() -> None:
     for k, v in res.items():
         print(f"{k:<34}{v:>12.4g}" if isinstance(v, float) else f"{k:<34}{v!s:>12}")
     denom = "same_batch_in_rollout_s"
+    for k in ("tree_vs_flat", "monte_carlo_vs_flat"):
+        if k in res:
+            num = k.split("_vs_")[0]
+            print(
+                f"{k} = {num}_step_s / flat_step_s = {res[num + '_step_s']:.4g} / {res['flat_step_s']:.4g} = {res[k]:.3g}"
+            )
     for k in [k for k in res if k.endswith("_over_rollout") or k.endswith("_over_forced_answer")]:
         num = k.replace("_over_rollout", "_s").replace("_over_forced_answer", "_s")
         num = {"reward_stage_s": "same_batch_reward_stage_s"}.get(num, num)
@@ -212,7 +232,58 @@ def main() -> None:
         "monte_carlo": {**process, "value_estimator": "monte_carlo"},
         "greedy_continuation": {**process, "value_estimator": "greedy_continuation"},
     }
+    if tree:
+        settings.update(TREE_SIDES)
     emit(mon.finish({"benchmark": "process_cost", **res, "repeats": 1}, settings), args.json)
+
+
+TREE_SIDES: dict[str, list[str]] = {
+    # the same trained model, prompts per step and leaves per prompt; one training step each
+    "flat": ["process.enabled=false", "algorithm.advantage=grpo"],
+    "tree": ["rollout.mode=tree", "process.enabled=true", "process.value_estimator=tree",
+             "algorithm.advantage=grpo_vineppo"],
+    "monte_carlo": ["process.enabled=true", "process.value_estimator=monte_carlo", "process.mc_samples=2",
+                    "process.mc_prefixes=4", "algorithm.advantage=grpo_vineppo"],
+}  # fmt: skip
+"""Sides of the per-step comparison: outcome GRPO on a flat group, a tree rollout whose node values are
+the step values (no generation beyond the group), and Monte Carlo continuations (K=2 at 4 prefixes,
+VinePPO's value, as the ``midchain_process`` preset) for the same step credit."""
+
+
+def tree_cost(cfg: Any, model: str, mon: Monitor, args: argparse.Namespace) -> dict[str, Any]:
+    """Seconds per training step (the mean over steps 2..K of ``--tree-steps`` K, step 1 warms up) and
+    generated tokens per response of each side of :data:`TREE_SIDES`, the sides alternated
+    (flat, tree, monte_carlo, flat, ...) ``--repeats`` times; medians."""
+    from stepcredit.cli.common import apply_overrides
+    from stepcredit.config import from_dict, to_dict
+    from stepcredit.trainer import train
+
+    base = to_dict(cfg)
+    common = [
+        f"model.path={model}", "sft.steps=0", f"trainer.steps={args.tree_steps}", "trainer.val_every=0",
+        "trainer.save_every=0", "trainer.progress=false", "trainer.tensorboard=false",
+        f"trainer.threads={args.threads}",
+    ]  # fmt: skip
+    step_s: dict[str, list[float]] = {k: [] for k in TREE_SIDES}
+    gen: dict[str, list[float]] = {k: [] for k in TREE_SIDES}
+
+    def side(name: str) -> None:
+        c = from_dict(apply_overrides(copy.deepcopy(base), [*common, *TREE_SIDES[name]]))
+        with tempfile.TemporaryDirectory() as d:
+            train(c, Path(d))
+            rows = [json.loads(line) for line in (Path(d) / "metrics.jsonl").read_text().splitlines()]
+        steps = [r for r in rows if r.get("step", 0) > 1]
+        step_s[name].append(statistics.mean(r["time/step_s"] for r in steps))
+        gen[name].append(statistics.mean(r["rollout/generated_tokens_per_response"] for r in steps))
+
+    mon.alternate({k: functools.partial(side, k) for k in TREE_SIDES}, repeats=args.repeats)
+    med = {k: statistics.median(v) for k, v in step_s.items()}
+    out: dict[str, Any] = {f"{k}_step_s": med[k] for k in TREE_SIDES}
+    out |= {f"{k}_step_s_spread": [min(v), max(v)] for k, v in step_s.items()}
+    out |= {f"{k}_generated_tokens_per_response": statistics.median(v) for k, v in gen.items()}
+    out["tree_vs_flat"] = med["tree"] / med["flat"]
+    out["monte_carlo_vs_flat"] = med["monte_carlo"] / med["flat"]
+    return out
 
 
 if __name__ == "__main__":
