@@ -54,7 +54,7 @@ PHASES = (
     "python",
 )
 
-RUNNER = r'''
+RUNNER = r"""
 import json, sys, time
 from collections import defaultdict
 from pathlib import Path
@@ -112,7 +112,7 @@ setup_runtime()
 preset, out, *over = sys.argv[1:]
 loop.train(from_dict(apply_overrides(load_preset(preset), over)), Path(out))
 print("PROFILE " + json.dumps({"steps": steps, "calls": dict(calls)}))
-'''
+"""
 
 
 def run_side(src: Path, preset: str, out: Path, overrides: list[str]) -> dict[str, float]:

@@ -57,4 +57,5 @@ def test_a_bf16_run_trains(tmp_path: Path) -> None:
     moved = [not torch.equal(p, q) for p, q in zip(start.parameters(), trained.parameters(), strict=True)]
     assert sum(moved) == len(moved)  # every weight took an update ...
     # ... of AdamW's size (lr 2e-5): below bf16's resolution, so kept only by float32 master weights
-    assert max(float((p - q).abs().max()) for p, q in zip(start.parameters(), trained.parameters())) < 1e-3
+    pairs = zip(start.parameters(), trained.parameters(), strict=True)
+    assert max(float((p - q).abs().max()) for p, q in pairs) < 1e-3

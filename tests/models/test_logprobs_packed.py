@@ -53,8 +53,12 @@ def test_extra_padding_does_not_change_the_log_probs() -> None:
     T = 11
     with torch.no_grad():
         base, _ = token_logprobs(model, ids, attn, n_response=T)
-        wide_ids = torch.cat([torch.zeros(10, 5, dtype=torch.long), ids, torch.zeros(10, 4, dtype=torch.long)], 1)
-        wide_attn = torch.cat([torch.zeros(10, 5, dtype=torch.long), attn, torch.zeros(10, 4, dtype=torch.long)], 1)
+        wide_ids = torch.cat(
+            [torch.zeros(10, 5, dtype=torch.long), ids, torch.zeros(10, 4, dtype=torch.long)], 1
+        )
+        wide_attn = torch.cat(
+            [torch.zeros(10, 5, dtype=torch.long), attn, torch.zeros(10, 4, dtype=torch.long)], 1
+        )
         wide, _ = token_logprobs(model, wide_ids, wide_attn, n_response=T + 4)
         one, _ = token_logprobs(model, ids, attn, n_response=T, rows_per_pass=1)
     assert torch.allclose(wide[:, :T], base, atol=1e-5) and bool((wide[:, T:] == 0).all())

@@ -119,7 +119,9 @@ def load_policy(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
         if not os.path.isdir(path):
             raise UserError(f"config key model.path: model directory {path!r} does not exist")
         # float32 parameters either way: bfloat16 is the compute dtype (below), not the storage
-        model, tok = _load_hf(path, cfg.gguf_file, dtype="float32", attn_implementation=cfg.attn_implementation)
+        model, tok = _load_hf(
+            path, cfg.gguf_file, dtype="float32", attn_implementation=cfg.attn_implementation
+        )
     if cfg.dtype == "bfloat16":
         use_bf16_autocast(model)
     return model, tok
