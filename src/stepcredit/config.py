@@ -59,7 +59,7 @@ class ModelConfig:
     attn_implementation: str = "sdpa"
     """Attention kernel passed to transformers: ``sdpa`` or ``eager``."""
     dtype: str = "float32"
-    """Parameter dtype: ``float32`` or ``bfloat16``."""
+    """Compute dtype: ``float32``, or ``bfloat16`` (autocast; parameters and optimiser stay float32)."""
 
     def __post_init__(self) -> None:
         _check(self.attn_implementation in ("sdpa", "eager"), "model.attn_implementation", "sdpa or eager")

@@ -26,6 +26,7 @@ __all__ = [
     "packaged_dir",
     "save_pretrained",
     "token_logprobs",
+    "use_bf16_autocast",
 ]
 
 
@@ -113,11 +114,35 @@ def load_policy(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
     """(model, tokenizer) for ``cfg.path``: ``tiny`` builds the built-in model (deterministic by seed)."""
     if cfg.path == "tiny":
         model, tok = build_tiny(cfg.tiny, seed=seed, attn_implementation=cfg.attn_implementation)
-        return model.to(_dtype(cfg.dtype)), tok
-    path = str(packaged_dir(cfg.path)) if cfg.path in PACKAGED else cfg.path
-    if not os.path.isdir(path):
-        raise UserError(f"config key model.path: model directory {path!r} does not exist")
-    return _load_hf(path, cfg.gguf_file, dtype=cfg.dtype, attn_implementation=cfg.attn_implementation)
+    else:
+        path = str(packaged_dir(cfg.path)) if cfg.path in PACKAGED else cfg.path
+        if not os.path.isdir(path):
+            raise UserError(f"config key model.path: model directory {path!r} does not exist")
+        # float32 parameters either way: bfloat16 is the compute dtype (below), not the storage
+        model, tok = _load_hf(
+            path, cfg.gguf_file, dtype="float32", attn_implementation=cfg.attn_implementation
+        )
+    if cfg.dtype == "bfloat16":
+        use_bf16_autocast(model)
+    return model, tok
+
+
+def _autocast_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+    import torch
+
+    with torch.autocast(device_type=next(self.parameters()).device.type, dtype=torch.bfloat16):
+        return type(self).forward(self, *args, **kwargs)
+
+
+def use_bf16_autocast(model: Any) -> None:
+    """Run every forward pass of ``model`` (rollout, log-probs, SFT, values) under bfloat16 autocast:
+    matrix products in bfloat16, parameters, gradients and optimiser state in float32 (mixed precision,
+    as TRL's ``bf16=True``). Pure bfloat16 parameters would lose AdamW's small updates (an update of
+    2e-5 to a weight of 0.02 is below bfloat16's resolution). The wrapper is a bound method, so
+    ``copy.deepcopy`` (the frozen reference) binds it to the copy."""
+    import types
+
+    model.forward = types.MethodType(_autocast_forward, model)
 
 
 def _load_hf(path: str, gguf_file: str, *, dtype: str, attn_implementation: str) -> tuple[Any, Any]:
@@ -150,6 +175,11 @@ def save_pretrained(model: Any, tok: Any, path: str | os.PathLike[str]) -> None:
     tok.save_pretrained(path)
 
 
+LOGP_ROWS_PER_PASS = 32
+"""Rows per forward pass of :func:`token_logprobs`: rows of similar length share a pass, so each
+pass is only as wide as its longest row (enough rows per pass to keep the matrix products efficient)."""
+
+
 def token_logprobs(
     model: Any,
     input_ids: Any,
@@ -159,32 +189,130 @@ def token_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     cache_out: list[Any] | None = None,
+    rows_per_pass: int = LOGP_ROWS_PER_PASS,
 ) -> tuple[Any, Any]:
     """Log-probs (and optionally entropies) of the last ``n_response`` tokens of each row.
 
     ``input_ids`` is prompt (left-padded) + response (right-padded); position ids follow the
     attention mask so left padding does not shift positions. Returns ``logp_BT`` and ``entropy_BT``
-    (or None), both ``[B, n_response]``. With ``cache_out`` (a list) the pass keeps its KV cache and
-    appends it there, for a later pass that continues from these tokens (the process stage's suffixes).
+    (or None), both ``[B, n_response]``, 0 at response padding. With ``cache_out`` (a list) the pass
+    keeps its KV cache and appends it there, for a later pass that continues from these tokens (the
+    process stage's suffixes): one pass over the batch as laid out.
+
+    Otherwise no compute goes to padding: each row's real tokens (prompt then response) are laid out
+    contiguously, rows sorted by length go ``rows_per_pass`` at a time through passes as wide as their
+    longest row, and the vocabulary projection runs only where a response token is predicted. The
+    result equals the padded pass's up to floating-point summation order (``tests/models``).
     """
     import torch
 
-    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=cache_out is not None
+    B, L = input_ids.shape
+    P = L - n_response
+    m = attention_mask.bool()
+    plen_B, rlen_B = m[:, :P].sum(1), m[:, P:].sum(1)
+    # the compact layout needs each row to be [pad, prompt] + [response, pad] with a non-empty prompt
+    compact = (
+        cache_out is None
+        and P > 0
+        and bool((plen_B > 0).all())
+        and bool((m[:, 1:P] >= m[:, : P - 1]).all())
+        and bool((m[:, P + 1 :] <= m[:, P:-1]).all())
     )
-    if cache_out is not None:
-        cache_out.append(out.past_key_values)
-    logits = out.logits[:, -n_response - 1 : -1, :].float()
+    if not compact:
+        return _padded_logprobs(
+            model, input_ids, attention_mask, n_response, temperature, with_entropy, cache_out
+        )
+    dev = input_ids.device
+    logp_BT = torch.zeros((B, n_response), dtype=torch.float32, device=dev)
+    ent_BT = torch.zeros((B, n_response), dtype=torch.float32, device=dev) if with_entropy else None
+    total_B = plen_B + rlen_B
+    order = torch.argsort(total_B, stable=True)
+    keep_kw = _logits_to_keep_kw(model)
+    for rows in order.split(max(1, rows_per_pass)):
+        plen, rlen, total = plen_B[rows, None], rlen_B[rows, None], total_B[rows, None]
+        W, Tc = int(total.max()), int(rlen.max())
+        if Tc == 0:
+            continue
+        # column c of the pass holds the row's real token k = c - (W - total): prompt, then response
+        k = torch.arange(W, device=dev)[None, :] - (W - total)
+        src = torch.where(k < plen, P - plen + k, P + k - plen).clamp(0, L - 1)
+        real = k >= 0
+        ids = torch.where(real, input_ids[rows].gather(1, src), torch.zeros_like(src))
+        K = Tc + 1 if keep_kw else W  # logits of the last K columns: every response token's predictor
+        out = model(
+            input_ids=ids,
+            attention_mask=real.long(),
+            position_ids=k.clamp(min=0),
+            use_cache=False,
+            **({"logits_to_keep": K} if keep_kw else {}),
+        )
+        # response token j of a row is predicted at column W - rlen - 1 + j, i.e. K - rlen - 1 + j of the kept
+        j = torch.arange(Tc, device=dev)[None, :]
+        valid = j < rlen
+        at = (K - rlen - 1 + j).clamp(0, K - 1)
+        logits = out.logits.gather(1, at[..., None].expand(-1, -1, out.logits.shape[-1])).float()
+        target = input_ids[rows, P : P + Tc]
+        lp, ent = _logp_from_logits(logits, target, temperature, with_entropy)
+        logp_BT[rows, :Tc] = torch.where(valid, lp, torch.zeros_like(lp))
+        if ent_BT is not None and ent is not None:
+            ent_BT[rows, :Tc] = torch.where(valid, ent, torch.zeros_like(ent))
+    return logp_BT, ent_BT
+
+
+def _logits_to_keep_kw(model: Any) -> bool:
+    """Does the model's forward take ``logits_to_keep`` (transformers' causal LMs do)?"""
+    import inspect
+
+    try:
+        # the class's forward: an instance may wrap it (``use_bf16_autocast``)
+        return "logits_to_keep" in inspect.signature(type(model).forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _logp_from_logits(logits: Any, target: Any, temperature: float, with_entropy: bool) -> tuple[Any, Any]:
+    import torch
+
     if temperature != 1.0:
         logits = logits / temperature
     # log p(y) = z_y - logsumexp(z): no [B, T, V] log-softmax tensor is materialised (nor kept for the
     # backward pass), which matters at real vocabularies (SmolLM2: 49,152)
     lse_BT = torch.logsumexp(logits, dim=-1)
-    target = input_ids[:, -n_response:]
     logp = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - lse_BT
     ent = None
     if with_entropy:
         # H = logsumexp(z) - sum_v p_v z_v
         ent = lse_BT - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logp, ent
+
+
+def _padded_logprobs(
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    n_response: int,
+    temperature: float,
+    with_entropy: bool,
+    cache_out: list[Any] | None,
+) -> tuple[Any, Any]:
+    """The straightforward pass over the batch as laid out (padding included)."""
+    import torch
+
+    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    keep = {"logits_to_keep": n_response + 1} if _logits_to_keep_kw(model) else {}
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=pos,
+        use_cache=cache_out is not None,
+        **keep,
+    )
+    if cache_out is not None:
+        cache_out.append(out.past_key_values)
+    logits = out.logits[:, -n_response - 1 : -1, :].float()
+    logp, ent = _logp_from_logits(logits, input_ids[:, -n_response:], temperature, with_entropy)
+    mask = attention_mask[:, -n_response:].bool()
+    logp = torch.where(mask, logp, torch.zeros_like(logp))
+    if ent is not None:
+        ent = torch.where(mask, ent, torch.zeros_like(ent))
     return logp, ent
