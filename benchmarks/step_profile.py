@@ -36,6 +36,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _harness import Monitor, emit
+
 ROOT = Path(__file__).resolve().parents[1]
 SIZES: dict[str, dict[str, int]] = {
     "tiny": {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "intermediate_size": 384},
@@ -82,7 +84,7 @@ def timed(name, fn, pick=None):
 
 ro.decode = timed("generation", ro.decode)
 ro.token_logprobs = timed("behaviour_logp", ro.token_logprobs)
-tro.generate = timed("generate_total", tro.generate)
+ro.generate = timed("generate_total", ro.generate)  # the flat rollout mode calls it
 upd.token_logprobs = timed("", upd.token_logprobs,
                            lambda: "train_forward" if torch.is_grad_enabled() else "nograd_logp")
 upd.compute_policy_loss = timed("loss", upd.compute_policy_loss)
@@ -166,10 +168,19 @@ def main() -> None:
             ).stdout
             subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
             sides = {"earlier": old / "src", **sides}
-        runs: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
-        for r in range(args.repeats):  # alternate the sides so a slow spell hits both
-            for name, src in sides.items():
-                runs[name].append(run_side(src, args.preset, Path(tmp) / f"{name}{r}", common))
+        mon = Monitor()
+        rounds = iter(range(10**6))
+        runs: dict[str, list[dict[str, float]]] = mon.alternate(  # a slow spell hits both sides
+            {
+                name: (
+                    lambda name=name, src=src: run_side(
+                        src, args.preset, Path(tmp) / f"{name}{next(rounds)}", common
+                    )
+                )
+                for name, src in sides.items()
+            },
+            repeats=args.repeats,
+        )
     result: dict[str, object] = {"size": args.size, "model_dir": args.model_dir, "settings": common}
     for name, rs in runs.items():
         result[name] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
@@ -182,8 +193,8 @@ def main() -> None:
         print(f"{k:<24}" + "".join(f"{result[n][k]:>12.3f}" for n in runs))  # type: ignore[index]
     if "cpu_ratio" in result:
         print(f"CPU time per step, ours / earlier: {result['cpu_ratio']:.3f}")
-    if args.json:
-        print(json.dumps(result))
+    settings = {name: {"src": str(src), "overrides": common} for name, src in sides.items()}
+    emit(mon.finish(result, settings), args.json)
 
 
 if __name__ == "__main__":
