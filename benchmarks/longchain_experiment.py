@@ -121,11 +121,17 @@ def _cli() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "stepcredit.cli.main"]
 
 
+UPTO: list[int] = []
+"""When set (``--steps``), rows after that step are left out: a longer run's first steps are the run of
+that many steps (constant learning rate after warm-up, the prompt stream does not depend on the length)."""
+
+
 def _rows(run: Path) -> list[dict[str, Any]]:
     f = run / "metrics.jsonl"
     if not f.exists():
         return []
-    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return [r for r in rows if not UPTO or r.get("step", 0) <= UPTO[0]]
 
 
 def _done(run: Path, steps: int) -> bool:
@@ -378,6 +384,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", metavar="key=value")
     args = ap.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
+    UPTO[:] = [args.steps]
     args.variants = args.variants.split(",")
     bad = [v for v in args.variants if v not in VARIANTS]
     if bad:
