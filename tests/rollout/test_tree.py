@@ -74,7 +74,7 @@ def test_a_tree_is_a_group_of_n_complete_leaves_that_share_their_prefixes(policy
         for j in range(len(b)):
             if b.group_B[j] != b.group_B[i] or j == i:
                 continue
-            for e, node in zip(ends[:-1], nodes[1:]):
+            for e, node in zip(ends[:-1], nodes[1:], strict=True):
                 if node in b.tree_nodes[j]:
                     assert b.response_ids_BT[j, : e + 1].tolist() == ids[: e + 1]
     assert branched > 0

@@ -188,7 +188,8 @@ class MetricsLogger:
             with self.path.open("w") as f:
                 for r in keep:
                     f.write(json.dumps(r) + "\n")
-        self._f = self.path.open("a")
+        # a fresh run into a used directory starts the file over (appending would mix two runs' rows)
+        self._f = self.path.open("a" if truncate_after is not None else "w")
         self._tb: Any = None
         if tensorboard:
             try:
