@@ -97,3 +97,35 @@ def test_max_total_caps_every_running_total() -> None:
     assert make_rows(plain, 20, seed=2, split="train") == make_rows(
         ArithConfig(min_steps=6, max_steps=10, max_operand=12, max_total=0), 20, seed=2, split="train"
     )
+
+
+def test_step_value_follows_the_true_chain_by_hand() -> None:
+    from stepcredit.data.arith import chain_of, step_value
+
+    q = "Ned has 5 apples. Then is given 8 more. Then loses 4. Then sells 2. How many apples now?"
+    # states: 5 -> 13 -> 9 -> 7
+    assert chain_of(q) == ([5, 13, 9, 7], [("+", 8), ("-", 4), ("-", 2)])
+    prefixes = [
+        ("", 1.0),  # nothing stated: an ideal continuation gets there
+        ("Let me start with 5.", 1.0),
+        ("Let me start with 6.", 0.0),  # wrong start
+        ("Let me start with 5. So 5 + 8 = 14.", 0.0),  # the slip
+        ("Let me start with 5. So 5 + 8 = 14. Actually, 5 + 8 = 13.", 1.0),  # its correction
+        ("So 5 + 8 = 13. But 13 - 4 = 9. Hmm, 9 apples so far.", 1.0),  # a wasted restatement changes nothing
+        ("So 5 + 8 = 13. But 13 - 5 = 8.", 0.0),  # right arithmetic, wrong operand: off the chain
+        ("So 5 + 8 = 13. But 13 - 4 = 9. But 9 - 2 = 7. The answer is 7.", 1.0),
+        ("So 5 + 8 = 13. But 13 - 4 = 9. But 9 - 2 = 7. The answer is 8.", 0.0),
+    ]
+    for text, v in prefixes:
+        assert step_value(q, text) == v, text
+
+
+def test_step_value_of_every_reference_trace_is_its_answers_correctness() -> None:
+    from stepcredit.data.arith import step_value
+
+    cfg = ArithConfig(
+        min_steps=4, max_steps=6, max_operand=9, max_total=20, mistake_prob=0.5, teacher_error_prob=0.4
+    )
+    for r in make_rows(cfg, 200, seed=3, split="train"):
+        trace, gold = r["extra_info"]["solution"], r["reward_model"]["ground_truth"]
+        assert step_value(r["prompt"][0]["content"], trace) == float(trace.endswith(f"answer is {gold}."))
