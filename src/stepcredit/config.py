@@ -183,17 +183,16 @@ class TreeConfig:
     """Children per node at each depth, root first; their product is the number of leaves and must equal
     ``rollout.n``. Empty = derived from ``rollout.n``: (n/4, 2, 2) when 4 divides n, (n/2, 2) when 2 does."""
     branch_at: str = "episode"
-    """Where a response branches: ``episode`` (a uniformly drawn episode end after the parent's branch
-    point, SPO's segment boundaries) or ``entropy`` (the token after the parent's branch point where the
-    policy's next-token entropy was highest, TreeRL's EPTree)."""
-    min_tail_tokens: int = 4
-    """A branch point leaves at least this many of the response's tokens after it (so a branch re-samples
-    a real step, not just the final eos)."""
+    """Where a response branches (``stepcredit.rollout.tree.BRANCH_RULES``), decided from its prefix only:
+    ``episode`` (the k-th episode end after its last branch point, k uniform up to the episodes a response
+    has on average: SPO's segment boundaries) or ``entropy`` (before the first token whose next-token
+    entropy reaches ``entropy_quantile``: TreeRL's EPTree forks at high-entropy tokens)."""
+    entropy_quantile: float = 0.9
+    """``branch_at=entropy``: the quantile of the first level's token entropies a token must reach."""
 
     def __post_init__(self) -> None:
         _check(all(b >= 1 for b in self.branching), "rollout.tree.branching", "every factor must be >= 1")
-        _check(self.branch_at in ("episode", "entropy"), "rollout.tree.branch_at", "episode or entropy")
-        _check(self.min_tail_tokens >= 1, "rollout.tree.min_tail_tokens", "must be >= 1")
+        _check(0.0 <= self.entropy_quantile <= 1.0, "rollout.tree.entropy_quantile", "must be in [0, 1]")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from stepcredit.data.arith import make_rows
 from stepcredit.models import load_policy, token_logprobs
 from stepcredit.process import segment_episodes, tree_values
 from stepcredit.rollout import ROLLOUT_MODES, generate
-from stepcredit.rollout.tree import Leaf, choose_branch_point, leaf_segments
+from stepcredit.rollout.tree import BRANCH_RULES, BranchContext, Leaf, leaf_segments
 
 SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
 
@@ -52,9 +52,7 @@ def rollout(model, tok, cfg: RolloutConfig, *, with_logprobs: bool = True):
 @pytest.mark.parametrize("branch_at", ["episode", "entropy"])
 def test_a_tree_is_a_group_of_n_complete_leaves_that_share_their_prefixes(policy, branch_at: str) -> None:
     model, tok = policy
-    cfg = RolloutConfig(
-        n=8, max_new_tokens=24, mode="tree", tree=TreeConfig(branch_at=branch_at, min_tail_tokens=2)
-    )
+    cfg = RolloutConfig(n=8, max_new_tokens=24, mode="tree", tree=TreeConfig(branch_at=branch_at))
     torch.manual_seed(0)
     b, stats = rollout(model, tok, cfg)
     assert cfg.branching() == (2, 2, 2)
@@ -124,9 +122,7 @@ def test_tree_values_of_a_real_tree_equal_brute_force_leaf_means(policy) -> None
     """With a deterministic verifier (reward 1 for an even number of tokens), every node's value equals
     the mean reward of the leaves whose responses start with the node's prefix and pass through it."""
     model, tok = policy
-    cfg = RolloutConfig(
-        n=8, max_new_tokens=24, mode="tree", tree=TreeConfig(branching=(2, 4), min_tail_tokens=2)
-    )
+    cfg = RolloutConfig(n=8, max_new_tokens=24, mode="tree", tree=TreeConfig(branching=(2, 4)))
     torch.manual_seed(1)
     b, _ = rollout(model, tok, cfg, with_logprobs=False)
     lens = b.response_mask_BT.sum(1).tolist()
@@ -139,22 +135,45 @@ def test_tree_values_of_a_real_tree_equal_brute_force_leaf_means(policy) -> None
         assert values[i][-1] == score[i]
 
 
-def test_branch_points_follow_the_parent_and_leave_a_tail() -> None:
-    leaf = Leaf(0, list(range(10)), [0.1] * 10, [(0, 0), (1, 3)])
-    ends = lambda ids: [1, 3, 5, 8, 9]  # noqa: E731  (episode ends: points 2, 4, 6, 9, 10)
-    torch.manual_seed(0)
-    points = {
-        choose_branch_point(leaf, branch_at="episode", boundaries=ends, min_tail_tokens=2) for _ in range(40)
-    }
-    assert points == {4, 6}  # after the parent's point 3, and at most 10 - 2
-    leaf.entropy[7] = 2.0
-    assert choose_branch_point(leaf, branch_at="entropy", boundaries=ends, min_tail_tokens=2) == 7
-    # no admissible point: branch again at the parent's point (more samples from the same prefix)
-    assert choose_branch_point(leaf, branch_at="episode", boundaries=lambda ids: [9], min_tail_tokens=2) == 3
-    # segments: a repeated point counts once (its shallowest node), the leaf's own end last
-    leaf.path.append((4, 3))
-    leaf.path.append((5, 6))
-    assert leaf_segments(leaf) == ([2, 5, 9], [0, 1, 5])
+def _ctx(mean_ends: float, seed: int) -> BranchContext:
+    ends = lambda ids: [i for i, x in enumerate(ids) if x == 0]  # noqa: E731  (token 0 ends an episode)
+    return BranchContext(ends, mean_ends, 2.0, torch.Generator().manual_seed(seed))
+
+
+def test_branch_rules_decide_from_the_prefix_only() -> None:
+    """Two leaves with the same prefix and different futures branch at the same point whenever the
+    point lies in the shared prefix: the choice cannot favour one kind of continuation."""
+    prefix = [5, 0, 5, 5, 0, 5, 0, 5]  # episode ends at 1, 4, 6: points 2, 5, 7
+    short, long = [*prefix, 9], [*prefix, 5, 0, 5, 5, 0, 5, 0, 9]
+    rule = BRANCH_RULES.get("episode")
+    for seed in range(30):
+        a = rule.fn(Leaf(0, short, [], [(0, 0)]), _ctx(6.0, seed))
+        b = rule.fn(Leaf(0, long, [], [(0, 0)]), _ctx(6.0, seed))
+        assert a in (0, 2, 5, 7)  # a point of the prefix, or none (k beyond its ends: the last point)
+        if a != 0:
+            assert a == b
+        else:
+            assert b > len(prefix)  # the long one found its k-th end in its own future
+    # after the last branch point only; entropy: before the first token at the threshold
+    assert rule.fn(Leaf(0, long, [], [(0, 0), (1, 5)]), _ctx(1.0, 0)) == 7
+    ent = [0.1] * len(long)
+    ent[3], ent[10] = 2.5, 3.0
+    entropy = BRANCH_RULES.get("entropy")
+    assert entropy.needs_entropy and not rule.needs_entropy
+    assert entropy.fn(Leaf(0, long, ent, [(0, 0)]), _ctx(1.0, 0)) == 3
+    assert entropy.fn(Leaf(0, long, ent, [(0, 0), (1, 3)]), _ctx(1.0, 0)) == 10
+    assert entropy.fn(Leaf(0, long, ent, [(0, 0), (1, 10)]), _ctx(1.0, 0)) == 10  # none after: the last
+
+
+def test_leaf_segments_count_a_repeated_point_once() -> None:
+    leaf = Leaf(0, list(range(10)), [], [(0, 0), (1, 3), (4, 3), (5, 6)])
+    assert leaf_segments(leaf) == ([2, 5, 9], [0, 1, 5])  # the shallowest node at a point; own end last
+
+
+def test_tree_log_probs_carry_no_graph(policy) -> None:
+    model, tok = policy
+    b, _ = rollout(model, tok, RolloutConfig(n=4, max_new_tokens=8, mode="tree"))
+    assert b.behaviour_logp_BT is not None and not b.behaviour_logp_BT.requires_grad
 
 
 def test_generate_and_the_flat_mode_agree(policy) -> None:

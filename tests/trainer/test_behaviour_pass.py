@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import stepcredit.rollout as rollout_mode
 import stepcredit.trainer.rollout as trainer_rollout
 from stepcredit.config import from_dict
 from stepcredit.trainer import train
@@ -68,7 +69,7 @@ def _rows(run_dir: Path) -> list[dict[str, Any]]:
 
 def test_skipping_the_pass_trains_as_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[bool] = []
-    real = trainer_rollout.generate
+    real = rollout_mode.generate  # the flat rollout mode's generation
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         calls.append(bool(kwargs.get("with_logprobs", True)))
@@ -76,7 +77,7 @@ def test_skipping_the_pass_trains_as_with_it(tmp_path: Path, monkeypatch: pytest
         assert (batch.behaviour_logp_BT is None) == (not calls[-1])
         return batch
 
-    monkeypatch.setattr(trainer_rollout, "generate", recording)
+    monkeypatch.setattr(rollout_mode, "generate", recording)
     train(config(), tmp_path / "skip")
     assert calls == [False, False]
     monkeypatch.setattr(trainer_rollout, "needs_behaviour_logp", lambda cfg: True)

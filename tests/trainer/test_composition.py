@@ -285,8 +285,9 @@ def test_resume_mid_run_of_a_tree_rollout_with_tree_values_continues_exactly(tmp
     assert sorted(b) == [0, 1, 2, 3]
     for key in ("reward/mean", "response_length/mean", "rollout/generated_tokens_per_response"):
         assert a[2][key] == b[2][key] and a[3].get(key) == b[3].get(key), key  # the same tokens sampled
-    # the agent hands over scored rows in completion order, so sums run in another order: equal to
-    # float rounding (these runs' gradients are ~1e-5, all of it rounding-sized)
-    for key in ("loss", "adv/abs_mean", "process/u_abs_mean", "kl"):
-        assert math.isclose(a[3][key], b[3][key], rel_tol=1e-4, abs_tol=1e-5), (key, a[3][key], b[3][key])
+    # the agent hands over scored rows in completion order, so sums may run in another order: equal to
+    # float rounding
+    for key in ("loss", "grad_norm", "adv/abs_mean", "process/u_abs_mean", "kl"):
+        assert math.isclose(a[3][key], b[3][key], rel_tol=1e-4, abs_tol=1e-7), (key, a[3][key], b[3][key])
+    assert a[1]["grad_norm"] > 1e-3  # a real gradient (the tree's behaviour log-probs carry no graph)
     assert a[1]["tree/depth"] == 3.0  # n=4 -> branching (1, 2, 2)

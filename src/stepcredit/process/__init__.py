@@ -154,18 +154,6 @@ def check_config(cfg: Config) -> None:
             f"config key process.credit: unknown {p.credit!r} (valid: {', '.join(CREDIT_FORMS.names())})"
         )
     spec = VALUE_ESTIMATORS.get(p.value_estimator)
-    from stepcredit.rollout import ROLLOUT_MODES
-
-    if cfg.rollout.mode not in ROLLOUT_MODES:
-        raise ConfigError(
-            f"config key rollout.mode: unknown {cfg.rollout.mode!r} (valid: {', '.join(ROLLOUT_MODES.names())})"
-        )
-    if p.enabled and spec.from_outcomes and not ROLLOUT_MODES.get(cfg.rollout.mode).shares_prefixes:
-        ok = ", ".join(n for n in ROLLOUT_MODES if ROLLOUT_MODES.get(n).shares_prefixes)
-        raise ConfigError(
-            f"config key rollout.mode: process.value_estimator={p.value_estimator} values the nodes of a "
-            f"rollout whose responses share prefixes; use rollout.mode={ok}, not {cfg.rollout.mode!r}"
-        )
     if p.enabled and spec.generates and p.mc_samples * p.mc_max_new_tokens > 1 << 20:
         raise ConfigError(
             "config key process.mc_samples: mc_samples * mc_max_new_tokens is unreasonably large"

@@ -16,13 +16,13 @@ from typing import Any
 
 from stepcredit.config import ProcessConfig
 from stepcredit.data import STEP_VALUES
-from stepcredit.errors import DataError
+from stepcredit.errors import ConfigError, DataError
 from stepcredit.process.values import PrefixRequest, ScoreFn, register_value_estimator
 from stepcredit.types import RolloutCache
 
 
 @register_value_estimator(
-    "step_oracle", needs_verifier=False, generates=False, terminal_is_reward=True, needs_step_values=True
+    "step_oracle", needs_verifier=True, generates=False, terminal_is_reward=True, needs_step_values=True
 )
 def step_oracle(
     model: Any,
@@ -34,7 +34,12 @@ def step_oracle(
     body: RolloutCache | None = None,
 ) -> list[list[float]]:
     """V_i = the data source's exact value of the response's first i episodes (``STEP_VALUES``); the
-    value after a complete response is 1 iff its final answer is right (its reward)."""
+    value after a complete response is its reward (the verifier's score), so the utilities add up to
+    R - V_0 as ``terminal_is_reward`` promises."""
+    if score_fn is None:
+        raise ConfigError(
+            "config key process.value_estimator: step_oracle scores complete responses with the verifier"
+        )
     out = []
     for r in requests:
         if r.sample.data_source not in STEP_VALUES:
@@ -43,10 +48,11 @@ def step_oracle(
                 f"for data source {r.sample.data_source!r} (known: {', '.join(STEP_VALUES.names())})"
             )
         fn = STEP_VALUES.get(r.sample.data_source)
-        out.append(
-            [
-                fn(r.sample, tokenizer.decode(r.response_ids[:n], skip_special_tokens=True))
-                for n in r.prefix_lens
-            ]
-        )
+        values = [
+            fn(r.sample, tokenizer.decode(r.response_ids[:n], skip_special_tokens=True))
+            for n in r.prefix_lens
+        ]
+        if r.complete and r.prefix_lens[-1] >= len(r.response_ids) - 1:
+            values[-1] = float(score_fn(r.sample, tokenizer.decode(r.response_ids, skip_special_tokens=True)))
+        out.append(values)
     return out

@@ -52,13 +52,16 @@ def decode(
     temperature: float = 1.0,
     top_p: float = 1.0,
     entropy_BT: torch.Tensor | None = None,
+    limit_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Sampled continuations ``[B, T]`` (T <= max_new_tokens) of left-padded prompts: each row up to
     and including its first eos, then ``pad_token_id``.
 
-    ``entropy_BT`` (``[B, max_new_tokens]``, float): filled with the entropy (nats) of the distribution
-    each token was drawn from (after temperature), for tree rollouts that branch where the policy was
-    least sure (TreeRL's EPTree, arXiv:2506.11902).
+    ``entropy_BT`` (``[B, max_new_tokens]``, float, on the model's device): filled with the entropy
+    (nats) of the next-token distribution after temperature (before top-p) at each token, for tree
+    rollouts that branch where the policy was least sure (TreeRL's EPTree, arXiv:2506.11902).
+    ``limit_B`` (``[B]`` ints): row b stops after ``limit_B[b]`` tokens (its own budget; a tree's
+    continuations from different branch points), with no eos: it is truncated there.
 
     The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
     same distribution (greedy: the same tokens up to floating-point ties), computed with less work."""
@@ -85,6 +88,8 @@ def decode(
         out_BT[rows, t] = tok_A
         T = t + 1
         done_A |= tok_A == eos_token_id
+        if limit_B is not None:
+            done_A |= limit_B[rows] <= t + 1
         n_done = int(done_A.sum())
         if t == max_new_tokens - 1 or n_done == len(rows):
             break

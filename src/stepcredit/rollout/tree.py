@@ -2,9 +2,11 @@
 
 Segment-level tree sampling (SPO-tree: Guo et al. 2025, "Segment Policy Optimization", arXiv:2505.23564,
 sec. 4; TreeRL: Hou et al. 2025, arXiv:2506.11902, sec. 3.1): responses branch at step boundaries, so
-siblings share their prefix, and the mean verified outcome of the leaves below a node is an unbiased
-Monte Carlo estimate of the policy's own V(prefix) (each leaf below the node is a sample of the policy
-continuing from that prefix), with no generation beyond the group itself.
+siblings share their prefix, and the mean outcome of the leaves below a node is a Monte Carlo estimate
+of the policy's own V(prefix) (each leaf below the node is a sample of the policy continuing from that
+prefix), with no generation beyond the group itself. The estimate is unbiased because where a leaf
+branches is decided from its prefix alone (:data:`BRANCH_RULES`); the leaf's own outcome counts in its
+node's mean, as in SPO (a leaf's V_0 is the group mean including itself).
 
 Construction with branching factors (b_1, ..., b_d), prod b_l = n leaves:
 
@@ -13,11 +15,10 @@ Construction with branching factors (b_1, ..., b_d), prod b_l = n leaves:
              b_l - 1 new responses continue from its prefix there (it is itself the b_l-th child).
 
 A leaf created at depth l generates only its tail, so a tree costs fewer generated tokens than n
-independent responses. Where a response branches: ``episode`` (an episode end drawn uniformly after
-the parent's branch point, SPO's segment boundaries) or ``entropy`` (the token with the highest
-next-token entropy after it, TreeRL's EPTree). A response with no admissible branch point branches at
-the parent's point (its new siblings are further samples from the same prefix), so the leaf count never
-changes.
+independent responses, but the depths are sampled one after another (a level's continuations start once
+the level before has finished), so generation takes about d passes of decreasing length. A response
+for which the rule finds no branch point branches at its last one (its new siblings are further samples
+from the parent's prefix), so the leaf count never changes. ``rollout.mode`` applies to every domain.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 
 from stepcredit.config import RolloutConfig
+from stepcredit.registry import Registry
 from stepcredit.rollout.sampling import decode
 from stepcredit.types import Batch, Sample
 
@@ -52,28 +54,64 @@ class Leaf:
     """Tokens generated for this leaf: its tail after the point it branched off at."""
 
 
-def choose_branch_point(
-    leaf: Leaf,
-    *,
-    branch_at: str,
-    boundaries: Boundaries,
-    min_tail_tokens: int,
-    generator: torch.Generator | None = None,
-) -> int:
-    """The prefix length at which ``leaf`` branches: after its last branch point, leaving at least
-    ``min_tail_tokens`` of its tokens to re-sample; its last branch point when none qualifies."""
+@dataclass(frozen=True)
+class BranchContext:
+    """What a branch rule may read besides the leaf's own prefix: statistics of the first level's
+    responses, so that where a leaf branches never depends on how the leaf itself goes on."""
+
+    boundaries: Boundaries
+    """Episode ends of a response's token ids."""
+    mean_ends: float
+    """Episode ends per response at the first level, the batch mean."""
+    entropy_threshold: float
+    """The ``rollout.tree.entropy_quantile`` of every first-level token's entropy."""
+    generator: torch.Generator | None = None
+
+
+@dataclass(frozen=True)
+class BranchRule:
+    """A registered branch rule and what generation must record for it."""
+
+    fn: Callable[[Leaf, BranchContext], int]
+    """(leaf, context) -> the prefix length it branches at."""
+    needs_entropy: bool
+    """It reads each token's next-token entropy (recorded during sampling)."""
+
+
+BRANCH_RULES: Registry[BranchRule] = Registry("tree branch rule")
+"""``rollout.tree.branch_at``: where a leaf branches, as a prefix length after its last branch point.
+
+A rule decides from the leaf's prefix up to the point (and batch statistics) only, never from the rest
+of the leaf: then the leaf's own continuation after the point is an ordinary sample of the policy from
+that prefix and the mean outcome of the leaves below the node is an unbiased estimate of V(prefix). A
+point chosen after seeing the whole response (uniformly among its episode ends, or at its highest
+entropy) would not be: short and long continuations would be picked at different rates. A leaf for which
+the rule finds no point branches at its last one (further samples from the parent's prefix)."""
+
+
+def branch_at_episode(leaf: Leaf, ctx: BranchContext) -> int:
+    """The k-th episode end after the last branch point, k uniform in 1..K with K the episode ends a
+    first-level response has on average beyond the ones before that point (SPO's segment boundaries)."""
     last = leaf.path[-1][1]
-    hi = len(leaf.ids) - min_tail_tokens
-    if branch_at == "episode":
-        points = [e + 1 for e in boundaries(leaf.ids) if last < e + 1 <= hi]
-        if not points:
-            return last
-        return points[int(torch.randint(len(points), (1,), generator=generator))]
-    if hi <= last:
-        return last
-    # branch before the least certain token: the continuations re-draw it (EPTree)
-    window = leaf.entropy[last + 1 : hi + 1]
-    return last + 1 + max(range(len(window)), key=window.__getitem__)
+    ends = [e + 1 for e in ctx.boundaries(leaf.ids) if e + 1 < len(leaf.ids)]  # a token must follow
+    before = sum(1 for p in ends if p <= last)
+    k = 1 + int(torch.randint(max(1, round(ctx.mean_ends - before)), (1,), generator=ctx.generator))
+    after = [p for p in ends if p > last]
+    return after[k - 1] if k <= len(after) else last
+
+
+def branch_at_entropy(leaf: Leaf, ctx: BranchContext) -> int:
+    """Before the first token after the last branch point whose next-token entropy reaches the batch's
+    ``entropy_quantile`` (the continuations re-draw it: TreeRL's EPTree forks at high-entropy tokens)."""
+    last = leaf.path[-1][1]
+    for t in range(last + 1, len(leaf.ids)):
+        if leaf.entropy[t] >= ctx.entropy_threshold:
+            return t
+    return last
+
+
+BRANCH_RULES.add("episode", BranchRule(branch_at_episode, needs_entropy=False))
+BRANCH_RULES.add("entropy", BranchRule(branch_at_entropy, needs_entropy=True))
 
 
 def leaf_segments(leaf: Leaf) -> tuple[list[int], list[int]]:
@@ -102,14 +140,15 @@ def _sample(
     temperature: float,
     top_p: float,
     want_entropy: bool,
-) -> list[tuple[list[int], list[float]]]:
-    """One sampled continuation per context, each cut at its first eos and at its own token budget."""
+) -> list[tuple[list[int], list[float], int]]:
+    """One sampled continuation per context, each cut at its first eos and at its own token budget
+    (decoding stops there), with each token's entropy and the number of tokens decoded for it."""
     from stepcredit.rollout import left_pad
 
     dev = next(model.parameters()).device
     ids, mask = left_pad(contexts, tok.pad_token_id)
     width = max(budgets)
-    ent = torch.zeros(len(contexts), width) if want_entropy else None
+    ent = torch.zeros(len(contexts), width, device=dev) if want_entropy else None
     resp = decode(
         model,
         ids.to(dev),
@@ -119,14 +158,16 @@ def _sample(
         pad_token_id=tok.pad_token_id,
         temperature=temperature,
         top_p=top_p,
-        entropy_BT=ent.to(dev) if ent is not None else None,
+        entropy_BT=ent,
+        limit_B=torch.tensor(budgets, dtype=torch.long, device=dev),
     ).cpu()
+    ent_cpu = ent.cpu() if ent is not None else None
     out = []
     for r, budget in enumerate(budgets):
         row = resp[r, :budget].tolist()
         if tok.eos_token_id in row:
             row = row[: row.index(tok.eos_token_id) + 1]
-        out.append((row, ent[r, : len(row)].tolist() if ent is not None else []))
+        out.append((row, ent_cpu[r, : len(row)].tolist() if ent_cpu is not None else [], len(row)))
     return out
 
 
@@ -142,10 +183,11 @@ def grow_trees(
     top_p: float,
     branch_at: str,
     boundaries: Boundaries,
-    min_tail_tokens: int,
+    entropy_quantile: float = 0.9,
 ) -> list[list[Leaf]]:
     """The leaves of one tree per prompt (prod(branching) each, in creation order)."""
-    want_entropy = branch_at == "entropy"
+    rule = BRANCH_RULES.get(branch_at)
+    want_entropy = rule.needs_entropy
     first = _sample(
         model,
         tok,
@@ -157,18 +199,23 @@ def grow_trees(
     )
     trees: list[list[Leaf]] = [[] for _ in prompt_ids]
     next_node = [1] * len(prompt_ids)  # node 0 is each tree's root
-    for j, (ids, ent) in enumerate(first):
+    for j, (ids, ent, n) in enumerate(first):
         p = j // branching[0]
-        trees[p].append(Leaf(p, ids, ent, [(0, 0)], len(ids)))
+        trees[p].append(Leaf(p, ids, ent, [(0, 0)], n))
+    level1 = [leaf for tree in trees for leaf in tree]
+    every = sorted(x for leaf in level1 for x in leaf.entropy)
+    ctx = BranchContext(
+        boundaries=boundaries,
+        mean_ends=sum(len(boundaries(leaf.ids)) for leaf in level1) / max(1, len(level1)),
+        entropy_threshold=every[min(len(every) - 1, int(entropy_quantile * len(every)))] if every else 0.0,
+    )
     for b in branching[1:]:
         if b == 1:  # one child per node: nothing branches, no node to value
             continue
         jobs: list[tuple[Leaf, int]] = []
         for leaves in trees:
             for leaf in list(leaves):
-                point = choose_branch_point(
-                    leaf, branch_at=branch_at, boundaries=boundaries, min_tail_tokens=min_tail_tokens
-                )
+                point = rule.fn(leaf, ctx)
                 node = next_node[leaf.prompt]
                 next_node[leaf.prompt] += 1
                 leaf.path.append((node, point))
@@ -182,18 +229,15 @@ def grow_trees(
             top_p=top_p,
             want_entropy=want_entropy,
         )
-        for (parent, point), (ids, ent) in zip(jobs, conts, strict=True):
+        for (parent, point), (ids, ent, n) in zip(jobs, conts, strict=True):
             child = Leaf(
-                parent.prompt,
-                parent.ids[:point] + ids,
-                parent.entropy[:point] + ent if want_entropy else [],
-                list(parent.path),
-                len(ids),
+                parent.prompt, parent.ids[:point] + ids, parent.entropy[:point] + ent, list(parent.path), n
             )
             trees[parent.prompt].append(child)
     return trees
 
 
+@torch.no_grad()
 def tree_rollout(
     model: Any,
     tok: Any,
@@ -224,7 +268,7 @@ def tree_rollout(
         top_p=cfg.top_p,
         branch_at=cfg.tree.branch_at,
         boundaries=boundaries,
-        min_tail_tokens=cfg.tree.min_tail_tokens,
+        entropy_quantile=cfg.tree.entropy_quantile,
     )
     leaves = [leaf for tree in trees for leaf in tree]
     dev = next(model.parameters()).device

@@ -30,10 +30,12 @@ from stepcredit.config import Config, to_dict
 from stepcredit.data.domains import build_data, check_routes
 from stepcredit.errors import ConfigError, UserError
 from stepcredit.models import load_policy, save_pretrained
+from stepcredit.process import VALUE_ESTIMATORS
 from stepcredit.process.domains import process_domains
 from stepcredit.reward import Rewarder, build_agent, build_rewarder
 from stepcredit.reward.run import backends
 from stepcredit.reward.run.health import CircuitBreaker, probe_routes
+from stepcredit.rollout import ROLLOUT_MODES
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import MetricsLogger, StepMetrics, batch_metrics, peak_rss_mb, plot_curves
 from stepcredit.trainer.progress import Progress
@@ -222,6 +224,14 @@ def check_config(cfg: Config) -> None:
     advantages.check_config(cfg)
     losses.check_config(cfg)
     process.check_config(cfg)
+    mode = ROLLOUT_MODES.get(cfg.rollout.mode)  # an unknown mode: one line with the valid ones
+    spec = VALUE_ESTIMATORS.get(cfg.process.value_estimator)
+    if cfg.process.enabled and spec.from_outcomes and not mode.shares_prefixes:
+        ok = ", ".join(n for n in ROLLOUT_MODES if ROLLOUT_MODES.get(n).shares_prefixes)
+        raise ConfigError(
+            f"config key rollout.mode: process.value_estimator={cfg.process.value_estimator} values the "
+            f"nodes of a rollout whose responses share prefixes; use rollout.mode={ok}, not {cfg.rollout.mode!r}"
+        )
     backends.check_config(cfg.reward)
     if cfg.pipeline.one_step_off_policy and not losses.LOSSES.get(cfg.loss.name).corrects_staleness:
         ok = ", ".join(n for n in losses.LOSSES if losses.LOSSES.get(n).corrects_staleness)

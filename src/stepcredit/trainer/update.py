@@ -122,7 +122,6 @@ def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = No
         idx = keep_B.nonzero().flatten().tolist()
         batch = batch.select(idx)
         score_B, valid_B = score_B[idx], valid_B[idx]
-    raw_score_B, raw_valid_B = score_B, valid_B  # the verified outcomes, before normalisation
     score_B, valid_B = process_outcomes(
         score_B,
         valid_B,
@@ -143,13 +142,16 @@ def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = No
     if cfg.process.enabled:
         values = batch.prefix_values
         if VALUE_ESTIMATORS.get(cfg.process.value_estimator).from_outcomes and batch.episode_ends is not None:
-            assert batch.tree_nodes is not None
+            assert batch.tree_nodes is not None and batch.rewards is not None
+            rewards = batch.rewards
+            # the leaves' verified outcomes: a failed reward (whatever score the failure policy gives it)
+            # is not a sample of the policy's value; a truncated leaf is (its outcome is what it earned)
             values = outcome_values(
                 batch.group_B.tolist(),
                 batch.tree_nodes,
                 batch.episode_ends,
-                raw_score_B.tolist(),
-                raw_valid_B.tolist(),
+                [r.score for r in rewards],
+                [r.ok for r in rewards],
             )
         if batch.episode_ends is None or values is None:
             raise ValueError("process rewards are enabled but the batch has no V(prefix) values")

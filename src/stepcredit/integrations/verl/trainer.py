@@ -89,8 +89,10 @@ def _nested(xs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _forward_only(estimator: str) -> bool:
+    """Can verl's advantage stage compute it: forward passes of the actor only (no generation, no
+    verifier, no tree rollout's outcomes, no task-specific exact step values)?"""
     spec = VALUE_ESTIMATORS.get(estimator)
-    return not (spec.generates or spec.needs_verifier)
+    return not (spec.generates or spec.needs_verifier or spec.from_outcomes or spec.needs_step_values)
 
 
 def check_process_config(sc: Any, est: str) -> None:
@@ -105,8 +107,8 @@ def check_process_config(sc: Any, est: str) -> None:
     if sc.process.enabled and not _forward_only(sc.process.value_estimator):
         raise ConfigError(
             f"verl config key stepcredit.process.value_estimator: "
-            f"{sc.process.value_estimator} generates or needs the verifier, which verl's "
-            f"advantage stage cannot do; use one of {', '.join(usable)}"
+            f"{sc.process.value_estimator} generates, needs the verifier, a tree rollout or exact step values, "
+            f"which verl's advantage stage cannot give; use one of {', '.join(usable)}"
         )
     name = est[len(PREFIX) :]
     if sc.process.enabled and name in ESTIMATORS and ESTIMATORS.get(name).needs_reward_values:
