@@ -18,7 +18,7 @@ stale data, and on fresh data it is PPO's clipped objective), so only the schedu
 
 Reported: wall time of each ``train`` call (validation is left out of the runs: the final models are
 validated afterwards with the plain math verifier, greedy, on ``data.val_size`` prompts), the
-reduction of ``both`` against the baseline, the ideal reduction ``1 - max(sum(G+T), sum(R)/2) / sum(G+T+R)``
+reduction of ``both`` against the baseline, the ideal reduction ``1 - max(sum(G+T), sum(G+R)/2) / sum(G+T+R)``
 (a lower bound on any schedule's wall time, see :func:`ideal_reduction`) from the baseline's per-step
 generation+training (G+T) and reward wait (R) times, whether the decoupled loss was applied (the
 share of updates with a proximal pass, and the behaviour weights' distance from 1), validation accuracy
@@ -217,15 +217,18 @@ def ideal_reduction(steps: list[dict[str, Any]]) -> tuple[float, float, float]:
     """(ideal reduction, mean G+T, mean R) from the baseline's per-step times.
 
     A lower bound on the wall time of any schedule of the same work: the main thread's work (G+T:
-    generation, process values, updates) is serial, so wall >= sum(G+T); and at most two batches
-    are being scored at once (one-step off-policy: the current batch and the one generated ahead),
-    so wall >= sum(R) / 2. The ideal reduction is 1 - max(sum(G+T), sum(R)/2) / sum(G+T+R). (A
-    per-step max(G+T, R) is not a bound: the batch generated ahead is scored across two steps.)
+    generation, process values, updates) is serial, so wall >= sum(G+T). And with one step of
+    staleness the generation of step t+2 waits for the rewards of step t (they train step t+1's
+    weights), so the chains "generate step t, score step t" run at most two at a time: wall >=
+    sum(G+R) / 2. The ideal reduction is 1 - max(sum(G+T), sum(G+R)/2) / sum(G+T+R). (It is tighter
+    than the earlier max(sum(G+T), sum(R)/2); a per-step max(G+T, R) is not a bound: the batch
+    generated ahead is scored across two steps.)
     """
-    gt = [r.get("time/generation_s", 0.0) + r.get("time/process_s", 0.0) + r["time/update_s"] for r in steps]
+    g = [r.get("time/generation_s", 0.0) + r.get("time/process_s", 0.0) for r in steps]
+    gt = [x + r["time/update_s"] for x, r in zip(g, steps, strict=True)]
     rw = [r.get("time/reward_wait_s", r.get("time/reward_s", 0.0)) for r in steps]
     total = sum(gt) + sum(rw)
-    ideal = max(sum(gt), sum(rw) / 2)
+    ideal = max(sum(gt), (sum(g) + sum(rw)) / 2)
     n = max(1, len(steps))
     return (1.0 - ideal / total if total else 0.0), sum(gt) / n, sum(rw) / n
 
