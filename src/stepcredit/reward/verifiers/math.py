@@ -483,17 +483,30 @@ def _mv_verify(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
     return bool(verify(list(g), list(p), timeout_seconds=t))  # type: ignore[arg-type]
 
 
+def _reads_whole(parsed: tuple[Any, ...], s: str) -> bool:
+    """Whether math-verify's reading of ``s`` matched all of it (its string fallback is ``s`` itself)."""
+    text = [x for x in parsed if isinstance(x, str)]
+    return bool(text) and re.sub(r"\s+", "", text[-1]) == re.sub(r"\s+", "", s)
+
+
 def _gold_readings(gold: str) -> tuple[Any, ...]:
-    """math-verify's readings of a gold answer, the fitted one first: a bare gold in ``$...$`` (or as
-    plain digits), a worked solution both as math-verify reads it and as its extracted answer, and a
-    gold that may hold a decimal comma ("2,5") both ways."""
+    """math-verify's readings of a gold answer: its default reading (``parse(gold)``) when that reads
+    the whole gold, else (a bare ``2\\sqrt{3}`` reads as 2) the fitted one (:func:`_fitted`: inside
+    ``$...$``, its documented use for LaTeX golds, or plain digits); a worked solution both as
+    math-verify reads it and as its extracted answer; "2,5" both ways (it may be a decimal comma)."""
+    raw = _mv_parse_cached(gold)
     answer = extract_gold(gold)
-    fit = _fitted(answer)
+    if answer != gold:
+        fit = _fitted(answer)
+        return raw + _mv_parse_cached(fit or answer)
+    if _reads_whole(raw, gold):
+        return raw
+    fit = _fitted(gold)
     if fit is None:
-        return _mv_parse_cached(gold) if answer == gold else _mv_parse_cached(gold) + _mv_parse_cached(answer)
-    if answer != gold or _DECIMAL_COMMA_RE.match(answer.strip()):
-        return _mv_parse_cached(fit) + _mv_parse_cached(gold)
-    return _mv_parse_cached(fit)
+        return raw
+    if _DECIMAL_COMMA_RE.match(gold.strip()):
+        return _mv_parse_cached(fit) + raw
+    return _mv_parse_cached(fit) or raw
 
 
 def math_verify_verdict(gold: str, text: str, pred: str | None, how: str) -> tuple[bool | None, str | None]:
