@@ -74,11 +74,26 @@ def load_pairs(name: str, limit: int, variant: str) -> list[Pair]:
     n = len(sols)
     for i in range(n):
         pairs.append((source, sols[i], golds[i], True))
-        # The next row with a different answer string serves as a wrong ground truth.
+        # A wrong response as a policy writes it: the same solution ending in another answer (the next
+        # row's answer, different from this one), against this row's gold.
         j = next((k % n for k in range(i + 1, i + n) if golds[k % n].strip() != golds[i].strip()), None)
         if j is not None:
-            pairs.append((source, sols[i], golds[j], False))
+            pairs.append((source, _replace_answer(sols[i], golds[j], name, variant), golds[i], False))
     return pairs
+
+
+def _replace_answer(solution: str, answer: str, name: str, variant: str) -> str:
+    """``solution`` with its final answer (``#### N``, the last box, or the unboxed ``$X$``) replaced."""
+    from stepcredit.reward.verifiers.math import last_boxed
+
+    if "####" in solution:
+        return solution.rsplit("####", 1)[0] + f"#### {answer}"
+    hit = last_boxed(solution)
+    if hit is not None:
+        start, content = hit
+        end = solution.index(content, start) + len(content)
+        return solution[:start] + f"\\boxed{{{answer}}}" + solution[end + 1 :]
+    return solution + f" So the answer is ${answer}$."
 
 
 def clear_caches() -> None:
@@ -93,18 +108,21 @@ def clear_caches() -> None:
         latex.const_value,
         latex.parse_answer,
     ]
-    caches += [math._mv_parse_answer, mvp.parse_latex_cached, mvp.parse_expr_cached]
+    caches += [math._mv_parse_cached, mvp.parse_latex_cached, mvp.parse_expr_cached]
     for f in caches:
         f.cache_clear()
 
 
-def run_ours(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool]]:
+def run_ours(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool], float]:
+    """Time, verdicts, and the share of pairs that reached the slow path (math-verify)."""
     from stepcredit.reward.verifiers.math import math_compute_score
 
     clear_caches()
     t0 = time.perf_counter()
-    verdicts = [math_compute_score(ds, resp, gt).score == 1.0 for ds, resp, gt, _ in pairs]
-    return time.perf_counter() - t0, verdicts
+    results = [math_compute_score(ds, resp, gt) for ds, resp, gt, _ in pairs]
+    dt = time.perf_counter() - t0
+    slow = sum(r.info.get("path") != "fast" for r in results) / max(1, len(results))
+    return dt, [r.score == 1.0 for r in results], slow
 
 
 def run_math_verify(pairs: list[tuple[str, str, str, bool]], dataset: str) -> tuple[float, list[bool]]:
@@ -141,7 +159,7 @@ def bench(dataset: str, limit: int, variant: str) -> dict[str, Any]:
     # An untimed pass first: the LaTeX parser both verifiers share (antlr) builds its lookahead
     # tables lazily, and whichever runs first would otherwise pay for it.
     run_math_verify(pairs, dataset)
-    t_ours, ours = run_ours(pairs)
+    t_ours, ours, slow = run_ours(pairs)
     t_mv, mv = run_math_verify(pairs, dataset)
     t_rw = run_rewarder(pairs)
     n = len(pairs)
@@ -150,6 +168,9 @@ def bench(dataset: str, limit: int, variant: str) -> dict[str, Any]:
         "ours_per_s": round(n / t_ours, 1),
         "math_verify_per_s": round(n / t_mv, 1),
         "speedup": round(t_mv / t_ours, 2),
+        "slow_share": round(slow, 3),
+        "t_ours": t_ours,
+        "t_mv": t_mv,
         "agree": round(sum(a == b for a, b in zip(ours, mv, strict=True)) / n, 4),
         "ours_correct": round(sum(a == y for a, y in zip(ours, labels, strict=True)) / n, 4),
         "math_verify_correct": round(sum(b == y for b, y in zip(mv, labels, strict=True)) / n, 4),
@@ -171,12 +192,20 @@ def main(argv: list[str] | None = None) -> int:
         name: {variant: bench(name, args.limit, variant) for variant in ("boxed", "unboxed")}
         for name in ("gsm8k", "math500")
     }
-    cols = ["pairs", "ours_per_s", "math_verify_per_s", "speedup", "agree", "ours_correct"]
+    cols = ["pairs", "ours_per_s", "math_verify_per_s", "speedup", "slow_share", "agree", "ours_correct"]
     cols += ["math_verify_correct", "worse", "better", "rewarder_per_s"]
     print(f"{'dataset':<17}" + "".join(f"{c:>20}" for c in cols))
     for name, variants in out.items():
         for variant, r in variants.items():
             print(f"{name + ' ' + variant:<17}" + "".join(f"{r[c]!s:>20}" for c in cols))
+    for name, style in (("gsm8k", "GSM8K-style"), ("math500", "MATH-style")):
+        rows = out[name].values()
+        t_ours = sum(r.pop("t_ours") for r in rows)
+        t_mv = sum(r.pop("t_mv") for r in rows)
+        n = sum(r["pairs"] for r in rows)
+        slow = sum(r["slow_share"] * r["pairs"] for r in rows) / n
+        out[name]["all"] = {"speedup": round(t_mv / t_ours, 2), "slow_share": round(slow, 3), "pairs": n}
+        print(f"{style}: {t_mv / t_ours:.1f}x math-verify (boxed + unboxed), slow-path share {slow:.1%}")
     if args.json:
         print(json.dumps(out))
     return 0
