@@ -7,9 +7,11 @@ variant replaces by ``The answer is $\\boxed{N}$.``; MATH-500 solutions carry ``
 which the unboxed variant replaces by ``X`` (inside ``$...$``, so the answer is the last math
 expression, as a model writes it without a box). Both verifiers run in this
 process, on the main thread, after one untimed warm-up pass, with their caches cleared before each
-timed pass. ``agree`` is the share
-of pairs on which the two verdicts are equal; ``worse`` counts pairs where math-verify is right and we
-are wrong (the target is 0), ``better`` the reverse. Also reported: our throughput through the full
+timed pass. math-verify runs with its default configuration (``verify(parse(gold), parse(response))``,
+as in the differential test). ``agree`` is the share of pairs on which the two verdicts are equal;
+``worse`` counts pairs where math-verify is right and we are wrong (the target is 0), apart from the
+documented deliberate difference (a bare gold the default reads only in part), counted in
+``deliberate``; ``better`` the reverse. Also reported: our throughput through the full
 :class:`~stepcredit.reward.Rewarder` (routing + kill-safe pool for what the fast path leaves).
 
     python benchmarks/verifier.py [--json] [--limit N]
@@ -66,20 +68,29 @@ def load_pairs(name: str, limit: int, variant: str) -> list[Pair]:
         sols = [r["solution"] for r in rows]
         golds = [r["answer"] for r in rows]
         source = "HuggingFaceH4/MATH-500"
-        if variant == "unboxed":
-            sols = [_unbox(s) for s in sols]
     if limit:
         sols, golds = sols[:limit], golds[:limit]
     pairs = []
     n = len(sols)
+    # MATH solutions lose their box after the answer is replaced (a policy writes its own answer where
+    # the solution's stood, boxed or not).
+    unbox = _unbox if name == "math500" and variant == "unboxed" else (lambda s: s)
     for i in range(n):
-        pairs.append((source, sols[i], golds[i], True))
+        pairs.append((source, unbox(sols[i]), golds[i], True))
         # A wrong response as a policy writes it: the same solution ending in another answer (the next
         # row's answer, different from this one), against this row's gold.
-        j = next((k % n for k in range(i + 1, i + n) if golds[k % n].strip() != golds[i].strip()), None)
+        j = next((k % n for k in range(i + 1, i + n) if _differ(golds[k % n], golds[i])), None)
         if j is not None:
-            pairs.append((source, _replace_answer(sols[i], golds[j], name, variant), golds[i], False))
+            wrong = unbox(_replace_answer(sols[i], golds[j], name, variant))
+            pairs.append((source, wrong, golds[i], False))
     return pairs
+
+
+def _differ(a: str, b: str) -> bool:
+    """Whether two golds are different answers ("x=5" is no other answer than "5")."""
+    from stepcredit.reward.verifiers.math import fast_verdict
+
+    return a.strip() != b.strip() and fast_verdict(a, b) is not True and fast_verdict(b, a) is not True
 
 
 def _replace_answer(solution: str, answer: str, name: str, variant: str) -> str:
@@ -125,17 +136,28 @@ def run_ours(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool]
     return dt, [r.score == 1.0 for r in results], slow
 
 
-def run_math_verify(pairs: list[tuple[str, str, str, bool]], dataset: str) -> tuple[float, list[bool]]:
+def run_math_verify(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool]]:
+    """math-verify with its default configuration, as a user who swaps it for us runs it and as the
+    differential test (tests/reward/test_math_differential.py) uses it: ``verify(parse(gold),
+    parse(response))``."""
     from math_verify import parse, verify
 
     clear_caches()
     t0 = time.perf_counter()
     verdicts = []
     for _, resp, gt, _ in pairs:
-        # math-verify's documented use: gold wrapped in $...$ for LaTeX answers, the response as is.
-        gold = parse(f"${gt}$") if dataset == "math500" else parse(gt)
-        verdicts.append(bool(verify(gold, parse(resp))))
+        verdicts.append(bool(verify(parse(gt), parse(resp))))
     return time.perf_counter() - t0, verdicts
+
+
+def partial_gold_reading(gold: str) -> bool:
+    """The documented deliberate difference (docs/verifiers.md): math-verify's default configuration
+    reads only part of this bare gold (``2\\sqrt{3}`` as 2); we read it whole."""
+    from math_verify import parse
+
+    from stepcredit.reward.verifiers.math import _reads_whole
+
+    return "$" not in gold and "####" not in gold and not _reads_whole(tuple(parse(gold)), gold)
 
 
 def run_rewarder(pairs: list[tuple[str, str, str, bool]]) -> float:
@@ -158,9 +180,11 @@ def bench(dataset: str, limit: int, variant: str) -> dict[str, Any]:
     labels = [p[3] for p in pairs]
     # An untimed pass first: the LaTeX parser both verifiers share (antlr) builds its lookahead
     # tables lazily, and whichever runs first would otherwise pay for it.
-    run_math_verify(pairs, dataset)
+    run_math_verify(pairs)
     t_ours, ours, slow = run_ours(pairs)
-    t_mv, mv = run_math_verify(pairs, dataset)
+    t_mv, mv = run_math_verify(pairs)
+    worse = [i for i, (a, b, y) in enumerate(zip(ours, mv, labels, strict=True)) if b == y != a]
+    deliberate = [i for i in worse if partial_gold_reading(pairs[i][2])]
     t_rw = run_rewarder(pairs)
     n = len(pairs)
     return {
@@ -174,7 +198,8 @@ def bench(dataset: str, limit: int, variant: str) -> dict[str, Any]:
         "agree": round(sum(a == b for a, b in zip(ours, mv, strict=True)) / n, 4),
         "ours_correct": round(sum(a == y for a, y in zip(ours, labels, strict=True)) / n, 4),
         "math_verify_correct": round(sum(b == y for b, y in zip(mv, labels, strict=True)) / n, 4),
-        "worse": sum(b == y != a for a, b, y in zip(ours, mv, labels, strict=True)),
+        "worse": len(worse) - len(deliberate),
+        "deliberate": len(deliberate),
         "better": sum(a == y != b for a, b, y in zip(ours, mv, labels, strict=True)),
         "rewarder_per_s": round(n / t_rw, 1),
     }
@@ -184,21 +209,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     ap.add_argument("--limit", type=int, default=0, help="rows per dataset (0 = all)")
+    ap.add_argument("--datasets", default="gsm8k,math500", help="comma-separated: gsm8k, math500")
     args = ap.parse_args(argv)
     if not DATA.is_dir():
         print(f"benchmarks/verifier.py: {DATA} not found (set STEPCREDIT_SHARED_DATA)", file=sys.stderr)
         return 2
     out = {
         name: {variant: bench(name, args.limit, variant) for variant in ("boxed", "unboxed")}
-        for name in ("gsm8k", "math500")
+        for name in args.datasets.split(",")
     }
     cols = ["pairs", "ours_per_s", "math_verify_per_s", "speedup", "slow_share", "agree", "ours_correct"]
-    cols += ["math_verify_correct", "worse", "better", "rewarder_per_s"]
+    cols += ["math_verify_correct", "worse", "deliberate", "better", "rewarder_per_s"]
     print(f"{'dataset':<17}" + "".join(f"{c:>20}" for c in cols))
     for name, variants in out.items():
         for variant, r in variants.items():
             print(f"{name + ' ' + variant:<17}" + "".join(f"{r[c]!s:>20}" for c in cols))
     for name, style in (("gsm8k", "GSM8K-style"), ("math500", "MATH-style")):
+        if name not in out:
+            continue
         rows = out[name].values()
         t_ours = sum(r.pop("t_ours") for r in rows)
         t_mv = sum(r.pop("t_mv") for r in rows)

@@ -47,6 +47,9 @@ def _rows(name: str) -> list[dict]:
         ("The answer is 18 dollars.", "18", "phrase"),
         ("She makes $18 a day.\nThe answer is $18.", "$18", "phrase"),
         ("first \\boxed{5}, and then #### 6", "6", "####"),
+        # two answer phrases on one line: the later one is final (the first one's tail runs over it)
+        ("The answer is $5! = 120$. So the answer is $\\frac{2}{3}$.", "\\frac{2}{3}", "phrase"),
+        ("Hence, the answer is $3$ primes. So the answer is $12$.", "12", "phrase"),
     ],
 )
 def test_extraction(text: str, answer: str, how: str) -> None:

@@ -135,6 +135,19 @@ def last_boxed(text: str) -> tuple[int, str] | None:
     return None
 
 
+def _phrase_hits(body: str) -> list[tuple[int, str]]:
+    """Every answer phrase in ``body`` as (start, the rest of its line), overlapping ones included: in
+    "The answer is $720$. So the answer is $4$." the second phrase is the final answer, though the
+    first one's tail runs over it."""
+    hits = []
+    for rx in _PHRASE_RES:
+        pos = 0
+        while (m := rx.search(body, pos)) is not None:
+            hits.append((m.start(), m.group(1)))
+            pos = m.start() + 1
+    return hits
+
+
 def _clean_phrase(s: str) -> str | None:
     """The answer inside the tail of an answer phrase ("18 dollars.", "$\\frac12$.", "**26**",
     "The largest $n$ is 34.", "Jane started growing Sphere 3 hours ago.")."""
@@ -280,11 +293,10 @@ def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, st
         if cleaned:
             return cleaned, how
     best: tuple[int, str] | None = None
-    for rx in _PHRASE_RES:
-        for m in rx.finditer(body):
-            cand = _clean_phrase(m.group(1))
-            if cand and (best is None or m.start() > best[0]):
-                best = (m.start(), cand)
+    for start, tail in _phrase_hits(body):
+        cand = _clean_phrase(tail)
+        if cand and (best is None or start > best[0]):
+            best = (start, cand)
     if best is not None:
         return best[1], "phrase"
     if strict:
@@ -589,10 +601,7 @@ def sure_candidate(text: str, pred: str, how: str, *, mode: str = "flexible") ->
         return hashes == {want} and boxes <= {want}
     if how == "phrase" and not boxes and not hashes:
         # the tail of the last phrase, read whole ("18 dollars.", "$\frac{1}{2}$", "**26**")
-        last = max(
-            ((m.start(), m.group(1)) for rx in _PHRASE_RES for m in rx.finditer(body)),
-            default=None,
-        )
+        last = max(_phrase_hits(body), default=None)
         return last is not None and normalize(last[1].strip(" *_")) == want
     return False
 
