@@ -88,13 +88,15 @@ def test_strict_needs_a_marker_and_a_closed_think() -> None:
         ("(1+2i)^2", "-3+4i", True),
         ("1+274i", "-3", None),  # "incorrect" only between two exact real numbers
         ("\\frac{1}{2}+i", "0.5+i", None),  # decimals with i: left to math-verify
-        # a list against a constant: math-verify decides (the fast path says "incorrect" only
-        # between two exact numbers)
-        ("(-2,1)", "4", None),
+        # one exact number against a tuple, interval or set of several elements, or a union: never
+        # equal; a constant that is no exact number is left to math-verify
+        ("(-2,1)", "4", False),
         ("12\\pi", "(5,\\infty)", None),
-        ("\\frac{1}{2}", "\\left(-1, 6\\right]", None),
-        ("4", "(-\\infty, 2) \\cup (3, \\infty)", None),
-        ("1440", "\\{1\\pm\\sqrt{5},-2\\}", None),
+        ("\\frac{1}{2}", "\\left(-1, 6\\right]", False),
+        ("4", "(-\\infty, 2) \\cup (3, \\infty)", False),
+        ("1440", "\\{1\\pm\\sqrt{5},-2\\}", False),
+        ("3", "\\{3\\}", None),  # one element: math-verify decides
+        ("5", "[5, 5]", None),
         ("0", "\\begin{pmatrix} -2 \\\\ -14 \\end{pmatrix}", None),
         ("1000", "(1,000)", None),  # may be a number with a thousands separator
         ("(a+5)(b+2)", "850", None),  # not a list: the first bracket closes early
@@ -173,6 +175,29 @@ def test_values_that_differ_skip_simplify_but_keep_math_verify_verdicts() -> Non
         assert not verify(parse(f"${gold}$"), parse(f"$\\boxed{{{pred}}}$"))
     r = math_compute_score("math", "so \\boxed{(x+1)^2}", "x^2+2x+1")
     assert r.score == 1.0 and r.info["path"] == "math_verify"
+
+
+def test_number_against_several_elements_or_a_polynomial_skips_verify_keeping_its_verdict() -> None:
+    """``_mv_sure_false`` skips verify only where verify says False: a number against a set, tuple or
+    interval of several elements, a union, or a non-constant polynomial; one element or a polynomial
+    that is constant after expansion still goes to verify."""
+    from math_verify import parse, verify
+
+    from stepcredit.reward.verifiers.math import _mv_sure_false
+
+    skipped = [
+        ("x^8+x+1", "14"),
+        ("(1,2)", "1"),
+        ("[1,2]", "2"),
+        ("\\{3,4\\}", "3"),
+        ("(0,9)\\cup(9,36)", "1"),
+    ]
+    kept = [("(x+1)^2-x^2-2x", "1"), ("\\{3\\}", "3"), ("x^2", "y^2")]
+    for gold, pred in skipped + kept:
+        g, p = tuple(parse(f"${gold}$")), tuple(parse(f"${pred}$"))
+        assert _mv_sure_false(g, p) == ((gold, pred) in skipped), (gold, pred)
+        if (gold, pred) in skipped:
+            assert not verify(list(g), list(p)), (gold, pred)
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ from stepcredit.reward.verifiers.latex import (
     _DECIMAL_COMMA_RE,
     Relation,
     Seq,
+    Union,
     compare_structures,
     is_simple_lhs,
     normalize,
@@ -385,6 +386,33 @@ def _sure_different(gold: str, pred: str, g: str, p: str) -> bool:
     return True
 
 
+def _bracketed_many(x: Any) -> bool:
+    """A bracketed tuple, interval or set of at least two different elements, or a union of them."""
+    if isinstance(x, Union):
+        return True
+    return (
+        isinstance(x, Seq)
+        and x.open in ("(", "[", "{")
+        and x.close in (")", "]", "}")
+        and len(x.items) >= 2
+        and len({repr(i) for i in x.items}) >= 2
+    )
+
+
+def _number_vs_many(gold: str, pred: str, g: str, p: str) -> bool:
+    """Whether one side is one exact number and the other a tuple, interval or set of several
+    different elements (or a union): never equal (``4`` against ``(-\\sqrt{3}, \\sqrt{3})``). A
+    decimal comma ("1,5") and percentages are left to math-verify."""
+    if "%" in gold or "%" in pred:
+        return False
+    for num, raw, other, other_raw in ((g, gold, p, pred), (p, pred, g, gold)):
+        if to_number(num) is not None and not re.search(r"\d\s*,\s*\d", raw):
+            # "(1,000)" may be a number with a thousands separator
+            thousands = re.search(r"\d\s*,\s*\d{3}(?!\d)", other_raw)
+            return not thousands and _bracketed_many(parse_answer(other))
+    return False
+
+
 def fast_verdict(gold: str, pred: str) -> bool | None:
     """True/False when the answers can be compared without sympy and the verdict is sure, else None
     (math-verify decides).
@@ -394,7 +422,8 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
     equal to 1e-12; assignments and chains by their last exact right-hand side; single-variable
     inequalities either way round; tuples and intervals (ends must match), sets and lists of answers
     (in any order), matrices in any environment; a percentage and its value.
-    False: only :func:`_sure_different` (two exact numbers, one reading each).
+    False: only :func:`_sure_different` (two exact numbers, one reading each) and
+    :func:`_number_vs_many` (one exact number against a tuple, interval or set of several elements).
     """
     g, p = normalize(gold), normalize(pred)
     if not g or not p:
@@ -405,7 +434,7 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
     verdicts = [compare_structures(parse_answer(g), parse_answer(y)) for y in readings]
     if any(v is True for v in verdicts) or _percent_eq(gold, pred):
         return True
-    if len(readings) == 1 and _sure_different(gold, pred, g, p):
+    if len(readings) == 1 and (_sure_different(gold, pred, g, p) or _number_vs_many(gold, pred, g, p)):
         return False
     return None
 
@@ -467,7 +496,8 @@ def _fitted(s: str) -> str | None:
 
 def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
     """True when ``math_verify.verify(g, p)`` is certainly False without running it: every pair of
-    readings is two different strings, a string and an expression, or two different exact rationals.
+    readings is two different strings, a string and an expression, two different exact rationals, or
+    a number against a set, tuple or interval of several elements or a non-constant polynomial.
 
     Why: ``verify`` runs ``sympy.simplify`` on each expression pair, most of the cost of a wrong
     MATH answer. For two rationals ``a != b`` each of its comparisons (string, numeric, symbolic)
@@ -481,9 +511,34 @@ def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
                     return False
             elif isinstance(a, str) or isinstance(b, str):
                 continue
-            elif not (isinstance(a, sympy.Rational) and isinstance(b, sympy.Rational)) or a == b:
+            elif isinstance(a, sympy.Rational) and isinstance(b, sympy.Rational):
+                if a == b:
+                    return False
+            elif not (_number_vs_other(a, b) or _number_vs_other(b, a)):
                 return False
     return True
+
+
+def _number_vs_other(a: Any, b: Any) -> bool:
+    """Whether math-verify's comparison of the number ``a`` with ``b`` is certainly False: ``b`` is a
+    set, tuple or interval of several elements or a union (its set comparison makes a number a
+    one-element set), or a polynomial that is not constant (``simplify(a - b)`` keeps its variables)."""
+    import sympy
+
+    if not isinstance(a, sympy.Number):
+        return False
+    try:
+        if isinstance(b, (sympy.FiniteSet, sympy.Tuple)):
+            return len(set(b.args)) >= 2
+        if isinstance(b, sympy.Interval):
+            return bool(b.start != b.end)
+        if isinstance(b, sympy.Union):
+            return True
+        if isinstance(b, sympy.Expr) and b.free_symbols and b.is_polynomial():
+            return not sympy.Poly(b).is_ground
+    except Exception:  # any doubt leaves it to verify
+        return False
+    return False
 
 
 def _mv_verify(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
