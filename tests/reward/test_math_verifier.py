@@ -289,3 +289,14 @@ def test_unboxed_latex_responses(response: str, gold: str, score: float) -> None
     r = math_compute_score("math", response, gold)
     assert r.score == score, (r.extracted, r.info)
     assert r.status in ((Status.OK,) if score else (Status.OK, Status.UNPARSEABLE))
+
+
+@pytest.mark.parametrize("text", ["blah", "I do not know.", "It is x, or maybe y", "so it is infinity"])
+def test_text_without_digits_dollars_or_backslashes_is_unparseable_inline(text: str) -> None:
+    """math-verify's default reading needs a digit, a ``$`` or a LaTeX command; without any, the fast
+    path says unparseable (no pool) and math-verify agrees it reads nothing."""
+    from math_verify import parse
+
+    r = math_fast("math", text, "42")
+    assert r is not None and r.status == Status.UNPARSEABLE
+    assert parse(text) == []

@@ -681,8 +681,10 @@ def math_fast(
         return RewardResult.failure(Status.ERROR, f"empty ground truth {ground_truth!r}")
     pred, how = extract_answer(solution_str, mode=mode)
     if pred is None:
-        if how == "none" and mode == "flexible":
-            return None  # math-verify's anchor-free extraction may still read something
+        if how == "none" and mode == "flexible" and re.search(r"[\d$\\]", solution_str):
+            # math-verify's anchor-free extraction may still read something; without a digit, a
+            # dollar sign or a backslash it reads nothing (its readings need one of them)
+            return None
         return _unparseable(how)
     body = strip_think(solution_str, strict=mode == "strict") or ""
     several = len({normalize(b) for b in _boxes(body)}) > 1
