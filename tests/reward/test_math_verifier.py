@@ -86,7 +86,7 @@ def test_strict_needs_a_marker_and_a_closed_think() -> None:
         # Gaussian rationals: exact, with i as the imaginary unit
         ("6-5i", "-5i+6", True),
         ("(1+2i)^2", "-3+4i", True),
-        ("1+274i", "-3", None),  # "incorrect" only between two exact real numbers
+        ("1+274i", "-3", False),  # two exact constants (complex), far apart
         ("\\frac{1}{2}+i", "0.5+i", None),  # decimals with i: left to math-verify
         # one exact number against a tuple, interval or set of several elements, or a union: never
         # equal; a constant that is no exact number is left to math-verify
@@ -96,6 +96,13 @@ def test_strict_needs_a_marker_and_a_closed_think() -> None:
         ("4", "(-\\infty, 2) \\cup (3, \\infty)", False),
         ("1440", "\\{1\\pm\\sqrt{5},-2\\}", False),
         ("3", "\\{3\\}", None),  # one element: math-verify decides
+        # two exact constants without decimals, far apart: surely different
+        ("3\\sqrt{13}", "4", False),
+        ("\\pi", "28", False),
+        ("6+9i", "13535", False),
+        ("\\frac{\\sqrt{21}}{5}", "\\frac{11}{2}", False),
+        ("90^\\circ", "\\frac{\\pi}{2}", None),  # degrees against radians: math-verify decides
+        ("\\sqrt{2}", "1.41", None),  # a decimal may approximate
         ("5", "[5, 5]", None),
         ("0", "\\begin{pmatrix} -2 \\\\ -14 \\end{pmatrix}", None),
         ("1000", "(1,000)", None),  # may be a number with a thousands separator

@@ -39,10 +39,12 @@ from stepcredit.reward.verifiers.latex import (
     Seq,
     Union,
     compare_structures,
+    const_value,
     is_simple_lhs,
     normalize,
     numbers_equal,
     parse_answer,
+    to_complex,
     to_number,
 )
 from stepcredit.types import RewardResult, Status
@@ -413,6 +415,32 @@ def _number_vs_many(gold: str, pred: str, g: str, p: str) -> bool:
     return False
 
 
+def _exact_const(s: str) -> complex | None:
+    """The value of an exact constant (integers, fractions, roots, powers, pi, ``i``) with no decimal
+    literal in it, else None."""
+    if "." in s:
+        return None
+    cv = const_value(s)
+    if cv is not None:
+        return None if cv[1] else cv[0]
+    c = to_complex(s)
+    return complex(float(c[0]), float(c[1])) if c is not None else None
+
+
+def _consts_differ(gold: str, pred: str, g: str, p: str) -> bool:
+    """Whether two exact constants (``3\\sqrt{13}`` and ``4``, ``\\pi`` and ``28``, ``6+9i`` and
+    ``-50``) surely differ: no decimal on either side (a decimal may approximate), no percentage,
+    degree sign or decimal comma, and values apart by more than 1e-6 relative (float error is
+    ~1e-15)."""
+    both = gold + pred
+    if "%" in both or "circ" in both or "degree" in both or re.search(r"\d\s*,\s*\d", both):
+        return False
+    x, y = _exact_const(g), _exact_const(p)
+    if x is None or y is None:
+        return False
+    return abs(x - y) > 1e-6 * max(1.0, abs(x), abs(y))
+
+
 def fast_verdict(gold: str, pred: str) -> bool | None:
     """True/False when the answers can be compared without sympy and the verdict is sure, else None
     (math-verify decides).
@@ -423,7 +451,8 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
     inequalities either way round; tuples and intervals (ends must match), sets and lists of answers
     (in any order), matrices in any environment; a percentage and its value.
     False: only :func:`_sure_different` (two exact numbers, one reading each) and
-    :func:`_number_vs_many` (one exact number against a tuple, interval or set of several elements).
+    :func:`_number_vs_many` (one exact number against a tuple, interval or set of several elements)
+    and :func:`_consts_differ` (two exact constants without decimals, far apart).
     """
     g, p = normalize(gold), normalize(pred)
     if not g or not p:
@@ -434,7 +463,11 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
     verdicts = [compare_structures(parse_answer(g), parse_answer(y)) for y in readings]
     if any(v is True for v in verdicts) or _percent_eq(gold, pred):
         return True
-    if len(readings) == 1 and (_sure_different(gold, pred, g, p) or _number_vs_many(gold, pred, g, p)):
+    if len(readings) == 1 and (
+        _sure_different(gold, pred, g, p)
+        or _number_vs_many(gold, pred, g, p)
+        or _consts_differ(gold, pred, g, p)
+    ):
         return False
     return None
 
