@@ -7,12 +7,15 @@ variant replaces by ``The answer is $\\boxed{N}$.``; MATH-500 solutions carry ``
 which the unboxed variant replaces by ``X`` (inside ``$...$``, so the answer is the last math
 expression, as a model writes it without a box). Both verifiers run in this
 process, on the main thread, after one untimed warm-up pass, with their caches cleared before each
-timed pass. ``agree`` is the share
-of pairs on which the two verdicts are equal; ``worse`` counts pairs where math-verify is right and we
-are wrong (the target is 0), ``better`` the reverse. Also reported: our throughput through the full
-:class:`~stepcredit.reward.Rewarder` (routing + kill-safe pool for what the fast path leaves). The three
-timed passes alternate (``--repeats`` rounds; medians with min/max) and the machine's load is recorded
-around each (``benchmarks/_harness.py``; ``"valid": false`` says the figures cannot be trusted, and why).
+timed pass. math-verify runs with its default configuration (``verify(parse(gold), parse(response))``,
+as in the differential test). ``agree`` is the share of pairs on which the two verdicts are equal;
+``worse`` counts pairs where math-verify is right and we are wrong (the target is 0), apart from the
+documented deliberate difference (a bare gold the default reads only in part), counted in
+``deliberate``; ``better`` the reverse; ``slow_share`` the share of pairs our fast path handed to
+math-verify. Also reported: our throughput through the full :class:`~stepcredit.reward.Rewarder`
+(routing + kill-safe pool for what the fast path leaves). The three timed passes alternate
+(``--repeats`` rounds; medians with min/max) and the machine's load is recorded around each
+(``benchmarks/_harness.py``; ``"valid": false`` says the figures cannot be trusted, and why).
 
     python benchmarks/verifier.py [--json] [--limit N] [--repeats 3]
 """
@@ -71,19 +74,43 @@ def load_pairs(name: str, limit: int, variant: str) -> list[Pair]:
         sols = [r["solution"] for r in rows]
         golds = [r["answer"] for r in rows]
         source = "HuggingFaceH4/MATH-500"
-        if variant == "unboxed":
-            sols = [_unbox(s) for s in sols]
     if limit:
         sols, golds = sols[:limit], golds[:limit]
     pairs = []
     n = len(sols)
+    # MATH solutions lose their box after the answer is replaced (a policy writes its own answer where
+    # the solution's stood, boxed or not).
+    unbox = _unbox if name == "math500" and variant == "unboxed" else (lambda s: s)
     for i in range(n):
-        pairs.append((source, sols[i], golds[i], True))
-        # The next row with a different answer string serves as a wrong ground truth.
-        j = next((k % n for k in range(i + 1, i + n) if golds[k % n].strip() != golds[i].strip()), None)
+        pairs.append((source, unbox(sols[i]), golds[i], True))
+        # A wrong response as a policy writes it: the same solution ending in another answer (the next
+        # row's answer, different from this one), against this row's gold.
+        j = next((k % n for k in range(i + 1, i + n) if _differ(golds[k % n], golds[i])), None)
         if j is not None:
-            pairs.append((source, sols[i], golds[j], False))
+            wrong = unbox(_replace_answer(sols[i], golds[j], name, variant))
+            pairs.append((source, wrong, golds[i], False))
     return pairs
+
+
+def _differ(a: str, b: str) -> bool:
+    """Whether two golds are different answers ("x=5" is no other answer than "5")."""
+    from stepcredit.reward.verifiers.math import fast_verdict
+
+    return a.strip() != b.strip() and fast_verdict(a, b) is not True and fast_verdict(b, a) is not True
+
+
+def _replace_answer(solution: str, answer: str, name: str, variant: str) -> str:
+    """``solution`` with its final answer (``#### N``, the last box, or the unboxed ``$X$``) replaced."""
+    from stepcredit.reward.verifiers.math import last_boxed
+
+    if "####" in solution:
+        return solution.rsplit("####", 1)[0] + f"#### {answer}"
+    hit = last_boxed(solution)
+    if hit is not None:
+        start, content = hit
+        end = solution.index(content, start) + len(content)
+        return solution[:start] + f"\\boxed{{{answer}}}" + solution[end + 1 :]
+    return solution + f" So the answer is ${answer}$."
 
 
 def clear_caches() -> None:
@@ -98,31 +125,45 @@ def clear_caches() -> None:
         latex.const_value,
         latex.parse_answer,
     ]
-    caches += [math._mv_parse_answer, mvp.parse_latex_cached, mvp.parse_expr_cached]
+    caches += [math._mv_parse_cached, mvp.parse_latex_cached, mvp.parse_expr_cached]
     for f in caches:
         f.cache_clear()
 
 
-def run_ours(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool]]:
+def run_ours(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool], float]:
+    """Time, verdicts, and the share of pairs that reached the slow path (math-verify)."""
     from stepcredit.reward.verifiers.math import math_compute_score
 
     clear_caches()
     t0 = time.perf_counter()
-    verdicts = [math_compute_score(ds, resp, gt).score == 1.0 for ds, resp, gt, _ in pairs]
-    return time.perf_counter() - t0, verdicts
+    results = [math_compute_score(ds, resp, gt) for ds, resp, gt, _ in pairs]
+    dt = time.perf_counter() - t0
+    slow = sum(r.info.get("path") != "fast" for r in results) / max(1, len(results))
+    return dt, [r.score == 1.0 for r in results], slow
 
 
-def run_math_verify(pairs: list[tuple[str, str, str, bool]], dataset: str) -> tuple[float, list[bool]]:
+def run_math_verify(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool]]:
+    """math-verify with its default configuration, as a user who swaps it for us runs it and as the
+    differential test (tests/reward/test_math_differential.py) uses it: ``verify(parse(gold),
+    parse(response))``."""
     from math_verify import parse, verify
 
     clear_caches()
     t0 = time.perf_counter()
     verdicts = []
     for _, resp, gt, _ in pairs:
-        # math-verify's documented use: gold wrapped in $...$ for LaTeX answers, the response as is.
-        gold = parse(f"${gt}$") if dataset == "math500" else parse(gt)
-        verdicts.append(bool(verify(gold, parse(resp))))
+        verdicts.append(bool(verify(parse(gt), parse(resp))))
     return time.perf_counter() - t0, verdicts
+
+
+def partial_gold_reading(gold: str) -> bool:
+    """The documented deliberate difference (docs/verifiers.md): math-verify's default configuration
+    reads only part of this bare gold (``2\\sqrt{3}`` as 2); we read it whole."""
+    from math_verify import parse
+
+    from stepcredit.reward.verifiers.math import _reads_whole
+
+    return "$" not in gold and "####" not in gold and not _reads_whole(tuple(parse(gold)), gold)
 
 
 def run_rewarder(pairs: list[tuple[str, str, str, bool]]) -> float:
@@ -145,31 +186,37 @@ def bench(dataset: str, limit: int, variant: str, mon: Monitor, repeats: int) ->
     labels = [p[3] for p in pairs]
     # An untimed pass first: the LaTeX parser both verifiers share (antlr) builds its lookahead
     # tables lazily, and whichever runs first would otherwise pay for it.
-    run_math_verify(pairs, dataset)
+    run_math_verify(pairs)
     where = f"{dataset} {variant}"
     runs = mon.alternate(
         {
             f"ours {where}": lambda: run_ours(pairs),
-            f"math_verify {where}": lambda: run_math_verify(pairs, dataset),
+            f"math_verify {where}": lambda: run_math_verify(pairs),
             f"rewarder {where}": lambda: run_rewarder(pairs),
         },
         repeats=repeats,
     )
-    ours_t = [t for t, _ in runs[f"ours {where}"]]
+    ours_t = [r[0] for r in runs[f"ours {where}"]]
     mv_t = [t for t, _ in runs[f"math_verify {where}"]]
-    t_ours, ours = statistics.median(ours_t), runs[f"ours {where}"][0][1]
+    t_ours, ours, slow = statistics.median(ours_t), runs[f"ours {where}"][0][1], runs[f"ours {where}"][0][2]
     t_mv, mv = statistics.median(mv_t), runs[f"math_verify {where}"][0][1]
     t_rw = statistics.median(runs[f"rewarder {where}"])
+    worse = [i for i, (a, b, y) in enumerate(zip(ours, mv, labels, strict=True)) if b == y != a]
+    deliberate = [i for i in worse if partial_gold_reading(pairs[i][2])]
     n = len(pairs)
     return {
         "pairs": n,
         "ours_per_s": round(n / t_ours, 1),
         "math_verify_per_s": round(n / t_mv, 1),
         "speedup": round(t_mv / t_ours, 2),
+        "slow_share": round(slow, 3),
+        "t_ours": t_ours,
+        "t_mv": t_mv,
         "agree": round(sum(a == b for a, b in zip(ours, mv, strict=True)) / n, 4),
         "ours_correct": round(sum(a == y for a, y in zip(ours, labels, strict=True)) / n, 4),
         "math_verify_correct": round(sum(b == y for b, y in zip(mv, labels, strict=True)) / n, 4),
-        "worse": sum(b == y != a for a, b, y in zip(ours, mv, labels, strict=True)),
+        "worse": len(worse) - len(deliberate),
+        "deliberate": len(deliberate),
         "better": sum(a == y != b for a, b, y in zip(ours, mv, labels, strict=True)),
         "rewarder_per_s": round(n / t_rw, 1),
         "ours_s": spread(ours_t),
@@ -182,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     ap.add_argument("--limit", type=int, default=0, help="rows per dataset (0 = all)")
     ap.add_argument("--repeats", type=int, default=3, help="alternating rounds of the timed passes")
+    ap.add_argument("--datasets", default="gsm8k,math500", help="comma-separated: gsm8k, math500")
     args = ap.parse_args(argv)
     if not DATA.is_dir():
         print(f"benchmarks/verifier.py: {DATA} not found (set STEPCREDIT_SHARED_DATA)", file=sys.stderr)
@@ -191,20 +239,34 @@ def main(argv: list[str] | None = None) -> int:
         name: {
             variant: bench(name, args.limit, variant, mon, args.repeats) for variant in ("boxed", "unboxed")
         }
-        for name in ("gsm8k", "math500")
+        for name in args.datasets.split(",")
     }
-    cols = ["pairs", "ours_per_s", "math_verify_per_s", "speedup", "agree", "ours_correct"]
-    cols += ["math_verify_correct", "worse", "better", "rewarder_per_s"]
+    cols = ["pairs", "ours_per_s", "math_verify_per_s", "speedup", "slow_share", "agree", "ours_correct"]
+    cols += ["math_verify_correct", "worse", "deliberate", "better", "rewarder_per_s"]
     print(f"{'dataset':<17}" + "".join(f"{c:>20}" for c in cols))
     for name, variants in out.items():
         for variant, r in variants.items():
             print(f"{name + ' ' + variant:<17}" + "".join(f"{r[c]!s:>20}" for c in cols))
+    for name, style in (("gsm8k", "GSM8K-style"), ("math500", "MATH-style")):
+        if name not in out:
+            continue
+        rows = list(out[name].values())
+        t_ours = sum(r.pop("t_ours") for r in rows)
+        t_mv = sum(r.pop("t_mv") for r in rows)
+        n = sum(r["pairs"] for r in rows)
+        slow = sum(r["slow_share"] * r["pairs"] for r in rows) / n
+        out[name]["all"] = {"speedup": round(t_mv / t_ours, 2), "slow_share": round(slow, 3), "pairs": n}
+        print(f"{style}: {t_mv / t_ours:.1f}x math-verify (boxed + unboxed), slow-path share {slow:.1%}")
     import math_verify
 
     side = {"thread": "main", "caches": "cleared before each timed pass", "limit": args.limit}
     settings = {
         "ours": {**side, "fn": "math_compute_score"},
-        "math_verify": {**side, "fn": "parse + verify", "version": getattr(math_verify, "__version__", "?")},
+        "math_verify": {
+            **side,
+            "fn": "parse + verify (default configuration)",
+            "version": getattr(math_verify, "__version__", "?"),
+        },
         "rewarder": {**side, "workers": 1},
     }
     emit(mon.finish({"benchmark": "verifier", **out}, settings), args.json)

@@ -47,6 +47,9 @@ def _rows(name: str) -> list[dict]:
         ("The answer is 18 dollars.", "18", "phrase"),
         ("She makes $18 a day.\nThe answer is $18.", "$18", "phrase"),
         ("first \\boxed{5}, and then #### 6", "6", "####"),
+        # two answer phrases on one line: the later one is final (the first one's tail runs over it)
+        ("The answer is $5! = 120$. So the answer is $\\frac{2}{3}$.", "\\frac{2}{3}", "phrase"),
+        ("Hence, the answer is $3$ primes. So the answer is $12$.", "12", "phrase"),
     ],
 )
 def test_extraction(text: str, answer: str, how: str) -> None:
@@ -76,22 +79,32 @@ def test_strict_needs_a_marker_and_a_closed_think() -> None:
         ("12", "12\\text{ cm}", True),
         ("\\text{Evelyn}", "\\text{Evelyn}", True),
         ("18", "19", False),
-        ("\\frac{1}{3}", "0.333", False),
-        ("\\sqrt{2}", "1.414", False),  # a closed form against a decimal: clearly apart
+        ("\\frac{1}{3}", "0.333", None),  # a decimal may approximate: math-verify decides
+        ("\\sqrt{2}", "1.414", None),  # a closed form against a decimal: math-verify decides
         ("\\sqrt{2}", "1.4142136", None),  # within math-verify's rounding: left to it
         ("2\\sqrt{3}", "\\sqrt{12}", True),
         # Gaussian rationals: exact, with i as the imaginary unit
         ("6-5i", "-5i+6", True),
         ("(1+2i)^2", "-3+4i", True),
-        ("1+274i", "-3", False),
+        ("1+274i", "-3", False),  # two exact constants (complex), far apart
         ("\\frac{1}{2}+i", "0.5+i", None),  # decimals with i: left to math-verify
-        # a list of two or more elements is never a single constant
+        # one exact number against a tuple, interval or set of several elements, or a union: never
+        # equal; a constant that is no exact number is left to math-verify
         ("(-2,1)", "4", False),
-        ("12\\pi", "(5,\\infty)", False),
+        ("12\\pi", "(5,\\infty)", None),
         ("\\frac{1}{2}", "\\left(-1, 6\\right]", False),
         ("4", "(-\\infty, 2) \\cup (3, \\infty)", False),
         ("1440", "\\{1\\pm\\sqrt{5},-2\\}", False),
-        ("0", "\\begin{pmatrix} -2 \\\\ -14 \\end{pmatrix}", False),
+        ("3", "\\{3\\}", None),  # one element: math-verify decides
+        # two exact constants without decimals, far apart: surely different
+        ("3\\sqrt{13}", "4", False),
+        ("\\pi", "28", False),
+        ("6+9i", "13535", False),
+        ("\\frac{\\sqrt{21}}{5}", "\\frac{11}{2}", False),
+        ("90^\\circ", "\\frac{\\pi}{2}", None),  # degrees against radians: math-verify decides
+        ("\\sqrt{2}", "1.41", None),  # a decimal may approximate
+        ("5", "[5, 5]", None),
+        ("0", "\\begin{pmatrix} -2 \\\\ -14 \\end{pmatrix}", None),
         ("1000", "(1,000)", None),  # may be a number with a thousands separator
         ("(a+5)(b+2)", "850", None),  # not a list: the first bracket closes early
         ("(1,2)", "\\{1,2\\}", None),  # two lists: math-verify's business
@@ -169,6 +182,29 @@ def test_values_that_differ_skip_simplify_but_keep_math_verify_verdicts() -> Non
         assert not verify(parse(f"${gold}$"), parse(f"$\\boxed{{{pred}}}$"))
     r = math_compute_score("math", "so \\boxed{(x+1)^2}", "x^2+2x+1")
     assert r.score == 1.0 and r.info["path"] == "math_verify"
+
+
+def test_number_against_several_elements_or_a_polynomial_skips_verify_keeping_its_verdict() -> None:
+    """``_mv_sure_false`` skips verify only where verify says False: a number against a set, tuple or
+    interval of several elements, a union, or a non-constant polynomial; one element or a polynomial
+    that is constant after expansion still goes to verify."""
+    from math_verify import parse, verify
+
+    from stepcredit.reward.verifiers.math import _mv_sure_false
+
+    skipped = [
+        ("x^8+x+1", "14"),
+        ("(1,2)", "1"),
+        ("[1,2]", "2"),
+        ("\\{3,4\\}", "3"),
+        ("(0,9)\\cup(9,36)", "1"),
+    ]
+    kept = [("(x+1)^2-x^2-2x", "1"), ("\\{3\\}", "3"), ("x^2", "y^2")]
+    for gold, pred in skipped + kept:
+        g, p = tuple(parse(f"${gold}$")), tuple(parse(f"${pred}$"))
+        assert _mv_sure_false(g, p) == ((gold, pred) in skipped), (gold, pred)
+        if (gold, pred) in skipped:
+            assert not verify(list(g), list(p)), (gold, pred)
 
 
 @pytest.mark.parametrize(
@@ -260,3 +296,14 @@ def test_unboxed_latex_responses(response: str, gold: str, score: float) -> None
     r = math_compute_score("math", response, gold)
     assert r.score == score, (r.extracted, r.info)
     assert r.status in ((Status.OK,) if score else (Status.OK, Status.UNPARSEABLE))
+
+
+@pytest.mark.parametrize("text", ["blah", "I do not know.", "It is x, or maybe y", "so it is infinity"])
+def test_text_without_digits_dollars_or_backslashes_is_unparseable_inline(text: str) -> None:
+    """math-verify's default reading needs a digit, a ``$`` or a LaTeX command; without any, the fast
+    path says unparseable (no pool) and math-verify agrees it reads nothing."""
+    from math_verify import parse
+
+    r = math_fast("math", text, "42")
+    assert r is not None and r.status == Status.UNPARSEABLE
+    assert parse(text) == []

@@ -27,7 +27,6 @@ The functions registered here follow VeRL's signature
 from __future__ import annotations
 
 import functools
-import math
 import re
 import threading
 from fractions import Fraction
@@ -38,11 +37,14 @@ from stepcredit.reward.verifiers.latex import (
     _DECIMAL_COMMA_RE,
     Relation,
     Seq,
+    Union,
     compare_structures,
+    const_value,
     is_simple_lhs,
     normalize,
     numbers_equal,
     parse_answer,
+    to_complex,
     to_number,
 )
 from stepcredit.types import RewardResult, Status
@@ -134,6 +136,19 @@ def last_boxed(text: str) -> tuple[int, str] | None:
             if rest:
                 return m.start(), rest.group(0)
     return None
+
+
+def _phrase_hits(body: str) -> list[tuple[int, str]]:
+    """Every answer phrase in ``body`` as (start, the rest of its line), overlapping ones included: in
+    "The answer is $720$. So the answer is $4$." the second phrase is the final answer, though the
+    first one's tail runs over it."""
+    hits = []
+    for rx in _PHRASE_RES:
+        pos = 0
+        while (m := rx.search(body, pos)) is not None:
+            hits.append((m.start(), m.group(1)))
+            pos = m.start() + 1
+    return hits
 
 
 def _clean_phrase(s: str) -> str | None:
@@ -281,11 +296,10 @@ def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, st
         if cleaned:
             return cleaned, how
     best: tuple[int, str] | None = None
-    for rx in _PHRASE_RES:
-        for m in rx.finditer(body):
-            cand = _clean_phrase(m.group(1))
-            if cand and (best is None or m.start() > best[0]):
-                best = (m.start(), cand)
+    for start, tail in _phrase_hits(body):
+        cand = _clean_phrase(tail)
+        if cand and (best is None or start > best[0]):
+            best = (start, cand)
     if best is not None:
         return best[1], "phrase"
     if strict:
@@ -337,24 +351,123 @@ def _pred_readings(pred: str, gold: str) -> list[str]:
     return [pred]
 
 
-def fast_verdict(gold: str, pred: str) -> bool | None:
-    """True/False when the answers can be compared without sympy, else None (use math-verify).
+def _terminating(x: Fraction) -> bool:
+    """Whether ``x`` has a finite decimal expansion (its denominator has no prime factor but 2 and 5)."""
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    return d == 1
 
-    Decided here (see :mod:`~stepcredit.reward.verifiers.latex`): equal normalised strings; exact
-    numbers (rationals, small arithmetic, Gaussian rationals with ``i``) and constant closed forms
-    (roots, pi); assignments and chains by their last exact right-hand side; single-variable
+
+def _sure_different(gold: str, pred: str, g: str, p: str) -> bool:
+    """Whether two answers that are not equal are surely different: both read in full as exact numbers
+    (integers, fractions, terminating decimals, small arithmetic), one reading each, and far enough
+    apart that math-verify's float rounding (6 decimals) cannot make them equal.
+
+    Anything else (a decimal against a fraction or root it may approximate, percentages, a decimal
+    comma, lists, relations, expressions) is left to math-verify: an "incorrect" we are not sure of
+    is a wrong gradient in RL."""
+    if "%" in gold or "%" in pred:
+        return False
+    gv, pv = to_number(g), to_number(p)
+    if gv is None or pv is None:
+        return False
+    (x, xd), (y, yd) = gv, pv
+    if x == y:
+        return False
+    commas = re.search(r"\d\s*,\s*\d", gold) or re.search(r"\d\s*,\s*\d", pred)
+    if commas and not (x.denominator == 1 and y.denominator == 1):
+        return False  # "1,5" may be a decimal comma
+    if xd or yd:
+        # A decimal may approximate an exact value to the precision it is written with: decided
+        # only between values with finite expansions, and well apart.
+        if not (_terminating(x) and _terminating(y)):
+            return False
+        return abs(x - y) > Fraction(1, 10**5) * max(Fraction(1), abs(x), abs(y))
+    return True
+
+
+def _bracketed_many(x: Any) -> bool:
+    """A bracketed tuple, interval or set of at least two different elements, or a union of them."""
+    if isinstance(x, Union):
+        return True
+    return (
+        isinstance(x, Seq)
+        and x.open in ("(", "[", "{")
+        and x.close in (")", "]", "}")
+        and len(x.items) >= 2
+        and len({repr(i) for i in x.items}) >= 2
+    )
+
+
+def _number_vs_many(gold: str, pred: str, g: str, p: str) -> bool:
+    """Whether one side is one exact number and the other a tuple, interval or set of several
+    different elements (or a union): never equal (``4`` against ``(-\\sqrt{3}, \\sqrt{3})``). A
+    decimal comma ("1,5") and percentages are left to math-verify."""
+    if "%" in gold or "%" in pred:
+        return False
+    for num, raw, other, other_raw in ((g, gold, p, pred), (p, pred, g, gold)):
+        if to_number(num) is not None and not re.search(r"\d\s*,\s*\d", raw):
+            # "(1,000)" may be a number with a thousands separator
+            thousands = re.search(r"\d\s*,\s*\d{3}(?!\d)", other_raw)
+            return not thousands and _bracketed_many(parse_answer(other))
+    return False
+
+
+def _exact_const(s: str) -> complex | None:
+    """The value of an exact constant (integers, fractions, roots, powers, pi, ``i``) with no decimal
+    literal in it, else None."""
+    if "." in s:
+        return None
+    cv = const_value(s)
+    if cv is not None:
+        return None if cv[1] else cv[0]
+    c = to_complex(s)
+    return complex(float(c[0]), float(c[1])) if c is not None else None
+
+
+def _consts_differ(gold: str, pred: str, g: str, p: str) -> bool:
+    """Whether two exact constants (``3\\sqrt{13}`` and ``4``, ``\\pi`` and ``28``, ``6+9i`` and
+    ``-50``) surely differ: no decimal on either side (a decimal may approximate), no percentage,
+    degree sign or decimal comma, and values apart by more than 1e-6 relative (float error is
+    ~1e-15)."""
+    both = gold + pred
+    if "%" in both or "circ" in both or "degree" in both or re.search(r"\d\s*,\s*\d", both):
+        return False
+    x, y = _exact_const(g), _exact_const(p)
+    if x is None or y is None:
+        return False
+    return abs(x - y) > 1e-6 * max(1.0, abs(x), abs(y))
+
+
+def fast_verdict(gold: str, pred: str) -> bool | None:
+    """True/False when the answers can be compared without sympy and the verdict is sure, else None
+    (math-verify decides).
+
+    True (see :mod:`~stepcredit.reward.verifiers.latex`): equal normalised strings; exact numbers
+    (rationals, small arithmetic, Gaussian rationals with ``i``) and constant closed forms (roots, pi)
+    equal to 1e-12; assignments and chains by their last exact right-hand side; single-variable
     inequalities either way round; tuples and intervals (ends must match), sets and lists of answers
-    (in any order), matrices in any environment; a constant against a list of two or more elements.
+    (in any order), matrices in any environment; a percentage and its value.
+    False: only :func:`_sure_different` (two exact numbers, one reading each) and
+    :func:`_number_vs_many` (one exact number against a tuple, interval or set of several elements)
+    and :func:`_consts_differ` (two exact constants without decimals, far apart).
     """
     g, p = normalize(gold), normalize(pred)
     if not g or not p:
         return None
     if g == p:
         return True
-    verdicts = [compare_structures(parse_answer(g), parse_answer(y)) for y in _pred_readings(p, g)]
+    readings = _pred_readings(p, g)
+    verdicts = [compare_structures(parse_answer(g), parse_answer(y)) for y in readings]
     if any(v is True for v in verdicts) or _percent_eq(gold, pred):
         return True
-    if all(v is False for v in verdicts):
+    if len(readings) == 1 and (
+        _sure_different(gold, pred, g, p)
+        or _number_vs_many(gold, pred, g, p)
+        or _consts_differ(gold, pred, g, p)
+    ):
         return False
     return None
 
@@ -391,97 +504,132 @@ def _mv_parse(s: str) -> list[Any]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _mv_parse_answer(s: str) -> tuple[Any, ...]:
-    """math-verify's reading of a bare answer string (gold, or our extracted candidate)."""
-    if not s:
-        return ()
-    got = _mv_parse(f"${s}$")
-    if not got:
-        got = _mv_parse(s)
-    return tuple(got)
+def _mv_parse_cached(s: str) -> tuple[Any, ...]:
+    """math-verify's default reading of ``s`` (``LatexExtractionConfig`` + ``ExprExtractionConfig``),
+    cached: a gold is read once per group of responses."""
+    return tuple(_mv_parse(s)) if s.strip() else ()
 
 
-_PROBE_POINTS = (
-    (Fraction(7, 5), Fraction(13, 11), Fraction(3, 7)),
-    (Fraction(17, 3), Fraction(5, 13), Fraction(11, 2)),
-)
-"""Two fixed points at which expressions in up to three variables are compared."""
+_DELIMITED_RE = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox|####")
 
 
-def _clearly_different(g: list[Any], p: list[Any], gold: str, pred: str) -> bool:
-    """True when math-verify's first readings of gold and prediction are plain expressions whose values
-    differ by more than 1e-4 relative (at two fixed points for their common variables).
+def _fitted(s: str) -> str | None:
+    r"""The spelling math-verify reads best for an answer written without math delimiters: a plain
+    number as its normalised digits ("1,200" is 1200, not the set {1, 200}), other LaTeX inside
+    ``$...$`` (its documented use for gold answers: bare, ``2\sqrt{3}`` reads as 2); None when ``s``
+    has delimiters or anchors already (then its own reading is the fitted one)."""
+    s = s.strip()
+    if not s or _DELIMITED_RE.search(s) or len(s) > 400:
+        return None
+    n = normalize(s)
+    if to_number(n) is not None and not re.search(r"\d,\d", s.replace(" ", "")):
+        return n
+    return f"${s}$"
 
-    Why: for a wrong answer math-verify's ``verify`` runs ``sympy.simplify`` on each reading pair,
-    most of the cost of a MATH verification. Expressions that differ in value are not equal under any
-    of its comparisons, so this only skips work; it never turns an equal pair into a wrong one. Sets,
-    tuples, intervals, relations, matrices and percentages are left to ``verify``.
-    """
-    if "%" in gold or "%" in pred:
-        return False
+
+def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
+    """True when ``math_verify.verify(g, p)`` is certainly False without running it: every pair of
+    readings is two different strings, a string and an expression, two different exact rationals, or
+    a number against a set, tuple or interval of several elements or a non-constant polynomial.
+
+    Why: ``verify`` runs ``sympy.simplify`` on each expression pair, most of the cost of a wrong
+    MATH answer. For two rationals ``a != b`` each of its comparisons (string, numeric, symbolic)
+    is False, so this skips work and never changes a verdict."""
     import sympy
-    from sympy.matrices.expressions import MatrixExpr
 
-    a = next((x for x in g if not isinstance(x, str)), None)
-    b = next((x for x in p if not isinstance(x, str)), None)
-    exprs = (a, b)
-    if not all(isinstance(x, sympy.Expr) and not isinstance(x, MatrixExpr) for x in exprs):
-        return False
-    assert isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr)
-    # Both sides are evaluated at the same points for the union of their variables: if they differ
-    # there, a - b is not identically 0 ("x^3+3x-6" vs "1"). Names equal up to case ("C" vs "c") are
-    # left to verify, whose string comparisons may treat them alike.
-    syms = a.free_symbols | b.free_symbols
-    names = [str(x) for x in syms]
-    if len(syms) > 3 or len({n.lower() for n in names}) != len(names):
-        return False
-    ordered = sorted(syms, key=str)
-    points = _PROBE_POINTS if ordered else ((),)
-    for point in points:
-        subs = {s: sympy.Rational(v.numerator, v.denominator) for s, v in zip(ordered, point, strict=False)}
-        try:
-            va = complex(a.subs(subs).evalf(30))
-            vb = complex(b.subs(subs).evalf(30))
-        except (TypeError, ValueError, ArithmeticError, AttributeError):
-            return False
-        if not all(math.isfinite(v.real) and math.isfinite(v.imag) for v in (va, vb)):
-            return False
-        if abs(va - vb) <= 1e-4 * max(1.0, abs(vb)):
-            return False
+    for a in g:
+        for b in p:
+            if isinstance(a, str) and isinstance(b, str):
+                if a.strip() == b.strip():
+                    return False
+            elif isinstance(a, str) or isinstance(b, str):
+                continue
+            elif isinstance(a, sympy.Rational) and isinstance(b, sympy.Rational):
+                if a == b:
+                    return False
+            elif not (_number_vs_other(a, b) or _number_vs_other(b, a)):
+                return False
     return True
 
 
-def math_verify_equal(gold: str, pred: str | None, text: str) -> tuple[bool | None, str | None]:
-    """math-verify's verdict of ``pred`` (or, when None, of its own extraction from ``text``) against
-    ``gold``; None when it could not read the response."""
+def _number_vs_other(a: Any, b: Any) -> bool:
+    """Whether math-verify's comparison of the number ``a`` with ``b`` is certainly False: ``b`` is a
+    set, tuple or interval of several elements or a union (its set comparison makes a number a
+    one-element set), or a polynomial that is not constant (``simplify(a - b)`` keeps its variables)."""
+    import sympy
+
+    if not isinstance(a, sympy.Number):
+        return False
+    try:
+        if isinstance(b, (sympy.FiniteSet, sympy.Tuple)):
+            return len(set(b.args)) >= 2
+        if isinstance(b, sympy.Interval):
+            return bool(b.start != b.end)
+        if isinstance(b, sympy.Union):
+            return True
+        if isinstance(b, sympy.Expr) and b.free_symbols and b.is_polynomial():
+            return not sympy.Poly(b).is_ground
+    except Exception:  # any doubt leaves it to verify
+        return False
+    return False
+
+
+def _mv_verify(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
     from math_verify import verify
 
-    # When one side is a plain number, parse only the other one first: a clear numeric mismatch
-    # then costs one LaTeX parse instead of two plus sympy's simplify.
-    if pred is not None:
-        for num_side, other in ((gold, pred), (pred, gold)):
-            num = to_number(normalize(num_side))
-            if num is not None:
-                import sympy
-
-                known = [sympy.Rational(num[0].numerator, num[0].denominator)]
-                parsed = list(_mv_parse_answer(other))
-                if parsed and _clearly_different(known, parsed, gold, pred):
-                    return False, pred
-                break
-    g = list(_mv_parse_answer(gold))
-    if not g:
-        return None, pred
-    p = list(_mv_parse_answer(pred)) if pred else []
-    if not p and pred is None:
-        p = _mv_parse(text)
-    if not p:
-        return None, pred
-    extracted = pred if pred is not None else str(p[-1])
-    if _clearly_different(g, p, gold, pred or ""):
-        return False, extracted
+    if not g or not p or _mv_sure_false(g, p):
+        return False
     t = 5 if _mv_timeouts() else None
-    return bool(verify(g, p, timeout_seconds=t)), extracted  # type: ignore[arg-type]
+    return bool(verify(list(g), list(p), timeout_seconds=t))  # type: ignore[arg-type]
+
+
+def _reads_whole(parsed: tuple[Any, ...], s: str) -> bool:
+    """Whether math-verify's reading of ``s`` matched all of it (its string fallback is ``s`` itself)."""
+    text = [x for x in parsed if isinstance(x, str)]
+    return bool(text) and re.sub(r"\s+", "", text[-1]) == re.sub(r"\s+", "", s)
+
+
+def _gold_readings(gold: str) -> tuple[Any, ...]:
+    """math-verify's readings of a gold answer: its default reading (``parse(gold)``) when that reads
+    the whole gold, else (a bare ``2\\sqrt{3}`` reads as 2) the fitted one (:func:`_fitted`: inside
+    ``$...$``, its documented use for LaTeX golds, or plain digits); a worked solution both as
+    math-verify reads it and as its extracted answer; "2,5" both ways (it may be a decimal comma)."""
+    raw = _mv_parse_cached(gold)
+    answer = extract_gold(gold)
+    if answer != gold:
+        fit = _fitted(answer)
+        return raw + _mv_parse_cached(fit or answer)
+    if _reads_whole(raw, gold):
+        return raw
+    fit = _fitted(gold)
+    if fit is None:
+        return raw
+    if _DECIMAL_COMMA_RE.match(gold.strip()):
+        return _mv_parse_cached(fit) + raw
+    return _mv_parse_cached(fit) or raw
+
+
+def math_verify_verdict(gold: str, text: str, pred: str | None, how: str) -> tuple[bool | None, str | None]:
+    r"""math-verify's verdict on the response ``text`` against ``gold`` and the answer it read; None when
+    it read nothing in the response.
+
+    The response is read as math-verify reads it by default (``parse(text)``: its own extraction, the
+    same configuration ``LatexExtractionConfig`` + ``ExprExtractionConfig``), except where the answer
+    is unambiguous and math-verify's default reading of it is known to be lossy: one distinct
+    ``\boxed{}`` (read as ``$\boxed{...}$``; bare, ``\boxed{2m}`` reads as 2) and a response that is
+    only a bare answer. The gold is read by :func:`_gold_readings`; any reading that matches counts."""
+    g = _gold_readings(gold)
+    if how in ("boxed", "bare") and pred is not None and len({normalize(b) for b in _boxes(text)}) <= 1:
+        fit = f"$\\boxed{{{pred}}}$" if how == "boxed" else _fitted(pred)
+        if fit is not None:
+            p = _mv_parse_cached(fit)
+            if p:
+                return _mv_verify(g, p), pred
+    p = tuple(_mv_parse(text))
+    if not p:
+        return None, None
+    got = next((x for x in p if isinstance(x, str)), None)
+    return _mv_verify(g, p), got
 
 
 # ------------------------------------------------------------------------------ the verifier
@@ -504,6 +652,48 @@ def _golds(ground_truth: Any) -> list[str]:
     return [extract_gold(ground_truth)]
 
 
+def _raw_golds(ground_truth: Any) -> list[str]:
+    items = ground_truth if isinstance(ground_truth, (list, tuple)) else [ground_truth]
+    return [str(g).strip() for g in items if str(g).strip()]
+
+
+def _boxes(body: str) -> list[str]:
+    """The contents of every complete ``\\boxed{}`` / ``\\fbox{}`` in ``body``, in order."""
+    out = []
+    for m in _BOXED_RE.finditer(body):
+        end = m.end()
+        if end < len(body) and body[end] == "{":
+            got = _balanced(body, end)
+            if got is not None:
+                out.append(got[0])
+        else:
+            out.append(body[end : end + 8])  # "\boxed 5": counted, never the same as a braced one
+    return out
+
+
+def sure_candidate(text: str, pred: str, how: str, *, mode: str = "flexible") -> bool:
+    """Whether ``pred`` is surely the response's one final answer, so that a mismatch may be called
+    "incorrect" without math-verify: found by a strong anchor (``\\boxed{}``, ``#### N``, an answer
+    phrase whose whole tail is the answer), with no other candidate (every box, every ``####`` the
+    same answer; no box beside a ``####`` or a phrase). Unanchored extractions (the last math, a bare
+    response, the last number) and unfinished ``<think>`` blocks are never sure."""
+    body = strip_think(text, strict=mode == "strict")
+    if body is None or ("<think>" in text and "</think>" not in text):
+        return False
+    boxes = {normalize(b) for b in _boxes(body)}
+    hashes = {normalize(_clean_phrase(h) or h) for h in _HASH_RE.findall(body)}
+    want = normalize(pred)
+    if how == "boxed":
+        return boxes == {want} and hashes <= {want}
+    if how == "####":
+        return hashes == {want} and boxes <= {want}
+    if how == "phrase" and not boxes and not hashes:
+        # the tail of the last phrase, read whole ("18 dollars.", "$\frac{1}{2}$", "**26**")
+        last = max(_phrase_hits(body), default=None)
+        return last is not None and normalize(last[1].strip(" *_")) == want
+    return False
+
+
 def math_fast(
     data_source: str,
     solution_str: str,
@@ -514,7 +704,9 @@ def math_fast(
     format_score: float = 0.0,
     **kwargs: Any,
 ) -> RewardResult | None:
-    """The verdict when it needs no sympy (run inline), else None (run :func:`math_compute_score`)."""
+    """The verdict when the fast path is sure of it (run inline), else None (run
+    :func:`math_compute_score`, which asks math-verify). "Correct" needs an equality our structures
+    prove; "incorrect" needs :func:`sure_candidate` and two exact numbers that differ."""
     if mode not in MODES:
         raise ValueError(f"math verifier mode must be one of {MODES}, got {mode!r}")
     golds = [g for g in _golds(ground_truth) if g]
@@ -522,13 +714,17 @@ def math_fast(
         return RewardResult.failure(Status.ERROR, f"empty ground truth {ground_truth!r}")
     pred, how = extract_answer(solution_str, mode=mode)
     if pred is None:
-        if how == "none" and mode == "flexible" and ("\\" in solution_str or "$" in solution_str):
-            return None  # LaTeX without a marker: math-verify's anchor-free extraction may read it
+        if how == "none" and mode == "flexible" and re.search(r"[\d$\\]", solution_str):
+            # math-verify's anchor-free extraction may still read something; without a digit, a
+            # dollar sign or a backslash it reads nothing (its readings need one of them)
+            return None
         return _unparseable(how)
+    body = strip_think(solution_str, strict=mode == "strict") or ""
+    several = len({normalize(b) for b in _boxes(body)}) > 1
     verdicts = [fast_verdict(g, pred) for g in golds]
-    if any(v is True for v in verdicts):
+    if any(v is True for v in verdicts) and not several:
         return _result(True, pred, how, format_score=format_score, path="fast")
-    if all(v is False for v in verdicts):
+    if all(v is False for v in verdicts) and sure_candidate(solution_str, pred, how, mode=mode):
         return _result(False, pred, how, format_score=format_score, path="fast")
     return None
 
@@ -543,10 +739,11 @@ def math_compute_score(
     format_score: float = 0.0,
     **kwargs: Any,
 ) -> RewardResult:
-    """The full math verifier: the fast path, then math-verify for what it could not decide.
+    """The full math verifier: the fast path, then math-verify for everything it is not sure of.
 
     ``mode``: ``strict`` needs an explicit answer marker, ``flexible`` falls back to the last number.
     ``format_score``: the score of a well-formed but wrong answer (VeRL's ``format_score``).
+    ``info["path"]`` says which decided: ``fast`` or ``math_verify``.
     """
     fast = math_fast(
         data_source, solution_str, ground_truth, extra_info, mode=mode, format_score=format_score
@@ -554,24 +751,25 @@ def math_compute_score(
     if fast is not None:
         return fast
     pred, how = extract_answer(solution_str, mode=mode)
+    if pred is None and mode == "strict":
+        return _unparseable(how)
     body = strip_think(solution_str, strict=mode == "strict") or ""
-    extracted: str | None = pred
-    for gold in _golds(ground_truth):
-        if not gold:
+    extracted: str | None = None
+    read_any = False
+    for gold in _raw_golds(ground_truth):
+        verdict, got = math_verify_verdict(gold, body, pred, how)
+        if verdict is None and body != solution_str:
+            # nothing readable after </think>: math-verify reads the whole text, as it would alone
+            verdict, got = math_verify_verdict(gold, solution_str, pred, how)
+        if verdict is None:
             continue
-        verdict, got = math_verify_equal(gold, pred, body)
-        if verdict is None and pred is not None and how != "boxed":
-            # Our candidate was not readable as math (e.g. a sentence after "Answer:"): let
-            # math-verify search the whole response, as it would on its own.
-            verdict, got = math_verify_equal(gold, None, body)
-        extracted = got if got is not None else extracted
+        read_any = True
+        extracted = extracted or got
         if verdict:
             return _result(True, got, how, format_score=format_score, path="math_verify")
-        if verdict is None and extracted is None:
-            continue
-    if extracted is None:
+    if not read_any:
         return _unparseable(how)
-    return _result(False, extracted, how, format_score=format_score, path="math_verify")
+    return _result(False, extracted or pred, how, format_score=format_score, path="math_verify")
 
 
 register_reward(
