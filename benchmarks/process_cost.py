@@ -62,6 +62,7 @@ def main() -> None:
         "--tree-steps", type=int, default=4, help="steps per side of the tree/flat/MC comparison (0: skip it)"
     )
     ap.add_argument("--repeats", type=int, default=3, help="alternations of the tree/flat/MC comparison")
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides of the preset")
     args = ap.parse_args()
 
     from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime
@@ -86,6 +87,7 @@ def main() -> None:
     ]
     if args.model:
         overrides += [f"model.path={args.model}", "sft.steps=0"]
+    overrides += args.overrides
     cfg = from_dict(apply_overrides(load_preset(args.preset), overrides))
     mon = Monitor()
     with tempfile.TemporaryDirectory() as d:
