@@ -33,7 +33,6 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from stepcredit.config import SandboxConfig
@@ -51,6 +50,7 @@ from stepcredit.reward.verifiers.code.sandbox import (
     _runner_source,
     judge_report,
     probe_executor,
+    run_many,
     verdict,
 )
 
@@ -162,11 +162,7 @@ class FusionSandbox:
         self, jobs: Sequence[tuple[str, Sequence[TestCase]]], *, stop_on_failure: bool = False
     ) -> list[list[CaseOutcome]]:
         """Verdicts of several programs' cases; the requests share the ``cfg.concurrency`` bound."""
-        if len(jobs) == 1:
-            return [self.run_program(jobs[0][0], jobs[0][1], stop_on_failure=stop_on_failure)]
-        with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
-            futures = [pool.submit(self.run_program, p, c, stop_on_failure=stop_on_failure) for p, c in jobs]
-            return [f.result() for f in futures]
+        return run_many(self.run_program, jobs, self.cfg.concurrency, stop_on_failure=stop_on_failure)
 
     def run_program(
         self, program: str, cases: Sequence[TestCase], *, stop_on_failure: bool = False

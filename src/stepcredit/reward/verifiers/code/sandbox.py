@@ -518,11 +518,23 @@ class Sandbox:
         self, jobs: Sequence[tuple[str, Sequence[TestCase]]], *, stop_on_failure: bool = False
     ) -> list[list[CaseOutcome]]:
         """Verdicts of several programs' cases, ``cfg.concurrency`` sandboxes (one per program) at a time."""
-        if len(jobs) == 1:
-            return [self.run_program(jobs[0][0], jobs[0][1], stop_on_failure=stop_on_failure)]
-        with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
-            futures = [pool.submit(self.run_program, p, c, stop_on_failure=stop_on_failure) for p, c in jobs]
-            return [f.result() for f in futures]
+        return run_many(self.run_program, jobs, self.cfg.concurrency, stop_on_failure=stop_on_failure)
+
+
+def run_many(
+    run_program: Callable[..., list[CaseOutcome]],
+    jobs: Sequence[tuple[str, Sequence[TestCase]]],
+    concurrency: int,
+    *,
+    stop_on_failure: bool,
+) -> list[list[CaseOutcome]]:
+    """``run_program(program, cases)`` for every job, ``concurrency`` at a time (any executor's
+    ``check_many``: the local sandbox and a SandboxFusion service alike)."""
+    if len(jobs) == 1:
+        return [run_program(jobs[0][0], jobs[0][1], stop_on_failure=stop_on_failure)]
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = [pool.submit(run_program, p, c, stop_on_failure=stop_on_failure) for p, c in jobs]
+        return [f.result() for f in futures]
 
 
 def judge_report(
