@@ -40,8 +40,10 @@ FACTORS: dict[str, list[Any]] = {
         "mc_sample_v0",
         "grpo_vineppo",
         "tree",
+        "step_oracle",  # exact arith step values (the oracle) with grpo_vineppo
     ],
-    "rollout_mode": ["flat", "tree"],
+    # tree_entropy: a tree that branches at high-entropy tokens (rollout.tree.branch_at=entropy)
+    "rollout_mode": ["flat", "tree", "tree_entropy"],
     "mini_batch": [0, 8],
     "off_policy": [False, True],
     "dynamic_sampling": [False, True],
@@ -100,7 +102,13 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         "model": {"tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}},
         "data": {"train_size": 64, "val_size": 4},
         "sft": {"steps": 2, "batch_size": 8},
-        "rollout": {"prompts_per_step": 4, "n": 4, "max_new_tokens": 16, "mode": run["rollout_mode"]},
+        "rollout": {
+            "prompts_per_step": 4,
+            "n": 4,
+            "max_new_tokens": 16,
+            "mode": "flat" if run["rollout_mode"] == "flat" else "tree",
+            "tree": {"branch_at": "entropy" if run["rollout_mode"] == "tree_entropy" else "episode"},
+        },
         "optim": {"lr": 1e-3, "warmup_steps": 0},
         "loss": {"name": run["loss"], "kl_coef": 0.05, "kl_in_reward": run["kl_in_reward"]},
         "pipeline": {
@@ -128,7 +136,11 @@ def config(run: dict[str, Any], **over: Any) -> Any:
             "mc_v0": "sample" if run["process"] == "mc_sample_v0" else "group",
         }
         d["algorithm"]["advantage"] = (
-            run["process"] if vine else "grpo_vineppo" if run["process"] == "tree" else "grpo_process"
+            run["process"]
+            if vine
+            else "grpo_vineppo"
+            if run["process"] in ("tree", "step_oracle")
+            else "grpo_process"
         )
     if run["critic"]:
         d["algorithm"] = {"advantage": "gae", "use_critic": True}
