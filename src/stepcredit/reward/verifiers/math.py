@@ -583,6 +583,134 @@ def _mv_verify(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
     return bool(verify(list(g), list(p), timeout_seconds=t))  # type: ignore[arg-type]
 
 
+# A plain exact number as math-verify reads it without doubt: an integer, a decimal with a point, or
+# a fraction of two integers (``\frac``, ``\dfrac``, ``\tfrac``), with an optional minus sign.
+_PLAIN_NUMBER_RE = re.compile(
+    r"^\s*(?P<neg>-?)\s*(?:(?P<num>\d+(?:\.\d+)?|\.\d+)"
+    r"|\\[dt]?frac\s*\{\s*(?P<p>\d+)\s*\}\s*\{\s*(?P<q>[1-9]\d*)\s*\})\s*$"
+)
+# math-verify's reading of a LaTeX environment that ends in "= N" (latex2sympy_extended): the whole
+# chain is parsed; an equation (or a chain of them, an ``And``) against a gold that is no equation is
+# compared by its last right side (``math_verify.grader.sympy_expr_eq``), and a chain of three or more
+# parts that does not parse is cut to its last part (``parse_latex_cached``, ``get_last_eq``). So N is
+# what it compares, when the left side surely parses (one letter, a product of capital letters, or
+# exact arithmetic) or the chain has three parts or more; no comma, semicolon or other relation.
+_EQ_SPLIT_RE = re.compile(r"(?<![\\<!>])=")
+_CHAIN_PART_RE = re.compile(
+    r"(?:[0-9A-Za-z\s+\-*/^().!{}\[\]]|_[0-9A-Za-z]|\\(?:[dt]?frac|cdot|times|div|sqrt|left|right|pi)(?![A-Za-z]))*"
+)
+_SIMPLE_LHS_RE = re.compile(r"\s*(?:[a-zA-Z]|[A-Z]{2,3})\s*")
+
+
+def _chain_tail(content: str) -> str | None:
+    """The last part of a LaTeX environment's content when math-verify compares exactly that part with
+    a gold number (see above), the content itself when it has no "=", else None."""
+    c = content.strip()
+    if c.endswith("."):
+        c = c[:-1]  # "$28.$": a closing full stop, read as 28
+    parts = _EQ_SPLIT_RE.split(c)
+    if len(parts) == 1:
+        return c
+    if "==" in c or any(not p.strip() for p in parts):
+        return None
+    for part in parts[:-1]:
+        if not _CHAIN_PART_RE.fullmatch(part):
+            return None
+        # words would be rewritten by math-verify's normalisation ("or" -> ",", "inf", "percent")
+        if any(not w.isupper() for w in re.findall(r"[a-zA-Z]{2,}", re.sub(r"\\[a-zA-Z]+", " ", part))):
+            return None
+    if len(parts) == 2:
+        lhs = parts[0]
+        if not (_SIMPLE_LHS_RE.fullmatch(lhs) or to_number(normalize(lhs)) is not None):
+            return None  # a left side that may not parse: math-verify would try an earlier match
+    return parts[-1]
+
+
+def _plain_number(s: str) -> tuple[Fraction, bool] | None:
+    """The exact value of a plain number (``_PLAIN_NUMBER_RE``) and whether it was written as a decimal."""
+    m = _PLAIN_NUMBER_RE.match(s)
+    if m is None:
+        return None
+    sign = -1 if m.group("neg") else 1
+    if m.group("num") is not None:
+        return sign * Fraction(m.group("num")), "." in m.group("num")
+    return sign * Fraction(int(m.group("p")), int(m.group("q"))), False
+
+
+@functools.lru_cache(maxsize=1)
+def _mv_pattern_groups() -> tuple[tuple[tuple[Any, str], ...], ...]:
+    """math-verify's own extraction regexes for its default configuration (``LatexExtractionConfig`` +
+    ``ExprExtractionConfig``), grouped by priority, strongest first, each tagged ``latex`` or ``expr``."""
+    try:
+        from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, get_extraction_regexes
+    except ImportError:  # another layout: no shortcut, math-verify decides everything it is asked
+        return ()
+    by_priority: dict[int, list[tuple[Any, str]]] = {}
+    for patterns, target in get_extraction_regexes((LatexExtractionConfig(), ExprExtractionConfig())):
+        kind = "latex" if isinstance(target, LatexExtractionConfig) else "expr"
+        for pattern, priority in patterns:
+            by_priority.setdefault(priority, []).append((pattern, kind))
+    return tuple(tuple(by_priority[k]) for k in sorted(by_priority))
+
+
+def _mv_first_number(text: str) -> tuple[Fraction, bool, str] | None:
+    """The answer ``math_verify.parse(text)`` returns, when it is certainly a plain number, found
+    without its LaTeX parser: the match it tries first (its own regexes; the strongest priority group
+    with a match; in it the match that ends last, the earliest start on a tie, as
+    ``extract_target_from_pred`` orders them) is one LaTeX environment or one number with nothing but
+    a plain number in it (no percent sign, no second environment, no thousands separator, no
+    expression), which its parser always reads, so that match is the answer. None in every other case.
+    (value, written as a decimal, the matched number)."""
+    for group in _mv_pattern_groups():
+        best: tuple[tuple[int, int], Any, str] | None = None
+        for pattern, kind in group:
+            for m in pattern.finditer(text):
+                key = (m.end(), -m.start())
+                if best is None or key > best[0]:
+                    best = (key, m, kind)
+        if best is None:
+            continue
+        _, m, kind = best
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        if any("percent" in k for k in groups):
+            return None
+        if kind == "latex":
+            latex = [(k, v) for k, v in groups.items() if "_latex" in k]
+            if len(latex) != 1 or latex[0][0].endswith("latexBoxed"):
+                return None
+            tail = _chain_tail(latex[0][1])
+            if tail is None:
+                return None
+            content = tail
+        else:
+            if "expr" in groups or any(k.startswith("integer1") or k.startswith("decimal1") for k in groups):
+                return None
+            if "," in groups.get("decimal2", ""):
+                return None  # a decimal comma: left to math-verify
+            content = groups.get("integer2", "") + groups.get("decimal2", "") + groups.get("decimal3", "")
+            content = content or groups.get("integer3", "")
+        got = _plain_number(content)
+        return None if got is None else (got[0], got[1], content.strip())
+    return None
+
+
+def _mv_sure_wrong(text: str, golds: list[str]) -> str | None:
+    """The number math-verify reads in ``text`` when its verdict against every gold is certainly
+    "incorrect", else None: :func:`_mv_first_number` is what it compares, and :func:`fast_verdict`
+    is sure that number differs from the gold (two exact numbers apart by more than math-verify's
+    float rounding can bridge, a number against a tuple, interval or set of several elements, or an
+    exact constant far from it). Golds that are worked solutions are left to math-verify (it reads
+    the whole solution too)."""
+    got = _mv_first_number(text)
+    if got is None or not golds:
+        return None
+    written = got[2]
+    for gold in golds:
+        if extract_gold(gold) != gold or fast_verdict(gold, written) is not False:
+            return None
+    return written
+
+
 def _reads_whole(parsed: tuple[Any, ...], s: str) -> bool:
     """Whether math-verify's reading of ``s`` matched all of it (its string fallback is ``s`` itself)."""
     text = [x for x in parsed if isinstance(x, str)]
@@ -726,6 +854,12 @@ def math_fast(
         return _result(True, pred, how, format_score=format_score, path="fast")
     if all(v is False for v in verdicts) and sure_candidate(solution_str, pred, how, mode=mode):
         return _result(False, pred, how, format_score=format_score, path="fast")
+    if how not in ("boxed", "bare") and not _boxes(body) and not any(v is True for v in verdicts):
+        # math-verify would read the response itself (math_verify_verdict): when what it reads first
+        # is a plain number, its verdict is known without its parser
+        read = _mv_sure_wrong(body, _raw_golds(ground_truth))
+        if read is not None:
+            return _result(False, read, how, format_score=format_score, path="fast")
     return None
 
 
