@@ -547,9 +547,31 @@ def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
             elif isinstance(a, sympy.Rational) and isinstance(b, sympy.Rational):
                 if a == b:
                     return False
-            elif not (_number_vs_other(a, b) or _number_vs_other(b, a)):
+            elif _number_vs_other(a, b) or _number_vs_other(b, a):
+                continue
+            elif isinstance(b, sympy.Number) and _is_assignment(a):
+                # a gold assignment "x = 5" against a number is compared by its right side
+                # (math_verify.grader.sympy_expr_eq)
+                if not _mv_sure_false((_last_rhs(a),), (b,)):
+                    return False
+            else:
                 return False
     return True
+
+
+def _is_assignment(x: Any) -> bool:
+    try:
+        from math_verify.grader import is_assignment_relation
+
+        return bool(is_assignment_relation(x))
+    except Exception:  # another layout, or a structure it cannot read: no shortcut
+        return False
+
+
+def _last_rhs(x: Any) -> Any:
+    from math_verify.grader import take_last_relation
+
+    return take_last_relation(x).rhs
 
 
 def _number_vs_other(a: Any, b: Any) -> bool:
@@ -606,11 +628,16 @@ def _chain_tail(content: str) -> str | None:
     """The last part of a LaTeX environment's content when math-verify compares exactly that part with
     a gold number (see above), the content itself when it has no "=", else None."""
     c = content.strip()
-    if c.endswith("."):
-        c = c[:-1]  # "$28.$": a closing full stop, read as 28
+    stop = re.search(r"(?<![\\{])\b\d+(?:\.\d+)?\.$", c) is not None
+    if stop:
+        c = c[:-1]  # "$28.$", "$2.5.$": a closing full stop after digits, read as 28 and 2.5
+    elif c.endswith("."):
+        return None  # "$\frac{1}{2}.$" does not parse: math-verify would try another match
     parts = _EQ_SPLIT_RE.split(c)
     if len(parts) == 1:
         return c
+    if stop and len(parts) == 2:
+        return None  # "$x = 5.$" does not parse whole, and two parts are not cut: another match is tried
     if "==" in c or any(not p.strip() for p in parts):
         return None
     for part in parts[:-1]:
@@ -653,14 +680,15 @@ def _mv_pattern_groups() -> tuple[tuple[tuple[Any, str], ...], ...]:
     return tuple(tuple(by_priority[k]) for k in sorted(by_priority))
 
 
-def _mv_first_number(text: str) -> tuple[Fraction, bool, str] | None:
+def _mv_first_number(text: str) -> tuple[Fraction, bool, str, bool] | None:
     """The answer ``math_verify.parse(text)`` returns, when it is certainly a plain number, found
     without its LaTeX parser: the match it tries first (its own regexes; the strongest priority group
     with a match; in it the match that ends last, the earliest start on a tie, as
     ``extract_target_from_pred`` orders them) is one LaTeX environment or one number with nothing but
     a plain number in it (no percent sign, no second environment, no thousands separator, no
-    expression), which its parser always reads, so that match is the answer. None in every other case.
-    (value, written as a decimal, the matched number)."""
+    expression), which its parser always reads, so that match is the answer, or a LaTeX environment
+    that math-verify compares as its last part (:func:`_chain_tail`). None in every other case.
+    (value, written as a decimal, the number as written, whether it ends a chain of equations)."""
     for group in _mv_pattern_groups():
         best: tuple[tuple[int, int], Any, str] | None = None
         for pattern, kind in group:
@@ -681,6 +709,7 @@ def _mv_first_number(text: str) -> tuple[Fraction, bool, str] | None:
             tail = _chain_tail(latex[0][1])
             if tail is None:
                 return None
+            chain = tail != latex[0][1].strip().removesuffix(".")
             content = tail
         else:
             if "expr" in groups or any(k.startswith("integer1") or k.startswith("decimal1") for k in groups):
@@ -689,26 +718,66 @@ def _mv_first_number(text: str) -> tuple[Fraction, bool, str] | None:
                 return None  # a decimal comma: left to math-verify
             content = groups.get("integer2", "") + groups.get("decimal2", "") + groups.get("decimal3", "")
             content = content or groups.get("integer3", "")
+            chain = False
         got = _plain_number(content)
-        return None if got is None else (got[0], got[1], content.strip())
+        return None if got is None else (got[0], got[1], content.strip(), chain)
     return None
 
 
 def _mv_sure_wrong(text: str, golds: list[str]) -> str | None:
     """The number math-verify reads in ``text`` when its verdict against every gold is certainly
-    "incorrect", else None: :func:`_mv_first_number` is what it compares, and :func:`fast_verdict`
-    is sure that number differs from the gold (two exact numbers apart by more than math-verify's
-    float rounding can bridge, a number against a tuple, interval or set of several elements, or an
-    exact constant far from it). Golds that are worked solutions are left to math-verify (it reads
-    the whole solution too)."""
+    "incorrect", else None. :func:`_mv_first_number` is what it compares (a chain of equations by its
+    last right side, against a gold that is no equation). Against each gold, either :func:`fast_verdict`
+    is sure the two differ (two exact numbers apart by more than math-verify's float rounding can
+    bridge, a number against a tuple, interval or set of several elements, an exact constant far from
+    it), or, for an exact number that is no decimal, :func:`_mv_sure_false` is sure of it against
+    math-verify's own readings of the gold (:func:`_gold_readings`, parsed once per gold and cached: a
+    group shares its gold), the readings the slow path would compare. Golds that are worked solutions
+    are left to math-verify (it reads the whole solution too)."""
     got = _mv_first_number(text)
-    if got is None or not golds:
+    if got is None:
         return None
-    written = got[2]
+    return got[2] if _number_surely_wrong(*got, golds) else None
+
+
+def _number_surely_wrong(value: Fraction, decimal: bool, written: str, chain: bool, golds: list[str]) -> bool:
+    """Whether math-verify's verdict on an answer it reads as the number ``value`` (``written``; the
+    last part of a chain of equations when ``chain``) is "incorrect" against every gold (see
+    :func:`_mv_sure_wrong`)."""
+    if not golds:
+        return False
     for gold in golds:
-        if extract_gold(gold) != gold or fast_verdict(gold, written) is not False:
-            return None
-    return written
+        if extract_gold(gold) != gold:
+            return False
+        if fast_verdict(gold, written) is False:
+            continue
+        if decimal:
+            return False
+        readings = _gold_readings(gold)
+        if not readings or not _mv_reads_as_number(readings, written, chain):
+            return False
+        import sympy
+
+        if not _mv_sure_false(readings, (sympy.Rational(value.numerator, value.denominator),)):
+            return False
+    return True
+
+
+def _mv_reads_as_number(readings: tuple[Any, ...], written: str, chain: bool) -> bool:
+    """Whether math-verify compares a response whose answer is the number ``written`` with these gold
+    readings as that number alone: no gold reading is a text equal to the answer's (its string
+    comparison), and after a chain of equations no gold reading is a relation (it would compare the
+    chain, not its last part)."""
+    import sympy
+
+    for a in readings:
+        if isinstance(a, str):
+            t = re.sub(r"\s+", "", a)
+            if t == re.sub(r"\s+", "", written) or _plain_number(t.strip("$").removesuffix(".")) is not None:
+                return False
+        elif chain and isinstance(a, (sympy.core.relational.Relational, sympy.And)):
+            return False
+    return True
 
 
 def _reads_whole(parsed: tuple[Any, ...], s: str) -> bool:
@@ -860,6 +929,11 @@ def math_fast(
         read = _mv_sure_wrong(body, _raw_golds(ground_truth))
         if read is not None:
             return _result(False, read, how, format_score=format_score, path="fast")
+    if how == "boxed" and not several and not any(v is True for v in verdicts):
+        # the slow path reads one distinct box as "$\boxed{pred}$": a plain number, read as that number
+        plain = _plain_number(pred)
+        if plain is not None and _number_surely_wrong(*plain, pred.strip(), False, _raw_golds(ground_truth)):
+            return _result(False, pred, how, format_score=format_score, path="fast")
     return None
 
 
