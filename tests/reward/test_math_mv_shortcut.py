@@ -104,6 +104,23 @@ HOSTILE = [
     ("So $2.5.$", "2"),
     ("So $5 .$", "4"),
     ("So $x^2.$", "4"),
+    ("So $3\\sqrt{13}$", "4"),
+    ("So $3\\sqrt{13}$", "3\\sqrt{13}"),
+    ("So $3\\sqrt{13}.$", "3"),
+    ("So $\\sqrt{51}$", "p - q"),
+    ("So $\\sqrt{51}$", "x = 7"),
+    ("So $-\\frac{\\pi}{6}$", "12"),
+    ("So $-\\frac{\\pi}{6}$", "-\\frac{\\pi}{6}"),
+    ("So $(2+3)^2$", "24"),
+    ("So $\\sqrt{4}$", "2"),
+    ("So $\\sqrt{4}$", "3"),
+    ("So $\\sqrt{2}$", "(1, 2)"),
+    ("So $\\sqrt{2}$", "x > 1"),
+    ("So $\\sqrt{2}$", "1.41421356"),
+    ("So $\\sqrt{2}$", "\\frac{\\sqrt{8}}{2}"),
+    ("So $2\\pi$", "6.28"),
+    ("So $\\pi r^2 = 2\\pi$", "\\pi"),
+    ("So $x = \\sqrt{3}$", "x = 2"),
     ("The answer is \\boxed{12}", "13"),
     ("The answer is \\boxed{12} and \\boxed{13}", "13"),
     ("The answer is \\boxed{\\frac{1}{2}}", "0.5"),
@@ -162,10 +179,11 @@ def test_shortcut_reads_what_math_verify_reads_and_never_contradicts_it(source: 
             parsed = mv.parse(response.rsplit("</think>", 1)[-1])
             assert parsed, (response, got)
             value = _mv_value(parsed)
-            assert sympy.nsimplify(value) == sympy.Rational(got[0].numerator, got[0].denominator), (
-                response,
-                parsed,
-            )
+            if isinstance(got[0], complex):  # an exact constant, read as its value
+                assert abs(complex(sympy.sympify(value).evalf(30)) - got[0]) < 1e-9, (response, parsed)
+            else:
+                exact = sympy.Rational(got[0].numerator, got[0].denominator)
+                assert sympy.nsimplify(value) == exact, (response, parsed)
         fast = math_fast("math", response, gold)
         pred, how = extract_answer(response)
         shortcut = got is not None or (

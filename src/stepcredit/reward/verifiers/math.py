@@ -680,7 +680,7 @@ def _mv_pattern_groups() -> tuple[tuple[tuple[Any, str], ...], ...]:
     return tuple(tuple(by_priority[k]) for k in sorted(by_priority))
 
 
-def _mv_first_number(text: str) -> tuple[Fraction, bool, str, bool] | None:
+def _mv_first_number(text: str) -> tuple[Fraction | complex, bool, str, bool] | None:
     """The answer ``math_verify.parse(text)`` returns, when it is certainly a plain number, found
     without its LaTeX parser: the match it tries first (its own regexes; the strongest priority group
     with a match; in it the match that ends last, the earliest start on a tie, as
@@ -688,6 +688,7 @@ def _mv_first_number(text: str) -> tuple[Fraction, bool, str, bool] | None:
     a plain number in it (no percent sign, no second environment, no thousands separator, no
     expression), which its parser always reads, so that match is the answer, or a LaTeX environment
     that math-verify compares as its last part (:func:`_chain_tail`). None in every other case.
+    An exact constant (:func:`_mv_const`) is read the same way, as a complex value.
     (value, written as a decimal, the number as written, whether it ends a chain of equations)."""
     for group in _mv_pattern_groups():
         best: tuple[tuple[int, int], Any, str] | None = None
@@ -720,8 +721,24 @@ def _mv_first_number(text: str) -> tuple[Fraction, bool, str, bool] | None:
             content = content or groups.get("integer3", "")
             chain = False
         got = _plain_number(content)
-        return None if got is None else (got[0], got[1], content.strip(), chain)
+        if got is not None:
+            return got[0], got[1], content.strip(), chain
+        const = _mv_const(content) if kind == "latex" else None
+        return None if const is None else (const, False, content.strip(), chain)
     return None
+
+
+# An exact constant math-verify's parser reads as its value: digits, roots, fractions, pi, products and
+# sums, integer powers; no letter (a variable, i, e), no decimal point, no percent or degree sign.
+_CONST_TEXT_RE = re.compile(r"(?:[0-9\s+\-(){}^]|\\(?:[dt]?frac|sqrt|pi|cdot|times|left|right)(?![a-zA-Z]))+")
+
+
+def _mv_const(content: str) -> complex | None:
+    """The value of an exact constant written in LaTeX (``3\\sqrt{13}``, ``-\\frac{\\pi}{6}``) when
+    both we and math-verify's parser read it surely (:data:`_CONST_TEXT_RE`), else None."""
+    if not _CONST_TEXT_RE.fullmatch(content) or content.count("{") != content.count("}"):
+        return None
+    return _exact_const(normalize(content))
 
 
 def _mv_sure_wrong(text: str, golds: list[str]) -> str | None:
@@ -740,7 +757,9 @@ def _mv_sure_wrong(text: str, golds: list[str]) -> str | None:
     return got[2] if _number_surely_wrong(*got, golds) else None
 
 
-def _number_surely_wrong(value: Fraction, decimal: bool, written: str, chain: bool, golds: list[str]) -> bool:
+def _number_surely_wrong(
+    value: Fraction | complex, decimal: bool, written: str, chain: bool, golds: list[str]
+) -> bool:
     """Whether math-verify's verdict on an answer it reads as the number ``value`` (``written``; the
     last part of a chain of equations when ``chain``) is "incorrect" against every gold (see
     :func:`_mv_sure_wrong`)."""
@@ -756,9 +775,46 @@ def _number_surely_wrong(value: Fraction, decimal: bool, written: str, chain: bo
         readings = _gold_readings(gold)
         if not readings or not _mv_reads_as_number(readings, written, chain):
             return False
+        if isinstance(value, complex):
+            if not _const_sure_false(readings, value):
+                return False
+            continue
         import sympy
 
         if not _mv_sure_false(readings, (sympy.Rational(value.numerator, value.denominator),)):
+            return False
+    return True
+
+
+def _const_sure_false(readings: tuple[Any, ...], value: complex) -> bool:
+    """Whether math-verify's comparison of every gold reading with an exact constant of this value is
+    certainly False (``math_verify.grader.sympy_expr_eq``): a gold assignment is compared by its right
+    side; a set, tuple or interval of several elements never equals a number; a constant more than
+    1e-6 (relative) away fails its numeric check (15 digits) and its symbolic one (a nonzero difference
+    never simplifies to zero); a non-constant polynomial keeps its variables. Texts were checked by
+    :func:`_mv_reads_as_number`. Anything else (relations, matrices, other expressions) is not sure."""
+    import sympy
+
+    for a in readings:
+        if isinstance(a, str):
+            continue
+        try:
+            if _is_assignment(a):
+                a = _last_rhs(a)
+            if isinstance(a, (sympy.FiniteSet, sympy.Tuple)) and len(set(a.args)) >= 2:
+                continue
+            if (isinstance(a, sympy.Interval) and a.start != a.end) or isinstance(a, sympy.Union):
+                continue
+            if not isinstance(a, sympy.Expr) or isinstance(a, sympy.core.relational.Relational):
+                return False
+            if a.free_symbols:
+                if a.is_polynomial() and not sympy.Poly(a).is_ground:
+                    continue
+                return False
+            c = complex(a.evalf(30))
+        except Exception:  # any doubt leaves it to math-verify
+            return False
+        if not abs(c - value) > 1e-6 * max(1.0, abs(c), abs(value)):
             return False
     return True
 
