@@ -204,3 +204,14 @@ def test_shortcut_reads_what_math_verify_reads_and_never_contradicts_it(source: 
     # the shortcut is exercised, not skipped over
     assert read >= (20 if source == "hostile" else 100)
     assert decided >= (15 if source == "hostile" else 100)
+
+
+def test_long_texts_are_left_to_the_pool() -> None:
+    """math-verify's regexes are quadratic on unclosed openers: past the bound the shortcut is not run
+    inline (the pool reads the text, and kills a hung reading)."""
+    from stepcredit.reward.verifiers.math import _MV_REGEX_MAX_CHARS
+
+    short = "Thus $96+48 = 78$."
+    assert math_fast("math", short, "144") is not None
+    padded = "\\[" * (_MV_REGEX_MAX_CHARS // 2) + short
+    assert math_fast("math", padded, "144") is None

@@ -664,6 +664,13 @@ def _plain_number(s: str) -> tuple[Fraction, bool] | None:
     return sign * Fraction(int(m.group("p")), int(m.group("q"))), False
 
 
+_MV_REGEX_MAX_CHARS = 4000
+"""Longest response text on which the fast path runs math-verify's extraction regexes inline. Some of
+them scan to the end of the text from every unclosed opener (``\\[`` without ``\\]``): quadratic in
+the worst case (0.6 s at 4,000 characters of openers, 12 s at 20,000), so longer texts go to the pool,
+where a hung reading is killed."""
+
+
 @functools.lru_cache(maxsize=1)
 def _mv_pattern_groups() -> tuple[tuple[tuple[Any, str], ...], ...]:
     """math-verify's own extraction regexes for its default configuration (``LatexExtractionConfig`` +
@@ -979,7 +986,12 @@ def math_fast(
         return _result(True, pred, how, format_score=format_score, path="fast")
     if all(v is False for v in verdicts) and sure_candidate(solution_str, pred, how, mode=mode):
         return _result(False, pred, how, format_score=format_score, path="fast")
-    if how not in ("boxed", "bare") and not _boxes(body) and not any(v is True for v in verdicts):
+    if (
+        how not in ("boxed", "bare")
+        and len(body) <= _MV_REGEX_MAX_CHARS
+        and not _boxes(body)
+        and not any(v is True for v in verdicts)
+    ):
         # math-verify would read the response itself (math_verify_verdict): when what it reads first
         # is a plain number, its verdict is known without its parser
         read = _mv_sure_wrong(body, _raw_golds(ground_truth))
