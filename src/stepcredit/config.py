@@ -675,6 +675,10 @@ class ProcessConfig:
     """How values become step credit (``stepcredit.process.CREDIT_FORMS``): ``difference`` (U_i = V_i -
     V_(i-1)), ``min_form`` (PURE: a step's return is the min of the future U, not their sum) or
     ``watermark`` (MIG: only progress above the best value so far counts). ``clip`` applies to all."""
+    step_cost: float = 0.0
+    """Subtracted from every step's credit after the credit form: a step must move the value by more than
+    this to earn credit, so a step that changes nothing (a restatement, a wasted episode) gets -step_cost.
+    The step-level counterpart of a length penalty; 0 = off."""
 
     def __post_init__(self) -> None:
         _check(
@@ -692,6 +696,7 @@ class ProcessConfig:
             self.force_prompt != "", "process.force_prompt", "must not be empty (use auto for the default)"
         )
         _check(self.clip >= 0, "process.clip", "must be >= 0 (0 disables clipping)")
+        _check(self.step_cost >= 0, "process.step_cost", "must be >= 0 (0 disables it)")
         _check(self.last_episode in ("utility", "zero"), "process.last_episode", "utility or zero")
         _check(self.max_tokens_per_forward >= 1, "process.max_tokens_per_forward", "must be >= 1")
         _check(self.mc_samples >= 1, "process.mc_samples", "must be >= 1")

@@ -56,6 +56,19 @@ def test_difference_is_the_seed_credit() -> None:
     assert set(CREDIT_FORMS.names()) >= {"difference", "min_form", "watermark"}
 
 
+def test_step_cost_charges_every_step() -> None:
+    # V = [0, 1, 0.5, 1.5, 1.25]: differences [1, -0.5, 1, -0.25], each less the cost
+    assert step_credits(V, ProcessConfig(step_cost=0.25)) == [0.75, -0.75, 0.75, -0.5]
+    # a step that changes nothing (a wasted episode) gets exactly -cost
+    assert step_credits([0.5, 0.5, 1.0], ProcessConfig(step_cost=0.1)) == pytest.approx([-0.1, 0.4])
+    # with last_episode=zero the final step is left to the outcome, uncharged
+    assert step_credits(V, ProcessConfig(step_cost=0.25, last_episode="zero")) == [0.75, -0.75, 0.75, 0.0]
+    # after the credit form and its clip
+    assert step_credits(V, ProcessConfig(step_cost=0.1, clip=0.3)) == pytest.approx([0.2, -0.4, 0.2, -0.35])
+    with pytest.raises(ConfigError, match=r"process\.step_cost"):
+        ProcessConfig(step_cost=-0.1)
+
+
 def test_process_channel_uses_the_credit_form(batch_factory: Callable[..., Batch]) -> None:
     from stepcredit.models import build_tokenizer
 

@@ -40,7 +40,7 @@ FACTORS: dict[str, list[Any]] = {
         "mc_sample_v0",
         "grpo_vineppo",
         "tree",
-        "step_oracle",  # exact arith step values (the oracle) with grpo_vineppo
+        "step_oracle",  # exact arith step values (the oracle) with grpo_vineppo and a step cost
     ],
     # tree_entropy: a tree that branches at high-entropy tokens (rollout.tree.branch_at=entropy)
     "rollout_mode": ["flat", "tree", "tree_entropy"],
@@ -134,6 +134,8 @@ def config(run: dict[str, Any], **over: Any) -> Any:
             "mc_samples": 2,
             "mc_max_new_tokens": 8,
             "mc_v0": "sample" if run["process"] == "mc_sample_v0" else "group",
+            # the oracle's level also charges every step a cost (process.step_cost)
+            "step_cost": 0.05 if run["process"] == "step_oracle" else 0.0,
         }
         d["algorithm"]["advantage"] = (
             run["process"]

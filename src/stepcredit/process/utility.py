@@ -106,10 +106,16 @@ def watermark_credit(
 
 
 def step_credits(values: Sequence[float], cfg: ProcessConfig) -> list[float]:
-    """[c_1, ..., c_S] of one response by the configured credit form, clip, scale and last-episode rule."""
-    return CREDIT_FORMS.get(cfg.credit)(
+    """[c_1, ..., c_S] of one response by the configured credit form, clip, scale and last-episode rule,
+    less ``step_cost`` per step (every step pays it, the last one too unless ``last_episode="zero"``
+    leaves it to the outcome)."""
+    credits = CREDIT_FORMS.get(cfg.credit)(
         values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero"
     )
+    if cfg.step_cost:
+        n = len(credits) - 1 if cfg.last_episode == "zero" else len(credits)
+        credits = [c - cfg.step_cost if i < n else c for i, c in enumerate(credits)]
+    return credits
 
 
 def process_channel(
