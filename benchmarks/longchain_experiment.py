@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from _harness import Monitor, emit
+from stepcredit.data.arith import count_wasted
 
 _ORACLE = [
     "process.enabled=true",
@@ -244,7 +245,6 @@ def _se(xs: list[float]) -> float:
     return statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
 
 
-_WASTE = ("Let me check: that leaves", "so far.", "I need to keep going from")
 _VERBOSITY = {"wasted": "response/wasted_episodes_per_response", "tokens": "response_length/mean"}
 """Training-row keys (validation rows: ``val/`` + key) of the verbosity figures."""
 
@@ -257,7 +257,7 @@ def _final_samples(run: Path) -> dict[str, float]:
     rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     if not rows:
         return {}
-    waste = [sum(r["response"].count(w) for w in _WASTE) for r in rows]
+    waste = [count_wasted(r["response"]) for r in rows]
     return {
         "wasted_episodes_per_response": sum(waste) / len(rows),
         "words_per_response": sum(len(r["response"].split()) for r in rows) / len(rows),
