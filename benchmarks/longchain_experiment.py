@@ -15,7 +15,9 @@ Reported per variant (means over seeds): validation accuracy after SFT and at th
 which the mean curve first reaches outcome GRPO's final mean accuracy (and that as a fraction of
 GRPO's samples), the share of all-equal-outcome groups that still got a non-zero advantage, response
 length, the share of episodes whose step credit is ~0 (``process/u_near_zero_frac``), seconds per
-step. The PNG has validation accuracy against samples and against wall-clock seconds. The machine's
+step; and the verbosity figures (issue 24): wasted episodes and tokens per response over training
+(first and last 10 steps) and at validation (after SFT and at the end), with the share of responses
+the overlong penalty touched (``mid_overlong*``). The PNG has validation accuracy against samples and against wall-clock seconds. The machine's
 load is recorded around the runs (``benchmarks/_harness.py``): seconds per step are only worth quoting
 from a run that says ``"valid": true`` (never with ``--summarize-only``, nor with runs done earlier).
 """
@@ -33,12 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from _harness import Monitor, emit
+from stepcredit.data.arith import count_wasted
 
 _ORACLE = [
     "process.enabled=true",
     "process.value_estimator=step_oracle",
     "process.min_episode_tokens=2",
     "algorithm.advantage=grpo_vineppo",
+]
+_OVERLONG = [
+    "postprocess.outcome.length_penalty.form=overlong",
+    "postprocess.outcome.length_penalty.penalty_factor=1.0",
 ]
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     # issue 24 on the mid-chain regime (--baseline mid_grpo): outcome GRPO; tree rollouts with their free
@@ -50,6 +57,19 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "mid_tree_outcome": ("midchain_tree", ["process.enabled=false", "algorithm.advantage=grpo"]),
     "mid_oracle": ("midchain", _ORACLE),
     "mid_tree_vine": ("midchain_tree", ["algorithm.advantage=vineppo"]),
+    # the verbosity claim's controls. The length control users would pick instead of step credit: outcome
+    # GRPO + DAPO's soft overlong penalty (verl's overlong_buffer), L_max = max_new_tokens = 96. Measured on
+    # the SFT model (runs/mid_sft/model, 64 training prompts x 8 at T=1, 1 thread): 51 tokens per response
+    # on average, 0.47 wasted episodes; responses without waste have median 40 tokens (max 87), with one
+    # 59 (min 47), with two 82. A buffer of 48 (free up to 48 tokens) penalises 94 % of the wasteful
+    # responses (mean -0.37) and 13 % of the clean ones (mean -0.03); DAPO's own proportion (L_cache =
+    # L_max / 5 ~ 19, free up to 77) touches only 17 % of the wasteful ones (mean -0.10): kept as
+    # mid_overlong_dapo to show what the paper's setting does here
+    "mid_overlong": ("midchain", [*_OVERLONG, "postprocess.outcome.length_penalty.buffer_len=48"]),
+    "mid_overlong_dapo": ("midchain", [*_OVERLONG, "postprocess.outcome.length_penalty.buffer_len=19"]),
+    # pure step credit: VinePPO's step advantage alone, so a wasted episode (V unchanged) gets ~0 credit
+    # and no outcome advantage is spread over it; exact step values (the oracle) and a tree's node values
+    "mid_oracle_vine": ("midchain", [*_ORACLE[:-1], "algorithm.advantage=vineppo"]),
     "grpo": ("longchain", []),
     "fa": (
         "longchain_process",
@@ -225,7 +245,8 @@ def _se(xs: list[float]) -> float:
     return statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
 
 
-_WASTE = ("Let me check: that leaves", "so far.", "I need to keep going from")
+_VERBOSITY = {"wasted": "response/wasted_episodes_per_response", "tokens": "response_length/mean"}
+"""Training-row keys (validation rows: ``val/`` + key) of the verbosity figures."""
 
 
 def _final_samples(run: Path) -> dict[str, float]:
@@ -236,7 +257,7 @@ def _final_samples(run: Path) -> dict[str, float]:
     rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     if not rows:
         return {}
-    waste = [sum(r["response"].count(w) for w in _WASTE) for r in rows]
+    waste = [count_wasted(r["response"]) for r in rows]
     return {
         "wasted_episodes_per_response": sum(waste) / len(rows),
         "words_per_response": sum(len(r["response"].split()) for r in rows) / len(rows),
@@ -283,6 +304,7 @@ def summarize(runs: dict[str, list[Path]], per_step: int, baseline: str = "grpo"
             next((x for x, _, a in c if x > 0 and a >= target), float("nan")) for c in curves[v] if c
         ]
         waste = [_final_samples(r) for r in rs]
+        vals = [[x for x in rr if "val/accuracy" in x] for rr in rows]
         out["variants"][v] = {
             "seeds": len(rs),
             "val_final_se": _se(list(finals.values())),
@@ -310,6 +332,7 @@ def summarize(runs: dict[str, list[Path]], per_step: int, baseline: str = "grpo"
                 [x.get("process/u_near_zero_frac", float("nan")) for rr in rl for x in rr]
             ),
             "s_per_step": _mean([x["time/step_s"] for rr in rl for x in rr if "time/step_s" in x]),
+            "overlong_frac": _mean([x.get("reward/overlong_frac", float("nan")) for rr in rl for x in rr]),
             "reward_first10": _mean([x["reward/mean"] for rr in rl for x in rr[:10]]),
             "reward_last10": _mean([x["reward/mean"] for rr in rl for x in rr[-10:]]),
             "kl_last": _mean([rr[-1].get("kl", float("nan")) for rr in rl if rr]),
@@ -321,6 +344,18 @@ def summarize(runs: dict[str, list[Path]], per_step: int, baseline: str = "grpo"
             "zero_pass_solved_later": _mean(
                 [rr[-1].get("prompts/zero_pass_solved_later", float("nan")) for rr in rl if rr]
             ),
+            # verbosity at (the judge's) equal accuracy: wasted episodes and tokens per response in training
+            # (sampled, first and last 10 steps) and at validation (after SFT and at the end)
+            **{
+                f"{name}_{part}": _mean([x.get(key, float("nan")) for rr in rl for x in sl(rr)])
+                for name, key in _VERBOSITY.items()
+                for part, sl in (("first10", lambda r: r[:10]), ("last10", lambda r: r[-10:]))
+            },
+            **{
+                f"val_{name}_{part}": _mean([vv[i].get(f"val/{key}", float("nan")) for vv in vals if vv])
+                for name, key in _VERBOSITY.items()
+                for part, i in (("after_sft", 0), ("final", -1))
+            },
             "reward_curve": _reward_curve(rl, per_step),
             "curve": mc,
         }
@@ -442,6 +477,20 @@ def main() -> None:
             f"{v:<18}{s['val_final']:>8.3f}{s['val_final_se']:>7.3f}{s['paired_diff']:>8.3f}"
             f"{s['paired_diff_se']:>7.3f}{s['samples_to_target_mean']:>19.0f}{s['samples_to_target_se']:>7.0f}"
             f"{s['seeds_reaching_target']:>6d}{s['wasted_episodes_per_response']:>12.3f}{s['words_per_response']:>11.1f}"
+        )
+    print(
+        "\nverbosity (wasted episodes / tokens per response): training first -> last 10 steps, validation after SFT -> final"
+    )
+    print(
+        f"{'variant':<18}{'val acc':>8}{'train wasted':>16}{'train tokens':>16}{'val wasted':>14}{'val tokens':>16}"
+        f"{'overlong frac':>14}"
+    )
+    for v, s in summary["variants"].items():
+        print(
+            f"{v:<18}{s['val_final']:>8.3f}{s['wasted_first10']:>8.3f}->{s['wasted_last10']:<6.3f}"
+            f"{s['tokens_first10']:>9.1f}->{s['tokens_last10']:<5.1f}"
+            f"{s['val_wasted_after_sft']:>7.3f}->{s['val_wasted_final']:<5.3f}"
+            f"{s['val_tokens_after_sft']:>9.1f}->{s['val_tokens_final']:<5.1f}{s['overlong_frac']:>14.3f}"
         )
     if args.png:
         plot(summary, runs, per_step, args.png, val_label, task)

@@ -733,9 +733,31 @@ class AlgorithmConfig:
 
 
 @dataclass(frozen=True)
+class LengthPenaltyConfig:
+    """A length term added to each real verdict's outcome score before this domain's masking and
+    normalisation (a reward term, as verl's DAPO reward manager adds it); failed rewards stay failed."""
+
+    form: str = "none"
+    """``none`` or a registered form (``stepcredit.reward.shaping.LENGTH_PENALTIES``): ``overlong`` is
+    DAPO's soft overlong punishment (verl ``reward_model.overlong_buffer``)."""
+    buffer_len: int = 0
+    """L_cache in response tokens: the penalty ramps from 0 at max_len - buffer_len to -penalty_factor at max_len."""
+    penalty_factor: float = 1.0
+    """Multiplies the penalty in [-1, 0] (verl ``overlong_buffer.penalty_factor``)."""
+    max_len: int = 0
+    """L_max in response tokens (0 = ``rollout.max_new_tokens``; verl ``max_resp_len``)."""
+
+    def __post_init__(self) -> None:
+        key = "postprocess.outcome.length_penalty"
+        _check(self.buffer_len >= 0, f"{key}.buffer_len", "must be >= 0")
+        _check(self.penalty_factor >= 0, f"{key}.penalty_factor", "must be >= 0")
+        _check(self.max_len >= 0, f"{key}.max_len", "must be >= 0 (0 = rollout.max_new_tokens)")
+
+
+@dataclass(frozen=True)
 class OutcomeProcessConfig:
-    """Processing of one domain's outcome scores before its estimator, in this order: masking,
-    normalisation ``(score - mean) / (std + algorithm.eps)``, clipping, scaling."""
+    """Processing of one domain's outcome scores before its estimator, in this order: length penalty,
+    masking, normalisation ``(score - mean) / (std + algorithm.eps)``, clipping, scaling."""
 
     mask_truncated: bool = False
     """Mask responses that hit ``rollout.max_new_tokens`` (no loss, not in group baselines)."""
@@ -748,6 +770,8 @@ class OutcomeProcessConfig:
     """Clip the normalised score to [-clip, clip] (0 = no clipping)."""
     scale: float = 1.0
     """Multiply the (clipped) score by this."""
+    length_penalty: LengthPenaltyConfig = field(default_factory=LengthPenaltyConfig)
+    """Length shaping of the raw score, before masking and normalisation (DAPO's overlong penalty)."""
 
     def __post_init__(self) -> None:
         modes = ("batch", "group", "running", "none")

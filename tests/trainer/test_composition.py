@@ -2,7 +2,8 @@
 
 Factors (levels): the mini-batch pipeline (off / 8 responses), one-step off-policy, process rewards
 (off / forced-answer / Monte Carlo values), dynamic sampling, the critic with GAE, two domains
-(arith + code in the sandbox), KL in the reward, PPO epochs (1 / 2) and every registered loss.
+(arith + code in the sandbox), KL in the reward, PPO epochs (1 / 2), every registered loss and the
+overlong length penalty.
 A greedy pairwise covering array (every pair of levels of every two factors appears in some run) is
 built once, deterministically; each run is 2 RL steps of a tiny model.
 
@@ -51,6 +52,8 @@ FACTORS: dict[str, list[Any]] = {
     "multi_domain": [False, True],
     "kl_in_reward": [False, True],
     "ppo_epochs": [1, 2],
+    # DAPO's soft overlong penalty on the outcome score (postprocess.outcome.length_penalty)
+    "length_penalty": [False, True],
 }
 
 
@@ -118,6 +121,10 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         },
         "postprocess": {
             "dynamic_sampling": {"enabled": run["dynamic_sampling"], "max_extra_batches": 1},
+            # the ramp starts at 16 - 12 = 4 tokens, so most responses are shaped
+            "outcome": {"length_penalty": {"form": "overlong", "buffer_len": 12}}
+            if run.get("length_penalty")
+            else {},
         },
         "algorithm": {"advantage": "grpo"},
         # the agent's backends have their own tests; threads keep 14 runs from spawning 14 worker pools
@@ -153,6 +160,8 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         }
         d["data"]["domain_interleave_probs"] = {"arith": 0.5, "code": 0.5}
         d["reward"]["domains"] = {"arith": {"fn": "arith"}, "code": {"fn": "code"}}
+        if run.get("length_penalty"):  # per-domain normalisation beside it: code's own entry, unshaped
+            d["postprocess"]["domains"] = {"code": {"mean": "group", "std": "group"}}
     for key, value in over.items():
         section, field = key.split("__")
         d.setdefault(section, {})[field] = value
@@ -194,6 +203,12 @@ def test_switches_compose(run: dict[str, Any], tmp_path: Path) -> None:
         # the proximal pass ran and the behaviour weights pi_prox / pi_behav moved away from 1
         assert any(r["proximal"] > 0 for r in trained)
         assert any(abs(r["behav_weight"] - 1.0) > 1e-6 for r in trained)
+    if run.get("length_penalty"):  # shaped and logged (a step whose every group was dropped trains none)
+        shaped = [r for r in trained if "reward/overlong_frac" in r]
+        assert shaped or not trained
+        assert all(-1.0 <= r["reward/overlong_penalty_mean"] <= 0.0 for r in shaped)
+    else:
+        assert all("reward/overlong_frac" not in r for r in steps)
     if run["process"] != "off":  # values were computed for step 1's batch (and step 2's unless off-policy)
         assert math.isfinite(steps[0]["time/process_s"]) and steps[0]["process/unscored_rows"] == 0
 
@@ -242,6 +257,7 @@ def test_resume_after_an_interrupted_off_policy_run_continues_exactly(tmp_path: 
         "loss": "decoupled_ppo",
         "dynamic_sampling": False,
         "process": "off",
+        "length_penalty": True,
     }
     over = {"trainer__steps": 3, "trainer__save_every": 1}
     train(config(run, **over), tmp_path / "full")
@@ -259,6 +275,7 @@ def test_resume_after_an_interrupted_off_policy_run_continues_exactly(tmp_path: 
         "grad_norm",
         "adv/abs_mean",
         "behav_weight",
+        "reward/overlong_penalty_mean",
     ):
         x, y = a[3][key], b[3][key]
         assert (x is None and y is None) or math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9), (key, x, y)

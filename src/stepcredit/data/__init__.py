@@ -18,6 +18,7 @@ from stepcredit.types import Sample
 __all__ = [
     "STEP_VALUES",
     "TASKS",
+    "WASTED_EPISODES",
     "PromptStream",
     "load_task",
     "read_rows",
@@ -51,6 +52,13 @@ reads; an upper bound for any V(prefix) estimator on that task)."""
 def _arith_step_value(sample: Sample, prefix: str) -> float:
     question = next(m["content"] for m in reversed(sample.prompt) if m["role"] == "user")
     return arith.step_value(question, prefix)
+
+
+WasteFn = Callable[[str], int]
+WASTED_EPISODES: Registry[WasteFn] = Registry("wasted-episode counter (data source)")
+"""Per data source that can tell: ``fn(response_text) -> int`` wasted episodes (steps that change
+nothing), for the verbosity figures ``response/wasted_episodes_per_response`` and its ``val/`` twin."""
+WASTED_EPISODES.add(arith.DATA_SOURCE, arith.count_wasted)
 
 
 @TASKS.register("code")

@@ -42,6 +42,17 @@ _ADD = ["gets {n} more", "buys {n} more", "finds {n} more", "is given {n} more"]
 _SUB = ["gives away {n}", "loses {n}", "sells {n}", "uses {n}"]
 # Wasted episodes of long chains: they restate the running total and change nothing.
 _WASTE = ["Let me check: that leaves {v}.", "Hmm, {v} {item} so far.", "I need to keep going from {v}."]
+# the wasted episodes' templates with any number for {v} and any word for {item}
+_WASTE_RE = re.compile(
+    "|".join(
+        re.escape(w).replace(re.escape("{v}"), r"-?\d+").replace(re.escape("{item}"), r"\w+") for w in _WASTE
+    )
+)
+
+
+def count_wasted(text: str) -> int:
+    """Wasted episodes (restatements that change nothing, ``waste_prob``'s templates) in a response."""
+    return len(_WASTE_RE.findall(text))
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,10 @@ from stepcredit.reward.postprocess import (
 )
 from stepcredit.reward.run.agent import RewardAgent, RewardBackendError, Ticket, build_agent
 from stepcredit.reward.run.rewarder import Rewarder, Route, build_rewarder
+from stepcredit.reward.shaping import LENGTH_PENALTIES, length_penalty_metrics, shape_lengths
 
 __all__ = [
+    "LENGTH_PENALTIES",
     "REWARDS",
     "FnRef",
     "RewardAgent",
@@ -78,11 +80,13 @@ __all__ = [
     "apply_failure_policy",
     "build_agent",
     "build_rewarder",
+    "length_penalty_metrics",
     "process_outcomes",
     "register_reward",
     "register_scorer",
     "resolve_source",
     "reward_metrics",
+    "shape_lengths",
     "to_result",
     "zero_signal_groups",
 ]

@@ -32,7 +32,7 @@ from stepcredit.errors import ConfigError, UserError
 from stepcredit.models import load_policy, save_pretrained
 from stepcredit.process import VALUE_ESTIMATORS
 from stepcredit.process.domains import process_domains
-from stepcredit.reward import Rewarder, build_agent, build_rewarder
+from stepcredit.reward import Rewarder, build_agent, build_rewarder, shaping
 from stepcredit.reward.run import backends
 from stepcredit.reward.run.health import CircuitBreaker, probe_routes
 from stepcredit.rollout import ROLLOUT_MODES
@@ -224,6 +224,7 @@ def check_config(cfg: Config) -> None:
     advantages.check_config(cfg)
     losses.check_config(cfg)
     process.check_config(cfg)
+    shaping.check_config(cfg)
     mode = ROLLOUT_MODES.get(cfg.rollout.mode)  # an unknown mode: one line with the valid ones
     spec = VALUE_ESTIMATORS.get(cfg.process.value_estimator)
     if cfg.process.enabled and spec.from_outcomes and not mode.shares_prefixes:

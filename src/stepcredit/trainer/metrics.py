@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from stepcredit.config import TrainerConfig
+from stepcredit.data import WASTED_EPISODES
 from stepcredit.errors import ConfigError
 from stepcredit.reward import reward_metrics
 from stepcredit.types import Batch, RewardResult, Status
@@ -77,12 +78,24 @@ def batch_metrics(batch: Batch, *, per_domain: bool = False) -> dict[str, float]
         "response/truncated_frac": float(batch.truncated_B.float().mean()),
     }
     m.update(reward_metrics(batch.rewards))
+    m.update(waste_metrics([s.data_source for s in batch.samples], batch.texts))
     # groups whose outcome scores are all equal carry no outcome signal
     by_group: dict[int, set[float]] = {}
     for g, r in zip(batch.group_B.tolist(), batch.rewards, strict=True):
         by_group.setdefault(g, set()).add(round(r.score, 6) if r.ok else float("nan"))
     m["groups/all_equal_frac"] = float(np.mean([len(v) == 1 for v in by_group.values()]))
     return m
+
+
+def waste_metrics(data_source_B: Sequence[str], texts: Sequence[str], prefix: str = "") -> dict[str, float]:
+    """``{prefix}response/wasted_episodes_per_response`` over the responses whose data source can
+    count its wasted episodes (``stepcredit.data.WASTED_EPISODES``); nothing when none can."""
+    counts = [
+        WASTED_EPISODES.get(src)(t)
+        for src, t in zip(data_source_B, texts, strict=True)
+        if src in WASTED_EPISODES
+    ]
+    return {f"{prefix}response/wasted_episodes_per_response": float(np.mean(counts))} if counts else {}
 
 
 def outcome_free_signal(

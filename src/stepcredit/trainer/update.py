@@ -23,7 +23,13 @@ from stepcredit.losses.kl import apply_kl_penalty
 from stepcredit.models import token_logprobs
 from stepcredit.ops import last_token_index, masked_mean
 from stepcredit.process import VALUE_ESTIMATORS, outcome_values, process_channel
-from stepcredit.reward import RunningStats, apply_failure_policy, process_outcomes
+from stepcredit.reward import (
+    RunningStats,
+    apply_failure_policy,
+    length_penalty_metrics,
+    process_outcomes,
+    shape_lengths,
+)
 from stepcredit.trainer.critic import critic_update
 from stepcredit.trainer.metrics import outcome_free_signal
 from stepcredit.types import Batch
@@ -46,6 +52,10 @@ class Channels:
     """Processed outcome scores."""
     valid_B: torch.Tensor
     """False where the reward failed or the response is masked (no loss, not in any baseline)."""
+    length_penalty_B: torch.Tensor | None = None
+    """The length term added to each raw score (0 where none was; None when no domain shapes)."""
+    verdict_B: torch.Tensor | None = None
+    """True where the score is a real verdict (the responses length shaping may touch)."""
 
     def to(self, device: torch.device) -> Channels:
         def move(x: torch.Tensor | None) -> torch.Tensor | None:
@@ -57,6 +67,8 @@ class Channels:
             move(self.process_mask_BT),
             self.score_B.to(device),
             self.valid_B.to(device),
+            move(self.length_penalty_B),
+            move(self.verdict_B),
         )
 
 
@@ -122,6 +134,17 @@ def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = No
         idx = keep_B.nonzero().flatten().tolist()
         batch = batch.select(idx)
         score_B, valid_B = score_B[idx], valid_B[idx]
+    assert batch.rewards is not None
+    # a reward term before normalisation, on real verdicts only (a failed reward is never shaped)
+    verdict_B = torch.tensor([r.ok for r in batch.rewards], dtype=torch.bool)
+    score_B, length_penalty_B = shape_lengths(
+        score_B,
+        verdict_B,
+        batch.response_mask_BT.sum(1).cpu(),
+        domain_B=[s.domain for s in batch.samples],
+        cfg=cfg.postprocess,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+    )
     score_B, valid_B = process_outcomes(
         score_B,
         valid_B,
@@ -156,7 +179,9 @@ def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = No
         if batch.episode_ends is None or values is None:
             raise ValueError("process rewards are enabled but the batch has no V(prefix) values")
         process_BT, process_mask_BT = process_channel(batch.episode_ends, values, mask_BT, cfg.process)
-    return batch, Channels(outcome_BT, process_BT, process_mask_BT, score_B, valid_B)
+    return batch, Channels(
+        outcome_BT, process_BT, process_mask_BT, score_B, valid_B, length_penalty_B, verdict_B
+    )
 
 
 def advantages_by_domain(cfg: AlgorithmConfig, inp: AdvantageInputs, domain_B: list[str]) -> AdvantageOutputs:
@@ -248,6 +273,8 @@ def prepare(state: TrainState, batch: Batch) -> Prepared:
     metrics["adv/abs_mean"] = float(masked_mean(adv.adv_BT.abs(), live_BT))
     assert batch.rewards is not None
     metrics.update(outcome_free_signal(batch.rewards, batch.group_B, ch.valid_B, adv.adv_BT, live_BT))
+    if ch.length_penalty_B is not None and ch.verdict_B is not None:
+        metrics.update(length_penalty_metrics(ch.length_penalty_B, ch.verdict_B))
     if ch.process_BT is not None and ch.process_mask_BT is not None:
         u = ch.process_BT[ch.process_mask_BT & ch.valid_B[:, None]].float()
         if u.numel():

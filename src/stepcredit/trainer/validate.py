@@ -8,6 +8,7 @@ from typing import Any
 from stepcredit.reward import Rewarder
 from stepcredit.reward.run.health import status_counts
 from stepcredit.rollout import generate
+from stepcredit.trainer.metrics import waste_metrics
 from stepcredit.types import RewardResult, Sample
 
 
@@ -52,6 +53,7 @@ def validate(
     for status, n in sorted(status_counts(results).items()):
         metrics[f"val/status/{status}"] = float(n)
     metrics["val/response_length/mean"] = sum(n_tokens) / len(n_tokens)  # tokens, as in training
+    metrics.update(waste_metrics([s.data_source for s in samples], texts, prefix="val/"))
     rows = [
         {
             "prompt": s.prompt[-1]["content"],
