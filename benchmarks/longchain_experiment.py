@@ -70,6 +70,12 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # pure step credit: VinePPO's step advantage alone, so a wasted episode (V unchanged) gets ~0 credit
     # and no outcome advantage is spread over it; exact step values (the oracle) and a tree's node values
     "mid_oracle_vine": ("midchain", [*_ORACLE[:-1], "algorithm.advantage=vineppo"]),
+    # step credit with a step cost (process.step_cost): every step pays 0.1 of credit, so a step that
+    # leaves the value unchanged (a wasted episode) gets -0.1 where a useful one is paid back by the value
+    # it adds or keeps; the step-level counterpart of the length penalty above. Exact values (the oracle)
+    # and a tree's free node values, both with grpo_vineppo (the outcome advantage stays)
+    "mid_oracle_cost": ("midchain", [*_ORACLE, "process.step_cost=0.1"]),
+    "mid_tree_cost": ("midchain_tree", ["process.step_cost=0.1"]),
     "grpo": ("longchain", []),
     "fa": (
         "longchain_process",
