@@ -80,8 +80,12 @@ def generate(
     dev = next(model.parameters()).device
     p_ids = p_ids.repeat_interleave(n, dim=0).to(dev)
     p_mask = p_mask.repeat_interleave(n, dim=0).to(dev)
-    from_sampling = with_logprobs and logprobs_from_sampling and not keep_cache and sampling_logprobs_exact(model)
-    sampled_BT = torch.zeros((len(p_ids), max_new_tokens), dtype=torch.float32, device=dev) if from_sampling else None
+    from_sampling = (
+        with_logprobs and logprobs_from_sampling and not keep_cache and sampling_logprobs_exact(model)
+    )
+    sampled_BT = (
+        torch.zeros((len(p_ids), max_new_tokens), dtype=torch.float32, device=dev) if from_sampling else None
+    )
     t0 = time.perf_counter()
     # our own sampling loop (rollout/sampling.py): model.generate's draws, without generating on for
     # rows that have finished
@@ -249,6 +253,7 @@ def _flat(
     boundaries: Callable[[list[int]], list[int]],
 ) -> tuple[Batch, dict[str, float]]:
     """``rollout.n`` independent responses per prompt."""
+    times: dict[str, float] = {}
     batch = generate(
         model,
         tok,
@@ -262,7 +267,7 @@ def _flat(
         with_logprobs=with_logprobs,
         keep_cache=keep_cache,
         logprobs_from_sampling=cfg.logprobs_from_sampling,
-        times=(times := {}),
+        times=times,
     )
     tokens = float(batch.response_mask_BT.sum())
     return batch, {

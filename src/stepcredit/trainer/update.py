@@ -285,8 +285,8 @@ def update(state: TrainState, p: Prepared, *, train_policy: bool = True) -> dict
     if not train_policy:
         return metrics
     prox_logp_BT = None
-    t0 = time.perf_counter()
     prox_pass = proximal and not train_mode_is_eval_mode(state.model)
+    t0 = time.perf_counter()
     if prox_pass:
         state.model.eval()
         with torch.no_grad():
@@ -324,7 +324,7 @@ def update(state: TrainState, p: Prepared, *, train_policy: bool = True) -> dict
         grad_norm = float(torch.nn.utils.clip_grad_norm_(state.model.parameters(), clip))
         state.opt.step()
         state.updates += 1
-    metrics["time/proximal_s"] = t1 - t0
+    metrics["time/proximal_s"] = t1 - t0 if prox_pass else 0.0
     metrics["time/policy_update_s"] = time.perf_counter() - t1
     metrics.update(out.metrics)
     metrics["grad_norm"] = grad_norm
