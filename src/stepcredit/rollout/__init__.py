@@ -2,8 +2,9 @@
 
 ``generate`` returns a :class:`~stepcredit.types.Batch` with left-padded prompts, right-padded
 responses (eos included, so the policy learns to stop), response masks, truncation flags and the
-log-probs of the sampled tokens under the generating policy (one extra forward pass, at the
-sampling temperature, so the loss sees the same distribution the tokens were drawn from).
+log-probs of the sampled tokens under the generating policy (at the sampling temperature, so the loss
+sees the same distribution the tokens were drawn from): one extra forward pass, or the sampling loop's
+own logits where they equal that pass's to float rounding (``logprobs_from_sampling``).
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ probability for verifier values, nats for forced-answer log-probs)."""
 
 
 def needs_behaviour_logp(cfg: Config) -> bool:
-    """Must the rollout compute the behaviour log-probs in a pass of its own?
+    """Must the rollout provide the behaviour log-probs (from the sampling loop where
+    ``rollout.logprobs_from_sampling`` allows, else from a pass of their own)?
 
     Not when each batch gets exactly one optimiser step from the weights that generated it (on-policy,
     one PPO epoch, one mini-batch per step, no KL shaping of the reward, no process values that
