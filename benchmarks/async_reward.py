@@ -20,8 +20,12 @@ Reported: wall time of each ``train`` call (validation is left out of the runs: 
 validated afterwards with the plain math verifier, greedy, on ``data.val_size`` prompts), the
 reduction of ``both`` against the baseline, the ideal reduction ``1 - max(sum(G+T), sum(G+R)/2) / sum(G+T+R)``
 (a lower bound on any schedule's wall time, see :func:`ideal_reduction`) from the baseline's per-step
-generation+training (G+T) and reward wait (R) times, whether the decoupled loss was applied (the
-share of updates with a proximal pass, and the behaviour weights' distance from 1), validation accuracy
+generation+training (G+T) and reward wait (R) times, the share of that bound reached, whether the
+decoupled loss was applied (the share of updates whose proximal policy differs from the behaviour
+policy, and the behaviour weights' distance from 1), the seconds per step each run spent in log-prob
+passes the baseline does not run (``time/behaviour_logp_s``: the rollout's behaviour pass, 0 when the
+sampling loop's log-probs are used; ``time/proximal_s``: the proximal pass, 0 when the training
+pass's are the proximal ones), validation accuracy
 of each run, and the audit of every reward the trainer pulled from the agent: ``lost`` (indices of a
 submitted batch never handed to the trainer) and ``misassigned`` (a result handed out twice, or to a
 response other than the one it scored, by the fingerprint the reward function returns).
@@ -35,7 +39,8 @@ figures cannot be trusted, and why).
 
 Extra ``key=value`` arguments are config overrides applied to all four runs (e.g. ``loss.name=...``).
 With --json the last line is ``{"baseline_s", "pipeline_s", "off_policy_s", "both_s", "reduction_pct",
-"ideal_reduction_pct", "accuracy": {...}, "lost", "misassigned", ...}``.
+"ideal_reduction_pct", "share_of_ideal", "accuracy": {...}, "lost", "misassigned", "proximal_frac": {...},
+"behav_weight_dev": {...}, "extra_pass_s_per_step": {...}, ...}``.
 """
 
 from __future__ import annotations
@@ -67,6 +72,10 @@ RUNS: dict[str, dict[str, Any]] = {
     "off_policy": {"pipeline.mini_batch": 0, "pipeline.one_step_off_policy": True},
     "both": {"pipeline.mini_batch": None, "pipeline.one_step_off_policy": True},
 }
+
+
+PASSES = ("behaviour_logp", "proximal")
+"""Log-prob passes only the pipelined runs may need (``time/{name}_s`` in the step metrics)."""
 
 
 class Audit:
@@ -186,8 +195,12 @@ def run(name: str, args: argparse.Namespace, model_dir: Path, work: Path) -> dic
     return {
         "wall_s": wall,
         "steps": steps,
-        # the decoupled objective is applied when a proximal pass ran (the policy moved since generation)
+        # the decoupled objective is applied where the policy moved since generation (proximal !=
+        # behaviour), whether the proximal log-probs came from a pass of their own or the training pass
         "proximal_frac": sum(r.get("proximal", 0.0) for r in steps) / max(1, len(steps)),
+        "extra_pass_s": {
+            k: sum(r.get(f"time/{k}_s", 0.0) for r in steps) / max(1, len(steps)) for k in PASSES
+        },
         "behav_weight_dev": max((abs(r.get("behav_weight", 1.0) - 1.0) for r in steps), default=0.0),
         "accuracy": validate_final(cfg, work / name / "checkpoints" / "final" / "model"),
         **audit.counts(),
@@ -307,30 +320,36 @@ def main() -> None:
     print(f"baseline per step: generation+training {gt:.2f} s, reward wait {rw:.2f} s")
     print(
         f"{'run':<11} {'wall_s':>8} {'vs_base':>8} {'val_acc':>8} {'lost':>5} {'misasg':>6} {'failed':>6} "
-        f"{'proximal':>8} {'|w-1|max':>9}"
+        f"{'proximal':>8} {'|w-1|max':>9} {'behav_s':>8} {'prox_s':>7}"
     )
     for n, r in out.items():
         print(
             f"{n:<11} {r['wall_s']:8.1f} {100 * (1 - r['wall_s'] / base):7.1f}% {r['accuracy']:8.3f} "
             f"{r['lost']:5d} {r['misassigned']:6d} {r['failed']:6d} {r['proximal_frac']:8.2f} "
-            f"{r['behav_weight_dev']:9.2e}"
+            f"{r['behav_weight_dev']:9.2e} {r['extra_pass_s']['behaviour_logp']:8.3f} "
+            f"{r['extra_pass_s']['proximal']:7.3f}"
         )
     last = out.get("both", out[names[-1]])
     reduction = 100 * (1 - last["wall_s"] / base)
+    share = reduction / (100 * ideal) if ideal else float("nan")
     print(
-        f"reduction (both vs baseline): {reduction:.1f}%  ideal bound: {100 * ideal:.1f}%  "
-        f"share of ideal: {reduction / (100 * ideal) if ideal else float('nan'):.2f}"
+        f"reduction (both vs baseline): {reduction:.1f}%  ideal bound: {100 * ideal:.1f}%  share of ideal: {share:.2f}"
     )
     summary: dict[str, Any] = {
         **{f"{n}_s": round(r["wall_s"], 3) for n, r in out.items()},
         "reduction_pct": round(reduction, 2),
         "ideal_reduction_pct": round(100 * ideal, 2),
+        "share_of_ideal": round(share, 3),
+        "bound": "1 - max(sum(G+T), sum(G+R)/2) / sum(G+T+R) from the baseline's steps",
         "accuracy": {n: r["accuracy"] for n, r in out.items()},
         "lost": sum(r["lost"] for r in out.values()),
         "misassigned": sum(r["misassigned"] for r in out.values()),
         "failed": sum(r["failed"] for r in out.values()),
         "proximal_frac": {n: round(r["proximal_frac"], 3) for n, r in out.items()},
         "behav_weight_dev": {n: r["behav_weight_dev"] for n, r in out.items()},
+        "extra_pass_s_per_step": {
+            n: {k: round(v, 4) for k, v in r["extra_pass_s"].items()} for n, r in out.items()
+        },
         "generation_training_s_per_step": round(gt, 3),
         "reward_wait_s_per_step": round(rw, 3),
         "steps": args.steps,

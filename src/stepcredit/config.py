@@ -215,6 +215,9 @@ class RolloutConfig:
     free Monte Carlo estimates of V(prefix): ``process.value_estimator=tree``)."""
     tree: TreeConfig = field(default_factory=TreeConfig)
     """The tree's shape (``rollout.mode=tree``)."""
+    logprobs_from_sampling: bool = True
+    """Take the behaviour log-probs from the sampling loop's logits instead of a forward pass of their own
+    (flat rollouts of a float32 model, where the two agree to ~1e-6; otherwise the pass runs anyway)."""
 
     def branching(self) -> tuple[int, ...]:
         """The tree's branching factors, root first (``tree.branching`` or the default derived from n)."""

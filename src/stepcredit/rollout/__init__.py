@@ -2,12 +2,14 @@
 
 ``generate`` returns a :class:`~stepcredit.types.Batch` with left-padded prompts, right-padded
 responses (eos included, so the policy learns to stop), response masks, truncation flags and the
-log-probs of the sampled tokens under the generating policy (one extra forward pass, at the
-sampling temperature, so the loss sees the same distribution the tokens were drawn from).
+log-probs of the sampled tokens under the generating policy (at the sampling temperature, so the loss
+sees the same distribution the tokens were drawn from): one extra forward pass, or the sampling loop's
+own logits where they equal that pass's to float rounding (``logprobs_from_sampling``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -56,6 +58,8 @@ def generate(
     with_logprobs: bool = True,
     policy_version: int = 0,
     keep_cache: bool = False,
+    logprobs_from_sampling: bool = False,
+    times: dict[str, float] | None = None,
 ) -> Batch:
     """Sample ``n`` responses per prompt (greedy when ``temperature == 0``).
 
@@ -65,6 +69,10 @@ def generate(
     log-prob pass keeps its KV cache in ``batch.kv_cache`` (a :class:`~stepcredit.types.RolloutCache`)
     so the process stage values prefixes without running the responses through the model again.
     Generation runs on the model's device; the returned batch is on the CPU (the cache stays on the device).
+    ``logprobs_from_sampling``: the behaviour log-probs are those the sampling loop computed from its own
+    logits, with no pass of their own, where that is the training pass's distribution to float rounding
+    (:func:`sampling_logprobs_exact`; else, or with ``keep_cache``, the pass runs). ``times`` (a dict)
+    gets ``time/behaviour_logp_s``, the behaviour log-probs' own cost.
     """
     was_training = model.training
     model.eval()
@@ -73,6 +81,13 @@ def generate(
     dev = next(model.parameters()).device
     p_ids = p_ids.repeat_interleave(n, dim=0).to(dev)
     p_mask = p_mask.repeat_interleave(n, dim=0).to(dev)
+    from_sampling = (
+        with_logprobs and logprobs_from_sampling and not keep_cache and sampling_logprobs_exact(model)
+    )
+    sampled_BT = (
+        torch.zeros((len(p_ids), max_new_tokens), dtype=torch.float32, device=dev) if from_sampling else None
+    )
+    t0 = time.perf_counter()
     # our own sampling loop (rollout/sampling.py): model.generate's draws, without generating on for
     # rows that have finished
     resp = decode(
@@ -84,7 +99,9 @@ def generate(
         pad_token_id=tok.pad_token_id,
         temperature=temperature,
         top_p=top_p,
+        logp_BT=sampled_BT,
     )
+    t_decode = time.perf_counter() - t0
     out = finish_batch(
         model,
         tok,
@@ -98,7 +115,11 @@ def generate(
         with_logprobs=with_logprobs,
         policy_version=policy_version,
         keep_cache=keep_cache,
+        sampled_logp_BT=sampled_BT,
     )
+    if times is not None and with_logprobs:
+        # the pass's cost; log-probs from sampling are counted in the sampling loop (their share is small)
+        times["time/behaviour_logp_s"] = 0.0 if from_sampling else time.perf_counter() - t0 - t_decode
     if was_training:
         model.train()
     return out
@@ -118,10 +139,12 @@ def finish_batch(
     with_logprobs: bool,
     policy_version: int,
     keep_cache: bool,
+    sampled_logp_BT: torch.Tensor | None = None,
 ) -> Batch:
     """The batch of sampled responses ``resp`` (``[B, T]``, each row cut at its first eos) to the
     left-padded prompts ``p_ids`` (row b answers ``samples[b // n]``): masks, texts, truncation flags and,
-    with ``with_logprobs``, the behaviour log-prob pass (keeping its cache with ``keep_cache``)."""
+    with ``with_logprobs``, the behaviour log-prob pass (keeping its cache with ``keep_cache``), or the
+    sampling loop's log-probs ``sampled_logp_BT`` (``[B, >= T]``) in its place."""
     dev = p_ids.device
     P = p_ids.shape[1]
     greedy = temperature <= 0
@@ -146,7 +169,9 @@ def finish_batch(
         ids = resp_cpu[b, : int(lens[b])].tolist()
         texts.append(tok.decode(ids, skip_special_tokens=True))
     caches: list[Any] | None = [] if keep_cache and with_logprobs else None
-    if with_logprobs:
+    if with_logprobs and sampled_logp_BT is not None and not keep_cache:
+        logp = torch.where(mask, sampled_logp_BT[:, :T], torch.zeros_like(mask, dtype=torch.float32))
+    elif with_logprobs:
         logp, _ = token_logprobs(
             model,
             torch.cat([p_ids, resp], dim=1),
@@ -172,6 +197,16 @@ def finish_batch(
         policy_version=policy_version,
         kv_cache=RolloutCache(caches[0], (P - p_mask.sum(1)).tolist(), P + T) if caches else None,
     )
+
+
+def sampling_logprobs_exact(model: Any) -> bool:
+    """Are the sampling loop's log-probs the training pass's to float rounding (~1e-6)? Only when the
+    model computes in float32 with its own forward: under bfloat16 (parameters or autocast, see
+    :func:`stepcredit.models.use_bf16_autocast`) the step-by-step decode and the whole-sequence pass
+    round differently (~1e-2), and the loss must see the pass's numbers."""
+    if torch.is_autocast_enabled() or any(p.dtype != torch.float32 for p in model.parameters()):
+        return False
+    return getattr(model.forward, "__func__", None) is type(model).forward
 
 
 # ------------------------------------------------------------------------------------ rollout modes
@@ -219,6 +254,7 @@ def _flat(
     boundaries: Callable[[list[int]], list[int]],
 ) -> tuple[Batch, dict[str, float]]:
     """``rollout.n`` independent responses per prompt."""
+    times: dict[str, float] = {}
     batch = generate(
         model,
         tok,
@@ -231,9 +267,12 @@ def _flat(
         policy_version=policy_version,
         with_logprobs=with_logprobs,
         keep_cache=keep_cache,
+        logprobs_from_sampling=cfg.logprobs_from_sampling,
+        times=times,
     )
     tokens = float(batch.response_mask_BT.sum())
     return batch, {
+        **times,
         "rollout/responses": float(len(batch)),
         "rollout/generated_tokens": tokens,
         "rollout/response_tokens": tokens,

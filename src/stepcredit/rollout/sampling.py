@@ -53,6 +53,7 @@ def decode(
     top_p: float = 1.0,
     entropy_BT: torch.Tensor | None = None,
     limit_B: torch.Tensor | None = None,
+    logp_BT: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Sampled continuations ``[B, T]`` (T <= max_new_tokens) of left-padded prompts: each row up to
     and including its first eos, then ``pad_token_id``.
@@ -62,6 +63,9 @@ def decode(
     rollouts that branch where the policy was least sure (TreeRL's EPTree, arXiv:2506.11902).
     ``limit_B`` (``[B]`` ints): row b stops after ``limit_B[b]`` tokens (its own budget; a tree's
     continuations from different branch points), with no eos: it is truncated there.
+    ``logp_BT`` (``[B, max_new_tokens]``, float32, zeros, on the model's device): filled with the
+    log-probability of each sampled token under ``softmax(logits / temperature)`` (before top-p; 1 when
+    greedy), the distribution the training pass scores: the behaviour log-probs without a pass of their own.
 
     The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
     same distribution (greedy: the same tokens up to floating-point ties), computed with less work."""
@@ -85,6 +89,10 @@ def decode(
         if entropy_BT is not None:
             logp_AV = torch.log_softmax(logits_BV.float() / max(temperature, 1e-6), dim=-1)
             entropy_BT[rows, t] = -(logp_AV.exp() * logp_AV).sum(-1).to(entropy_BT.dtype)
+        if logp_BT is not None:
+            z_AV = logits_BV.float() / (temperature if temperature > 0 else 1.0)
+            lp_A = z_AV.gather(1, tok_A.unsqueeze(1)).squeeze(1) - torch.logsumexp(z_AV, dim=-1)
+            logp_BT[rows, t] = lp_A.masked_fill(done_A, 0.0)
         out_BT[rows, t] = tok_A
         T = t + 1
         done_A |= tok_A == eos_token_id

@@ -22,7 +22,8 @@ from stepcredit.types import Batch, RewardResult, Status
 
 
 class StepMetrics:
-    """One step's figures: update metrics averaged over mini-batches and epochs, counters summed."""
+    """One step's figures: update metrics averaged over mini-batches and epochs, counters and
+    durations (``time/...``) summed."""
 
     def __init__(self) -> None:
         self.means: dict[str, list[float]] = {}
@@ -30,7 +31,10 @@ class StepMetrics:
 
     def add(self, m: dict[str, float]) -> None:
         for k, v in m.items():
-            self.means.setdefault(k, []).append(v)
+            if k.startswith("time/"):
+                self.count(k, v)
+            else:
+                self.means.setdefault(k, []).append(v)
 
     def count(self, key: str, n: float) -> None:
         self.sums[key] = self.sums.get(key, 0.0) + n

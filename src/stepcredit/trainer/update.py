@@ -11,6 +11,7 @@ metrics dict); nothing is written into the batch.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -96,7 +97,8 @@ probability for verifier values, nats for forced-answer log-probs)."""
 
 
 def needs_behaviour_logp(cfg: Config) -> bool:
-    """Must the rollout compute the behaviour log-probs in a pass of its own?
+    """Must the rollout provide the behaviour log-probs (from the sampling loop where
+    ``rollout.logprobs_from_sampling`` allows, else from a pass of their own)?
 
     Not when each batch gets exactly one optimiser step from the weights that generated it (on-policy,
     one PPO epoch, one mini-batch per step, no KL shaping of the reward, no process values that
@@ -289,9 +291,13 @@ def update(state: TrainState, p: Prepared, *, train_policy: bool = True) -> dict
     """One critic step (with a critic) and one policy-loss step on a prepared mini-batch.
 
     When the policy has moved since the batch was generated (an optimiser step since then: stale
-    data, an earlier mini-batch or epoch), its current log-probs are computed first as the proximal
-    policy of the decoupled objective (losses that do not use it ignore it). ``train_policy=False``
-    (critic warm-up): only the critic learns.
+    data, an earlier mini-batch or epoch), its current log-probs are the proximal policy of the
+    decoupled objective (losses that do not use it ignore it). The proximal policy is the weights this
+    step starts from, the weights of the training forward pass: where that pass computes the same
+    function as a no-grad pass (no dropout active, :func:`train_mode_is_eval_mode`) its detached
+    log-probs are the proximal ones and no pass of their own runs; otherwise one runs in eval mode.
+    ``train_policy=False`` (critic warm-up): only the critic learns. Durations go in ``time/...``
+    (the step sums them).
     """
     cfg = state.cfg
     proximal = state.updates > p.batch.policy_updates
@@ -307,15 +313,21 @@ def update(state: TrainState, p: Prepared, *, train_policy: bool = True) -> dict
     if not train_policy:
         return metrics
     prox_logp_BT = None
-    if proximal:
+    prox_pass = proximal and not train_mode_is_eval_mode(state.model)
+    t0 = time.perf_counter()
+    if prox_pass:
+        state.model.eval()
         with torch.no_grad():
             prox_logp_BT, _ = token_logprobs(
                 state.model, ids_BL, attn_BL, n_response=T, temperature=temperature
             )
+    t1 = time.perf_counter()
     state.model.train()
     logp_BT, entropy_BT = token_logprobs(
         state.model, ids_BL, attn_BL, n_response=T, temperature=temperature, with_entropy=True
     )
+    if proximal and not prox_pass:
+        prox_logp_BT = logp_BT.detach()
     old_logp_BT = batch.behaviour_logp_BT
     if old_logp_BT is None:  # the rollout skipped the pass: these weights generated the batch
         if proximal:
@@ -340,6 +352,8 @@ def update(state: TrainState, p: Prepared, *, train_policy: bool = True) -> dict
         grad_norm = float(torch.nn.utils.clip_grad_norm_(state.model.parameters(), clip))
         state.opt.step()
         state.updates += 1
+    metrics["time/proximal_s"] = t1 - t0 if prox_pass else 0.0
+    metrics["time/policy_update_s"] = time.perf_counter() - t1
     metrics.update(out.metrics)
     metrics["grad_norm"] = grad_norm
     metrics["proximal"] = float(proximal)
@@ -349,6 +363,17 @@ def update(state: TrainState, p: Prepared, *, train_policy: bool = True) -> dict
     if kl_seen is not None:
         state.kl_ctl.update(kl_seen, n_steps=len(batch))
     return metrics
+
+
+def train_mode_is_eval_mode(model: torch.nn.Module) -> bool:
+    """Does ``model`` compute the same function in train and eval mode (no dropout with p > 0, in a
+    module or in the config's attention/hidden dropout)? Then a training forward pass's detached
+    outputs are the no-grad pass's (same kernels, same order: bit for bit on the CPU)."""
+    if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules()):
+        return False
+    config = getattr(model, "config", None)
+    rates = [v for k, v in vars(config).items() if "dropout" in k or k.endswith("_pdrop")] if config else []
+    return all(not isinstance(v, (int, float)) or v == 0 for v in rates)
 
 
 def train_on(
