@@ -67,3 +67,30 @@ def test_nucleus_sampling_keeps_the_top_mass() -> None:
     # temperature 0 is argmax; top_p = 1 keeps every token
     assert sample_next(logits[:2], temperature=0.0, top_p=0.5).tolist() == [0, 0]
     assert set(sample_next(logits, temperature=1.0, top_p=1.0).tolist()) == {0, 1, 2, 3}
+
+
+def test_shared_prompts_are_run_once_with_the_same_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GRPO batch (each prompt repeated n times) prefills each distinct prompt once and copies its
+    cache to the rows: same seed, the same sampled tokens as prefilling every row's own copy."""
+    model, tok = load_policy(SMALL, seed=1)
+    model.eval()
+    rows = make_rows(ArithConfig(max_steps=5), 4, seed=0, split="train")
+    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+    ids, mask = ids.repeat_interleave(3, dim=0), mask.repeat_interleave(3, dim=0)
+    prefill_rows: list[int] = []
+    forward = type(model).forward
+
+    def counting(self: object, *a: object, **k: torch.Tensor) -> object:
+        if k.get("past_key_values") is None:
+            prefill_rows.append(k["input_ids"].shape[0])
+        return forward(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(model), "forward", counting)
+    outs = []
+    for share in (True, False):
+        if not share:
+            monkeypatch.setattr(decode_mod, "shared_prompts", lambda *a: None)
+        torch.manual_seed(5)
+        outs.append(decode(model, ids, mask, max_new_tokens=12, eos_token_id=2, pad_token_id=0))
+    assert prefill_rows == [4, 12]
+    assert torch.equal(outs[0], outs[1])

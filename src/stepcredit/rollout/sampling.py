@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from stepcredit.models import shared_prompts, takes_logits_to_keep
+
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once at least this share of the active rows has finished: each
 drop copies the KV cache, so dropping rows one at a time would cost more than it saves."""
@@ -73,9 +75,22 @@ def decode(
     # positions follow the mask, so left padding does not shift them (as generate does)
     next_pos_B = prompt_mask_BP.long().sum(dim=1)
     pos_BP = (prompt_mask_BP.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=prompt_ids_BP, attention_mask=mask_BW[:, :P], position_ids=pos_BP, use_cache=True)
+    # a GRPO group's rows share one prompt: each distinct prompt is run once, and its keys and values
+    # (and its next-token logits) are copied to its rows
+    shared = shared_prompts(prompt_ids_BP, prompt_mask_BP.bool())
+    first = shared[0] if shared is not None else slice(None)
+    out = model(
+        input_ids=prompt_ids_BP[first],
+        attention_mask=mask_BW[first, :P],
+        position_ids=pos_BP[first],
+        use_cache=True,
+        **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}),
+    )
     cache = out.past_key_values
     logits_BV = out.logits[:, -1, :]
+    if shared is not None:
+        cache.batch_select_indices(shared[1])
+        logits_BV = logits_BV[shared[1]]
     rows = torch.arange(B, device=device)  # the original row of each active row
     done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
     T = 0
