@@ -324,6 +324,7 @@ def _shared_prefix_logprobs(
     cache = out.past_key_values
     if not isinstance(cache, DynamicCache) or any(type(x) is not DynamicLayer for x in cache.layers):
         return None
+    kv = [(x.keys, x.values) for x in cache.layers if isinstance(x, DynamicLayer)]
     first_logits_G1V = out.logits[:, -1:, :]
     plen_B, rlen_B = m[:, :P].sum(1), m[:, P:].sum(1)
     logp_BT = torch.zeros((B, n_response), dtype=torch.float32, device=dev)
@@ -336,8 +337,9 @@ def _shared_prefix_logprobs(
         logits = first_logits_G1V[g]
         if Tc > 1:
             rows_cache = DynamicCache()
-            for i, layer in enumerate(cache.layers):
-                rows_cache.update(layer.keys[g], layer.values[g], i)
+            for i, (k, v) in enumerate(kv):
+                assert k is not None and v is not None
+                rows_cache.update(k[g], v[g], i)
             j = torch.arange(Tc - 1, device=dev)[None, :]
             more = model(
                 input_ids=input_ids[rows, P : P + Tc - 1],
