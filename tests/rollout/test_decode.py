@@ -94,3 +94,30 @@ def test_shared_prompts_are_run_once_with_the_same_samples(monkeypatch: pytest.M
         outs.append(decode(model, ids, mask, max_new_tokens=12, eos_token_id=2, pad_token_id=0))
     assert prefill_rows == [4, 12]
     assert torch.equal(outs[0], outs[1])
+
+
+def test_preallocated_cache_gives_the_same_samples_as_concatenation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode's keys and values written in place into one buffer per layer (rows dropped as they
+    finish): same seed, the same sampled tokens as transformers' concatenating ``DynamicLayer``."""
+    model, tok = load_policy(SMALL, seed=1)
+    model.eval()
+    rows = make_rows(ArithConfig(max_steps=5), 6, seed=0, split="train")
+    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+    eos = int(tok.convert_tokens_to_ids("1"))  # a common token: rows finish at different steps
+    outs = []
+    for prealloc in (True, False):
+        if not prealloc:
+            monkeypatch.setattr(decode_mod, "preallocate", lambda *a: False)
+        torch.manual_seed(7)
+        outs.append(decode(model, ids, mask, max_new_tokens=20, eos_token_id=eos, pad_token_id=0))
+    assert torch.equal(outs[0], outs[1])
+    lengths = (outs[0] != 0).sum(1)
+    assert len(set(lengths.tolist())) > 1  # rows did finish at different steps (compaction ran)
+
+
+def test_buffer_layer_refuses_more_tokens_than_its_capacity() -> None:
+    layer = decode_mod.buffer_layer_class()(torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 3, 4), 4)
+    k, _ = layer.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
+    assert k.shape == (2, 1, 4, 4) and bool((k[:, :, 3] == 1).all()) and layer.get_seq_length() == 4
+    with pytest.raises(RuntimeError, match="capacity"):
+        layer.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))

@@ -13,6 +13,7 @@ Sampling follows ``generate``'s order of warpers: logits / temperature, then nuc
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -22,6 +23,67 @@ from stepcredit.models import shared_prompts, takes_logits_to_keep
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once at least this share of the active rows has finished: each
 drop copies the KV cache, so dropping rows one at a time would cost more than it saves."""
+
+
+@functools.cache
+def buffer_layer_class() -> Any:
+    """The ``BufferLayer`` class, built on first use (importing transformers costs seconds)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class BufferLayer(DynamicLayer):
+        """A KV-cache layer whose keys and values live in one buffer allocated for the whole decode: each
+        token writes its keys in place, where ``DynamicLayer`` concatenates (copies) the whole cache
+        (``[B, heads, length, head_dim]`` per layer, every token: quadratic in the length)."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> None:
+            super().__init__()
+            B, H, n, _ = keys.shape
+            self.buf_k = keys.new_empty((B, H, capacity, keys.shape[-1]))
+            self.buf_v = values.new_empty((B, H, capacity, values.shape[-1]))
+            self.buf_k[:, :, :n], self.buf_v[:, :, :n] = keys, values
+            self.n = n
+            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+            self._views()
+
+        def _views(self) -> None:
+            self.keys, self.values = self.buf_k[:, :, : self.n], self.buf_v[:, :, : self.n]
+
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        ) -> Any:
+            q = key_states.shape[-2]
+            if self.n + q > self.buf_k.shape[-2]:
+                raise RuntimeError(
+                    f"BufferLayer: {self.n + q} tokens exceed the capacity {self.buf_k.shape[-2]}"
+                )
+            self.buf_k[:, :, self.n : self.n + q] = key_states
+            self.buf_v[:, :, self.n : self.n + q] = value_states
+            self.n += q
+            self._views()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.n
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self.buf_k, self.buf_v = self.buf_k[indices], self.buf_v[indices]
+            self._views()
+
+    return BufferLayer
+
+
+def preallocate(cache: Any, rows_B: torch.Tensor, capacity: int) -> bool:
+    """Swap each layer of a prefilled ``DynamicCache`` for a ``BufferLayer`` (``buffer_layer_class``)
+    of ``capacity`` tokens holding the prefill's rows ``rows_B`` (row b of the result = row ``rows_B[b]``).
+    False (the cache left as it was) when a layer is not a plain full-attention ``DynamicLayer``."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    if not isinstance(cache, DynamicCache) or any(type(x) is not DynamicLayer for x in cache.layers):
+        return False
+    for i, layer in enumerate(cache.layers):
+        assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+        cache.layers[i] = buffer_layer_class()(layer.keys[rows_B], layer.values[rows_B], capacity)
+    return True
 
 
 def sample_next(logits_BV: torch.Tensor, *, temperature: float, top_p: float) -> torch.Tensor:
@@ -88,9 +150,10 @@ def decode(
     )
     cache = out.past_key_values
     logits_BV = out.logits[:, -1, :]
-    if shared is not None:
-        cache.batch_select_indices(shared[1])
-        logits_BV = logits_BV[shared[1]]
+    rows_of = shared[1] if shared is not None else torch.arange(B, device=device)
+    if not preallocate(cache, rows_of, P + max_new_tokens):
+        cache.batch_select_indices(rows_of)
+    logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     rows = torch.arange(B, device=device)  # the original row of each active row
     done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
     T = 0
