@@ -90,7 +90,9 @@ def sample_next(logits_BV: torch.Tensor, *, temperature: float, top_p: float) ->
     """One token per row from the last-position logits: greedy when ``temperature <= 0``."""
     if temperature <= 0:
         return logits_BV.argmax(dim=-1)
-    logits_BV = logits_BV.float() / temperature
+    logits_BV = logits_BV.float()
+    if temperature != 1.0:  # x / 1.0 is x: no copy of [B, V] per token
+        logits_BV = logits_BV / temperature
     if top_p < 1.0:
         # nucleus: keep the smallest set of tokens whose probability mass reaches top_p (the most
         # likely token always stays), as transformers' TopPLogitsWarper
