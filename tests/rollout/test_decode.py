@@ -121,3 +121,21 @@ def test_buffer_layer_refuses_more_tokens_than_its_capacity() -> None:
     assert k.shape == (2, 1, 4, 4) and bool((k[:, :, 3] == 1).all()) and layer.get_seq_length() == 4
     with pytest.raises(RuntimeError, match="capacity"):
         layer.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
+
+
+def test_the_fast_llama_step_draws_the_same_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tok = load_policy(SMALL, seed=1)
+    model.eval()
+    rows = make_rows(ArithConfig(max_steps=5), 6, seed=0, split="train")
+    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+    used: list[int] = []
+    real = decode_mod.fast_step
+    monkeypatch.setattr(decode_mod, "fast_step", lambda m: used.append(1) or real(m))
+    outs = []
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(decode_mod, "fast_step", lambda m: None)
+        torch.manual_seed(3)
+        outs.append(decode(model, ids, mask, max_new_tokens=20, eos_token_id=2, pad_token_id=0))
+    assert used and real(model) is not None
+    assert torch.equal(outs[0], outs[1])

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from stepcredit.models import shared_prompts, takes_logits_to_keep
+from stepcredit.models.decode_step import fast_step
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once at least this share of the active rows has finished: each
@@ -153,7 +154,10 @@ def decode(
     cache = out.past_key_values
     logits_BV = out.logits[:, -1, :]
     rows_of = shared[1] if shared is not None else torch.arange(B, device=device)
-    if not preallocate(cache, rows_of, P + max_new_tokens):
+    step = None
+    if preallocate(cache, rows_of, P + max_new_tokens):
+        step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
+    else:
         cache.batch_select_indices(rows_of)
     logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     rows = torch.arange(B, device=device)  # the original row of each active row
@@ -179,13 +183,16 @@ def decode(
             done_A = done_A[idx]
             cache.batch_select_indices(idx)
         mask_BW[:, P + t] = 1
-        out = model(
-            input_ids=tok_A.unsqueeze(1),
-            attention_mask=mask_BW[:, : P + t + 1],
-            position_ids=next_pos_B.unsqueeze(1),
-            past_key_values=cache,
-            use_cache=True,
-        )
+        if step is not None:
+            logits_BV = step(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW[:, : P + t + 1], cache)
+        else:
+            out = model(
+                input_ids=tok_A.unsqueeze(1),
+                attention_mask=mask_BW[:, : P + t + 1],
+                position_ids=next_pos_B.unsqueeze(1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits_BV = out.logits[:, -1, :]
         next_pos_B = next_pos_B + 1
-        logits_BV = out.logits[:, -1, :]
     return out_BT[:, :T]
