@@ -5,7 +5,10 @@ Per step the loop runs the model on one new token per *active* row; a row that h
 dropped from the batch (and from the KV cache, ``Cache.batch_select_indices``) once enough rows have
 finished to be worth the copy. Tokens go into one preallocated ``[B, max_new_tokens]`` buffer and the
 attention mask is one preallocated ``[B, P + max_new_tokens]`` buffer viewed by width, so the loop
-allocates nothing per token beyond the model's own activations.
+allocates nothing per token beyond the model's own activations. Rows that share a prompt (a GRPO
+group) are prefilled once; the keys and values are written in place into one buffer per layer
+(:func:`preallocate`), and a plain Llama model's token steps skip transformers' per-call work
+(:func:`stepcredit.models.decode_step.llama_step`).
 
 Sampling follows ``generate``'s order of warpers: logits / temperature, then nucleus (top-p) filtering
 (Holtzman et al. 2020), then a multinomial draw; temperature 0 is greedy (argmax).
@@ -157,7 +160,7 @@ def decode(
     step = None
     if preallocate(cache, rows_of, P + max_new_tokens):
         step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
-    else:
+    elif shared is not None:
         cache.batch_select_indices(rows_of)
     logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     rows = torch.arange(B, device=device)  # the original row of each active row
