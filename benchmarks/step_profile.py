@@ -22,7 +22,10 @@ Steps 2.. are averaged (step 1 warms caches). ``--model-dir`` starts from a save
 trained by ``stepcredit sft --out DIR``, whose responses end early), else the untrained tiny model.
 
     python benchmarks/step_profile.py [--rev HEAD~3] [--size tiny|5m|20m] [--steps 4] [--repeats 2]
-        [--model-dir DIR] [--json] [key=value ...]
+        [--model-dir DIR] [--like-trl-compare] [--json] [key=value ...]
+
+``--like-trl-compare`` sets what ``benchmarks/trl_compare.py`` sets on our side (KL off, token-mean
+loss, constant learning rate 1e-5, 16 x 8 responses of up to 40 tokens, temperature 1, top_p 1).
 """
 
 from __future__ import annotations
@@ -44,6 +47,23 @@ SIZES: dict[str, dict[str, int]] = {
     "5m": {"hidden_size": 256, "num_layers": 6, "num_heads": 4, "intermediate_size": 768},
     "20m": {"hidden_size": 512, "num_layers": 6, "num_heads": 8, "intermediate_size": 1536},
 }
+LIKE_TRL_COMPARE = [
+    "loss.name=ppo_clip",
+    "loss.kl_coef=0.0",
+    "loss.agg=token-mean",
+    "loss.clip_low=0.2",
+    "loss.clip_high=0.2",
+    "algorithm.advantage=grpo",
+    "algorithm.norm_by_std=true",
+    "optim.lr=0.00001",
+    "optim.warmup_steps=0",
+    "rollout.prompts_per_step=16",
+    "rollout.n=8",
+    "rollout.max_new_tokens=40",
+    "rollout.temperature=1.0",
+    "rollout.top_p=1.0",
+]
+"""The overrides that make a profiled step the one ``trl_compare.py`` times on our side."""
 PHASES = (
     "generation",
     "rollout_other",
@@ -143,6 +163,7 @@ def main() -> None:
     p.add_argument("--model-dir", default="", help="a saved model to start RL from (no SFT)")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--like-trl-compare", action="store_true", help="trl_compare.py's settings")
     p.add_argument("--json", action="store_true")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     args = p.parse_args()
@@ -156,6 +177,7 @@ def main() -> None:
         "sft.steps=0",
         *(f"model.tiny.{k}={v}" for k, v in SIZES[args.size].items()),
         *([f"model.path={args.model_dir}"] if args.model_dir else []),
+        *(LIKE_TRL_COMPARE if args.like_trl_compare else []),
         *args.overrides,
     ]
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,8 +3,10 @@ response token is predicted): the same log-probs, entropies and gradients as one
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from stepcredit import models
 from stepcredit.config import ModelConfig, TinyModelConfig
 from stepcredit.models import _padded_logprobs, load_policy, token_logprobs
 
@@ -73,3 +75,54 @@ def test_a_row_with_a_gap_falls_back_to_the_padded_pass() -> None:
         lp, _ = token_logprobs(model, ids, attn, n_response=11)
         ref, _ = _padded_logprobs(model, ids, attn, 11, 1.0, False, None)
     assert torch.equal(lp, ref)
+
+
+def grouped_batch(G: int = 4, n: int = 3, seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` responses to each of ``G`` prompts (a GRPO batch): the prompt part of rows
+    ``g * n .. g * n + n - 1`` is one prompt, their responses differ in tokens and length."""
+    ids, attn = ragged_batch(B=G * n, seed=seed)
+    P = 9
+    first = torch.arange(G).repeat_interleave(n) * n
+    ids[:, :P], attn[:, :P] = ids[first, :P], attn[first, :P]
+    attn[1, P:] = 0  # an empty response in a group
+    ids[1, P:] = 0
+    attn[2, P + 1 :] = 0  # and a one-token one
+    ids[2, P + 1 :] = 0
+    return ids, attn
+
+
+def test_shared_prompts_go_through_once_with_the_same_values_and_gradients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A group's rows read one pass over their prompt: log-probs, entropies and gradients equal one
+    padded pass over every row's own copy (the copies' gradients add up through the shared keys)."""
+    model, _ = load_policy(SMALL, seed=0)
+    ids, attn = grouped_batch()
+    T = 11
+    resp = attn[:, -T:].bool()
+    calls: list[int] = []
+    real = models._shared_prefix_logprobs
+    monkeypatch.setattr(models, "_shared_prefix_logprobs", lambda *a: calls.append(1) or real(*a))
+    lp, ent = token_logprobs(
+        model, ids, attn, n_response=T, temperature=0.7, with_entropy=True, rows_per_pass=5
+    )
+    assert calls and ent is not None  # the shared path ran
+    (lp.sum() + ent.sum()).backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    ref, ref_ent = _padded_logprobs(model, ids, attn, T, 0.7, True, None)
+    assert torch.allclose(lp[resp], ref[resp], atol=1e-5)
+    assert torch.allclose(ent[resp], ref_ent[resp], atol=1e-5)
+    assert bool((lp[~resp] == 0).all()) and bool((ent[~resp] == 0).all())
+    (ref.sum() + ref_ent.sum()).backward()
+    for g, p in zip(got, model.parameters(), strict=True):
+        assert torch.allclose(g, p.grad, atol=1e-5)
+
+
+def test_prompts_shared_by_few_rows_take_the_packed_passes() -> None:
+    """Property: the shared path is taken only where it saves work (at most half the rows distinct)."""
+    ids, attn = ragged_batch()
+    assert models.shared_prompts(ids[:, :9], attn[:, :9].bool()) is None
+    ids, attn = grouped_batch(G=4, n=2)
+    first, group = models.shared_prompts(ids[:, :9], attn[:, :9].bool())
+    assert torch.equal(group[first], torch.arange(4)) and torch.equal(ids[first[group], :9], ids[:, :9])

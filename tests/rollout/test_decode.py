@@ -67,3 +67,75 @@ def test_nucleus_sampling_keeps_the_top_mass() -> None:
     # temperature 0 is argmax; top_p = 1 keeps every token
     assert sample_next(logits[:2], temperature=0.0, top_p=0.5).tolist() == [0, 0]
     assert set(sample_next(logits, temperature=1.0, top_p=1.0).tolist()) == {0, 1, 2, 3}
+
+
+def test_shared_prompts_are_run_once_with_the_same_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GRPO batch (each prompt repeated n times) prefills each distinct prompt once and copies its
+    cache to the rows: same seed, the same sampled tokens as prefilling every row's own copy."""
+    model, tok = load_policy(SMALL, seed=1)
+    model.eval()
+    rows = make_rows(ArithConfig(max_steps=5), 4, seed=0, split="train")
+    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+    ids, mask = ids.repeat_interleave(3, dim=0), mask.repeat_interleave(3, dim=0)
+    prefill_rows: list[int] = []
+    forward = type(model).forward
+
+    def counting(self: object, *a: object, **k: torch.Tensor) -> object:
+        if k.get("past_key_values") is None:
+            prefill_rows.append(k["input_ids"].shape[0])
+        return forward(self, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(model), "forward", counting)
+    outs = []
+    for share in (True, False):
+        if not share:
+            monkeypatch.setattr(decode_mod, "shared_prompts", lambda *a: None)
+        torch.manual_seed(5)
+        outs.append(decode(model, ids, mask, max_new_tokens=12, eos_token_id=2, pad_token_id=0))
+    assert prefill_rows == [4, 12]
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_preallocated_cache_gives_the_same_samples_as_concatenation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode's keys and values written in place into one buffer per layer (rows dropped as they
+    finish): same seed, the same sampled tokens as transformers' concatenating ``DynamicLayer``."""
+    model, tok = load_policy(SMALL, seed=1)
+    model.eval()
+    rows = make_rows(ArithConfig(max_steps=5), 6, seed=0, split="train")
+    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+    eos = int(tok.convert_tokens_to_ids("1"))  # a common token: rows finish at different steps
+    outs = []
+    for prealloc in (True, False):
+        if not prealloc:
+            monkeypatch.setattr(decode_mod, "preallocate", lambda *a: False)
+        torch.manual_seed(7)
+        outs.append(decode(model, ids, mask, max_new_tokens=20, eos_token_id=eos, pad_token_id=0))
+    assert torch.equal(outs[0], outs[1])
+    lengths = (outs[0] != 0).sum(1)
+    assert len(set(lengths.tolist())) > 1  # rows did finish at different steps (compaction ran)
+
+
+def test_buffer_layer_refuses_more_tokens_than_its_capacity() -> None:
+    layer = decode_mod.buffer_layer_class()(torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 3, 4), 4)
+    k, _ = layer.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
+    assert k.shape == (2, 1, 4, 4) and bool((k[:, :, 3] == 1).all()) and layer.get_seq_length() == 4
+    with pytest.raises(RuntimeError, match="capacity"):
+        layer.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
+
+
+def test_the_fast_llama_step_draws_the_same_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tok = load_policy(SMALL, seed=1)
+    model.eval()
+    rows = make_rows(ArithConfig(max_steps=5), 6, seed=0, split="train")
+    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+    used: list[int] = []
+    real = decode_mod.fast_step
+    monkeypatch.setattr(decode_mod, "fast_step", lambda m: used.append(1) or real(m))
+    outs = []
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(decode_mod, "fast_step", lambda m: None)
+        torch.manual_seed(3)
+        outs.append(decode(model, ids, mask, max_new_tokens=20, eos_token_id=2, pad_token_id=0))
+    assert used and real(model) is not None
+    assert torch.equal(outs[0], outs[1])

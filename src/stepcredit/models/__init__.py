@@ -25,6 +25,8 @@ __all__ = [
     "load_policy",
     "packaged_dir",
     "save_pretrained",
+    "shared_prompts",
+    "takes_logits_to_keep",
     "token_logprobs",
     "use_bf16_autocast",
 ]
@@ -222,12 +224,19 @@ def token_logprobs(
         return _padded_logprobs(
             model, input_ids, attention_mask, n_response, temperature, with_entropy, cache_out
         )
+    shared = shared_prompts(input_ids[:, :P], m[:, :P])
+    if shared is not None:
+        out = _shared_prefix_logprobs(
+            model, input_ids, m, shared, n_response, temperature, with_entropy, rows_per_pass
+        )
+        if out is not None:
+            return out
     dev = input_ids.device
     logp_BT = torch.zeros((B, n_response), dtype=torch.float32, device=dev)
     ent_BT = torch.zeros((B, n_response), dtype=torch.float32, device=dev) if with_entropy else None
     total_B = plen_B + rlen_B
     order = torch.argsort(total_B, stable=True)
-    keep_kw = _logits_to_keep_kw(model)
+    keep_kw = takes_logits_to_keep(model)
     for rows in order.split(max(1, rows_per_pass)):
         plen, rlen, total = plen_B[rows, None], rlen_B[rows, None], total_B[rows, None]
         W, Tc = int(total.max()), int(rlen.max())
@@ -259,7 +268,96 @@ def token_logprobs(
     return logp_BT, ent_BT
 
 
-def _logits_to_keep_kw(model: Any) -> bool:
+def shared_prompts(prompt_ids_BP: Any, prompt_mask_BP: Any) -> tuple[Any, Any] | None:
+    """``(first_G, group_B)`` when the rows' prompts repeat (a GRPO group's responses share one prompt):
+    row b's prompt is row ``first_G[group_B[b]]``'s. None when at most half of the rows share theirs
+    (too little to save)."""
+    import torch
+
+    B = prompt_ids_BP.shape[0]
+    key_BP = torch.where(prompt_mask_BP, prompt_ids_BP, torch.full_like(prompt_ids_BP, -1))
+    uniq, group_B = torch.unique(key_BP, dim=0, return_inverse=True)
+    G = uniq.shape[0]
+    if 2 * G > B:
+        return None
+    first_G = torch.full((G,), B, dtype=torch.long, device=group_B.device)
+    first_G = first_G.scatter_reduce(0, group_B, torch.arange(B, device=group_B.device), "amin")
+    return first_G, group_B
+
+
+def _shared_prefix_logprobs(
+    model: Any,
+    input_ids: Any,
+    m: Any,
+    shared: tuple[Any, Any],
+    n_response: int,
+    temperature: float,
+    with_entropy: bool,
+    rows_per_pass: int,
+) -> tuple[Any, Any] | None:
+    """:func:`token_logprobs` when rows share prompts: each distinct prompt goes through the model once
+    (with gradient), and its rows' responses continue from its keys and values.
+
+    The gradient is the same as with one copy of the prompt per row: a prompt's keys and values feed
+    every row that reads them, so their gradients add up as the copies' would. GRPO's ``n`` responses
+    per prompt then pay for the prompt once instead of ``n`` times (TRL and the padded pass run it per
+    row). Response token 0 is predicted by the prompt's last position; token j > 0 by response token
+    j - 1, so a row's last token is never fed. None when the model's cache is not a plain
+    :class:`~transformers.DynamicCache` of full-attention layers (the caller then runs its own pass).
+    """
+    import torch
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    first_G, group_B = shared
+    B, L = input_ids.shape
+    P = L - n_response
+    dev = input_ids.device
+    keep_kw = takes_logits_to_keep(model)
+    p_mask = m[first_G, :P]
+    out = model(
+        input_ids=input_ids[first_G, :P],
+        attention_mask=p_mask.long(),
+        position_ids=(p_mask.long().cumsum(-1) - 1).clamp(min=0),
+        use_cache=True,
+        **({"logits_to_keep": 1} if keep_kw else {}),
+    )
+    cache = out.past_key_values
+    if not isinstance(cache, DynamicCache) or any(type(x) is not DynamicLayer for x in cache.layers):
+        return None
+    kv = [(x.keys, x.values) for x in cache.layers if isinstance(x, DynamicLayer)]
+    first_logits_G1V = out.logits[:, -1:, :]
+    plen_B, rlen_B = m[:, :P].sum(1), m[:, P:].sum(1)
+    logp_BT = torch.zeros((B, n_response), dtype=torch.float32, device=dev)
+    ent_BT = torch.zeros((B, n_response), dtype=torch.float32, device=dev) if with_entropy else None
+    for rows in torch.argsort(rlen_B, stable=True).split(max(1, rows_per_pass)):
+        Tc = int(rlen_B[rows].max())
+        if Tc == 0:
+            continue
+        g = group_B[rows]
+        logits = first_logits_G1V[g]
+        if Tc > 1:
+            rows_cache = DynamicCache()
+            for i, (k, v) in enumerate(kv):
+                assert k is not None and v is not None
+                rows_cache.update(k[g], v[g], i)
+            j = torch.arange(Tc - 1, device=dev)[None, :]
+            more = model(
+                input_ids=input_ids[rows, P : P + Tc - 1],
+                attention_mask=m[rows, : P + Tc - 1].long(),
+                position_ids=plen_B[rows, None] + j,
+                past_key_values=rows_cache,
+                use_cache=True,
+            )
+            logits = torch.cat([logits, more.logits], dim=1)
+        valid = torch.arange(Tc, device=dev)[None, :] < rlen_B[rows, None]
+        lp, ent = _logp_from_logits(logits.float(), input_ids[rows, P : P + Tc], temperature, with_entropy)
+        logp_BT[rows, :Tc] = torch.where(valid, lp, torch.zeros_like(lp))
+        if ent_BT is not None and ent is not None:
+            ent_BT[rows, :Tc] = torch.where(valid, ent, torch.zeros_like(ent))
+    return logp_BT, ent_BT
+
+
+def takes_logits_to_keep(model: Any) -> bool:
     """Does the model's forward take ``logits_to_keep`` (transformers' causal LMs do)?"""
     import inspect
 
@@ -299,7 +397,7 @@ def _padded_logprobs(
     import torch
 
     pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    keep = {"logits_to_keep": n_response + 1} if _logits_to_keep_kw(model) else {}
+    keep = {"logits_to_keep": n_response + 1} if takes_logits_to_keep(model) else {}
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,

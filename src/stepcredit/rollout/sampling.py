@@ -5,7 +5,10 @@ Per step the loop runs the model on one new token per *active* row; a row that h
 dropped from the batch (and from the KV cache, ``Cache.batch_select_indices``) once enough rows have
 finished to be worth the copy. Tokens go into one preallocated ``[B, max_new_tokens]`` buffer and the
 attention mask is one preallocated ``[B, P + max_new_tokens]`` buffer viewed by width, so the loop
-allocates nothing per token beyond the model's own activations.
+allocates nothing per token beyond the model's own activations. Rows that share a prompt (a GRPO
+group) are prefilled once; the keys and values are written in place into one buffer per layer
+(:func:`preallocate`), and a plain Llama model's token steps skip transformers' per-call work
+(:func:`stepcredit.models.decode_step.llama_step`).
 
 Sampling follows ``generate``'s order of warpers: logits / temperature, then nucleus (top-p) filtering
 (Holtzman et al. 2020), then a multinomial draw; temperature 0 is greedy (argmax).
@@ -13,20 +16,87 @@ Sampling follows ``generate``'s order of warpers: logits / temperature, then nuc
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
+
+from stepcredit.models import shared_prompts, takes_logits_to_keep
+from stepcredit.models.decode_step import fast_step
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once at least this share of the active rows has finished: each
 drop copies the KV cache, so dropping rows one at a time would cost more than it saves."""
 
 
+@functools.cache
+def buffer_layer_class() -> Any:
+    """The ``BufferLayer`` class, built on first use (importing transformers costs seconds)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class BufferLayer(DynamicLayer):
+        """A KV-cache layer whose keys and values live in one buffer allocated for the whole decode: each
+        token writes its keys in place, where ``DynamicLayer`` concatenates (copies) the whole cache
+        (``[B, heads, length, head_dim]`` per layer, every token: quadratic in the length)."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> None:
+            super().__init__()
+            B, H, n, _ = keys.shape
+            self.buf_k = keys.new_empty((B, H, capacity, keys.shape[-1]))
+            self.buf_v = values.new_empty((B, H, capacity, values.shape[-1]))
+            self.buf_k[:, :, :n], self.buf_v[:, :, :n] = keys, values
+            self.n = n
+            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+            self._views()
+
+        def _views(self) -> None:
+            self.keys, self.values = self.buf_k[:, :, : self.n], self.buf_v[:, :, : self.n]
+
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        ) -> Any:
+            q = key_states.shape[-2]
+            if self.n + q > self.buf_k.shape[-2]:
+                raise RuntimeError(
+                    f"BufferLayer: {self.n + q} tokens exceed the capacity {self.buf_k.shape[-2]}"
+                )
+            self.buf_k[:, :, self.n : self.n + q] = key_states
+            self.buf_v[:, :, self.n : self.n + q] = value_states
+            self.n += q
+            self._views()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.n
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self.buf_k, self.buf_v = self.buf_k[indices], self.buf_v[indices]
+            self._views()
+
+    return BufferLayer
+
+
+def preallocate(cache: Any, rows_B: torch.Tensor, capacity: int) -> bool:
+    """Swap each layer of a prefilled ``DynamicCache`` for a ``BufferLayer`` (``buffer_layer_class``)
+    of ``capacity`` tokens holding the prefill's rows ``rows_B`` (row b of the result = row ``rows_B[b]``).
+    False (the cache left as it was) when a layer is not a plain full-attention ``DynamicLayer``."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    if not isinstance(cache, DynamicCache) or any(type(x) is not DynamicLayer for x in cache.layers):
+        return False
+    for i, layer in enumerate(cache.layers):
+        assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+        cache.layers[i] = buffer_layer_class()(layer.keys[rows_B], layer.values[rows_B], capacity)
+    return True
+
+
 def sample_next(logits_BV: torch.Tensor, *, temperature: float, top_p: float) -> torch.Tensor:
     """One token per row from the last-position logits: greedy when ``temperature <= 0``."""
     if temperature <= 0:
         return logits_BV.argmax(dim=-1)
-    logits_BV = logits_BV.float() / temperature
+    logits_BV = logits_BV.float()
+    if temperature != 1.0:  # x / 1.0 is x: no copy of [B, V] per token
+        logits_BV = logits_BV / temperature
     if top_p < 1.0:
         # nucleus: keep the smallest set of tokens whose probability mass reaches top_p (the most
         # likely token always stays), as transformers' TopPLogitsWarper
@@ -77,9 +147,26 @@ def decode(
     # positions follow the mask, so left padding does not shift them (as generate does)
     next_pos_B = prompt_mask_BP.long().sum(dim=1)
     pos_BP = (prompt_mask_BP.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=prompt_ids_BP, attention_mask=mask_BW[:, :P], position_ids=pos_BP, use_cache=True)
+    # a GRPO group's rows share one prompt: each distinct prompt is run once, and its keys and values
+    # (and its next-token logits) are copied to its rows
+    shared = shared_prompts(prompt_ids_BP, prompt_mask_BP.bool())
+    first = shared[0] if shared is not None else slice(None)
+    out = model(
+        input_ids=prompt_ids_BP[first],
+        attention_mask=mask_BW[first, :P],
+        position_ids=pos_BP[first],
+        use_cache=True,
+        **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}),
+    )
     cache = out.past_key_values
     logits_BV = out.logits[:, -1, :]
+    rows_of = shared[1] if shared is not None else torch.arange(B, device=device)
+    step = None
+    if preallocate(cache, rows_of, P + max_new_tokens):
+        step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
+    elif shared is not None:
+        cache.batch_select_indices(rows_of)
+    logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     rows = torch.arange(B, device=device)  # the original row of each active row
     done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
     T = 0
@@ -107,13 +194,16 @@ def decode(
             done_A = done_A[idx]
             cache.batch_select_indices(idx)
         mask_BW[:, P + t] = 1
-        out = model(
-            input_ids=tok_A.unsqueeze(1),
-            attention_mask=mask_BW[:, : P + t + 1],
-            position_ids=next_pos_B.unsqueeze(1),
-            past_key_values=cache,
-            use_cache=True,
-        )
+        if step is not None:
+            logits_BV = step(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW[:, : P + t + 1], cache)
+        else:
+            out = model(
+                input_ids=tok_A.unsqueeze(1),
+                attention_mask=mask_BW[:, : P + t + 1],
+                position_ids=next_pos_B.unsqueeze(1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            logits_BV = out.logits[:, -1, :]
         next_pos_B = next_pos_B + 1
-        logits_BV = out.logits[:, -1, :]
     return out_BT[:, :T]
