@@ -75,3 +75,20 @@ def test_the_unisolated_runner_of_the_sandbox_benchmark_never_kills_every_proces
     assert "os.kill(-1" not in src and "os.kill(child, _SIGKILL)" in src
     assert '"/tmp"' not in src and "/box/" not in src
     compile(src, "runner_unisolated.py", "exec")
+
+
+def test_the_async_bound_is_a_wall_time_every_schedule_needs() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import async_reward  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(BENCH))
+    # 4 steps: generation 0.5 s, update 0.5 s, reward wait 3 s; 2 s of the run outside the steps
+    step = {"time/generation_s": 0.5, "time/update_s": 0.5, "time/reward_wait_s": 3.0}
+    run = {"wall_s": 18.0, "steps": [dict(step) for _ in range(4)]}
+    red, gt, rw = async_reward.ideal_reduction(run["steps"])
+    # serial 16 s; two generate-and-score chains at a time need (4 * 3.5) / 2 = 7 s > sum(G+T) = 4 s
+    assert (gt, rw) == (1.0, 3.0)
+    assert red == 1 - 7 / 16
+    # the 2 s outside the steps are paid by every schedule: the least wall time is 2 + 7 = 9 s
+    assert async_reward.ideal_wall([run, {**run, "wall_s": 20.0}, {**run, "wall_s": 19.0}]) == 2 + 7 + 1
