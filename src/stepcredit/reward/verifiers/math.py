@@ -672,19 +672,33 @@ where a hung reading is killed."""
 
 
 @functools.lru_cache(maxsize=1)
-def _mv_pattern_groups() -> tuple[tuple[tuple[Any, str], ...], ...]:
+def _mv_pattern_groups() -> tuple[tuple[tuple[Any, str, Any], ...], ...]:
     """math-verify's own extraction regexes for its default configuration (``LatexExtractionConfig`` +
-    ``ExprExtractionConfig``), grouped by priority, strongest first, each tagged ``latex`` or ``expr``."""
+    ``ExprExtractionConfig``), grouped by priority, strongest first: (pattern, ``latex`` or ``expr``,
+    the extraction target its ``extract_match`` takes)."""
     try:
         from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, get_extraction_regexes
     except ImportError:  # another layout: no shortcut, math-verify decides everything it is asked
         return ()
-    by_priority: dict[int, list[tuple[Any, str]]] = {}
+    by_priority: dict[int, list[tuple[Any, str, Any]]] = {}
     for patterns, target in get_extraction_regexes((LatexExtractionConfig(), ExprExtractionConfig())):
         kind = "latex" if isinstance(target, LatexExtractionConfig) else "expr"
         for pattern, priority in patterns:
-            by_priority.setdefault(priority, []).append((pattern, kind))
+            by_priority.setdefault(priority, []).append((pattern, kind, target))
     return tuple(tuple(by_priority[k]) for k in sorted(by_priority))
+
+
+@functools.lru_cache(maxsize=8)
+def _mv_group_matches(text: str, index: int) -> tuple[tuple[Any, str, Any], ...]:
+    """The matches of priority group ``index`` in ``text`` in the order math-verify tries them
+    (``extract_target_from_pred``: the match that ends last first, the earliest start on a tie, and
+    otherwise the order of its patterns)."""
+    found = [
+        (m, kind, target)
+        for pattern, kind, target in _mv_pattern_groups()[index]
+        for m in pattern.finditer(text)
+    ]
+    return tuple(sorted(found, key=lambda x: (x[0].end(), -x[0].start()), reverse=True))
 
 
 def _mv_first_number(text: str) -> tuple[Fraction | complex, bool, str, bool] | None:
@@ -697,16 +711,11 @@ def _mv_first_number(text: str) -> tuple[Fraction | complex, bool, str, bool] | 
     that math-verify compares as its last part (:func:`_chain_tail`). None in every other case.
     An exact constant (:func:`_mv_const`) is read the same way, as a complex value.
     (value, written as a decimal, the number as written, whether it ends a chain of equations)."""
-    for group in _mv_pattern_groups():
-        best: tuple[tuple[int, int], Any, str] | None = None
-        for pattern, kind in group:
-            for m in pattern.finditer(text):
-                key = (m.end(), -m.start())
-                if best is None or key > best[0]:
-                    best = (key, m, kind)
-        if best is None:
+    for index in range(len(_mv_pattern_groups())):
+        ordered = _mv_group_matches(text, index)
+        if not ordered:
             continue
-        _, m, kind = best
+        m, kind, _ = ordered[0]
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
         if any("percent" in k for k in groups):
             return None
