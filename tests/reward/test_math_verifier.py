@@ -307,3 +307,18 @@ def test_text_without_digits_dollars_or_backslashes_is_unparseable_inline(text: 
     r = math_fast("math", text, "42")
     assert r is not None and r.status == Status.UNPARSEABLE
     assert parse(text) == []
+
+
+def test_unclosed_openers_are_read_in_linear_time() -> None:
+    """A response of unclosed ``\\[`` or ``\\(`` openers (the extraction runs inline, in the trainer's
+    thread) used to take seconds: every opener scanned to the end of the text."""
+    import time
+
+    from stepcredit.reward.verifiers.math import extract_answer
+
+    for opener in ("\\[", "\\("):
+        t0 = time.perf_counter()
+        assert extract_answer(opener * 10_000) == (None, "none")
+        assert time.perf_counter() - t0 < 1.0  # 1.2 s at half this length before
+    # a closed environment after them is still read
+    assert extract_answer("\\[" * 50 + " so \\[ x = 5 \\]")[0] == "x = 5"
