@@ -26,15 +26,12 @@ def ragged_batch(B: int = 10, P: int = 9, T: int = 11, seed: int = 0) -> tuple[t
     return ids, mask.long()
 
 
-def test_packed_passes_equal_one_padded_pass_values_and_gradients() -> None:
-    model, _ = load_policy(SMALL, seed=0)
-    ids, attn = ragged_batch()
-    T = 11
+def assert_equals_one_padded_pass(
+    model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, T: int, lp: torch.Tensor, ent: torch.Tensor
+) -> None:
+    """``lp`` and ``ent`` (temperature 0.7) and their gradients equal one padded pass over every row;
+    padding gets nothing."""
     resp = attn[:, -T:].bool()
-    lp, ent = token_logprobs(
-        model, ids, attn, n_response=T, temperature=0.7, with_entropy=True, rows_per_pass=3
-    )
-    assert ent is not None
     (lp.sum() + ent.sum()).backward()
     got = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
@@ -45,6 +42,17 @@ def test_packed_passes_equal_one_padded_pass_values_and_gradients() -> None:
     (ref.sum() + ref_ent.sum()).backward()
     for g, p in zip(got, model.parameters(), strict=True):
         assert torch.allclose(g, p.grad, atol=1e-5)
+
+
+def test_packed_passes_equal_one_padded_pass_values_and_gradients() -> None:
+    model, _ = load_policy(SMALL, seed=0)
+    ids, attn = ragged_batch()
+    T = 11
+    lp, ent = token_logprobs(
+        model, ids, attn, n_response=T, temperature=0.7, with_entropy=True, rows_per_pass=3
+    )
+    assert ent is not None
+    assert_equals_one_padded_pass(model, ids, attn, T, lp, ent)
 
 
 def test_extra_padding_does_not_change_the_log_probs() -> None:
@@ -99,7 +107,6 @@ def test_shared_prompts_go_through_once_with_the_same_values_and_gradients(
     model, _ = load_policy(SMALL, seed=0)
     ids, attn = grouped_batch()
     T = 11
-    resp = attn[:, -T:].bool()
     calls: list[int] = []
     real = models._shared_prefix_logprobs
     monkeypatch.setattr(models, "_shared_prefix_logprobs", lambda *a: calls.append(1) or real(*a))
@@ -107,16 +114,7 @@ def test_shared_prompts_go_through_once_with_the_same_values_and_gradients(
         model, ids, attn, n_response=T, temperature=0.7, with_entropy=True, rows_per_pass=5
     )
     assert calls and ent is not None  # the shared path ran
-    (lp.sum() + ent.sum()).backward()
-    got = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    ref, ref_ent = _padded_logprobs(model, ids, attn, T, 0.7, True, None)
-    assert torch.allclose(lp[resp], ref[resp], atol=1e-5)
-    assert torch.allclose(ent[resp], ref_ent[resp], atol=1e-5)
-    assert bool((lp[~resp] == 0).all()) and bool((ent[~resp] == 0).all())
-    (ref.sum() + ref_ent.sum()).backward()
-    for g, p in zip(got, model.parameters(), strict=True):
-        assert torch.allclose(g, p.grad, atol=1e-5)
+    assert_equals_one_padded_pass(model, ids, attn, T, lp, ent)
 
 
 def test_prompts_shared_by_few_rows_take_the_packed_passes() -> None:

@@ -691,7 +691,6 @@ def _mv_pattern_groups() -> tuple[tuple[tuple[Any, str, Any], ...], ...]:
     return tuple(tuple(by_priority[k]) for k in sorted(by_priority))
 
 
-@functools.lru_cache(maxsize=8)
 def _mv_group_matches(text: str, index: int) -> tuple[tuple[Any, str, Any], ...]:
     """The matches of priority group ``index`` in ``text`` in the order math-verify tries them
     (``extract_target_from_pred``: the match that ends last first, the earliest start on a tie, and
