@@ -3,8 +3,10 @@ off-policy vs both, same run (issue 7).
 
 The reward is the arith math verifier behind a sleep drawn uniformly from ``[--min-s, --max-s]`` per
 training response (``benchmarks/_sleepy_reward.py``, routed as a user's function and run by the reward
-agent's thread backend with ``--concurrency`` requests at once; 0 = the whole batch at once, a remote
-service with room for every request). One SFT warm-up is trained first and saved; each of the four
+agent's thread backend with ``--concurrency`` requests at once; 0 = every request in flight at once, a
+remote service with room for every request: two steps' batches when one is generated ahead. With one
+batch's worth of room, the batch generated ahead queues behind the one being scored and the bound below,
+which lets two steps' rewards run together, is out of reach of any schedule). One SFT warm-up is trained first and saved; each of the four
 runs starts from it and trains ``--steps`` RL steps with the same seed, through
 ``stepcredit.trainer.train``:
 
@@ -18,11 +20,12 @@ stale data, and on fresh data it is PPO's clipped objective), so only the schedu
 
 Reported: wall time of each ``train`` call (validation is left out of the runs: the final models are
 validated afterwards with the plain math verifier, greedy, on ``data.val_size`` prompts), the
-reduction of ``both`` against the baseline, the ideal reduction of wall time: the baseline's wall time
-less its steps' serial work sum(G+T+R) plus the least any schedule needs for that work,
-``max(sum(G+T), sum(G+R)/2)`` (a lower bound on any schedule's wall time, see :func:`ideal_reduction`
-and :func:`ideal_wall`), from the baseline's per-step generation+training (G+T) and reward wait (R)
-times; the share of that bound reached (the same reduction on the steps' own time alone is
+reduction of ``both`` against the baseline, the ideal reduction of wall time: ``both``'s own time
+outside its steps plus the least time any schedule with one step of staleness needs for the steps' work,
+the larger of sum(G+T) and the critical path in which step t's generation waits for step t-1's
+generation and step t-2's rewards (a lower bound on any schedule's wall time, see
+:func:`least_steps_time` and :func:`ideal_wall`), from the baseline's per-step generation (G), training
+(T) and reward wait (R) times; the share of that bound reached (the same reduction on the steps' own time alone is
 ``ideal_reduction_steps_pct``); whether the
 decoupled loss was applied (the share of updates whose proximal policy differs from the behaviour
 policy, and the behaviour weights' distance from 1), the seconds per step each run spent in log-prob
@@ -150,8 +153,9 @@ def base_config(args: argparse.Namespace) -> dict[str, Any]:
             f"reward.custom.kwargs={{min_s: {args.min_s}, max_s: {args.max_s}}}",
             "reward.custom.isolate=false",
             "reward.agent.backend=thread",
-            f"reward.agent.max_concurrency={args.concurrency or b}",
-            f"reward.agent.max_in_flight={max(args.concurrency or b, 2 * b)}",
+            # 0: room for every request in flight, two steps' batches when one is generated ahead
+            f"reward.agent.max_concurrency={args.concurrency or 2 * b}",
+            f"reward.agent.max_in_flight={max(args.concurrency, 2 * b)}",
             f"reward.timeout_s={args.max_s + 30}",
             f"loss.name={args.loss}",
             *args.overrides,
@@ -229,43 +233,67 @@ def validate_final(cfg: Config, model_dir: Path) -> float:
     return float(m.get("val/accuracy", float("nan")))
 
 
-def ideal_reduction(steps: list[dict[str, Any]]) -> tuple[float, float, float]:
-    """(ideal reduction, mean G+T, mean R) from the baseline's per-step times.
-
-    A lower bound on the wall time of any schedule of the same work: the main thread's work (G+T:
-    generation, process values, updates) is serial, so wall >= sum(G+T). And with one step of
-    staleness the generation of step t+2 waits for the rewards of step t (they train step t+1's
-    weights), so the chains "generate step t, score step t" run at most two at a time: wall >=
-    sum(G+R) / 2. The ideal reduction is 1 - max(sum(G+T), sum(G+R)/2) / sum(G+T+R). (It is tighter
-    than the earlier max(sum(G+T), sum(R)/2); a per-step max(G+T, R) is not a bound: the batch
-    generated ahead is scored across two steps.)
-    """
+def _step_times(steps: list[dict[str, Any]]) -> tuple[list[float], list[float], list[float]]:
+    """(G, T, R) per step: generation (with process values), update, reward wait."""
     g = [r.get("time/generation_s", 0.0) + r.get("time/process_s", 0.0) for r in steps]
-    gt = [x + r["time/update_s"] for x, r in zip(g, steps, strict=True)]
+    t = [r["time/update_s"] for r in steps]
     rw = [r.get("time/reward_wait_s", r.get("time/reward_s", 0.0)) for r in steps]
-    total = sum(gt) + sum(rw)
-    ideal = max(sum(gt), (sum(g) + sum(rw)) / 2)
+    return g, t, rw
+
+
+def least_steps_time(steps: list[dict[str, Any]]) -> float:
+    """A lower bound on the time any schedule with one step of staleness needs for these steps' work.
+
+    Two constraints, both from the baseline's per-step generation G_t, update T_t and reward wait R_t:
+
+    * the main thread's work is serial (generation and updates share the cores): >= sum(G+T);
+    * the critical path of the dependencies: generation is one stream (step t's generation starts after
+      step t-1's), and step t's generation waits for the rewards of step t-2 (they train the weights it
+      samples from; one step of staleness). With end_G(t) = max(end_G(t-1), end_R(t-2)) + G_t and
+      end_R(t) = end_G(t) + R_t, the last reward cannot arrive before end_R(n).
+
+    The update between the rewards of t-2 and the generation of t is left out of the path (a
+    mini-batch pipeline may have run most of it before the last reward came), and so is the last step's
+    update, so this stays a lower bound for every schedule; R_t is the wait the baseline saw after its
+    generation ended, no longer than the reward's latency. The path is never shorter than
+    sum(G+R)/2, the two interleaved chains' mean that was the bound before: the longer chain counts.
+    """
+    g, t, rw = _step_times(steps)
+    end_g: list[float] = []
+    end_r: list[float] = []
+    for i in range(len(steps)):
+        start = max(end_g[i - 1] if i >= 1 else 0.0, end_r[i - 2] if i >= 2 else 0.0)
+        end_g.append(start + g[i])
+        end_r.append(end_g[i] + rw[i])
+    return max(sum(g) + sum(t), end_r[-1] if end_r else 0.0)
+
+
+def ideal_reduction(steps: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """(ideal reduction of the steps' own time, mean G+T, mean R) from the baseline's per-step times:
+    1 - :func:`least_steps_time` / sum(G+T+R)."""
+    g, t, rw = _step_times(steps)
+    total = sum(g) + sum(t) + sum(rw)
     n = max(1, len(steps))
-    return (1.0 - ideal / total if total else 0.0), sum(gt) / n, sum(rw) / n
+    red = 1.0 - least_steps_time(steps) / total if total else 0.0
+    return red, (sum(g) + sum(t)) / n, sum(rw) / n
 
 
-def ideal_wall(runs: list[dict[str, Any]]) -> float:
-    """The bound as a wall time, from the baseline's runs (median): each run's wall time less the work
-    its steps did serially (sum(G+T+R)) plus the least any schedule needs for that work
-    (:func:`ideal_reduction`'s max(sum(G+T), sum(G+R)/2)). What is left over (start-up, model and
-    reward-agent set-up, the final save, bookkeeping between steps) is paid by every schedule, so this
-    is still a lower bound on the wall time of any schedule; it is what the measured wall time of the
-    pipelined runs is compared with (like for like: the reduction of wall time against the largest
-    reduction of wall time possible)."""
-    walls = []
-    for r in runs:
-        red, _, _ = ideal_reduction(r["steps"])
-        g = [s.get("time/generation_s", 0.0) + s.get("time/process_s", 0.0) for s in r["steps"]]
-        gt = [x + s["time/update_s"] for x, s in zip(g, r["steps"], strict=True)]
-        rw = [s.get("time/reward_wait_s", s.get("time/reward_s", 0.0)) for s in r["steps"]]
-        total = sum(gt) + sum(rw)
-        walls.append(r["wall_s"] - total + (1.0 - red) * total)
-    return statistics.median(walls)
+def outside_steps(run: dict[str, Any]) -> float:
+    """Seconds of a run outside its RL steps (start-up, model and reward-agent set-up, the final save):
+    its wall time less the sum of its steps' ``time/step_s``."""
+    return float(run["wall_s"] - sum(s.get("time/step_s", 0.0) for s in run["steps"]))
+
+
+def ideal_wall(baseline_runs: list[dict[str, Any]], runs: list[dict[str, Any]]) -> float:
+    """The bound as a wall time for the runs ``runs`` (the pipelined side): the time those runs spent
+    outside their steps (median; that work is the same in every schedule, and measuring it on the same
+    runs keeps a cold start or a slow save of another run out of the comparison) plus the least time any
+    schedule needs for the steps' work (:func:`least_steps_time` of each baseline run, median). It is
+    what the measured wall time of the pipelined runs is compared with (like for like: the reduction of
+    wall time against the largest reduction of wall time possible)."""
+    return statistics.median(outside_steps(r) for r in runs) + statistics.median(
+        least_steps_time(r["steps"]) for r in baseline_runs
+    )
 
 
 def main() -> None:
@@ -277,7 +305,12 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=16, help="prompts per step")
     p.add_argument("--n", type=int, default=8, help="responses per prompt")
     p.add_argument("--mini-batch", type=int, default=32, help="responses per update in the pipelined runs")
-    p.add_argument("--concurrency", type=int, default=0, help="reward requests at once (0 = whole batch)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=0,
+        help="reward requests at once (0 = every request in flight: two steps' batches)",
+    )
     p.add_argument("--val-size", type=int, default=200, help="validation prompts scored after each run")
     p.add_argument("--sft-steps", type=int, default=-1, help="SFT warm-up steps (-1 = the preset's)")
     p.add_argument("--preset", default="default", help="config preset the runs start from")
@@ -334,11 +367,11 @@ def main() -> None:
 
     base = out["baseline"]["wall_s"]
     ideal_steps, gt, rw = ideal_reduction(out["baseline"]["steps"])
-    bound_wall = ideal_wall(reps["baseline"])
+    bound_wall = ideal_wall(reps["baseline"], reps.get("both", reps[names[-1]]))
     ideal = 1.0 - bound_wall / base
     print(
         f"arith, {args.steps} RL steps x {args.prompts} prompts x {args.n} responses; reward latency "
-        f"U({args.min_s:g}, {args.max_s:g}) s, {args.concurrency or args.prompts * args.n} at once; "
+        f"U({args.min_s:g}, {args.max_s:g}) s, {args.concurrency or 2 * args.prompts * args.n} at once; "
         f"SFT warm-up {sft_s:.1f} s (shared)"
     )
     print(f"baseline per step: generation+training {gt:.2f} s, reward wait {rw:.2f} s")
@@ -368,9 +401,11 @@ def main() -> None:
         "bound_wall_s": round(bound_wall, 3),
         "ideal_reduction_steps_pct": round(100 * ideal_steps, 2),
         "bound": (
-            "wall - sum(G+T+R) + max(sum(G+T), sum(G+R)/2), per baseline run (median): the least wall time of "
-            "any schedule; ideal_reduction_pct = 1 - bound/baseline wall, ideal_reduction_steps_pct = "
-            "1 - max(sum(G+T), sum(G+R)/2) / sum(G+T+R) on the steps alone"
+            "the pipelined run's time outside its steps (median) + max(sum(G+T), critical path of 'generation "
+            "of step t waits for step t-1's generation and step t-2's rewards') from the baseline's per-step "
+            "G, T, R (median): the least wall time of any schedule with one step of staleness; "
+            "ideal_reduction_pct = 1 - bound/baseline wall, ideal_reduction_steps_pct = 1 - that least "
+            "steps' time / sum(G+T+R) on the steps alone"
         ),
         "accuracy": {n: r["accuracy"] for n, r in out.items()},
         "lost": sum(r["lost"] for r in out.values()),

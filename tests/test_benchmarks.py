@@ -83,12 +83,21 @@ def test_the_async_bound_is_a_wall_time_every_schedule_needs() -> None:
         import async_reward  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(BENCH))
-    # 4 steps: generation 0.5 s, update 0.5 s, reward wait 3 s; 2 s of the run outside the steps
-    step = {"time/generation_s": 0.5, "time/update_s": 0.5, "time/reward_wait_s": 3.0}
+    # 4 steps: generation 0.5 s, update 0.5 s, reward wait 3 s, each step 4 s; 2 s outside the steps
+    step = {"time/generation_s": 0.5, "time/update_s": 0.5, "time/reward_wait_s": 3.0, "time/step_s": 4.0}
     run = {"wall_s": 18.0, "steps": [dict(step) for _ in range(4)]}
+    # the critical path: G1 ends 0.5, R1 3.5; G2 (after G1) 1.0, R2 4.0; G3 waits for R1: 4.0, R3 7.0;
+    # G4 waits for G3 and R2: 4.5, R4 7.5. Serial work sum(G+T) = 4 s is less: the bound is 7.5 s, and
+    # it is never below the two chains' mean, sum(G+R)/2 = 7 s
+    assert async_reward.least_steps_time(run["steps"]) == 7.5
     red, gt, rw = async_reward.ideal_reduction(run["steps"])
-    # serial 16 s; two generate-and-score chains at a time need (4 * 3.5) / 2 = 7 s > sum(G+T) = 4 s
     assert (gt, rw) == (1.0, 3.0)
-    assert red == 1 - 7 / 16
-    # the 2 s outside the steps are paid by every schedule: the least wall time is 2 + 7 = 9 s
-    assert async_reward.ideal_wall([run, {**run, "wall_s": 20.0}, {**run, "wall_s": 19.0}]) == 2 + 7 + 1
+    assert red == 1 - 7.5 / 16
+    # uneven rewards: the longer chain counts (R = 1, 5, 1, 5: the even steps' chain 0.5+5+0.5+5 plus
+    # the first generation) where the old mean would say (4 * 0.5 + 12) / 2 = 7
+    uneven = [{**step, "time/reward_wait_s": w} for w in (1.0, 5.0, 1.0, 5.0)]
+    assert async_reward.least_steps_time(uneven) == 11.5
+    # the time outside the steps is the pipelined run's own (its wall less its steps), paid by every
+    # schedule: median of 2, 3 and 1 s, plus the steps' bound of the baseline runs
+    piped = [{**run, "wall_s": 18.0}, {**run, "wall_s": 19.0}, {**run, "wall_s": 17.0}]
+    assert async_reward.ideal_wall([run, run], piped) == 2 + 7.5
