@@ -125,7 +125,7 @@ def clear_caches() -> None:
         latex.const_value,
         latex.parse_answer,
     ]
-    caches += [math._mv_parse_cached, mvp.parse_latex_cached, mvp.parse_expr_cached]
+    caches += [math._mv_parse_cached, math._fitted_readings, mvp.parse_latex_cached, mvp.parse_expr_cached]
     for f in caches:
         f.cache_clear()
 

@@ -215,3 +215,59 @@ def test_long_texts_are_left_to_the_pool() -> None:
     assert math_fast("math", short, "144") is not None
     padded = "\\[" * (_MV_REGEX_MAX_CHARS // 2) + short
     assert math_fast("math", padded, "144") is None
+
+
+def _set_cases(n: int, seed: int) -> list[str]:
+    """Tuples, intervals and unions of them as answers spell them: integers of every size, infinities,
+    both bracket kinds, spaces or none, empty and degenerate intervals ("(3,1)", "[2,2]")."""
+    rng = random.Random(seed)
+
+    def elem() -> str:
+        r = rng.random()
+        if r < 0.15:
+            return rng.choice(["\\infty", "-\\infty"])
+        if r < 0.35:
+            frac = rng.choice(["\\frac", "\\dfrac", "\\tfrac"])
+            return f"{rng.choice(['', '-'])}{frac}{{{rng.randint(0, 30)}}}{{{rng.randint(1, 12)}}}"
+        return str(rng.choice([rng.randint(-5, 5), rng.randint(-(10**6), 10**6), 0]))
+
+    def group() -> str:
+        k = rng.choice([2, 2, 2, 3, 4])
+        sep = rng.choice([",", " , ", ", "])
+        body = sep.join(elem() for _ in range(k))
+        pad = rng.choice(["", " "])
+        left, right = rng.choice([("", ""), ("\\left", "\\right")])
+        return left + rng.choice("([") + pad + body + pad + right + rng.choice(")]")
+
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.6:
+            out.append(group())
+        else:
+            out.append(rng.choice([" \\cup ", "\\cup"]).join(group() for _ in range(rng.choice([2, 3]))))
+    fracs = ["\\frac{4}{9}", "-\\frac{4}{9}", "\\dfrac{8}{4}", "\\frac{0}{5}", "\\tfrac{1}{2}"]
+    return out + fracs + ["(3,1)", "[3,1]", "(3,1]", "[2,2]", "(2,2)", "(-\\infty,\\infty)", "(-0,3)", "(01,3)"]
+
+
+def test_set_reading_equals_math_verify() -> None:
+    """The direct reading of a tuple/interval/union gold is exactly math-verify's parse of ``$gold$``
+    (the same sympy tree, ``srepr``-equal, and the same matched text), on generated spellings and on
+    every MATH-500 answer the reader takes; so the slow path's verdicts cannot change."""
+    from stepcredit.reward.verifiers.math import _mv_parse, _set_reading
+
+    golds = [json.loads(line)["answer"] for line in MATH500.open()] if MATH500.exists() else []
+    cases = _set_cases(60, seed=7) + golds
+    checked = 0
+    for c in cases:
+        direct = _set_reading(c)
+        if direct is None:
+            continue
+        checked += 1
+        parsed = tuple(_mv_parse(f"${c}$"))
+        assert [x if isinstance(x, str) else sympy.srepr(x) for x in direct] == [
+            x if isinstance(x, str) else sympy.srepr(x) for x in parsed
+        ], c
+    assert checked >= 50
+    # forms it does not know are left to the parser
+    for c in ["(1,2,3]", "x \\in [-2,7]", "\\left( 3, \\frac{\\pi}{2} \\right)", "(1.5,2)", "(5)", "{1,2}", "\\frac{1}{0}"]:
+        assert _set_reading(c) is None, c

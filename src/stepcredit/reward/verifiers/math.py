@@ -860,6 +860,84 @@ def _reads_whole(parsed: tuple[Any, ...], s: str) -> bool:
     return bool(text) and re.sub(r"\s+", "", text[-1]) == re.sub(r"\s+", "", s)
 
 
+# A fraction, or a tuple, interval or union of intervals of integers, fractions and infinities, as MATH
+# writes them: "\\frac{4}{9}", "(8,-2)", "\\left( \\frac{3}{2}, -13 \\right)", "(-\\infty, 0]",
+# "(2,12) \\cup (12,102)". math-verify's LaTeX parser takes 20-50 ms on a set (its grammar's set rules
+# fall back to full-context prediction), most of the cost of a gold answer's reading;
+# :func:`_set_reading` builds the same reading directly.
+_SET_ELEM = r"\s*(?:-?\d+|-?\\frac\{\d+\}\{[1-9]\d*\}|-?\\infty)\s*"
+_SET_GROUP_RE = re.compile(rf"([(\[])({_SET_ELEM}(?:,{_SET_ELEM})+)([)\]])")
+_SET_TEXT_RE = re.compile(rf"\s*{_SET_GROUP_RE.pattern}(?:\s*\\cup\s*{_SET_GROUP_RE.pattern})*\s*")
+_FRAC_TEXT_RE = re.compile(r"\s*-?\\frac\{\d+\}\{[1-9]\d*\}\s*")
+_SET_VALUE_RE = re.compile(r"(-?)(?:(\d+)|\\frac\{(\d+)\}\{(\d+)\}|\\infty)")
+
+
+def _set_reading(s: str) -> tuple[Any, ...] | None:
+    """math-verify's reading of ``$s$`` (``parse``: the expression, then the text it matched, with
+    ``\\left``/``\\right`` dropped and ``\\dfrac``/``\\tfrac`` spelt ``\\frac`` as its normalisation does)
+    for a fraction of integers, or a tuple, interval or union of intervals of integers, such
+    fractions and infinities (:data:`_SET_TEXT_RE`), built without its parser; None for anything
+    else. latex2sympy_extended's rules, which the test ``test_set_reading_equals_math_verify`` checks
+    against its parser on generated and MATH-500 answers: a fraction is the rational it equals; two
+    elements in brackets are an interval (open at a parenthesis), except an empty one with both ends
+    alike ("(3,1)", "[3,1]"), which is the tuple; more elements are a tuple; a union is built left to
+    right, unevaluated, a tuple in it becoming the set of its elements."""
+    t = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)).strip()
+    if _FRAC_TEXT_RE.fullmatch(t):
+        return _set_value(t), t
+    if not _SET_TEXT_RE.fullmatch(t):
+        return None
+    import sympy
+
+    parts: list[Any] = []
+    for m in _SET_GROUP_RE.finditer(t):
+        left, body, right = m.groups()
+        items = [_set_value(x) for x in body.split(",")]
+        if len(items) > 2:
+            if (left, right) not in (("(", ")"), ("[", "]")):
+                return None  # "(1,2,3]": not a form this reader knows
+            parts.append(sympy.Tuple(*items))
+            continue
+        a, b = items
+        lo, ro = left == "(", right == ")"
+        if (lo and ro and b <= a) or (not lo and not ro and b < a):
+            parts.append(sympy.Tuple(a, b))
+        else:
+            parts.append(sympy.Interval(a, b, left_open=lo, right_open=ro))
+    if len(parts) == 1:
+        return parts[0], t
+    acc = parts[0]
+    for nxt in parts[1:]:
+        acc, nxt = (sympy.FiniteSet(*x) if isinstance(x, sympy.Tuple) else x for x in (acc, nxt))
+        acc = sympy.Union(acc, nxt, evaluate=False)
+    return acc, t
+
+
+def _set_value(x: str) -> Any:
+    """An element of :data:`_SET_TEXT_RE` as latex2sympy reads it: an Integer, a Rational, +-oo."""
+    import sympy
+
+    m = _SET_VALUE_RE.fullmatch(x.strip())
+    assert m is not None  # the caller matched the grammar
+    sign = -1 if m.group(1) else 1
+    if m.group(2) is not None:
+        return sympy.Integer(sign * int(m.group(2)))
+    if m.group(3) is not None:
+        return sympy.Rational(sign * int(m.group(3)), int(m.group(4)))
+    return sign * sympy.oo
+
+
+@functools.lru_cache(maxsize=4096)
+def _fitted_readings(fit: str) -> tuple[Any, ...]:
+    """math-verify's reading of a fitted gold (:func:`_fitted`), built directly where
+    :func:`_set_reading` knows the form, else parsed (cached: a group shares its gold)."""
+    if fit.startswith("$") and fit.endswith("$"):
+        direct = _set_reading(fit[1:-1])
+        if direct is not None:
+            return direct
+    return _mv_parse_cached(fit)
+
+
 def _gold_readings(gold: str) -> tuple[Any, ...]:
     """math-verify's readings of a gold answer: its default reading (``parse(gold)``) when that reads
     the whole gold, else (a bare ``2\\sqrt{3}`` reads as 2) the fitted one (:func:`_fitted`: inside
@@ -869,15 +947,15 @@ def _gold_readings(gold: str) -> tuple[Any, ...]:
     answer = extract_gold(gold)
     if answer != gold:
         fit = _fitted(answer)
-        return raw + _mv_parse_cached(fit or answer)
+        return raw + (_fitted_readings(fit) if fit else _mv_parse_cached(answer))
     if _reads_whole(raw, gold):
         return raw
     fit = _fitted(gold)
     if fit is None:
         return raw
     if _DECIMAL_COMMA_RE.match(gold.strip()):
-        return _mv_parse_cached(fit) + raw
-    return _mv_parse_cached(fit) or raw
+        return _fitted_readings(fit) + raw
+    return _fitted_readings(fit) or raw
 
 
 def math_verify_verdict(gold: str, text: str, pred: str | None, how: str) -> tuple[bool | None, str | None]:
