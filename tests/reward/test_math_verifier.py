@@ -198,8 +198,21 @@ def test_number_against_several_elements_or_a_polynomial_skips_verify_keeping_it
         ("[1,2]", "2"),
         ("\\{3,4\\}", "3"),
         ("(0,9)\\cup(9,36)", "1"),
+        # a gold constant against an exact rational more than 1e-6 (relative) away
+        ("2\\sqrt{5}", "7"),
+        ("\\sqrt{2}", "\\frac{99}{70}"),
+        ("\\frac{\\pi}{6}", "\\frac{1}{2}"),
+        ("3^{1/3}", "1"),
     ]
-    kept = [("(x+1)^2-x^2-2x", "1"), ("\\{3\\}", "3"), ("x^2", "y^2")]
+    # ... but not one that equals it, and no rational that approximates it closer than 1e-6
+    kept = [
+        ("(x+1)^2-x^2-2x", "1"),
+        ("\\{3\\}", "3"),
+        ("x^2", "y^2"),
+        ("\\sqrt{4}", "2"),
+        ("\\sqrt{2}", "\\frac{665857}{470832}"),
+        ("\\cos(x)", "1"),
+    ]
     for gold, pred in skipped + kept:
         g, p = tuple(parse(f"${gold}$")), tuple(parse(f"${pred}$"))
         assert _mv_sure_false(g, p) == ((gold, pred) in skipped), (gold, pred)

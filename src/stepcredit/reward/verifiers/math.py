@@ -533,7 +533,8 @@ def _fitted(s: str) -> str | None:
 def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
     """True when ``math_verify.verify(g, p)`` is certainly False without running it: every pair of
     readings is two different strings, a string and an expression, two different exact rationals, or
-    a number against a set, tuple or interval of several elements or a non-constant polynomial.
+    a number against a set, tuple or interval of several elements or a non-constant polynomial, or a
+    gold constant more than 1e-6 (relative) away from an exact rational (:func:`_const_sure_false`).
 
     Why: ``verify`` runs ``sympy.simplify`` on each expression pair, most of the cost of a wrong
     MATH answer. For two rationals ``a != b`` each of its comparisons (string, numeric, symbolic)
@@ -557,6 +558,9 @@ def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
                 # (math_verify.grader.sympy_expr_eq)
                 if not _mv_sure_false((_last_rhs(a),), (b,)):
                     return False
+            elif isinstance(b, sympy.Rational) and _const_sure_false((a,), complex(b)):
+                # a gold constant ("2\sqrt{5}") far from an exact rational answer (see there)
+                continue
             else:
                 return False
     return True
@@ -1056,25 +1060,32 @@ def math_fast(
     """The verdict when the fast path is sure of it (run inline), else None (run
     :func:`math_compute_score`, which asks math-verify). "Correct" needs an equality our structures
     prove; "incorrect" needs :func:`sure_candidate` and two exact numbers that differ."""
+    return _fast(solution_str, ground_truth, mode=mode, format_score=format_score)[0]
+
+
+def _fast(
+    solution_str: str, ground_truth: Any, *, mode: str, format_score: float
+) -> tuple[RewardResult | None, str | None, str]:
+    """:func:`math_fast`'s verdict with the answer it extracted and how (the slow path reads them too)."""
     if mode not in MODES:
         raise ValueError(f"math verifier mode must be one of {MODES}, got {mode!r}")
     golds = [g for g in _golds(ground_truth) if g]
     if not golds:
-        return RewardResult.failure(Status.ERROR, f"empty ground truth {ground_truth!r}")
+        return RewardResult.failure(Status.ERROR, f"empty ground truth {ground_truth!r}"), None, "none"
     pred, how = extract_answer(solution_str, mode=mode)
     if pred is None:
         if how == "none" and mode == "flexible" and re.search(r"[\d$\\]", solution_str):
             # math-verify's anchor-free extraction may still read something; without a digit, a
             # dollar sign or a backslash it reads nothing (its readings need one of them)
-            return None
-        return _unparseable(how)
+            return None, pred, how
+        return _unparseable(how), pred, how
     body = strip_think(solution_str, strict=mode == "strict") or ""
     several = len({normalize(b) for b in _boxes(body)}) > 1
     verdicts = [fast_verdict(g, pred) for g in golds]
     if any(v is True for v in verdicts) and not several:
-        return _result(True, pred, how, format_score=format_score, path="fast")
+        return _result(True, pred, how, format_score=format_score, path="fast"), pred, how
     if all(v is False for v in verdicts) and sure_candidate(solution_str, pred, how, mode=mode):
-        return _result(False, pred, how, format_score=format_score, path="fast")
+        return _result(False, pred, how, format_score=format_score, path="fast"), pred, how
     if (
         how not in ("boxed", "bare")
         and len(body) <= _MV_REGEX_MAX_CHARS
@@ -1085,13 +1096,13 @@ def math_fast(
         # is a plain number, its verdict is known without its parser
         read = _mv_sure_wrong(body, _raw_golds(ground_truth))
         if read is not None:
-            return _result(False, read, how, format_score=format_score, path="fast")
+            return _result(False, read, how, format_score=format_score, path="fast"), pred, how
     if how == "boxed" and not several and not any(v is True for v in verdicts):
         # the slow path reads one distinct box as "$\boxed{pred}$": a plain number, read as that number
         plain = _plain_number(pred)
         if plain is not None and _number_surely_wrong(*plain, pred.strip(), False, _raw_golds(ground_truth)):
-            return _result(False, pred, how, format_score=format_score, path="fast")
-    return None
+            return _result(False, pred, how, format_score=format_score, path="fast"), pred, how
+    return None, pred, how
 
 
 def math_compute_score(
@@ -1110,12 +1121,9 @@ def math_compute_score(
     ``format_score``: the score of a well-formed but wrong answer (VeRL's ``format_score``).
     ``info["path"]`` says which decided: ``fast`` or ``math_verify``.
     """
-    fast = math_fast(
-        data_source, solution_str, ground_truth, extra_info, mode=mode, format_score=format_score
-    )
+    fast, pred, how = _fast(solution_str, ground_truth, mode=mode, format_score=format_score)
     if fast is not None:
         return fast
-    pred, how = extract_answer(solution_str, mode=mode)
     if pred is None and mode == "strict":
         return _unparseable(how)
     body = strip_think(solution_str, strict=mode == "strict") or ""
