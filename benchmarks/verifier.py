@@ -125,7 +125,8 @@ def clear_caches() -> None:
         latex.const_value,
         latex.parse_answer,
     ]
-    caches += [math._mv_parse_cached, math._fitted_readings, mvp.parse_latex_cached, mvp.parse_expr_cached]
+    caches += [math._mv_parse_cached, math._fitted_readings, math._mv_group_matches]
+    caches += [mvp.parse_latex_cached, mvp.parse_expr_cached]
     for f in caches:
         f.cache_clear()
 

@@ -271,3 +271,18 @@ def test_set_reading_equals_math_verify() -> None:
     # forms it does not know are left to the parser
     for c in ["(1,2,3]", "x \\in [-2,7]", "\\left( 3, \\frac{\\pi}{2} \\right)", "(1.5,2)", "(5)", "{1,2}", "\\frac{1}{0}"]:
         assert _set_reading(c) is None, c
+
+
+@pytest.mark.parametrize("source", ["hostile", "policy"])
+def test_parse_on_shared_matches_equals_parse(source: str) -> None:
+    """The slow path reads a response on the regex matches the fast path found (``_mv_parse_text``):
+    exactly what ``math_verify.parse`` returns, value and text, on every response here."""
+    from stepcredit.reward.verifiers.math import _mv_parse_text
+
+    pairs = HOSTILE if source == "hostile" else _policy_like(120)
+    for response, _ in pairs:
+        ours = _mv_parse_text(response)
+        theirs = mv.parse(response)
+        assert [x if isinstance(x, str) else sympy.srepr(x) for x in ours] == [
+            x if isinstance(x, str) else sympy.srepr(x) for x in theirs
+        ], response

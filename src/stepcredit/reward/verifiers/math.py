@@ -695,16 +695,52 @@ def _mv_pattern_groups() -> tuple[tuple[tuple[Any, str, Any], ...], ...]:
     return tuple(tuple(by_priority[k]) for k in sorted(by_priority))
 
 
+@functools.lru_cache(maxsize=64)
 def _mv_group_matches(text: str, index: int) -> tuple[tuple[Any, str, Any], ...]:
     """The matches of priority group ``index`` in ``text`` in the order math-verify tries them
     (``extract_target_from_pred``: the match that ends last first, the earliest start on a tie, and
-    otherwise the order of its patterns)."""
+    otherwise the order of its patterns). Cached for the last texts: the fast path's shortcut and the
+    slow path's reading (:func:`_mv_parse_text`) of one response run the regexes once."""
     found = [
         (m, kind, target)
         for pattern, kind, target in _mv_pattern_groups()[index]
         for m in pattern.finditer(text)
     ]
     return tuple(sorted(found, key=lambda x: (x[0].end(), -x[0].start()), reverse=True))
+
+
+def _mv_parse_text(text: str) -> list[Any]:
+    """``math_verify.parse(text)`` (its default configuration and timeout), on the regex matches the
+    fast path found already (:func:`_mv_group_matches`): its ``extract_target_from_pred`` step by
+    step, each priority group's matches in its order until one parses, plus the first match's text
+    (``fallback_mode="first_match"``); any error or timeout reads nothing, as in ``parse``.
+    ``test_parse_on_shared_matches_equals_parse`` holds the two equal. Texts past
+    :data:`_MV_REGEX_MAX_CHARS`, or a math-verify of another layout, go to ``parse`` itself."""
+    if len(text) > _MV_REGEX_MAX_CHARS or not _mv_pattern_groups():
+        return _mv_parse(text)
+    from math_verify.errors import TimeoutException
+    from math_verify.parser import extract_match
+    from math_verify.utils import timeout
+
+    def read() -> list[Any]:
+        found: list[Any] = []
+        fallbacks: list[str] = []
+        for index in range(len(_mv_pattern_groups())):
+            for m, _, target in _mv_group_matches(text, index):
+                got, fallback = extract_match(m, target)
+                if fallback:
+                    fallbacks.append(fallback)
+                if got is not None:
+                    found.append(got)
+                    break
+            if found:
+                break
+        return found + fallbacks[:1]
+
+    try:
+        return timeout(timeout_seconds=5 if _mv_timeouts() else None)(read)()
+    except (Exception, TimeoutException):
+        return []
 
 
 def _mv_first_number(text: str) -> tuple[Fraction | complex, bool, str, bool] | None:
@@ -978,7 +1014,7 @@ def math_verify_verdict(gold: str, text: str, pred: str | None, how: str) -> tup
             p = _mv_parse_cached(fit)
             if p:
                 return _mv_verify(g, p), pred
-    p = tuple(_mv_parse(text))
+    p = tuple(_mv_parse_text(text))
     if not p:
         return None, None
     got = next((x for x in p if isinstance(x, str)), None)
