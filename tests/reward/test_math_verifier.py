@@ -203,6 +203,10 @@ def test_number_against_several_elements_or_a_polynomial_skips_verify_keeping_it
         ("\\sqrt{2}", "\\frac{99}{70}"),
         ("\\frac{\\pi}{6}", "\\frac{1}{2}"),
         ("3^{1/3}", "1"),
+        # an equation against a gold number: by its last right side
+        ("5", "x = 3"),
+        ("5", "a = b = 7"),
+        ("\\frac{1}{2}", "2 + 3 = 4"),
     ]
     # ... but not one that equals it, and no rational that approximates it closer than 1e-6
     kept = [
@@ -212,6 +216,9 @@ def test_number_against_several_elements_or_a_polynomial_skips_verify_keeping_it
         ("\\sqrt{4}", "2"),
         ("\\sqrt{2}", "\\frac{665857}{470832}"),
         ("\\cos(x)", "1"),
+        ("5", "2 + 3 = 5"),
+        ("5", "x = y = 5"),
+        ("5", "x = \\sqrt{25}"),
     ]
     for gold, pred in skipped + kept:
         g, p = tuple(parse(f"${gold}$")), tuple(parse(f"${pred}$"))

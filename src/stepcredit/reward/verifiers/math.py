@@ -534,7 +534,8 @@ def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
     """True when ``math_verify.verify(g, p)`` is certainly False without running it: every pair of
     readings is two different strings, a string and an expression, two different exact rationals, or
     a number against a set, tuple or interval of several elements or a non-constant polynomial, or a
-    gold constant more than 1e-6 (relative) away from an exact rational (:func:`_const_sure_false`).
+    gold constant more than 1e-6 (relative) away from an exact rational (:func:`_const_sure_false`),
+    or a gold rational against an equation whose last right side is surely not it.
 
     Why: ``verify`` runs ``sympy.simplify`` on each expression pair, most of the cost of a wrong
     MATH answer. For two rationals ``a != b`` each of its comparisons (string, numeric, symbolic)
@@ -561,6 +562,11 @@ def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
             elif isinstance(b, sympy.Rational) and _const_sure_false((a,), complex(b)):
                 # a gold constant ("2\sqrt{5}") far from an exact rational answer (see there)
                 continue
+            elif isinstance(a, sympy.Rational) and _is_equation(b):
+                # an equation (or a chain of them) against a gold number is compared by its last
+                # right side (math_verify.grader.sympy_expr_eq)
+                if not _mv_sure_false((a,), (_last_rhs(b),)):
+                    return False
             else:
                 return False
     return True
@@ -571,6 +577,15 @@ def _is_assignment(x: Any) -> bool:
         from math_verify.grader import is_assignment_relation
 
         return bool(is_assignment_relation(x))
+    except Exception:  # another layout, or a structure it cannot read: no shortcut
+        return False
+
+
+def _is_equation(x: Any) -> bool:
+    try:
+        from math_verify.grader import is_equation
+
+        return bool(is_equation(x))
     except Exception:  # another layout, or a structure it cannot read: no shortcut
         return False
 
