@@ -207,6 +207,10 @@ def test_number_against_several_elements_or_a_polynomial_skips_verify_keeping_it
         ("5", "x = 3"),
         ("5", "a = b = 7"),
         ("\\frac{1}{2}", "2 + 3 = 4"),
+        # a gold constant against a decimal more than 1e-6 (relative) away
+        ("70 \\sqrt{2}", "1.25"),
+        ("\\pi", "3.14"),
+        ("x + 1", "2.5"),
     ]
     # ... but not one that equals it, and no rational that approximates it closer than 1e-6
     kept = [
@@ -219,6 +223,8 @@ def test_number_against_several_elements_or_a_polynomial_skips_verify_keeping_it
         ("5", "2 + 3 = 5"),
         ("5", "x = y = 5"),
         ("5", "x = \\sqrt{25}"),
+        ("\\sqrt{2}", "1.414214"),
+        ("\\pi", "3.1415926"),
     ]
     for gold, pred in skipped + kept:
         g, p = tuple(parse(f"${gold}$")), tuple(parse(f"${pred}$"))

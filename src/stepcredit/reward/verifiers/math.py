@@ -534,8 +534,9 @@ def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
     """True when ``math_verify.verify(g, p)`` is certainly False without running it: every pair of
     readings is two different strings, a string and an expression, two different exact rationals, or
     a number against a set, tuple or interval of several elements or a non-constant polynomial, or a
-    gold constant more than 1e-6 (relative) away from an exact rational (:func:`_const_sure_false`),
-    or a gold rational against an equation whose last right side is surely not it.
+    gold constant more than 1e-6 (relative) away from an exact rational or a decimal
+    (:func:`_const_sure_false`), or a gold rational against an equation whose last right side is
+    surely not it.
 
     Why: ``verify`` runs ``sympy.simplify`` on each expression pair, most of the cost of a wrong
     MATH answer. For two rationals ``a != b`` each of its comparisons (string, numeric, symbolic)
@@ -561,6 +562,16 @@ def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
                     return False
             elif isinstance(b, sympy.Rational) and _const_sure_false((a,), complex(b)):
                 # a gold constant ("2\sqrt{5}") far from an exact rational answer (see there)
+                continue
+            elif (
+                isinstance(b, sympy.Float)
+                and b.is_finite
+                and isinstance(a, sympy.Expr)
+                and not a.free_symbols
+                and _const_sure_false((a,), complex(b))
+            ):
+                # a gold constant far from a decimal answer: its numeric check rounds both to 6
+                # decimals, more than 1e-6 apart they differ; the symbolic one never cancels
                 continue
             elif isinstance(a, sympy.Rational) and _is_equation(b):
                 # an equation (or a chain of them) against a gold number is compared by its last
@@ -871,6 +882,8 @@ def _const_sure_false(readings: tuple[Any, ...], value: complex) -> bool:
     for a in readings:
         if isinstance(a, str):
             continue
+        if isinstance(a, sympy.Basic) and a.has(sympy.UnevaluatedExpr):
+            return False  # a percentage (X * 1/100 unevaluated): compared by X where the other is an integer
         try:
             if _is_assignment(a):
                 a = _last_rhs(a)
