@@ -218,8 +218,9 @@ def test_long_texts_are_left_to_the_pool() -> None:
 
 
 def _set_cases(n: int, seed: int) -> list[str]:
-    """Tuples, intervals and unions of them as answers spell them: integers of every size, infinities,
-    both bracket kinds, spaces or none, empty and degenerate intervals ("(3,1)", "[2,2]")."""
+    """Tuples, intervals and unions of them as answers spell them: integers of every size, fractions,
+    infinities, multiples and fractions of pi, both bracket kinds, with ``\\left``/``\\right`` or not,
+    spaces or none, empty and degenerate intervals ("(3,1)", "[2,2]"), "x \\in" before them."""
     rng = random.Random(seed)
 
     def elem() -> str:
@@ -229,6 +230,9 @@ def _set_cases(n: int, seed: int) -> list[str]:
         if r < 0.35:
             frac = rng.choice(["\\frac", "\\dfrac", "\\tfrac"])
             return f"{rng.choice(['', '-'])}{frac}{{{rng.randint(0, 30)}}}{{{rng.randint(1, 12)}}}"
+        if r < 0.5:
+            pi = rng.choice(["\\pi", f"{rng.randint(0, 12)}\\pi", f"\\frac{{\\pi}}{{{rng.randint(1, 12)}}}"])
+            return rng.choice(["", "-"]) + pi
         return str(rng.choice([rng.randint(-5, 5), rng.randint(-(10**6), 10**6), 0]))
 
     def group() -> str:
@@ -242,11 +246,23 @@ def _set_cases(n: int, seed: int) -> list[str]:
     out = []
     for _ in range(n):
         if rng.random() < 0.6:
-            out.append(group())
+            one = group()
         else:
-            out.append(rng.choice([" \\cup ", "\\cup"]).join(group() for _ in range(rng.choice([2, 3]))))
-    fracs = ["\\frac{4}{9}", "-\\frac{4}{9}", "\\dfrac{8}{4}", "\\frac{0}{5}", "\\tfrac{1}{2}"]
-    return out + fracs + ["(3,1)", "[3,1]", "(3,1]", "[2,2]", "(2,2)", "(-\\infty,\\infty)", "(-0,3)", "(01,3)"]
+            one = rng.choice([" \\cup ", "\\cup"]).join(group() for _ in range(rng.choice([2, 3])))
+        if rng.random() < 0.2:  # "x \in [a, b]"
+            one = rng.choice("abcxyzt") + rng.choice([" \\in ", "\\in "]) + one
+        out.append(one)
+    fracs = [
+        "\\frac{4}{9}",
+        "-\\frac{4}{9}",
+        "\\dfrac{8}{4}",
+        "\\frac{0}{5}",
+        "\\tfrac{1}{2}",
+        "x \\in [-2,7]",
+    ]
+    return (
+        out + fracs + ["(3,1)", "[3,1]", "(3,1]", "[2,2]", "(2,2)", "(-\\infty,\\infty)", "(-0,3)", "(01,3)"]
+    )
 
 
 def test_set_reading_equals_math_verify() -> None:
@@ -269,7 +285,16 @@ def test_set_reading_equals_math_verify() -> None:
         ], c
     assert checked >= 50
     # forms it does not know are left to the parser
-    for c in ["(1,2,3]", "x \\in [-2,7]", "\\left( 3, \\frac{\\pi}{2} \\right)", "(1.5,2)", "(5)", "{1,2}", "\\frac{1}{0}"]:
+    unknown = [
+        "(1,2,3]",
+        "e \\in [1,2]",
+        "x \\in 5",
+        "\\left( 3, \\frac{2\\pi}{3} \\right)",
+        "(1.5,2)",
+        "(5)",
+        "{1,2}",
+    ]
+    for c in [*unknown, "\\frac{1}{0}"]:
         assert _set_reading(c) is None, c
 
 

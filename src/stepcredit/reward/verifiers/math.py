@@ -933,11 +933,16 @@ def _reads_whole(parsed: tuple[Any, ...], s: str) -> bool:
 # "(2,12) \\cup (12,102)". math-verify's LaTeX parser takes 20-50 ms on a set (its grammar's set rules
 # fall back to full-context prediction), most of the cost of a gold answer's reading;
 # :func:`_set_reading` builds the same reading directly.
-_SET_ELEM = r"\s*(?:-?\d+|-?\\frac\{\d+\}\{[1-9]\d*\}|-?\\infty)\s*"
+_SET_ELEM = r"\s*(?:-?\d+|-?\\frac\{\d+\}\{[1-9]\d*\}|-?\\infty|-?\d*\\pi|-?\\frac\{\\pi\}\{[1-9]\d*\})\s*"
 _SET_GROUP_RE = re.compile(rf"([(\[])({_SET_ELEM}(?:,{_SET_ELEM})+)([)\]])")
-_SET_TEXT_RE = re.compile(rf"\s*{_SET_GROUP_RE.pattern}(?:\s*\\cup\s*{_SET_GROUP_RE.pattern})*\s*")
+_SET_TEXT_RE = re.compile(
+    rf"\s*(?:(?P<var>[a-df-hj-z])\s*\\in(?![a-zA-Z])\s*)?"
+    rf"{_SET_GROUP_RE.pattern}(?:\s*\\cup\s*{_SET_GROUP_RE.pattern})*\s*"
+)
 _FRAC_TEXT_RE = re.compile(r"\s*-?\\frac\{\d+\}\{[1-9]\d*\}\s*")
-_SET_VALUE_RE = re.compile(r"(-?)(?:(\d+)|\\frac\{(\d+)\}\{(\d+)\}|\\infty)")
+_SET_VALUE_RE = re.compile(
+    r"(-?)(?:(\d+)|\\frac\{(\d+)\}\{(\d+)\}|(\\infty)|(\d*)\\pi|\\frac\{\\pi\}\{(\d+)\})"
+)
 
 
 def _set_reading(s: str) -> tuple[Any, ...] | None:
@@ -953,12 +958,14 @@ def _set_reading(s: str) -> tuple[Any, ...] | None:
     t = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)).strip()
     if _FRAC_TEXT_RE.fullmatch(t):
         return _set_value(t), t
-    if not _SET_TEXT_RE.fullmatch(t):
+    whole = _SET_TEXT_RE.fullmatch(t)
+    if whole is None:
         return None
     import sympy
 
+    var = whole.group("var")
     parts: list[Any] = []
-    for m in _SET_GROUP_RE.finditer(t):
+    for m in _SET_GROUP_RE.finditer(t, whole.start(2) if var else 0):
         left, body, right = m.groups()
         items = [_set_value(x) for x in body.split(",")]
         if len(items) > 2:
@@ -972,27 +979,38 @@ def _set_reading(s: str) -> tuple[Any, ...] | None:
             parts.append(sympy.Tuple(a, b))
         else:
             parts.append(sympy.Interval(a, b, left_open=lo, right_open=ro))
-    if len(parts) == 1:
-        return parts[0], t
     acc = parts[0]
     for nxt in parts[1:]:
         acc, nxt = (sympy.FiniteSet(*x) if isinstance(x, sympy.Tuple) else x for x in (acc, nxt))
         acc = sympy.Union(acc, nxt, evaluate=False)
+    if var:  # "x \\in [a, b]": an equation of the (real) variable and the set
+        acc = sympy.Eq(sympy.Symbol(var, real=True), acc, evaluate=False)
     return acc, t
 
 
 def _set_value(x: str) -> Any:
-    """An element of :data:`_SET_TEXT_RE` as latex2sympy reads it: an Integer, a Rational, +-oo."""
+    """An element of :data:`_SET_TEXT_RE` as latex2sympy reads it: an Integer, a Rational, +-oo, or
+    ``k\\pi`` / ``\\frac{\\pi}{q}`` (with a sign) as its unevaluated product."""
     import sympy
 
     m = _SET_VALUE_RE.fullmatch(x.strip())
     assert m is not None  # the caller matched the grammar
-    sign = -1 if m.group(1) else 1
+    neg = bool(m.group(1))
     if m.group(2) is not None:
-        return sympy.Integer(sign * int(m.group(2)))
+        return sympy.Integer(-int(m.group(2)) if neg else int(m.group(2)))
     if m.group(3) is not None:
-        return sympy.Rational(sign * int(m.group(3)), int(m.group(4)))
-    return sign * sympy.oo
+        return sympy.Rational(-int(m.group(3)) if neg else int(m.group(3)), int(m.group(4)))
+    if m.group(5) is not None:
+        return -sympy.oo if neg else sympy.oo
+    # multiples and fractions of pi stay unevaluated products, as latex2sympy builds them
+    if m.group(7) is not None:
+        factors: list[Any] = [sympy.Pow(sympy.Integer(int(m.group(7))), sympy.Integer(-1), evaluate=False)]
+    elif m.group(6):
+        factors = [sympy.Integer(int(m.group(6)))]
+    else:
+        factors = []
+    factors = [sympy.Integer(-1), *factors] if neg else factors
+    return sympy.Mul(*factors, sympy.pi, evaluate=False) if factors else sympy.pi
 
 
 @functools.lru_cache(maxsize=4096)
