@@ -278,7 +278,10 @@ def test_resume_after_an_interrupted_off_policy_run_continues_exactly(tmp_path: 
         "reward/overlong_penalty_mean",
     ):
         x, y = a[3][key], b[3][key]
-        assert (x is None and y is None) or math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9), (key, x, y)
+        # the checkpoint keeps the batch generated ahead without its KV cache, so the resumed run's
+        # log-prob passes over it run without the shared prompt cache: equal up to fp32 rounding of
+        # log-probs (~1e-7), which a small difference of them (the KL, ~6e-4) shows in absolute terms
+        assert (x is None and y is None) or math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-7), (key, x, y)
 
 
 def test_tree_values_need_a_tree_rollout(tmp_path: Path) -> None:
