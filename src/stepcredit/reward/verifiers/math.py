@@ -583,22 +583,23 @@ def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
     return True
 
 
-def _is_assignment(x: Any) -> bool:
+def _grader_says(test: str, x: Any) -> bool:
+    """math-verify's own predicate ``math_verify.grader.<test>`` on ``x``; False where it is missing
+    (another layout) or cannot read ``x``: no shortcut then."""
     try:
-        from math_verify.grader import is_assignment_relation
+        import math_verify.grader as grader
 
-        return bool(is_assignment_relation(x))
-    except Exception:  # another layout, or a structure it cannot read: no shortcut
+        return bool(getattr(grader, test)(x))
+    except Exception:
         return False
+
+
+def _is_assignment(x: Any) -> bool:
+    return _grader_says("is_assignment_relation", x)
 
 
 def _is_equation(x: Any) -> bool:
-    try:
-        from math_verify.grader import is_equation
-
-        return bool(is_equation(x))
-    except Exception:  # another layout, or a structure it cannot read: no shortcut
-        return False
+    return _grader_says("is_equation", x)
 
 
 def _last_rhs(x: Any) -> Any:
@@ -928,9 +929,9 @@ def _reads_whole(parsed: tuple[Any, ...], s: str) -> bool:
     return bool(text) and re.sub(r"\s+", "", text[-1]) == re.sub(r"\s+", "", s)
 
 
-# A fraction, or a tuple, interval or union of intervals of integers, fractions and infinities, as MATH
-# writes them: "\\frac{4}{9}", "(8,-2)", "\\left( \\frac{3}{2}, -13 \\right)", "(-\\infty, 0]",
-# "(2,12) \\cup (12,102)". math-verify's LaTeX parser takes 20-50 ms on a set (its grammar's set rules
+# A fraction, or a tuple, interval or union of intervals of integers, fractions, infinities and
+# multiples or fractions of pi, maybe after "x \\in", as MATH writes them: "\\frac{4}{9}", "(8,-2)",
+# "\\left( 3, \\frac{\\pi}{2} \\right)", "(-\\infty, 0]", "x \\in [-2,7]", "(2,12) \\cup (12,102)". math-verify's LaTeX parser takes 20-50 ms on a set (its grammar's set rules
 # fall back to full-context prediction), most of the cost of a gold answer's reading;
 # :func:`_set_reading` builds the same reading directly.
 _SET_ELEM = r"\s*(?:-?\d+|-?\\frac\{\d+\}\{[1-9]\d*\}|-?\\infty|-?\d*\\pi|-?\\frac\{\\pi\}\{[1-9]\d*\})\s*"
@@ -949,12 +950,13 @@ def _set_reading(s: str) -> tuple[Any, ...] | None:
     """math-verify's reading of ``$s$`` (``parse``: the expression, then the text it matched, with
     ``\\left``/``\\right`` dropped and ``\\dfrac``/``\\tfrac`` spelt ``\\frac`` as its normalisation does)
     for a fraction of integers, or a tuple, interval or union of intervals of integers, such
-    fractions and infinities (:data:`_SET_TEXT_RE`), built without its parser; None for anything
-    else. latex2sympy_extended's rules, which the test ``test_set_reading_equals_math_verify`` checks
+    fractions, infinities and multiples or fractions of pi, maybe after ``x \\in``
+    (:data:`_SET_TEXT_RE`), built without its parser; None for anything else. latex2sympy_extended's rules, which the test ``test_set_reading_equals_math_verify`` checks
     against its parser on generated and MATH-500 answers: a fraction is the rational it equals; two
     elements in brackets are an interval (open at a parenthesis), except an empty one with both ends
     alike ("(3,1)", "[3,1]"), which is the tuple; more elements are a tuple; a union is built left to
-    right, unevaluated, a tuple in it becoming the set of its elements."""
+    right, unevaluated, a tuple in it becoming the set of its elements; ``x \\in S`` is the unevaluated
+    equation of the real symbol x and S."""
     t = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)).strip()
     if _FRAC_TEXT_RE.fullmatch(t):
         return _set_value(t), t
