@@ -20,11 +20,12 @@ import resource
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+
+from _harness import Monitor, emit  # noqa: E402
 
 
 def main() -> None:
@@ -44,10 +45,9 @@ def main() -> None:
     setup_runtime()
     cfg = from_dict(apply_overrides(load_preset(args.preset), ["trainer.progress=false", *args.overrides]))
     cuda = torch.cuda.is_available() and cfg.trainer.device != "cpu"
+    mon = Monitor()
     with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
-        train(cfg, Path(tmp) / "run")
-        wall = time.perf_counter() - t0
+        wall, _ = mon.timed("train", lambda: train(cfg, Path(tmp) / "run"))
         rows = [json.loads(x) for x in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines() if x]
     steps = [r for r in rows if r.get("step", 0) >= 2 and "time/step_s" in r]
     per_step = [r["time/step_s"] for r in steps]
@@ -86,8 +86,7 @@ def main() -> None:
     for k, v in out.items():
         if k != "overrides":
             print(f"{k:>24}: {v}")
-    if args.json:
-        print(json.dumps(out))
+    emit(mon.finish(out, settings={"train": {"preset": args.preset, "overrides": args.overrides}}), args.json)
 
 
 if __name__ == "__main__":
