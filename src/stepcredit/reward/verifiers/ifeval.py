@@ -26,6 +26,15 @@ which NLTK downloads at run time (impossible offline); :func:`ensure_punkt` writ
 
 An instruction id no checker knows, or kwargs a checker refuses, is a :class:`~stepcredit.errors.DataError`
 naming the row (never a silent 0): :func:`validate_sample` runs when data is loaded and when a row is routed.
+
+**A verdict is a function of (response, row) alone.** The checker library fills every argument that is
+missing or out of range with a random draw (``length_constraints:number_words`` with ``{}`` gets a random
+threshold and relation each time a checker is built); here such a draw is refused, so the row is a
+DataError that names it. Two of Google's checkers are adapted: ``keywords:letter_frequency`` counts the
+character it is given even outside a-z (the library swaps ``!`` or ``#`` for a random ASCII letter; Google's
+current checker counts the character itself), and ``language:response_language`` runs langdetect with a
+detector factory of its own, seeded, instead of langdetect's process-wide one (whose seed anyone may set).
+Built checkers are cached per (instruction, kwargs, prompt).
 """
 
 from __future__ import annotations
@@ -49,18 +58,70 @@ _INSTALL = "pip install 'stepcredit[ifeval]'"
 # ------------------------------------------------------------------------------- the checkers
 @functools.lru_cache(maxsize=1)
 def checkers() -> dict[str, Any]:
-    """IFEval's registry ``instruction id -> checker class`` (ConfigError when the extra is missing)."""
+    """IFEval's registry ``instruction id -> checker class`` (ConfigError when the extra is missing), with
+    the letter-frequency and language checkers adapted (see the module docstring)."""
     try:
+        from if_verifiable.ifeval import instructions
         from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
     except ImportError as e:
         raise ConfigError(f"instruction-following rewards need the ifeval extra ({_INSTALL}): {e}") from None
-    import langdetect
 
-    # language:response_language calls langdetect, which samples at random unless seeded: a verifier
-    # must give one verdict per response.
-    langdetect.DetectorFactory.seed = 0
+    class LetterFrequency(instructions.LetterFrequencyChecker):  # type: ignore[misc,name-defined]
+        """Counts the one character it is given, case-folded, also outside a-z (``!``, ``#``)."""
+
+        def build_description(self, *, letter: Any = None, **kwargs: Any) -> str:
+            other = isinstance(letter, str) and len(letter) == 1 and not "a" <= letter.lower() <= "z"
+            # the parent would draw a random letter for `other`: build with a valid one, then set the real one
+            out: str = super().build_description(letter="a" if other else letter, **kwargs)
+            if other:
+                self._letter = letter.lower()
+            return out
+
+    class ResponseLanguage(instructions.ResponseLanguageChecker):  # type: ignore[misc,name-defined]
+        """langdetect with this module's own seeded factory (langdetect samples at random unless seeded)."""
+
+        def check_following(self, value: str) -> bool:
+            from langdetect import LangDetectException
+
+            detector = _language_factory().create()
+            try:
+                detector.append(value)
+                return bool(detector.detect() == self._language)
+            except LangDetectException:
+                return True  # as the reference: an undetectable language counts as followed
+
+    table = dict(INSTRUCTION_DICT)
+    table["keywords:letter_frequency"] = LetterFrequency
+    table["language:response_language"] = ResponseLanguage
     ensure_punkt()
-    return dict(INSTRUCTION_DICT)
+    return table
+
+
+@functools.lru_cache(maxsize=1)
+def _language_factory() -> Any:
+    """A langdetect factory of our own, seeded 0: langdetect's module-level one reads a class attribute
+    that any code in the process may set."""
+    from langdetect.detector_factory import PROFILES_DIRECTORY, DetectorFactory
+
+    factory = DetectorFactory()
+    factory.load_profile(PROFILES_DIRECTORY)
+    factory.set_seed(0)
+    return factory
+
+
+class _RandomDraw(Exception):
+    """A checker asked the ``random`` module for a value while it was being built."""
+
+
+class _NoRandom:
+    """Stands in for ``random`` inside the checker library while a checker is built: the library draws
+    every missing or out-of-range argument at random, and a verdict must depend on the row alone."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise _RandomDraw(name)
+
+
+_BUILD_LOCK = threading.Lock()
 
 
 _PUNKT_LOCK = threading.Lock()
@@ -160,16 +221,53 @@ def constraints(
     return list(ids), kwargs, str(prompt) if isinstance(prompt, str) else ""
 
 
+def _plain(x: Any) -> Any:
+    if hasattr(x, "tolist"):  # numpy scalars and arrays from parquet rows
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not a JSON value")
+
+
 def _build(instruction_id: str, kwargs: dict[str, Any], prompt: str) -> Any:
-    """A checker set up as lm-eval's reference does: ``build_description(**kwargs)``, then the prompt."""
-    table = checkers()
-    if instruction_id not in table:
+    """A checker set up as lm-eval's reference does: ``build_description(**kwargs)``, then the prompt.
+
+    KeyError for an unknown id; ValueError for kwargs the checker refuses or would fill at random."""
+    if instruction_id not in checkers():
         raise KeyError(instruction_id)
-    checker = table[instruction_id](instruction_id)
-    checker.build_description(**kwargs)
-    args = checker.get_instruction_args()
-    if args and "prompt" in args:
-        checker.build_description(prompt=prompt)
+    try:
+        key = json.dumps(kwargs, sort_keys=True, default=_plain)
+    except TypeError as e:
+        raise ValueError(f"kwargs {kwargs} are not JSON values: {e}") from None
+    return _built(instruction_id, key, prompt)
+
+
+@functools.lru_cache(maxsize=4096)
+def _built(instruction_id: str, kwargs_json: str, prompt: str) -> Any:
+    """The cached checker of one (instruction, kwargs, prompt): building twice gives the same checker, and
+    ``check_following`` only reads it (EndChecker re-normalises its phrase to the same value)."""
+    from if_verifiable.ifeval import instructions, instructions_util
+
+    kwargs = json.loads(kwargs_json)
+    checker = checkers()[instruction_id](instruction_id)
+    with _BUILD_LOCK:
+        saved = instructions.random, instructions_util.random
+        instructions.random = instructions_util.random = _NoRandom()
+        try:
+            checker.build_description(**kwargs)
+            args = checker.get_instruction_args()
+            if args and "prompt" in args:
+                checker.build_description(prompt=prompt)
+        except _RandomDraw:
+            keys = checker.get_instruction_args_keys()
+            missing = [k for k in keys if k not in kwargs]
+            what = f"lack {', '.join(missing)}" if missing else "hold a value out of range"
+            raise ValueError(
+                f"instruction {instruction_id!r}: kwargs {kwargs} {what}, which the checker would draw at "
+                f"random (give {', '.join(keys)})"
+            ) from None
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"instruction {instruction_id!r} rejects kwargs {kwargs}: {e}") from None
+        finally:
+            instructions.random, instructions_util.random = saved
     return checker
 
 
@@ -187,8 +285,8 @@ def validate(ground_truth: Any, extra_info: dict[str, Any] | None, *, where: str
             raise DataError(
                 f"{where}: unknown instruction id {iid!r} (IFEval knows {len(known)}: {', '.join(known[:6])}, ...)"
             ) from None
-        except (TypeError, ValueError) as e:
-            raise DataError(f"{where}: instruction {iid!r} rejects kwargs {kw}: {e}") from None
+        except ValueError as e:
+            raise DataError(f"{where}: {e}") from None
 
 
 def validate_sample(sample: Sample) -> None:
@@ -251,6 +349,8 @@ def ifeval_compute_score(
         verdicts = check(response, ids, kw, prompt)
     except KeyError as e:
         raise DataError(f"{where}: unknown instruction id {e.args[0]!r}") from None
+    except ValueError as e:
+        raise DataError(f"{where}: {e}") from None
     n = len(verdicts)
     share = {m: sum(v[m] for v in verdicts) / n for m in MODES}
     all_met = {m: float(all(v[m] for v in verdicts)) for m in MODES}
