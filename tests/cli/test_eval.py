@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stepcredit.cli import main as cli
-from stepcredit.cli.eval import ks_of, majority_correct, pass_at_k, summarize
+from stepcredit.trainer.evaluate import ks_of, majority_correct, pass_at_k, summarize
 from stepcredit.config import ModelConfig, TinyModelConfig
 
 SMOKE = ["--preset", "smoke", "data.val_size=8", "rollout.max_new_tokens=12"]
