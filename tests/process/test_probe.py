@@ -155,10 +155,12 @@ def test_solvable_figures_by_hand() -> None:
     }
     got = solvable_figures(by_case, {0, 1})
     # argmin (1 + 0.5) / 2 = 0.75; chance (1/3 + 1/2) / 2 = 5/12; ratio 0.75 / (5/12) = 1.8
-    assert got["n"] == 2 and got["argmin"] == 0.75
-    assert got["chance"] == pytest.approx(5 / 12) and got["argmin_vs_chance"] == pytest.approx(1.8)
-    assert got["v_before"] == 0.75 and got["v_after"] == 0.25  # (0.5 + 1.0) / 2, (0.0 + 0.5) / 2
-    assert solvable_figures(by_case, set()) == {}
+    assert got is not None and got.n == 2 and got.argmin == 0.75
+    assert got.chance == pytest.approx(5 / 12) and got.argmin_vs_chance == pytest.approx(1.8)
+    assert got.v_before == 0.75 and got.v_after == 0.25  # (0.5 + 1.0) / 2, (0.0 + 0.5) / 2
+    # two traces cannot rule chance out: Wilson's interval of 0.75 at n=2 reaches below 5/12
+    assert got.argmin_ci.low < got.chance and got.verdict == "too few traces"
+    assert solvable_figures(by_case, set()) is None and solvable_figures(by_case, None) is None
 
 
 def test_spearman_by_hand() -> None:
@@ -181,7 +183,11 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
     assert summary["n"] == 3 and set(summary["estimators"]) == {"forced_answer_logprob", "monte_carlo"}
     for m in summary["estimators"].values():
         assert 0.0 <= m["argmin"] <= 1.0 and m["s_per_trace"] > 0
-    assert 0.0 < summary["chance"] <= 1.0 and "spearman_forced_vs_mc" in summary
+    assert 0.0 < summary["chance"] <= 1.0
+    # which V is compared with which is read from the registry: the one without a verifier against the
+    # reference (the first that needs one)
+    assert summary["rank_correlation"]["x"] == "forced_answer_logprob"
+    assert summary["rank_correlation"]["y"] == "monte_carlo"
     assert summary["solvable_by"] == "monte_carlo" and 0 <= summary["n_solvable"] <= 3
     assert summary["not_correct"] == 0  # every clean solution is verified correct before it is corrupted
     # every registered credit form is scored beside each estimator; difference is the table's plain U
@@ -189,8 +195,12 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
 
     for m in summary["estimators"].values():
         assert set(m["credits"]) == set(CREDIT_FORMS.names())
-        assert m["credits"]["difference"]["argmin"] == pytest.approx(m["argmin"])
-        assert m["credits"]["difference"]["lower"] == pytest.approx(m["lower"])
+        assert m["credits"]["difference"]["all"]["argmin"] == pytest.approx(m["argmin"])
+        assert m["credits"]["difference"]["all"]["lower"] == pytest.approx(m["lower"])
+        # three traces: an interval around the hit rate, and too few traces for a verdict either way
+        assert m["argmin_ci"]["low"] <= m["argmin"] <= m["argmin_ci"]["high"]
+        assert m["vs_chance_ci"]["low"] == pytest.approx(m["argmin_ci"]["low"] / m["chance"])
+        assert m["verdict"] in ("signal", "too few traces")
     assert "credit form" in out
     # a noisy teacher (every SFT trace with an uncorrected slip) does not leak into the probe's solutions
     argv = ["probe", "--model", "tiny", "--data", "arith", "--n", "3", "--json"]
@@ -204,6 +214,7 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 3 and summary["not_correct"] == 0
     assert "x chance" in out and png.stat().st_size > 1000
+    assert "verdict" in out and "[95%" in out
 
 
 def test_probe_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
