@@ -94,7 +94,7 @@ def test_explain_from_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     [
         (
             ["--model", "/no/such/model", "--prompt", "a", "--response", "b", "--answer", "c"],
-            "does not exist",
+            "no such model",
         ),
         (["--model", "tiny", "--prompt", "a"], "missing --response, --answer"),
         (
