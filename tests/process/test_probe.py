@@ -18,6 +18,8 @@ from stepcredit.process.probe import (
     inject_wrong_step,
     solvable_figures,
     spearman,
+    verdict,
+    wilson_interval,
 )
 from stepcredit.process.values import PrefixRequest
 from stepcredit.types import Sample
@@ -161,6 +163,22 @@ def test_solvable_figures_by_hand() -> None:
     # two traces cannot rule chance out: Wilson's interval of 0.75 at n=2 reaches below 5/12
     assert got.argmin_ci.low < got.chance and got.verdict == "too few traces"
     assert solvable_figures(by_case, set()) is None and solvable_figures(by_case, None) is None
+
+
+def test_wilson_interval_and_verdict_by_hand() -> None:
+    # p = 0.5, n = 20, z = 1.96: centre (0.5 + z^2/40) / (1 + z^2/20) = 0.5;
+    # half-width z sqrt(0.25/20 + z^2/1600) / (1 + z^2/20) = 1.96 * 0.122069 / 1.19208 = 0.200704
+    ci = wilson_interval(0.5, 20)
+    assert ci.low == pytest.approx(0.299296, abs=1e-5) and ci.high == pytest.approx(0.700704, abs=1e-5)
+    # n = 40: half-width 1.96 * sqrt(0.25/40 + z^2/6400) / (1 + z^2/40) = 0.148010
+    ci40 = wilson_interval(0.5, 40)
+    assert ci40.low == pytest.approx(0.351990, abs=1e-5)
+    # all hits or none: the interval stays inside [0, 1] and is one-sided at the observed end
+    assert wilson_interval(0.0, 10).low == 0.0 and wilson_interval(1.0, 10).high == pytest.approx(1.0)
+    assert verdict(ci, 0.2, 20) == "signal"  # 0.299 > 0.2: the whole interval above chance
+    assert verdict(ci, 0.35, 20) == "too few traces"  # reaches chance with n < 30
+    assert verdict(ci40, 0.4, 40) == "no signal"  # reaches chance with enough traces
+    assert wilson_interval(0.3, 0).low == 0.0 and wilson_interval(0.3, 0).high == 1.0
 
 
 def test_spearman_by_hand() -> None:
