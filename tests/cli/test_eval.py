@@ -163,6 +163,14 @@ def test_a_run_directory_is_a_model_and_brings_its_settings(
     assert cli.main(["eval", "--model", str(run / "checkpoints" / "final" / "model"), "--no-progress",
                      "--out", str(out)]) == 0  # fmt: skip
     assert _last_json(capsys.readouterr().out)["max_new_tokens"] == 7
+    # model.path may name the run too (train starting from a run's model): the one resolver
+    from stepcredit.models import load_policy
+
+    assert load_policy(ModelConfig(path=str(run)))[0] is not None
+    # anything else is one line that says what --model takes
+    assert cli.main(["eval", "--model", str(tmp_path / "nothing"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no such model or run directory" in err and "smollm2" in err
 
 
 def test_a_packaged_model_uses_its_preset() -> None:

@@ -9,8 +9,8 @@ parses, calls :func:`stepcredit.trainer.explain.explain` and prints: the value e
 measures, the outcome (the verifier's score), per episode V, the step credit c (U) and the per-token
 advantage the configured ``algorithm.advantage`` gives, with a legend. Trailing ``key=value`` arguments
 override ``process.*``, ``algorithm.*`` and ``reward.*`` settings (e.g. ``process.min_episode_tokens=2``);
-with ``--from-run`` the run's ``config.yaml`` is read first, else the advantage is the ``process``
-preset's (``grpo_process``). With ``--json`` the last line is the :class:`Explanation`
+the run's ``config.yaml`` (``--from-run``, or ``--model RUN_DIR``) or a packaged model's preset is read
+first; without either the advantage is the ``process`` preset's (``grpo_process``). With ``--json`` the last line is the :class:`Explanation`
 (``{"value_estimator", "outcome", "v0", "episodes": [{"start", "end", "text", "value", "utility",
 "advantage"}, ...], ...}``; ``start``/``end`` are character offsets into the response, end exclusive).
 """
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from stepcredit.errors import UserError
+from stepcredit.models.resolve import ResolvedModel
 from stepcredit.trainer.explain import Explanation
 
 
@@ -73,7 +74,7 @@ _SECTIONS = ("process", "algorithm", "reward")
 """The config sections explain reads (from the run) and takes overrides for."""
 
 
-def _config(args: argparse.Namespace) -> Any:
+def _config(args: argparse.Namespace, model: ResolvedModel) -> Any:
     import yaml
 
     from stepcredit.cli.common import apply_overrides, load_preset
@@ -81,8 +82,12 @@ def _config(args: argparse.Namespace) -> Any:
 
     # without a run: the process preset's advantage (grpo_process), which reads the process channel
     data: dict[str, Any] = {"algorithm": load_preset("process")["algorithm"]}
-    if args.from_run is not None and (args.from_run / "config.yaml").exists():
-        full = yaml.safe_load((args.from_run / "config.yaml").read_text()) or {}
+    if model.preset:  # a packaged model's preset: its force prompt and episode settings fit the model
+        own = load_preset(model.preset)
+        data.update({k: own[k] for k in _SECTIONS if isinstance(own.get(k), dict)})
+    run_config = args.from_run / "config.yaml" if args.from_run is not None else model.run_config
+    if run_config is not None and run_config.exists():
+        full = yaml.safe_load(run_config.read_text()) or {}
         data.update({k: full[k] for k in _SECTIONS if isinstance(full.get(k), dict)})
     bad = [o for o in args.overrides if o.split("=", 1)[0].strip().split(".")[0] not in _SECTIONS]
     if bad:
@@ -233,8 +238,8 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.models.resolve import resolve_model
 
     prompt, response, answer, spec = _inputs(args)
-    cfg = _config(args)
     model_ref = resolve_model(spec)
+    cfg = _config(args, model_ref)
     setup_runtime()
     import torch
 
