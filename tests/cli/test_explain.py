@@ -94,7 +94,7 @@ def test_explain_from_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     [
         (
             ["--model", "/no/such/model", "--prompt", "a", "--response", "b", "--answer", "c"],
-            "does not exist",
+            "no such model",
         ),
         (["--model", "tiny", "--prompt", "a"], "missing --response, --answer"),
         (
@@ -110,3 +110,46 @@ def test_user_errors_are_one_line_and_exit_2(
     assert main(["explain", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_explain_names_the_estimator_and_shows_outcome_credit_and_advantage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "explain.html"
+    argv = ["explain", "--model", "tiny", "--prompt", PROMPT, "--response", RESPONSE, "--answer", "7"]
+    assert main([*argv, "--html", str(page), "--json"]) == 0
+    out = capsys.readouterr().out
+    report = last_json(out)
+    assert report["value_estimator"] == "forced_answer_logprob" and "log-probability" in report["value_unit"]
+    # the default verifier reads "The answer is 7." as 7: full marks
+    assert report["outcome"] == 1.0 and report["outcome_status"] == "ok"
+    assert report["advantage_estimator"] == "grpo_process"  # the process preset's, without a run
+    # grpo_process for a group of one (verl: mean 0, std 1, so the outcome term is the score 1.0) plus
+    # the process term: z_j = (c_j - mean c) / (std c + 1e-6) over the response's 4 step credits
+    # (unbiased std), and a token of episode k gets sum_{j >= k} z_j (the steps ending at or after it)
+    c = [e["utility"] for e in report["episodes"]]
+    mean = sum(c) / 4
+    std = (sum((x - mean) ** 2 for x in c) / 3) ** 0.5
+    z = [(x - mean) / (std + 1e-6) for x in c]
+    for k, e in enumerate(report["episodes"]):
+        want = 1.0 + sum(z[k:])
+        assert len(e["advantage"]) == e["token_end"] - e["token_start"] + 1
+        assert e["advantage"] == pytest.approx([want] * len(e["advantage"]), abs=1e-4)
+    # the terminal names what it shows and explains its columns
+    for needle in (
+        "value estimator: forced_answer_logprob",
+        "outcome: 1.000 (ok)",
+        "advantage: grpo_process",
+    ):
+        assert needle in out
+    assert "legend:" in out and "A per token" in out and "c (U)" in out
+    doc = page.read_text()
+    assert "forced_answer_logprob" in doc and "A per token" in doc and "grpo_process" in doc
+
+    # an outcome-only estimator with a wrong gold answer: the verifier scores 0, and every token gets
+    # the score (a group of one: baseline 0), whatever the step credit
+    wrong = ["explain", "--model", "tiny", "--prompt", PROMPT, "--response", RESPONSE, "--answer", "8"]
+    assert main([*wrong, "--json", "algorithm.advantage=grpo"]) == 0
+    report = last_json(capsys.readouterr().out)
+    assert report["outcome"] == 0.0
+    assert all(a == 0.0 for e in report["episodes"] for a in e["advantage"])

@@ -149,6 +149,6 @@ def test_the_probe_samples_v0_even_with_mc_v0_group() -> None:
         ScriptedPolicy(tok), tok, [case], ProcessConfig(mc_samples=4, mc_v0="group"), ["monte_carlo"],
         score_fn=score,
     )  # fmt: skip
-    mc = out["estimators"]["monte_carlo"]
-    assert mc["v_before"] == 0.75 and mc["v_after"] == 0.0  # corrupted: V_0 sampled, V_1 its reward 0
-    assert out["n_solvable"] == 1 and mc["solvable"]["argmin"] == 1.0
+    mc = out.estimators["monte_carlo"]
+    assert mc.all.v_before == 0.75 and mc.all.v_after == 0.0  # corrupted: V_0 sampled, V_1 its reward 0
+    assert out.n_solvable == 1 and mc.solvable is not None and mc.solvable.argmin == 1.0

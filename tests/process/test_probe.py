@@ -18,6 +18,8 @@ from stepcredit.process.probe import (
     inject_wrong_step,
     solvable_figures,
     spearman,
+    verdict,
+    wilson_interval,
 )
 from stepcredit.process.values import PrefixRequest
 from stepcredit.types import Sample
@@ -155,10 +157,28 @@ def test_solvable_figures_by_hand() -> None:
     }
     got = solvable_figures(by_case, {0, 1})
     # argmin (1 + 0.5) / 2 = 0.75; chance (1/3 + 1/2) / 2 = 5/12; ratio 0.75 / (5/12) = 1.8
-    assert got["n"] == 2 and got["argmin"] == 0.75
-    assert got["chance"] == pytest.approx(5 / 12) and got["argmin_vs_chance"] == pytest.approx(1.8)
-    assert got["v_before"] == 0.75 and got["v_after"] == 0.25  # (0.5 + 1.0) / 2, (0.0 + 0.5) / 2
-    assert solvable_figures(by_case, set()) == {}
+    assert got is not None and got.n == 2 and got.argmin == 0.75
+    assert got.chance == pytest.approx(5 / 12) and got.argmin_vs_chance == pytest.approx(1.8)
+    assert got.v_before == 0.75 and got.v_after == 0.25  # (0.5 + 1.0) / 2, (0.0 + 0.5) / 2
+    # two traces cannot rule chance out: Wilson's interval of 0.75 at n=2 reaches below 5/12
+    assert got.argmin_ci.low < got.chance and got.verdict == "too few traces"
+    assert solvable_figures(by_case, set()) is None and solvable_figures(by_case, None) is None
+
+
+def test_wilson_interval_and_verdict_by_hand() -> None:
+    # p = 0.5, n = 20, z = 1.96: centre (0.5 + z^2/40) / (1 + z^2/20) = 0.5;
+    # half-width z sqrt(0.25/20 + z^2/1600) / (1 + z^2/20) = 1.96 * 0.122069 / 1.19208 = 0.200704
+    ci = wilson_interval(0.5, 20)
+    assert ci.low == pytest.approx(0.299296, abs=1e-5) and ci.high == pytest.approx(0.700704, abs=1e-5)
+    # n = 40: half-width 1.96 * sqrt(0.25/40 + z^2/6400) / (1 + z^2/40) = 0.148010
+    ci40 = wilson_interval(0.5, 40)
+    assert ci40.low == pytest.approx(0.351990, abs=1e-5)
+    # all hits or none: the interval stays inside [0, 1] and is one-sided at the observed end
+    assert wilson_interval(0.0, 10).low == 0.0 and wilson_interval(1.0, 10).high == pytest.approx(1.0)
+    assert verdict(ci, 0.2, 20) == "signal"  # 0.299 > 0.2: the whole interval above chance
+    assert verdict(ci, 0.35, 20) == "too few traces"  # reaches chance with n < 30
+    assert verdict(ci40, 0.4, 40) == "no signal"  # reaches chance with enough traces
+    assert wilson_interval(0.3, 0).low == 0.0 and wilson_interval(0.3, 0).high == 1.0
 
 
 def test_spearman_by_hand() -> None:
@@ -181,7 +201,11 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
     assert summary["n"] == 3 and set(summary["estimators"]) == {"forced_answer_logprob", "monte_carlo"}
     for m in summary["estimators"].values():
         assert 0.0 <= m["argmin"] <= 1.0 and m["s_per_trace"] > 0
-    assert 0.0 < summary["chance"] <= 1.0 and "spearman_forced_vs_mc" in summary
+    assert 0.0 < summary["chance"] <= 1.0
+    # which V is compared with which is read from the registry: the one without a verifier against the
+    # reference (the first that needs one)
+    assert summary["rank_correlation"]["x"] == "forced_answer_logprob"
+    assert summary["rank_correlation"]["y"] == "monte_carlo"
     assert summary["solvable_by"] == "monte_carlo" and 0 <= summary["n_solvable"] <= 3
     assert summary["not_correct"] == 0  # every clean solution is verified correct before it is corrupted
     # every registered credit form is scored beside each estimator; difference is the table's plain U
@@ -189,8 +213,12 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
 
     for m in summary["estimators"].values():
         assert set(m["credits"]) == set(CREDIT_FORMS.names())
-        assert m["credits"]["difference"]["argmin"] == pytest.approx(m["argmin"])
-        assert m["credits"]["difference"]["lower"] == pytest.approx(m["lower"])
+        assert m["credits"]["difference"]["all"]["argmin"] == pytest.approx(m["argmin"])
+        assert m["credits"]["difference"]["all"]["lower"] == pytest.approx(m["lower"])
+        # three traces: an interval around the hit rate, and too few traces for a verdict either way
+        assert m["argmin_ci"]["low"] <= m["argmin"] <= m["argmin_ci"]["high"]
+        assert m["vs_chance_ci"]["low"] == pytest.approx(m["argmin_ci"]["low"] / m["chance"])
+        assert m["verdict"] in ("signal", "too few traces")
     assert "credit form" in out
     # a noisy teacher (every SFT trace with an uncorrected slip) does not leak into the probe's solutions
     argv = ["probe", "--model", "tiny", "--data", "arith", "--n", "3", "--json"]
@@ -204,6 +232,7 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["n"] == 3 and summary["not_correct"] == 0
     assert "x chance" in out and png.stat().st_size > 1000
+    assert "verdict" in out and "[95%" in out
 
 
 def test_probe_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

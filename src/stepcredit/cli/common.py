@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import yaml
 
 from stepcredit.config import Config, all_keys, from_dict
 from stepcredit.errors import ConfigError, UserError
+from stepcredit.models.resolve import ResolvedModel, resolve_model
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
@@ -100,6 +102,47 @@ def build_config(args: argparse.Namespace, *, resume: Path | None = None) -> Con
     else:
         data = load_preset(args.preset or "default")
     return from_dict(apply_overrides(data, list(args.overrides or [])))
+
+
+def config_for_model(args: argparse.Namespace, spec: str | None) -> tuple[Config, ResolvedModel, str]:
+    """The config of a command that runs the model ``spec`` (``--model``; None: the config's
+    ``model.path``), the resolved model, and where the settings came from.
+
+    ``--preset``/``--config`` win when given; else the model's own settings: its run's ``config.yaml``
+    (the generation length and prompt format it was trained with) or a packaged model's preset (so
+    ``--model smollm2`` does not generate with the default preset's 40 tokens); else the default
+    preset. Then the ``key=value`` overrides; ``model.path`` is set to the resolved model."""
+    if spec is None or getattr(args, "preset", None) or getattr(args, "config", None):
+        cfg = build_config(args)
+        source = (
+            f"--preset {args.preset}"
+            if getattr(args, "preset", None)
+            else (f"--config {args.config}" if getattr(args, "config", None) else "preset default")
+        )
+        model = resolve_model(spec or cfg.model.path, flag="--model" if spec else "config key model.path")
+    else:
+        model = resolve_model(spec)
+        if model.run_config is not None:
+            data, source = (
+                _read_yaml(model.run_config.read_text(), str(model.run_config)),
+                f"the run's {model.run_config}",
+            )
+        elif model.preset:
+            data, source = (
+                load_preset(model.preset),
+                f"preset {model.preset} (the model's own; --preset to change)",
+            )
+        else:
+            data, source = load_preset("default"), "preset default"
+        cfg = from_dict(apply_overrides(data, list(args.overrides or [])))
+    gguf = getattr(args, "gguf_file", None) or ""
+    # a run's config names the model it started from (tiny, a packaged name): here it is the saved one
+    path_cfg = replace(
+        cfg.model,
+        path=model.path,
+        gguf_file=gguf or (cfg.model.gguf_file if model.kind == "directory" else ""),
+    )
+    return replace(cfg, model=path_cfg), model, source
 
 
 def setup_runtime() -> None:

@@ -3,11 +3,16 @@
     stepcredit explain --model PATH --prompt TEXT --response TEXT --answer TEXT [--html FILE] [--json]
     stepcredit explain --from-run DIR [--index N] [--html FILE] [--json]
 
-``--model tiny`` builds a random tiny model. The prompt is wrapped in the tokenizer's chat template
-(``--raw-prompt`` uses it as is). Trailing ``key=value`` arguments override process settings
-(e.g. ``process.min_episode_tokens=2``); with ``--from-run`` the run's ``config.yaml`` is read first.
-With ``--json`` the last line is ``{"episodes": [{"start", "end", "text", "value", "utility"}, ...]}``
-(``start``/``end`` are character offsets into the response, end exclusive).
+``--model`` is what every command takes (a model or run directory, ``tiny``, a packaged model). The
+prompt is wrapped in the tokenizer's chat template (``--raw-prompt`` uses it as is). The command
+parses, calls :func:`stepcredit.trainer.explain.explain` and prints: the value estimator and what its V
+measures, the outcome (the verifier's score), per episode V, the step credit c (U) and the per-token
+advantage the configured ``algorithm.advantage`` gives, with a legend. Trailing ``key=value`` arguments
+override ``process.*``, ``algorithm.*`` and ``reward.*`` settings (e.g. ``process.min_episode_tokens=2``);
+the run's ``config.yaml`` (``--from-run``, or ``--model RUN_DIR``) or a packaged model's preset is read
+first; without either the advantage is the ``process`` preset's (``grpo_process``). With ``--json`` the last line is the :class:`Explanation`
+(``{"value_estimator", "outcome", "v0", "episodes": [{"start", "end", "text", "value", "utility",
+"advantage"}, ...], ...}``; ``start``/``end`` are character offsets into the response, end exclusive).
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from stepcredit.errors import UserError
+from stepcredit.models.resolve import ResolvedModel
+from stepcredit.trainer.explain import Explanation
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--model", help="a model directory, or 'tiny' (default with --from-run: DIR/checkpoints/final/model)"
+        "--model",
+        help="a model directory, a run directory, 'tiny' or a packaged model (default with --from-run: the run's)",
     )
     p.add_argument("--gguf-file", default="", help="a GGUF file inside the model directory")
     p.add_argument("--prompt", help="the question (user message)")
@@ -39,7 +47,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="process settings, e.g. process.clip=1.0"
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="process.*, algorithm.* or reward.* settings, e.g. process.clip=1.0",
     )
 
 
@@ -59,87 +70,68 @@ def _sample_from_run(run: Path, index: int) -> tuple[Any, str, str]:
         ) from None
 
 
-def _process_config(args: argparse.Namespace) -> Any:
+_SECTIONS = ("process", "algorithm", "reward")
+"""The config sections explain reads (from the run) and takes overrides for."""
+
+
+def _config(args: argparse.Namespace, model: ResolvedModel) -> Any:
     import yaml
 
-    from stepcredit.cli.common import apply_overrides
+    from stepcredit.cli.common import apply_overrides, load_preset
     from stepcredit.config import from_dict
 
-    data: dict[str, Any] = {}
-    if args.from_run is not None and (args.from_run / "config.yaml").exists():
-        full = yaml.safe_load((args.from_run / "config.yaml").read_text()) or {}
-        if isinstance(full.get("process"), dict):
-            data["process"] = full["process"]
-    bad = [o for o in args.overrides if not o.split("=", 1)[0].strip().startswith("process.")]
+    # without a run: the process preset's advantage (grpo_process), which reads the process channel
+    data: dict[str, Any] = {"algorithm": load_preset("process")["algorithm"]}
+    if model.preset:  # a packaged model's preset: its force prompt and episode settings fit the model
+        own = load_preset(model.preset)
+        data.update({k: own[k] for k in _SECTIONS if isinstance(own.get(k), dict)})
+    run_config = args.from_run / "config.yaml" if args.from_run is not None else model.run_config
+    if run_config is not None and run_config.exists():
+        full = yaml.safe_load(run_config.read_text()) or {}
+        data.update({k: full[k] for k in _SECTIONS if isinstance(full.get(k), dict)})
+    bad = [o for o in args.overrides if o.split("=", 1)[0].strip().split(".")[0] not in _SECTIONS]
     if bad:
-        raise UserError(f"override {bad[0]!r}: explain takes only process.* settings")
-    return from_dict(apply_overrides(data, list(args.overrides))).process
+        raise UserError(
+            f"override {bad[0]!r}: explain takes only process.*, algorithm.* and reward.* settings"
+        )
+    return from_dict(apply_overrides(data, list(args.overrides)))
 
 
-def _prompt_ids(tok: Any, prompt: Any, raw: bool) -> list[int]:
-    if isinstance(prompt, str) and (raw or not getattr(tok, "chat_template", None)):
-        text = prompt
-    else:
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return list(tok(text, add_special_tokens=False)["input_ids"])
+def _adv(a: list[float]) -> str:
+    if not a:
+        return "-"
+    lo, hi = min(a), max(a)
+    return f"{a[0]:+.3f}" if hi - lo < 1e-6 else f"{a[0]:+.3f}..{a[-1]:+.3f}"
 
 
-def explain(
-    model: Any,
-    tok: Any,
-    prompt: Any,
-    response: str,
-    answer: str,
-    cfg: Any,
-    *,
-    raw_prompt: bool = False,
-    score_fn: Any = None,
-) -> dict[str, Any]:
-    """The report of one response: V_0 and its episodes (see :func:`describe_episodes`). ``score_fn``
-    is the verifier, for value estimators whose registry entry says they need one."""
-    import torch
-
-    from stepcredit.process import compute_prefix_values, describe_episodes
-    from stepcredit.types import Batch, Sample
-
-    p_ids = _prompt_ids(tok, prompt, raw_prompt)
-    r_ids = list(tok(response, add_special_tokens=False)["input_ids"])
-    if not r_ids:
-        raise UserError("--response: the response is empty")
-    messages = ({"role": "user", "content": prompt},) if isinstance(prompt, str) else tuple(prompt)
-    batch = Batch(
-        samples=[Sample(prompt=messages, ground_truth=answer, uid="explain")],
-        group_B=torch.zeros(1, dtype=torch.long),
-        prompt_ids_BP=torch.tensor([p_ids], dtype=torch.long).reshape(1, -1),
-        prompt_mask_BP=torch.ones(1, len(p_ids), dtype=torch.bool),
-        response_ids_BT=torch.tensor([r_ids], dtype=torch.long),
-        response_mask_BT=torch.ones(1, len(r_ids), dtype=torch.bool),
-        behaviour_logp_BT=torch.zeros(1, len(r_ids)),
-        texts=[response],
-        truncated_B=torch.zeros(1, dtype=torch.bool),
+def _legend(r: Explanation) -> list[str]:
+    outcome = "not scored" if r.outcome != r.outcome else f"{r.outcome:.3f}"
+    adv = r.advantage_note or (
+        f"{r.advantage_estimator} (process_weight {r.process_weight:g}), for a group of this one response"
     )
-    compute_prefix_values(model, tok, batch, cfg, score_fn=score_fn)
-    assert batch.episode_ends is not None and batch.prefix_values is not None
-    values = batch.prefix_values[0]
-    return {
-        "episodes": describe_episodes(r_ids, tok, batch.episode_ends[0], values, cfg),
-        "v0": values[0],
-        "answer": answer,
-        "response": response,
-    }
-
-
-def _table(report: dict[str, Any]) -> str:
-    lines = [
-        f"{'#':>3} {'tokens':>11} {'V':>9} {'U':>9}  text",
-        f"{0:>3} {'(empty)':>11} {report['v0']:>9.4f} {'':>9}",
+    return [
+        f"value estimator: {r.value_estimator}; V = {r.value_unit}",
+        f"credit form: {r.credit}; outcome: {outcome} ({r.outcome_status}) against the gold answer {r.answer!r}",
+        f"advantage: {adv}",
     ]
-    for i, e in enumerate(report["episodes"], 1):
-        text = e["text"].replace("\n", "\\n")
-        text = text if len(text) <= 70 else text[:67] + "..."
-        span = f"{e['token_start']}-{e['token_end']}"
-        lines.append(f"{i:>3} {span:>11} {e['value']:>9.4f} {e['utility']:>+9.4f}  {text}")
+
+
+def _table(r: Explanation) -> str:
+    lines = [
+        *_legend(r),
+        f"{'#':>3} {'tokens':>11} {'V':>9} {'c (U)':>9} {'A per token':>17}  text",
+        f"{0:>3} {'(empty)':>11} {r.v0:>9.4f} {'':>9} {'':>17}",
+    ]
+    for i, e in enumerate(r.episodes, 1):
+        text = e.text.replace("\n", "\\n")
+        text = text if len(text) <= 60 else text[:57] + "..."
+        span = f"{e.token_start}-{e.token_end}"
+        lines.append(f"{i:>3} {span:>11} {e.value:>9.4f} {e.utility:>+9.4f} {_adv(e.advantage):>17}  {text}")
+    lines.append(
+        "legend: V = value after the episode (V_0: empty response); c (U) = the episode's step credit, "
+        "paid at its last token (default U_i = V_i - V_(i-1)); A per token = the advantage its tokens get "
+        "(first..last when they differ); outcome = verifier score of the whole response"
+    )
     return "\n".join(lines)
 
 
@@ -182,20 +174,23 @@ def _svg(values: list[float], width: int = 640, height: int = 200) -> str:
     )
 
 
-def render_html(report: dict[str, Any], prompt: Any) -> str:
-    """A self-contained page: the response with each episode coloured by U, and the V curve (SVG)."""
-    eps = report["episodes"]
-    scale = max((abs(e["utility"]) for e in eps), default=0.0)
+def render_html(r: Explanation, prompt: Any) -> str:
+    """A self-contained page: the legend, the response with each episode coloured by its credit, the V
+    curve (SVG) and a table of V, credit and per-token advantage."""
+    eps = r.episodes
+    scale = max((abs(e.utility) for e in eps), default=0.0)
     spans = "".join(
-        f'<span class="ep" style="background:{_colour(e["utility"], scale)}" '
-        f'title="episode {i}: V={e["value"]:.4f}  U={e["utility"]:+.4f}">'
-        f"<sup>{i}</sup>{html.escape(e['text'])}</span>"
+        f'<span class="ep" style="background:{_colour(e.utility, scale)}" '
+        f'title="episode {i}: V={e.value:.4f}  c={e.utility:+.4f}  A={_adv(e.advantage)}">'
+        f"<sup>{i}</sup>{html.escape(e.text)}</span>"
         for i, e in enumerate(eps, 1)
     )
     rows = "".join(
-        f"<tr><td>{i}</td><td>{e['value']:.4f}</td><td>{e['utility']:+.4f}</td><td>{html.escape(e['text'])}</td></tr>"
+        f"<tr><td>{i}</td><td>{e.value:.4f}</td><td>{e.utility:+.4f}</td>"
+        f"<td>{html.escape(' '.join(f'{a:+.3f}' for a in e.advantage) or '-')}</td><td>{html.escape(e.text)}</td></tr>"
         for i, e in enumerate(eps, 1)
     )
+    legend = "<br>".join(html.escape(line) for line in _legend(r))
     prompt_text = prompt if isinstance(prompt, str) else json.dumps(prompt)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>stepcredit explain</title>
@@ -208,21 +203,22 @@ table {{ border-collapse: collapse; font-size: 0.9em; }} td, th {{ border: 1px s
 td:last-child {{ white-space: pre-wrap; font-family: monospace; }}
 </style></head><body>
 <h2>Process credit of one response</h2>
-<p><b>Prompt:</b> {html.escape(prompt_text)}<br><b>Gold answer:</b> {html.escape(report["answer"])}<br>
-V = mean log-probability of the gold answer after the prefix (V<sub>0</sub> = {report["v0"]:.4f} for the empty
-response); U<sub>i</sub> = V<sub>i</sub> &minus; V<sub>i&minus;1</sub>. Green episodes raised V, red ones lowered it.</p>
+<p><b>Prompt:</b> {html.escape(prompt_text)}<br><b>Gold answer:</b> {html.escape(r.answer)}</p>
+<p class="legend">{legend}<br>
+V<sub>0</sub> = {r.v0:.4f} (empty response); V<sub>i</sub> = value after episode i; c<sub>i</sub> = the step
+credit episode i pays at its last token (default U<sub>i</sub> = V<sub>i</sub> &minus; V<sub>i&minus;1</sub>);
+A = the advantage of each of its tokens. Green episodes got positive credit, red ones negative.</p>
 <div class="resp">{spans}</div>
 <h3>V after each episode</h3>
-{_svg([report["v0"]] + [e["value"] for e in eps])}
+{_svg([r.v0] + [e.value for e in eps])}
 <h3>Episodes</h3>
-<table><tr><th>#</th><th>V</th><th>U</th><th>text</th></tr>{rows}</table>
+<table><tr><th>#</th><th>V</th><th>c (U)</th><th>A per token</th><th>text</th></tr>{rows}</table>
 </body></html>
 """
 
 
-def run(args: argparse.Namespace) -> int:
-    from stepcredit.cli.common import setup_runtime
-
+def _inputs(args: argparse.Namespace) -> tuple[Any, str, str, str]:
+    """(prompt, response, answer, model) from the flags or the run's samples.jsonl."""
     if args.from_run is not None:
         if not args.from_run.is_dir():
             raise UserError(f"--from-run {args.from_run}: no such directory")
@@ -230,46 +226,39 @@ def run(args: argparse.Namespace) -> int:
         for name in ("prompt", "response", "answer"):
             if getattr(args, name) is not None:
                 raise UserError(f"--{name} cannot be combined with --from-run")
-        model_path = args.model or str(args.from_run / "checkpoints" / "final" / "model")
-    else:
-        missing = [f"--{n}" for n in ("model", "prompt", "response", "answer") if getattr(args, n) is None]
-        if missing:
-            raise UserError(f"missing {', '.join(missing)} (or use --from-run DIR)")
-        prompt, response, answer, model_path = args.prompt, args.response, args.answer, args.model
-    cfg = _process_config(args)
+        return prompt, response, answer, args.model or str(args.from_run)
+    missing = [f"--{n}" for n in ("model", "prompt", "response", "answer") if getattr(args, n) is None]
+    if missing:
+        raise UserError(f"missing {', '.join(missing)} (or use --from-run DIR)")
+    return args.prompt, args.response, args.answer, args.model
+
+
+def run(args: argparse.Namespace) -> int:
+    from stepcredit.cli.common import setup_runtime
+    from stepcredit.models.resolve import resolve_model
+
+    prompt, response, answer, spec = _inputs(args)
+    model_ref = resolve_model(spec)
+    cfg = _config(args, model_ref)
     setup_runtime()
     import torch
 
-    from stepcredit.config import Config, ModelConfig
+    from stepcredit.config import ModelConfig
     from stepcredit.models import load_policy
-    from stepcredit.process import VALUE_ESTIMATORS, check_config
+    from stepcredit.process import check_config
     from stepcredit.reward import build_rewarder
+    from stepcredit.trainer.explain import explain
 
-    check_config(Config(process=cfg))
-    if model_path != "tiny" and not Path(model_path).is_dir():
-        raise UserError(f"--model {model_path}: model directory does not exist")
+    check_config(cfg)
     torch.set_num_threads(min(2, torch.get_num_threads()))
-    model, tok = load_policy(ModelConfig(path=model_path, gguf_file=args.gguf_file))
-    if VALUE_ESTIMATORS.get(cfg.value_estimator).needs_verifier:
-        # Continuations are scored against the gold answer by the default verifier.
-        with build_rewarder() as rewarder:
-            report = explain(
-                model,
-                tok,
-                prompt,
-                response,
-                answer,
-                cfg,
-                raw_prompt=args.raw_prompt,
-                score_fn=rewarder.verifier_fn(),
-            )
-    else:
-        report = explain(model, tok, prompt, response, answer, cfg, raw_prompt=args.raw_prompt)
+    model, tok = load_policy(ModelConfig(path=model_ref.path, gguf_file=args.gguf_file))
+    with build_rewarder(cfg.reward) as rewarder:
+        report = explain(model, tok, prompt, response, answer, cfg, rewarder, raw_prompt=args.raw_prompt)
     print(_table(report))
     if args.html is not None:
         args.html.parent.mkdir(parents=True, exist_ok=True)
         args.html.write_text(render_html(report, prompt), encoding="utf-8")
         print(f"wrote {args.html}")
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report.to_dict()))
     return 0

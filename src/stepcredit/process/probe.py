@@ -16,15 +16,19 @@ import random
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
-from stepcredit.config import ProcessConfig
+from stepcredit.config import ArithConfig, ProcessConfig
 from stepcredit.errors import DataError
+from stepcredit.process import prefix_request
+from stepcredit.process.diagnostics import prompt_ids
 from stepcredit.process.segment import token_char_spans
 from stepcredit.process.utility import CREDIT_FORMS, marginal_utilities
 from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn
+from stepcredit.types import Sample
 
 _NUM = r"\d+(?:\.\d+)?"
 # "a op b (op c ...) = r" with optional "$" before numbers (GSM8K); GSM8K's calculator annotations
@@ -296,17 +300,174 @@ def credit_indicators(
     }
 
 
-def solvable_figures(by_case: dict[int, dict[str, float]], solvable: set[int]) -> dict[str, float]:
-    """The argmin figures on the traces the policy can solve (its continuation V_0 of the clean trace >
-    0). On the others every continuation value is 0 at every prefix, so the argmin ties over all
-    episodes and scores exactly chance whatever the estimator: they pull the overall figures to chance
-    and say nothing about the estimator. Empty when no trace is solvable."""
-    rows = [r for i, r in by_case.items() if i in solvable]
-    if not rows:
-        return {}
-    keys: list[str] = [k for k in ("lower", "argmin", "chance", "v_before", "v_after") if k in rows[0]]
-    mean = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
-    return {"n": float(len(rows)), **mean, "argmin_vs_chance": mean["argmin"] / mean["chance"]}
+Verdict = Literal["signal", "no signal", "too few traces"]
+"""What a probe's figures say about one estimator (see :func:`verdict`)."""
+
+MIN_TRACES = 30
+"""Below this many scored traces a hit rate whose interval reaches chance is "too few traces" rather
+than "no signal": at n = 20 a ratio to chance of 0.9-1.1x is well inside the noise."""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A two-sided 95 % confidence interval."""
+
+    low: float
+    """Lower bound."""
+    high: float
+    """Upper bound."""
+
+
+def wilson_interval(rate: float, n: int, *, z: float = 1.96) -> Interval:
+    """Wilson's score interval for a binomial rate ``rate`` observed on ``n`` trials (Wilson 1927;
+    Brown, Cai and DasGupta 2001 recommend it over the normal interval for small n):
+
+        (p + z^2/2n -/+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
+
+    A tie shared by m steps counts 1/m of a hit, so ``rate`` may be any value in [0, 1]."""
+    if n <= 0:
+        return Interval(0.0, 1.0)
+    denom = 1.0 + z * z / n
+    centre = (rate + z * z / (2 * n)) / denom
+    half = z * math.sqrt(max(rate * (1.0 - rate), 0.0) / n + z * z / (4 * n * n)) / denom
+    return Interval(max(0.0, centre - half), min(1.0, centre + half))
+
+
+def verdict(hit: Interval, chance: float, n: int) -> Verdict:
+    """``signal`` when the whole interval of the hit rate lies above chance; else ``too few traces`` when
+    fewer than :data:`MIN_TRACES` traces were scored (the interval is too wide to rule a signal out);
+    else ``no signal``."""
+    if hit.low > chance:
+        return "signal"
+    return "too few traces" if n < MIN_TRACES else "no signal"
+
+
+@dataclass(frozen=True)
+class Locating:
+    """How often the most negative credit of a corrupted trace falls on its wrong step."""
+
+    n: int
+    """Traces these figures are over."""
+    lower: float
+    """Share where the credit at the wrong step is lower than at the same step of the clean trace."""
+    argmin: float
+    """Share where the most negative credit is on the wrong step (the hit rate; 1/m for an m-way tie)."""
+    chance: float
+    """What picking an episode at random scores (mean 1/S)."""
+    argmin_vs_chance: float
+    """``argmin / chance``."""
+    argmin_ci: Interval
+    """Wilson 95 % interval of ``argmin``."""
+    vs_chance_ci: Interval
+    """The same interval as a ratio to chance."""
+    verdict: Verdict
+    """What the interval says (:func:`verdict`)."""
+    v_before: float | None = None
+    """Mean V of the corrupted trace just before the wrong step (None for credit forms)."""
+    v_after: float | None = None
+    """Mean V of the corrupted trace just after it."""
+
+
+def locating(rows: Sequence[dict[str, float]]) -> Locating:
+    """The :class:`Locating` figures from per-trace indicators (:func:`case_indicators` or
+    :func:`credit_indicators` rows)."""
+    n = len(rows)
+    mean = {k: sum(r[k] for r in rows) / n for k in rows[0]}
+    ci = wilson_interval(mean["argmin"], n)
+    chance = mean["chance"]
+    return Locating(
+        n=n,
+        lower=mean["lower"],
+        argmin=mean["argmin"],
+        chance=chance,
+        argmin_vs_chance=mean["argmin"] / chance,
+        argmin_ci=ci,
+        vs_chance_ci=Interval(ci.low / chance, ci.high / chance),
+        verdict=verdict(ci, chance, n),
+        v_before=mean.get("v_before"),
+        v_after=mean.get("v_after"),
+    )
+
+
+@dataclass(frozen=True)
+class CreditFigures:
+    """The locating figures of one credit form (:data:`CREDIT_FORMS`) on one estimator's values."""
+
+    all: Locating
+    """Over every scored trace."""
+    solvable: Locating | None
+    """Over the traces the policy can solve (None without a reference estimator or such traces)."""
+
+
+@dataclass(frozen=True)
+class EstimatorFigures:
+    """What the probe measured for one value estimator."""
+
+    name: str
+    """The value estimator (:data:`VALUE_ESTIMATORS`)."""
+    all: Locating
+    """Plain U = V_i - V_(i-1) over every scored trace."""
+    solvable: Locating | None
+    """The same over the traces the policy can solve (:func:`solvable_figures`)."""
+    argmin_next: float
+    """Share where the most negative U is on the wrong step or the next one."""
+    chance_next: float
+    """The chance of ``argmin_next`` (mean 2/S)."""
+    argmin_next_vs_chance: float
+    """``argmin_next / chance_next``."""
+    final_drop: float
+    """Share where V after the whole corrupted response is below the clean one's."""
+    s_per_trace: float
+    """Seconds of valuing per trace (clean and corrupted counted apart)."""
+    unscored: int
+    """Traces left out because the verifier could not score them (NaN values)."""
+    credits: dict[str, CreditFigures]
+    """Per credit form, its step credits' locating figures."""
+
+
+@dataclass(frozen=True)
+class RankCorrelation:
+    """Spearman's rank correlation, over every prefix of every trace, of two estimators' V."""
+
+    x: str
+    """An estimator whose V needs no verifier (a likelihood)."""
+    y: str
+    """The reference: an estimator whose V is a chance of reaching the gold answer."""
+    spearman: float
+    """The correlation (nan without spread)."""
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """The probe's result: per estimator its figures, with intervals and a verdict."""
+
+    n: int
+    """Traces probed (a clean solution and its corrupted twin each)."""
+    chance: float
+    """Chance of the argmin (mean 1/S over the traces)."""
+    chance_next: float
+    """Chance of the argmin on the wrong step or the next (mean 2/S)."""
+    estimators: dict[str, EstimatorFigures]
+    """Per value estimator, in the order given."""
+    solvable_by: str | None
+    """The reference estimator that says which traces the policy can solve (its V_0 > 0)."""
+    n_solvable: int
+    """How many traces it says the policy can solve."""
+    rank_correlation: RankCorrelation | None
+    """V of a likelihood estimator against the reference's, when both ran."""
+    skipped: int = 0
+    """Solutions with no equation to make wrong."""
+    not_correct: int = 0
+    """Solutions the verifier does not score correct (no baseline for a wrong step)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: intervals as ``{"low", "high"}``; each estimator's ``all`` figures also at its top
+        level (``lower``, ``argmin``, ``argmin_vs_chance``, ...) as the table shows them."""
+        out = asdict(self)
+        for name, e in self.estimators.items():
+            flat = {k: v for k, v in asdict(e.all).items() if k not in ("n",)}
+            out["estimators"][name] = {**flat, **out["estimators"][name], "n_scored": e.all.n}
+        return out
 
 
 def run_probe(
@@ -318,29 +479,55 @@ def run_probe(
     *,
     score_fn: ScoreFn | None,
     credit_forms: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> ProbeReport:
     """Value every case with every estimator (each over the whole set at once) and summarise.
 
-    Returns ``{"n", "chance", "chance_next", "estimators": {name: {"lower", "argmin", "argmin_vs_chance",
-    "argmin_next", "argmin_next_vs_chance", "final_drop", "v_before", "v_after", "s_per_trace", "solvable"}},
-    "solvable_by", "n_solvable", "spearman_forced_vs_mc"}``. Each estimator also gets ``credits``: for
-    every form of ``credit_forms`` (:data:`CREDIT_FORMS`, with ``cfg.clip``) the figures of
-    :func:`credit_indicators` (``lower``, ``argmin``, ``argmin_vs_chance``, and ``solvable``).
-    ``solvable`` (:func:`solvable_figures`)
-    repeats the figures on the traces whose clean V_0 > 0 by ``solvable_by``, the first estimator given
-    whose registry entry says it ``needs_verifier`` (its V is a chance of reaching the gold answer); the last is the rank correlation, over every
-    prefix of every trace, of ``forced_answer_logprob``'s V with ``monte_carlo``'s (when both ran).
+    Per estimator: the locating figures of plain U (:func:`case_indicators`) and, for every form of
+    ``credit_forms`` (with ``cfg.clip``), of its step credits (:func:`credit_indicators`), each with
+    a Wilson 95 % interval and a verdict; and the same on the traces the policy can solve, by the first
+    estimator given whose registry entry says ``needs_verifier`` (its V is a chance of reaching the
+    gold answer). Which estimators are compared is read from the registry, never from their names.
     """
-    import torch
-
-    requests = [r for c in cases for r in (c.clean, c.corrupt)]
     # a clean trace and its corrupted twin share a prompt but are not samples of the policy: V_0 must
     # come from continuations, not from the other trace's reward (process.mc_v0=group)
     cfg = replace(cfg, mc_v0="sample")
-    out: dict[str, Any] = {"n": len(cases), "estimators": {}}
-    all_values: dict[str, list[list[float]]] = {}
-    per_case: dict[str, dict[int, dict[str, float]]] = {}
-    per_form: dict[str, dict[str, dict[int, dict[str, float]]]] = {}  # estimator -> form -> case -> figures
+    requests = [r for c in cases for r in (c.clean, c.corrupt)]
+    values, seconds = _value_all(model, tokenizer, requests, cfg, estimators, score_fn)
+    reference = next((n for n in estimators if VALUE_ESTIMATORS.get(n).needs_verifier), None)
+    solvable = (
+        {i for i in range(len(cases)) if values[reference][2 * i][0] > 0} if reference is not None else set()
+    )
+    figures = {
+        name: _estimator_figures(
+            name, values[name], cases, cfg, credit_forms, solvable if reference else None,
+            seconds[name] / max(1, len(requests)),
+        )
+        for name in estimators
+    }  # fmt: skip
+    first = next(iter(figures.values()))
+    return ProbeReport(
+        n=len(cases),
+        chance=first.all.chance,
+        chance_next=first.chance_next,
+        estimators=figures,
+        solvable_by=reference,
+        n_solvable=len(solvable),
+        rank_correlation=_rank_correlation(values, estimators, reference),
+    )
+
+
+def _value_all(
+    model: Any,
+    tokenizer: Any,
+    requests: list[PrefixRequest],
+    cfg: ProcessConfig,
+    estimators: Sequence[str],
+    score_fn: ScoreFn | None,
+) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
+    import torch
+
+    values: dict[str, list[list[float]]] = {}
+    seconds: dict[str, float] = {}
     was_training = bool(getattr(model, "training", False))
     model.eval()
     try:
@@ -348,71 +535,169 @@ def run_probe(
             spec = VALUE_ESTIMATORS.get(name)
             t0 = time.perf_counter()
             with torch.no_grad():
-                values = spec(
+                values[name] = spec(
                     model, tokenizer, requests, cfg, score_fn=score_fn if spec.needs_verifier else None
                 )
-            seconds = time.perf_counter() - t0
-            all_values[name] = values
-            # A trace the verifier could not score (NaN values) says nothing either way: left out, counted.
-            ok = [
-                i
-                for i in range(len(cases))
-                if not any(math.isnan(v) for v in values[2 * i] + values[2 * i + 1])
-            ]
-            if not ok:
-                raise DataError(f"probe: {name} values could not be computed for any trace (verifier failed)")
-            rows = [case_indicators(values[2 * i], values[2 * i + 1], cases[i]) for i in ok]
-            per_case[name] = dict(zip(ok, rows, strict=True))
-            mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-            out["chance"], out["chance_next"] = mean["chance"], mean["chance_next"]
-            out["estimators"][name] = {
-                "lower": mean["lower"],
-                "argmin": mean["argmin"],
-                "argmin_vs_chance": mean["argmin"] / mean["chance"],
-                "argmin_next": mean["argmin_next"],
-                "argmin_next_vs_chance": mean["argmin_next"] / mean["chance_next"],
-                "final_drop": mean["final_drop"],
-                "v_before": mean["v_before"],
-                "v_after": mean["v_after"],
-                "s_per_trace": seconds / max(1, len(requests)),
-                "unscored": len(cases) - len(ok),
-                "credits": {},
-            }
-            for form in credit_forms:
-                by_case = {
-                    i: credit_indicators(values[2 * i], values[2 * i + 1], cases[i], form=form, clip=cfg.clip)
-                    for i in ok
-                }
-                per_form.setdefault(name, {})[form] = by_case
-                fm = {
-                    k: sum(r[k] for r in by_case.values()) / len(by_case)
-                    for k in ("lower", "argmin", "chance")
-                }
-                out["estimators"][name]["credits"][form] = {
-                    "lower": fm["lower"],
-                    "argmin": fm["argmin"],
-                    "argmin_vs_chance": fm["argmin"] / fm["chance"],
-                }
+            seconds[name] = time.perf_counter() - t0
     finally:
         if was_training:
             model.train()
-    # the first estimator whose V is the policy's chance of reaching the gold answer (it scores
-    # continuations with the verifier) says which traces the policy can solve at all
-    reference = next((n for n in estimators if VALUE_ESTIMATORS.get(n).needs_verifier), None)
-    if reference is not None:
-        solvable = {i for i in range(len(cases)) if all_values[reference][2 * i][0] > 0}
-        out["solvable_by"], out["n_solvable"] = reference, len(solvable)
-        for name, by_case in per_case.items():
-            figures = solvable_figures(by_case, solvable)
-            if figures:
-                out["estimators"][name]["solvable"] = figures
-            for form, form_cases in per_form.get(name, {}).items():
-                figures = solvable_figures(form_cases, solvable)
-                if figures:
-                    out["estimators"][name]["credits"][form]["solvable"] = figures
-    if "forced_answer_logprob" in all_values and "monte_carlo" in all_values:
-        fa = [v for vs in all_values["forced_answer_logprob"] for v in vs]
-        mc = [v for vs in all_values["monte_carlo"] for v in vs]
-        pairs = [(a, b) for a, b in zip(fa, mc, strict=True) if not (math.isnan(a) or math.isnan(b))]
-        out["spearman_forced_vs_mc"] = spearman([a for a, _ in pairs], [b for _, b in pairs])
+    return values, seconds
+
+
+def _estimator_figures(
+    name: str,
+    values: list[list[float]],
+    cases: Sequence[ProbeCase],
+    cfg: ProcessConfig,
+    credit_forms: Sequence[str],
+    solvable: set[int] | None,
+    s_per_trace: float,
+) -> EstimatorFigures:
+    # A trace the verifier could not score (NaN values) says nothing either way: left out, counted.
+    ok = [i for i in range(len(cases)) if not any(math.isnan(v) for v in values[2 * i] + values[2 * i + 1])]
+    if not ok:
+        raise DataError(f"probe: {name} values could not be computed for any trace (verifier failed)")
+    rows = {i: case_indicators(values[2 * i], values[2 * i + 1], cases[i]) for i in ok}
+    mean_next = sum(r["argmin_next"] for r in rows.values()) / len(ok)
+    chance_next = sum(r["chance_next"] for r in rows.values()) / len(ok)
+    credits = {}
+    for form in credit_forms:
+        by_case = {
+            i: credit_indicators(values[2 * i], values[2 * i + 1], cases[i], form=form, clip=cfg.clip)
+            for i in ok
+        }
+        credits[form] = CreditFigures(locating(list(by_case.values())), solvable_figures(by_case, solvable))
+    return EstimatorFigures(
+        name=name,
+        all=locating(list(rows.values())),
+        solvable=solvable_figures(rows, solvable),
+        argmin_next=mean_next,
+        chance_next=chance_next,
+        argmin_next_vs_chance=mean_next / chance_next,
+        final_drop=sum(r["final_drop"] for r in rows.values()) / len(ok),
+        s_per_trace=s_per_trace,
+        unscored=len(cases) - len(ok),
+        credits=credits,
+    )
+
+
+def solvable_figures(by_case: dict[int, dict[str, float]], solvable: set[int] | None) -> Locating | None:
+    """The locating figures on the traces the policy can solve (its continuation V_0 of the clean trace >
+    0). On the others every continuation value is 0 at every prefix, so the argmin ties over all
+    episodes and scores exactly chance whatever the estimator: they pull the overall figures to chance
+    and say nothing about the estimator. None when no trace is solvable (or nothing says which are)."""
+    rows = [r for i, r in by_case.items() if solvable is not None and i in solvable]
+    return locating(rows) if rows else None
+
+
+def _rank_correlation(
+    values: dict[str, list[list[float]]], estimators: Sequence[str], reference: str | None
+) -> RankCorrelation | None:
+    # a likelihood V (no verifier) against the reference's chance of success, when both ran
+    x = next((n for n in estimators if not VALUE_ESTIMATORS.get(n).needs_verifier), None)
+    if x is None or reference is None:
+        return None
+    xs = [v for vs in values[x] for v in vs]
+    ys = [v for vs in values[reference] for v in vs]
+    pairs = [(a, b) for a, b in zip(xs, ys, strict=True) if not (math.isnan(a) or math.isnan(b))]
+    return RankCorrelation(x, reference, spearman([a for a, _ in pairs], [b for _, b in pairs]))
+
+
+# ------------------------------------------------------------------------------- the whole probe
+def load_solutions(
+    data: str, arith: ArithConfig, *, n: int, seed: int, src: Path | None = None
+) -> list[tuple[Sample, str]]:
+    """Up to ``n`` (sample, correct solution) pairs of ``data``: ``arith`` (validation problems of
+    ``arith`` drawn with ``seed``, from a teacher that makes no slips), a registered dataset's eval
+    split (:data:`stepcredit.data.prepare.DATASETS`) or a verl-schema file whose solution is
+    ``response``, ``extra_info.solution`` or ``extra_info.answer``."""
+    from stepcredit.data.arith import make_rows
+    from stepcredit.data.io import read_rows, row_to_sample
+    from stepcredit.data.prepare import ARITH, DATASETS, data_names, dataset_rows
+
+    if data == ARITH:
+        # the probe corrupts correct solutions: a noisy teacher's uncorrected slips are left out
+        rows = make_rows(replace(arith, teacher_error_prob=0.0), n, seed=seed, split="val")
+        return [(row_to_sample(r, f"arith:{i}"), r["extra_info"]["solution"]) for i, r in enumerate(rows)]
+    if data in DATASETS:
+        rows, path = dataset_rows(data, src=src)
+    else:
+        path = Path(data)
+        if not path.is_file():
+            raise DataError(f"--data {data}: not one of {', '.join(data_names())} and no such file")
+        rows = read_rows(path)
+    out = []
+    for i, r in enumerate(rows[:n]):
+        extra = r.get("extra_info") or {}
+        text = r.get("response") or extra.get("solution") or extra.get("answer")
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(
+                f"{path}:{i + 1}: no solution text (response, extra_info.solution or extra_info.answer)"
+            )
+        out.append((row_to_sample(r, f"{path}:{i + 1}"), text))
     return out
+
+
+def build_cases(
+    tokenizer: Any,
+    solutions: Sequence[tuple[Sample, str]],
+    cfg: ProcessConfig,
+    *,
+    deltas: Sequence[int],
+    rng: random.Random,
+) -> tuple[list[ProbeCase], list[int]]:
+    """A :class:`ProbeCase` for each solution with an equation to make wrong, and the indices of those
+    solutions (the others are skipped). Both traces end with the tokenizer's eos, as a finished
+    response does."""
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    cases, used = [], []
+    for i, (sample, text) in enumerate(solutions):
+        inj = inject_wrong_step(text, rng, deltas=deltas)
+        if inj is None:
+            continue
+        prompt = prompt_ids(tokenizer, list(sample.prompt))
+        pair = []
+        for t in (text, inj.text):
+            ids = list(tokenizer(t, add_special_tokens=False)["input_ids"]) + eos
+            ends, req = prefix_request(sample, prompt, ids, tokenizer, cfg)
+            pair.append((req, episode_at(ids, tokenizer, ends, inj.position)))
+        cases.append(ProbeCase(pair[0][0], pair[1][0], pair[0][1], pair[1][1]))
+        used.append(i)
+    return cases, used
+
+
+def probe(
+    model: Any,
+    tokenizer: Any,
+    solutions: Sequence[tuple[Sample, str]],
+    cfg: ProcessConfig,
+    estimators: Sequence[str],
+    *,
+    score_fn: ScoreFn,
+    deltas: Sequence[int] = (-2, -1, 1, 2),
+    seed: int = 0,
+    credit_forms: Sequence[str] = (),
+) -> ProbeReport:
+    """The signal probe on ``solutions`` (sample, correct solution text): one wrong step injected into
+    each (drawn with ``seed`` from ``deltas``), the clean solutions the verifier ``score_fn`` does not
+    score correct left out, then :func:`run_probe`. DataError when nothing is left to probe."""
+    if not deltas or 0 in deltas:
+        raise DataError(f"probe: deltas {list(deltas)} must be non-zero integers")
+    cases, used = build_cases(tokenizer, solutions, cfg, deltas=deltas, rng=random.Random(seed))
+    if not cases:
+        raise DataError("probe: no solution has an equation 'a op b = c' to make wrong")
+    # a "clean" trace the verifier does not score correct is no baseline for a wrong step
+    keep = [k for k, i in enumerate(used) if score_fn(*solutions[i]) >= 1.0 - 1e-6]
+    if not keep:
+        raise DataError("probe: the verifier scores none of the solutions correct")
+    report = run_probe(
+        model,
+        tokenizer,
+        [cases[k] for k in keep],
+        cfg,
+        estimators,
+        score_fn=score_fn,
+        credit_forms=credit_forms,
+    )
+    return replace(report, skipped=len(solutions) - len(cases), not_correct=len(cases) - len(keep))

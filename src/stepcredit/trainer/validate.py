@@ -3,18 +3,41 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 from stepcredit.reward import Rewarder
 from stepcredit.reward.run.health import status_counts
 from stepcredit.rollout import generate
 from stepcredit.trainer.metrics import waste_metrics
-from stepcredit.types import RewardResult, Sample
+from stepcredit.types import Batch, RewardResult, Sample
 
 
 def is_correct(r: RewardResult) -> bool:
     """A validation answer counts as correct when it was scored and got full marks."""
     return r.ok and r.score >= 1.0 - 1e-6
+
+
+def generate_in_chunks(
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    *,
+    n: int = 1,
+    max_new_tokens: int,
+    temperature: float,
+    chunk: int = 64,
+) -> Iterator[tuple[int, list[Sample], Batch]]:
+    """``(start, prompts, batch)`` for each run of ``chunk`` prompts, ``n`` responses each (no log-probs).
+
+    Validation and ``stepcredit eval`` generate through this one loop: left padding depends on a
+    chunk's longest prompt, so equal chunks keep their greedy answers identical."""
+    for start in range(0, len(samples), chunk):
+        part = samples[start : start + chunk]
+        batch = generate(
+            model, tok, part, n=n, max_new_tokens=max_new_tokens, temperature=temperature, with_logprobs=False
+        )
+        yield start, part, batch
 
 
 def validate(
@@ -33,11 +56,9 @@ def validate(
         return {}, []
     texts: list[str] = []
     n_tokens: list[int] = []
-    for i in range(0, len(samples), chunk):
-        part = samples[i : i + chunk]
-        b = generate(
-            model, tok, part, n=1, max_new_tokens=max_new_tokens, temperature=temperature, with_logprobs=False
-        )
+    for _, _, b in generate_in_chunks(
+        model, tok, samples, max_new_tokens=max_new_tokens, temperature=temperature, chunk=chunk
+    ):
         texts.extend(b.texts)
         n_tokens.extend(b.response_mask_BT.sum(1).tolist())
     results = rewarder.score_batch(samples, texts)
