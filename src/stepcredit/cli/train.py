@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     for line in summary_lines(summary):
         print(line)
     if (out / "checkpoints" / "sft" / "model").is_dir():
-        print(f"models: {out / 'checkpoints' / 'sft' / 'model'} (after SFT), {out / 'checkpoints' / 'final' / 'model'}")
+        print(
+            f"models: {out / 'checkpoints' / 'sft' / 'model'} (after SFT), {out / 'checkpoints' / 'final' / 'model'}"
+        )
     print(f"run directory: {out}")
     return 0

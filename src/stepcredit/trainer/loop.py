@@ -329,4 +329,3 @@ def _resume_state(run_dir: Path) -> dict[str, Any]:
     if ckpt is None:
         raise UserError(f"--resume {run_dir}: no checkpoint found under {run_dir / 'checkpoints'}")
     return load_checkpoint(ckpt)
-

@@ -475,7 +475,7 @@ class ValHistory:
 
         final = self.rows[-1]
         out: dict[str, Any] = {"kind": final["kind"], "final": point(final)}
-        out["best"] = point(max(self.rows, key=lambda r: (sum(r["correct"]) / max(1, len(r["correct"])))))
+        out["best"] = point(max(self.rows, key=lambda r: sum(r["correct"]) / max(1, len(r["correct"]))))
         base = next((r for r in self.rows if r["step"] == 0), None)
         if base is None or base is final:
             return out
@@ -506,7 +506,9 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         if key in s:
             pt = s[key]
             lo, hi = pt["ci95"]
-            lines.append(f"  {label + ' (step ' + str(pt['step']) + ')':<20}{pt['accuracy']:.3f}  [{lo:.3f}, {hi:.3f}]")
+            lines.append(
+                f"  {label + ' (step ' + str(pt['step']) + ')':<20}{pt['accuracy']:.3f}  [{lo:.3f}, {hi:.3f}]"
+            )
     if "verdict" in s:
         v = s["verdict"]
         lines.append(
