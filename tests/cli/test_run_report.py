@@ -176,3 +176,26 @@ def test_curves_have_process_panels_when_process_rewards_are_on(tmp_path: Path) 
         widths.append(_png_width(png))
     # 5 inches (90 dpi) per panel: reward, validation, length; then the two process panels
     assert widths == [3 * 5 * 90, 5 * 5 * 90]
+
+
+def test_a_wrong_sandbox_url_is_one_whole_line(tmp_path: Path) -> None:
+    from stepcredit.reward.run.health import clip_words
+    from tests.cli.test_multidomain import TINY
+
+    url = "http://127.0.0.1:9/sandbox/fusion/of/the/cluster/behind/a/long/path/run_code"
+    out = tmp_path / "run"
+    cmd = [*EXE, "train", "--preset", "multidomain", "--out", str(out), *TINY, "sft.steps=0"]
+    cmd += ["reward.sandbox.backend=sandbox_fusion", f"reward.sandbox.url={url}", "reward.sandbox.retries=0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 2 and not out.exists()
+    (line,) = proc.stderr.strip().splitlines()
+    # the whole reason, to its last word (it was cut at 200 characters, mid-word)
+    assert (
+        "route 'code'" in line
+        and url in line
+        and line.endswith("Connection refused; fix the backend or remove its rows")
+    )
+    # a longer message is cut at a space, never inside a word
+    assert (
+        clip_words("alpha beta gamma", 14) == "alpha beta..." and clip_words("alpha beta", 10) == "alpha beta"
+    )

@@ -91,7 +91,7 @@ def probe_routes(rewarder: Any, samples: Sequence[Sample]) -> dict[str, RewardRe
     for name, r in zip(names, results, strict=True):
         sample, _, expected = probes[name]
         msg = str(r.info.get("message", "") or "").splitlines()
-        why = clip_words(msg[0], 300) if msg else ""
+        why = clip_words(msg[0], 500) if msg else ""
         if is_failure(r):
             raise RewardBackendError(
                 f"reward start-up check: route {name!r} (row {sample.uid or '?'}) gave no verdict: "
