@@ -179,8 +179,9 @@ def test_curves_have_process_panels_when_process_rewards_are_on(tmp_path: Path) 
 
 
 def test_a_wrong_sandbox_url_is_one_whole_line(tmp_path: Path) -> None:
-    from stepcredit.reward.run.health import clip_words
     from tests.cli.test_multidomain import TINY
+
+    from stepcredit.reward.run.health import clip_words
 
     url = "http://127.0.0.1:9/sandbox/fusion/of/the/cluster/behind/a/long/path/run_code"
     out = tmp_path / "run"
