@@ -179,13 +179,13 @@ def test_curves_have_process_panels_when_process_rewards_are_on(tmp_path: Path) 
 
 
 def test_a_wrong_sandbox_url_is_one_whole_line(tmp_path: Path) -> None:
-    from tests.cli.test_multidomain import TINY
-
     from stepcredit.reward.run.health import clip_words
 
     url = "http://127.0.0.1:9/sandbox/fusion/of/the/cluster/behind/a/long/path/run_code"
     out = tmp_path / "run"
-    cmd = [*EXE, "train", "--preset", "multidomain", "--out", str(out), *TINY, "sft.steps=0"]
+    tiny = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.intermediate_size=64"]
+    tiny += ["data.train_size=64", "data.val_size=4", "trainer.progress=false", "sft.steps=0"]
+    cmd = [*EXE, "train", "--preset", "multidomain", "--out", str(out), *tiny]
     cmd += ["reward.sandbox.backend=sandbox_fusion", f"reward.sandbox.url={url}", "reward.sandbox.retries=0"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 2 and not out.exists()
