@@ -200,3 +200,15 @@ def test_a_wrong_sandbox_url_is_one_whole_line(tmp_path: Path) -> None:
     assert (
         clip_words("alpha beta gamma", 14) == "alpha beta..." and clip_words("alpha beta", 10) == "alpha beta"
     )
+
+
+def test_sft_alone_covers_every_domain_and_prints_an_interval(tmp_path: Path) -> None:
+    tiny = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.intermediate_size=64"]
+    tiny += ["data.train_size=64", "data.val_size=4", "sft.steps=2", "rollout.max_new_tokens=16"]
+    out = tmp_path / "sft"
+    cmd = [*EXE, "sft", "--preset", "multidomain", "--out", str(out), *tiny]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "(95 % Wilson interval, 8 prompts)" in proc.stdout  # 4 validation prompts per domain
+    m = json.loads((out / "sft_metrics.json").read_text())
+    assert {"val/accuracy/arith", "val/accuracy/code"} <= set(m)

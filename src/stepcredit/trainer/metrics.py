@@ -293,7 +293,9 @@ class MetricsLogger:
         if self._wandb is not None:
             import wandb
 
-            self._wandb.log({f"samples/{split}": wandb.Table(columns=cols, data=table)}, step=step)
+            self._wandb.log(
+                {f"samples/{split}": wandb.Table(columns=list[str | int](cols), data=table)}, step=step
+            )
 
     def close(self) -> None:
         self._f.close()
