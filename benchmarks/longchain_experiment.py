@@ -265,6 +265,8 @@ def _final_samples(run: Path) -> dict[str, float]:
     if not f.exists():
         return {}
     rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("split", "val") == "val"]  # samples.jsonl keeps every validation
+    rows = [r for r in rows if r.get("step", 0) == max((x.get("step", 0) for x in rows), default=0)]
     if not rows:
         return {}
     waste = [count_wasted(r["response"]) for r in rows]

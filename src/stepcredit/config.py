@@ -979,9 +979,18 @@ class TrainerConfig:
     stop_after_steps: int = 0
     """Stop after this many RL steps of this invocation (0 = run to ``steps``), leaving the run
     resumable exactly as a preempted job would (``--resume DIR`` continues it)."""
+    generations_to_log: int = 4
+    """Completions (with step and scores) shown per validation in TensorBoard text and a W&B table (verl's ``val_generations_to_log``)."""
+    generations_every: int = 0
+    """Every this many RL steps also log ``generations_to_log`` sampled training completions (samples.jsonl, TensorBoard, W&B); 0: never."""
 
     def __post_init__(self) -> None:
         _check(self.steps >= 0, "trainer.steps", "must be >= 0")
+        _check(
+            self.generations_to_log >= 0 and self.generations_every >= 0,
+            "trainer.generations_to_log",
+            "generations_to_log and generations_every must be >= 0",
+        )
         _check(self.stop_after_steps >= 0, "trainer.stop_after_steps", "must be >= 0")
         _check(
             self.device in ("cpu", "auto") or self.device.split(":")[0] == "cuda",

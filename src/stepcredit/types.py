@@ -24,20 +24,36 @@ if TYPE_CHECKING:
 
 
 class Status(str, Enum):
-    """Why a reward is what it is. Only ``ok`` (and ``unparseable``, a model's fault) are real scores."""
+    """Why a reward is what it is. ``ok``, ``unparseable``, ``program_error`` and ``program_timeout``
+    are real scores (verdicts on the response, :attr:`is_verdict`); the others mean the reward could
+    not be computed, and the failure policy decides what they become."""
 
     OK = "ok"
     """The reward was computed."""
     UNPARSEABLE = "unparseable"
     """No answer could be extracted from the response: the model's fault, scored as wrong."""
     TIMEOUT = "timeout"
-    """The reward function (or the program under test) ran past its deadline and was stopped."""
+    """The reward function (a judge, a reward model, a custom function) ran past its deadline and was stopped."""
     ERROR = "error"
-    """The reward function or the program under test raised or crashed."""
+    """The reward could not be computed: the reward function raised or crashed, or the row is malformed."""
     SANDBOX_ERROR = "sandbox_error"
     """The sandbox itself failed: neither the model's fault nor a pass."""
     UNSCORED = "unscored"
     """No reward function applies to the sample (every TRL-style function returned None)."""
+    PROGRAM_ERROR = "program_error"
+    """The model's program ran and crashed or raised on a test case: the model's fault, a real score
+    (the fraction of cases passed, or 0), never a failure of the reward."""
+    PROGRAM_TIMEOUT = "program_timeout"
+    """The model's program ran past its per-case limit and was stopped: the model's fault, a real score."""
+
+    @property
+    def is_verdict(self) -> bool:
+        """True when a result with this status is a real score on the response (failure policy,
+        circuit breaker and ``score_mean`` metrics count it as a score, never as a failure)."""
+        return self in _VERDICTS
+
+
+_VERDICTS = frozenset({Status.OK, Status.UNPARSEABLE, Status.PROGRAM_ERROR, Status.PROGRAM_TIMEOUT})
 
 
 @dataclass
@@ -54,15 +70,13 @@ class RewardResult:
     source: str = ""
     """Which reward function produced it (the routing key)."""
     verdict: bool | None = None
-    """Whether ``score`` is a real verdict on the response. None = decided by the status (``ok`` and
-    ``unparseable`` are verdicts). A code sandbox sets True for ``timeout``/``error`` of the *program
-    under test*: the model wrote code that hangs or crashes, which is its fault and is scored, unlike a
-    reward function that failed (False: the failure policy decides)."""
+    """Whether ``score`` is a real verdict on the response. None = decided by the status
+    (:attr:`Status.is_verdict`); a reward function may force either way (False: the failure policy decides)."""
 
     @property
     def ok(self) -> bool:
         """True when the score is a real verdict on the response and finite."""
-        verdict = self.verdict if self.verdict is not None else self.status in (Status.OK, Status.UNPARSEABLE)
+        verdict = self.verdict if self.verdict is not None else self.status.is_verdict
         return verdict and math.isfinite(self.score)
 
     @classmethod

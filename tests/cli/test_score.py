@@ -35,7 +35,10 @@ def test_score_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines.append(json.dumps({"response": "x"}))
     inp.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.jsonl"
-    assert cli.main(["score", "--in", str(inp), "--out", str(out), "--workers", "1"]) == 0
+    # malformed rows: each reported, written back as error, and the exit is 2 unless asked to skip them
+    assert cli.main(["score", "--in", str(inp), "--out", str(out), "--workers", "1"]) == 2
+    assert "2 malformed row(s)" in capsys.readouterr().err
+    assert cli.main(["score", "--in", str(inp), "--out", str(out), "--workers", "1", "--skip-bad-rows"]) == 0
     got = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(g["status"], g["score"]) for g in got] == [
         ("ok", 1.0),
@@ -48,7 +51,10 @@ def test_score_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert got[1]["extracted"] == "26" and got[2]["line"] == 3
     err = capsys.readouterr()
     assert f"{inp}:3: invalid JSON" in err.err and f"{inp}:6: missing data_source, ground_truth" in err.err
-    assert "accuracy" in err.out and "scored 6 rows" in err.out
+    # 4 real scores, all 0 or 1: 1 + 0 + 1 + 0 (unparseable) -> mean 0.5 and accuracy 0.5
+    assert "mean score (rows with a real score): 0.5000 over 4" in err.out
+    assert "accuracy (share with score 1): 0.5000 over 4" in err.out and "scored 6 rows" in err.out
+    assert got[0]["info"] is not None and got[2]["info"]["message"].startswith(f"{inp}:3: invalid JSON")
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
@@ -152,3 +158,65 @@ def test_score_rejects_an_unknown_override(tmp_path: Path, capsys: pytest.Captur
     assert cli.main(["score", "--in", str(inp), "--out", str(out), "reward.judge.base_ur=x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown config key reward.judge.base_ur" in err[0] and not out.exists()
+
+
+def test_verl_and_trl_column_names_and_every_malformed_row_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [
+        # verl: compute_score(data_source, solution_str, ground_truth, extra_info)
+        {"data_source": "openai/gsm8k", "solution_str": "#### 18", "reward_model": {"ground_truth": "18"}},
+        # TRL standard: completion is a string; conversational: a list of messages
+        {"data_source": "openai/gsm8k", "completion": "#### 7", "ground_truth": "8"},
+        {"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "2*9?"}],
+         "completion": [{"role": "assistant", "content": "#### 18"}], "ground_truth": "18"},
+        {"data_source": "openai/gsm8k", "completion": [{"role": "user", "content": "hi"}], "ground_truth": "1"},
+        {"data_source": 3, "response": "#### 1", "ground_truth": "1"},
+    ]  # fmt: skip
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli.main(["score", "--in", str(inp), "--out", str(out)]) == 2
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(g["status"], g["score"]) for g in got] == [
+        ("ok", 1.0),
+        ("ok", 0.0),
+        ("ok", 1.0),
+        ("error", None),
+        ("error", None),
+    ]
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"stepcredit score: {inp}:4: completion must be a string or a list of {{role, content}} " \
+        "messages with an assistant turn"  # fmt: skip
+    assert err[1] == f"stepcredit score: {inp}:5: data_source must be a string, got int"
+    assert len(err) == 3 and "--skip-bad-rows" in err[2]
+
+
+def test_info_says_what_decided_and_a_weighted_score_is_no_accuracy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gt = {
+        "instruction_id_list": ["punctuation:no_comma", "change_case:english_lowercase"],
+        "kwargs": [{}, {}],
+    }
+    fn = tmp_path / "rew.py"
+    fn.write_text("def half(data_source, solution_str, ground_truth, extra_info=None):\n"
+                  "    return {'score': 0.5 * len(solution_str), 'length': len(solution_str)}\n")  # fmt: skip
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text(
+        json.dumps({"data_source": "ifeval", "response": "Tea, please", "ground_truth": gt}) + "\n"
+    )
+    assert cli.main(["score", "--in", str(inp), "--out", str(out)]) == 0
+    row = json.loads(out.read_text())
+    # IFEval: the comma and the capital T break both instructions; each instruction's verdict is in info
+    assert row["score"] == 0.0 and [v["strict"] for v in row["info"]["instructions"]] == [False, False]
+    capsys.readouterr()
+    inp.write_text(
+        json.dumps({"data_source": "mine", "response": "ab", "ground_truth": ""}) + "\n"
+        + json.dumps({"data_source": "mine", "response": "abc", "ground_truth": ""}) + "\n"
+    )  # fmt: skip
+    assert cli.main(["score", "--in", str(inp), "--out", str(out), "--custom", f"{fn}:half"]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["info"]["length"] for g in got] == [2, 3]  # the verl-style function's extra keys
+    printed = capsys.readouterr().out
+    # scores 1.0 and 1.5: a mean score, not an accuracy
+    assert "mean score (rows with a real score): 1.2500 over 2" in printed and "accuracy" not in printed

@@ -75,9 +75,9 @@ def test_breaker_window_and_threshold() -> None:
 
 
 def test_breaker_ignores_program_faults_and_can_be_disabled() -> None:
-    program_crash = RewardResult(score=0.0, status=Status.ERROR, source="code", verdict=True)
+    program_crash = RewardResult(score=0.0, status=Status.PROGRAM_ERROR, source="code")
     b = CircuitBreaker(BreakerConfig(min_samples=1))
-    assert b.update([program_crash] * 10)["code"] == {"error": 10}
+    assert b.update([program_crash] * 10)["code"] == {"program_error": 10}
     off = CircuitBreaker(BreakerConfig(enabled=False, min_samples=1))
     assert off.update([failed("judge")] * 10)["judge"] == {"!error": 10}
 

@@ -86,14 +86,14 @@ def test_assert_and_call_cases(box: sb.Sandbox) -> None:
 def test_program_failures_keep_their_score_with_a_failure_status(box: sb.Sandbox) -> None:
     code = "import time\nn = int(input())\nif n == 0:\n    raise ValueError\nif n == 1:\n    time.sleep(60)\nprint(n)"
     res = sb.score_code(fenced(code), {"inputs": ["2", "0"], "outputs": ["2", "0"]}, sandbox=box)
-    assert (res.status, res.score) == (Status.ERROR, 0.5)
+    assert (res.status, res.score) == (Status.PROGRAM_ERROR, 0.5)
     assert "ValueError" in res.info["message"]
     res = sb.score_code(fenced(code), {"inputs": ["2", "1"], "outputs": ["2", "1"]}, sandbox=box)
-    assert (res.status, res.score) == (Status.TIMEOUT, 0.5)
+    assert (res.status, res.score) == (Status.PROGRAM_TIMEOUT, 0.5)
     # the program's failure is the model's fault: a real verdict, so the failure policy never masks it
     assert res.ok
     res = sb.score_code(fenced("def f(:\n  pass"), {"assert_case": ["assert f()"]}, sandbox=box)
-    assert res.status == Status.ERROR and "SyntaxError" in res.info["message"]
+    assert res.status == Status.PROGRAM_ERROR and "SyntaxError" in res.info["message"] and res.ok
 
 
 def test_unparseable_and_bad_ground_truth(box: sb.Sandbox) -> None:
@@ -163,6 +163,6 @@ def test_code_rows_through_stepcredit_score(tmp_path: Path) -> None:
     got = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(g["status"], g["score"], g["source"]) for g in got] == [
         ("ok", 1.0, "code"),
-        ("timeout", 0.0, "code"),
+        ("program_timeout", 0.0, "code"),
         ("unparseable", 0.0, "code"),
     ]

@@ -68,3 +68,11 @@ def test_missing_wandb_is_one_config_error(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(builtins, "__import__", no_wandb)
     with pytest.raises(ConfigError, match=r"trainer\.wandb=true needs"):
         train(config(), tmp_path / "run")
+
+
+def test_sampled_completions_reach_a_wandb_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    run = tmp_path / "run"
+    train(config(val_every=2, generations_every=1, generations_to_log=2), run)
+    data = next((run / "wandb").glob("offline-run-*/run-*.wandb")).read_bytes()
+    assert b"samples/val" in data and b"samples/train" in data  # verl's val_generations_to_log table

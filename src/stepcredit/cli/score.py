@@ -3,12 +3,16 @@
 Scores a file of model outputs with the rewards of the same config tree as ``train`` (``reward.*``: the
 judge, the reward model, the sandbox, custom functions, per-domain routing and their overrides), so
 what a run would reward can be checked before (or after) a run. Each input line has ``data_source``,
-``response`` and ``ground_truth`` (or verl's ``reward_model.ground_truth``), optionally ``prompt``
-(a chat list or a string: the judge and the reward model see it), ``ability``, ``domain``, ``tag``,
-``extra_info`` and ``reward_model.style``. Each is written back with ``score``, ``status``,
-``extracted`` and ``source`` added; a summary of statuses (overall and per source) is printed. A malformed line is reported by
-line number and written back with status ``error``; the output appears only once complete (a temp
-file renamed into place), so it is never half-written.
+the response (``response``, verl's ``solution_str`` or TRL's ``completion``: a string or a list of
+chat messages, whose assistant contents are joined) and ``ground_truth`` (or verl's
+``reward_model.ground_truth``), optionally ``prompt`` (a chat list or a string: the judge and the
+reward model see it), ``ability``, ``domain``, ``tag``, ``extra_info`` and ``reward_model.style``.
+Each is written back with ``score``, ``status``, ``extracted``, ``source`` and ``info`` (what decided
+the verdict: the extracted answer's form, test cases, IFEval's per-instruction results) added; a
+summary of statuses (overall and per source) and of the scores is printed. A malformed line is
+reported as ``file:line: what is wrong`` and written back with status ``error``; unless
+``--skip-bad-rows`` is given the command then exits 2. The output appears only once complete (a
+temp file renamed into place), so it is never half-written.
 """
 
 from __future__ import annotations
@@ -46,6 +50,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--custom", default=None, help="your own reward function: file.py:fn or pkg.module:fn"
     )
+    parser.add_argument(
+        "--skip-bad-rows",
+        action="store_true",
+        help="exit 0 when some rows are malformed (they are still reported and written back as error)",
+    )
     add_config_args(parser)
 
 
@@ -60,19 +69,22 @@ def parse_row(line: str, where: str) -> tuple[dict[str, Any], Sample, str]:
     rm_raw = row.get("reward_model")
     rm: dict[str, Any] = rm_raw if isinstance(rm_raw, dict) else {}
     gt = row.get("ground_truth", rm.get("ground_truth"))
+    key = next((k for k in RESPONSE_KEYS if row.get(k) is not None), None)
     missing = [
         k
         for k, v in (
             ("data_source", row.get("data_source")),
-            ("response", row.get("response")),
+            ("response (or solution_str, completion)", key),
             ("ground_truth", gt),
         )
         if v is None
     ]
     if missing:
         raise DataError(f"{where}: missing {', '.join(missing)}")
-    if not isinstance(row["data_source"], str) or not isinstance(row["response"], str):
-        raise DataError(f"{where}: data_source and response must be strings")
+    assert key is not None
+    if not isinstance(row["data_source"], str):
+        raise DataError(f"{where}: data_source must be a string, got {type(row['data_source']).__name__}")
+    response = _response(row[key], key, where)
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
         raise DataError(f"{where}: extra_info must be an object")
@@ -88,7 +100,29 @@ def parse_row(line: str, where: str) -> tuple[dict[str, Any], Sample, str]:
         uid=where,
         **routing,
     )
-    return row, sample, row["response"]
+    return row, sample, response
+
+
+RESPONSE_KEYS = ("response", "solution_str", "completion")
+"""Where a row's response is: ours, verl's ``compute_score(solution_str=...)``, TRL's ``completion``
+column (the first present wins)."""
+
+
+def _response(raw: Any, key: str, where: str) -> str:
+    if isinstance(raw, str):
+        return raw
+    # TRL's conversational format: [{"role": "assistant", "content": ...}, ...]
+    if (
+        isinstance(raw, list)
+        and raw
+        and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in raw)
+    ):
+        said = [m["content"] for m in raw if m.get("role", "assistant") == "assistant"]
+        if said:
+            return "".join(said)
+    raise DataError(
+        f"{where}: {key} must be a string or a list of {{role, content}} messages with an assistant turn"
+    )
 
 
 def _prompt(raw: Any, where: str) -> tuple[dict[str, str], ...]:
@@ -135,6 +169,7 @@ def _annotate(row: dict[str, Any], res: RewardResult) -> dict[str, Any]:
     out["status"] = res.status.value
     out["extracted"] = res.extracted
     out["source"] = res.source
+    out["info"] = res.info
     if not res.ok and "message" in res.info:
         out["error"] = res.info["message"]
     return out
@@ -172,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
                     by_source.setdefault(res.source or "?", Counter())[res.status.value] += 1
                     if res.ok:
                         scores.append(res.score)
-                    out.write(json.dumps(_annotate(row, res), ensure_ascii=False) + "\n")
+                    out.write(json.dumps(_annotate(row, res), ensure_ascii=False, default=str) + "\n")
                 batch.clear()
 
             for i, line in enumerate(f, 1):
@@ -201,6 +236,25 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {st.value:<14}{counts[st.value]:>8}")
     for source, c in sorted(by_source.items()):
         print(f"  source {source}: {format_counts(dict(c))}")
-    if scores:
-        print(f"  accuracy (mean score of scored rows): {sum(scores) / len(scores):.4f} over {len(scores)}")
+    print(*score_summary(scores), sep="\n")
+    if n_bad and not args.skip_bad_rows:
+        print(
+            f"stepcredit score: error: {n_bad} malformed row(s), listed above (written back with status "
+            f"error); fix them or pass --skip-bad-rows",
+            file=sys.stderr,
+        )
+        return 2
     return 0
+
+
+def score_summary(scores: list[float]) -> list[str]:
+    """The summary's score lines: the mean score of the scored rows, and the accuracy (share with full
+    marks) only when every score is 0 or 1 (a weighted custom score or a fraction of tests passed is
+    not an accuracy)."""
+    if not scores:
+        return ["  no row was scored"]
+    n = len(scores)
+    lines = [f"  mean score (rows with a real score): {sum(scores) / n:.4f} over {n}"]
+    if all(x in (0.0, 1.0) for x in scores):
+        lines.append(f"  accuracy (share with score 1): {sum(x == 1.0 for x in scores) / n:.4f} over {n}")
+    return lines

@@ -21,16 +21,17 @@ def run(args: argparse.Namespace) -> int:
     setup_runtime()
     import torch
 
-    from stepcredit.data import load_task
+    from stepcredit.data.domains import build_data
     from stepcredit.models import load_policy, save_pretrained
     from stepcredit.reward import build_rewarder
     from stepcredit.trainer.loop import seed_everything
+    from stepcredit.trainer.metrics import wilson_interval
     from stepcredit.trainer.sft import run_sft
     from stepcredit.trainer.validate import validate
 
     torch.set_num_threads(cfg.trainer.threads)
     seed_everything(cfg.trainer.seed)
-    train_set, val_set = load_task(cfg.data)
+    train_set, val_set, _ = build_data(cfg.data, seed=cfg.trainer.seed)  # every domain, as train does
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
     m = run_sft(model, tok, train_set, cfg.sft, seed=cfg.trainer.seed)
     save_pretrained(model, tok, out / "model")
@@ -38,5 +39,11 @@ def run(args: argparse.Namespace) -> int:
         vm, _ = validate(model, tok, val_set, rewarder, max_new_tokens=cfg.rollout.max_new_tokens)
     m.update(vm)
     (out / "sft_metrics.json").write_text(json.dumps(m, indent=2))
-    print(f"model saved to {out / 'model'}  val/accuracy {vm.get('val/accuracy', float('nan')):.3f}")
+    n = len(val_set)
+    acc = vm.get("val/accuracy", float("nan"))
+    line = f"model saved to {out / 'model'}  val/accuracy_greedy {acc:.3f}"
+    if n:
+        lo, hi = wilson_interval(round(acc * n), n)
+        line += f" [{lo:.3f}, {hi:.3f}] (95 % Wilson interval, {n} prompts)"
+    print(line)
     return 0

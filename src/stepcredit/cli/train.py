@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -22,10 +23,15 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.trainer import check_config, train
 
     check_config(cfg)
-    last = train(cfg, out, resume=args.resume)
-    acc = last.get("val/accuracy")
-    summary = f"run directory: {out}"
-    if isinstance(acc, float):
-        summary += f"  final val/accuracy {acc:.3f}"
-    print(summary)
+    train(cfg, out, resume=args.resume)
+    from stepcredit.trainer.metrics import summary_lines
+
+    summary = json.loads((out / "summary.json").read_text())
+    for line in summary_lines(summary):
+        print(line)
+    if (out / "checkpoints" / "sft" / "model").is_dir():
+        print(
+            f"models: {out / 'checkpoints' / 'sft' / 'model'} (after SFT), {out / 'checkpoints' / 'final' / 'model'}"
+        )
+    print(f"run directory: {out}")
     return 0

@@ -17,6 +17,7 @@ import contextlib
 import functools
 import json
 import random
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -37,21 +38,41 @@ from stepcredit.reward.run import backends
 from stepcredit.reward.run.health import CircuitBreaker, probe_routes
 from stepcredit.rollout import ROLLOUT_MODES
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
-from stepcredit.trainer.metrics import MetricsLogger, StepMetrics, batch_metrics, peak_rss_mb, plot_curves
+from stepcredit.trainer.metrics import (
+    MetricsLogger,
+    StepMetrics,
+    ValHistory,
+    batch_metrics,
+    peak_rss_mb,
+    plot_curves,
+)
 from stepcredit.trainer.progress import Progress
 from stepcredit.trainer.rollout import Rollout, rollout_and_submit
 from stepcredit.trainer.sampling import step_stream
 from stepcredit.trainer.sft import run_sft
 from stepcredit.trainer.state import TrainState, build_state, resolve_device
 from stepcredit.trainer.update import Prepared, train_on, update
-from stepcredit.trainer.validate import validate
-from stepcredit.types import Batch, Sample
+from stepcredit.trainer.validate import is_correct, validate
+from stepcredit.types import Batch, RewardResult, Sample, Status
 
 
 def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str, Any]:
-    """Run SFT (unless resuming) and ``cfg.trainer.steps`` RL steps; returns the last metrics row."""
-    # --- set-up: data, policy, rewards (a route no reward scores fails here, before any work)
+    """Run SFT (unless resuming) and ``cfg.trainer.steps`` RL steps; returns the last metrics row.
+    ``run_dir/summary.json`` says whether RL helped (:meth:`ValHistory.summary`). A run that fails
+    before its first SFT or RL step removes the run directory it created (nothing in it to keep)."""
     check_config(cfg)
+    created = not run_dir.exists()
+    started = [False]
+    try:
+        return _train(cfg, run_dir, resume, started)
+    except BaseException:
+        if created and not started[0]:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool]) -> dict[str, Any]:
+    # --- set-up: data, policy, rewards (a route no reward scores fails here, before any work)
     _start_run(cfg, run_dir)
     train_set, val_set, stream = build_data(cfg.data, seed=cfg.trainer.seed)
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
@@ -66,21 +87,25 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
         log = closing.enter_context(
             contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg)))
         )
+        history = ValHistory(run_dir, int(ckpt["step"]) if ckpt is not None else None)
         bar = closing.enter_context(contextlib.closing(Progress(cfg.trainer.steps, cfg.trainer.progress)))
         state = build_state(cfg, model, tok, stream)
         domains = process_domains(cfg.process, train_set) if cfg.process.enabled else frozenset()
         process.check_data(cfg.process, train_set, domains)
         rollout_for = functools.partial(rollout_and_submit, state, agent, rewarder, process_domains=domains)
-        validation = functools.partial(_validate, state, val_set, rewarder, run_dir)
+        validation = functools.partial(_validate, state, val_set, rewarder, log, history)
+        started[0] = True
 
-        # --- phase 1: supervised warm-up; the reference model is the SFT policy
+        # --- phase 1: supervised warm-up; the reference model is the SFT policy, saved for `eval`
         if ckpt is None:
             t0 = time.perf_counter()
             run_sft(
                 model, tok, train_set, cfg.sft, seed=cfg.trainer.seed, on_step=bar.sft_step(cfg.sft.steps)
             )
+            if cfg.sft.steps > 0:
+                save_pretrained(model, tok, run_dir / "checkpoints" / "sft" / "model")
             log_row(
-                log, bar, {"step": 0, "phase": "sft", "time/sft_s": time.perf_counter() - t0, **validation()}
+                log, bar, {"step": 0, "phase": "sft", "time/sft_s": time.perf_counter() - t0, **validation(0)}
             )
         else:
             state.load_state_dict(ckpt)
@@ -118,8 +143,10 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
             state.step = step
             last = _step_row(state, current.batch, arrived, counts, prepared, agent.metrics(), t_step)
             if cfg.trainer.val_every > 0 and (step % cfg.trainer.val_every == 0 or step == cfg.trainer.steps):
-                last.update(validation())
+                last.update(validation(step))
             log_row(log, bar, last, t_step)
+            if cfg.trainer.generations_every > 0 and step % cfg.trainer.generations_every == 0:
+                log.log_samples(step, "train", _generations(arrived, cfg.trainer.generations_to_log))
             if cfg.trainer.save_every > 0 and (
                 step % cfg.trainer.save_every == 0 or step == _last_step(cfg, 0)
             ):
@@ -127,6 +154,7 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
                 ahead = {"pending": pending.batch.without_rewards() if pending is not None else None}
                 save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **ahead})
         save_pretrained(model, tok, run_dir / "checkpoints" / "final" / "model")
+    (run_dir / "summary.json").write_text(json.dumps(history.summary(), indent=2) + "\n")
     plot_curves(run_dir)
     return last
 
@@ -155,9 +183,16 @@ def _last_step(cfg: Config, done: int) -> int:
 
 
 def _validate(
-    state: TrainState, val_set: list[Sample], rewarder: Rewarder, run_dir: Path
+    state: TrainState,
+    val_set: list[Sample],
+    rewarder: Rewarder,
+    log: MetricsLogger,
+    history: ValHistory,
+    step: int,
 ) -> dict[str, float]:
-    """Greedy validation by tag (``val/accuracy``...); the answers go to ``samples.jsonl``."""
+    """Validation by tag (``val/accuracy_greedy``, or ``val/accuracy_sampled`` when
+    ``rollout.val_temperature > 0``; ``val/accuracy`` is its older name); the answers go to
+    ``samples.jsonl`` with their step, the per-prompt verdicts to ``validation.jsonl``."""
     cfg = state.cfg
     if cfg.trainer.val_every <= 0:
         return {}
@@ -169,8 +204,32 @@ def _validate(
         max_new_tokens=cfg.rollout.max_new_tokens,
         temperature=cfg.rollout.val_temperature,
     )
-    _write_samples(run_dir, rows)
+    if not rows:
+        return metrics
+    kind = "sampled" if cfg.rollout.val_temperature > 0 else "greedy"
+    metrics[f"val/accuracy_{kind}"] = metrics["val/accuracy"]
+    history.add(step, [is_correct(RewardResult(r["score"], Status(r["status"]))) for r in rows], kind)
+    log.log_samples(step, "val", rows)
     return metrics
+
+
+def _generations(arrived: list[Batch], n: int) -> list[dict[str, Any]]:
+    """The first ``n`` scored training completions of a step, as ``samples.jsonl`` rows."""
+    out: list[dict[str, Any]] = []
+    for b in arrived:
+        for s, t, r in zip(b.samples, b.texts, b.rewards or [], strict=True):
+            if len(out) >= n:
+                return out
+            out.append(
+                {
+                    "prompt": s.prompt[-1]["content"] if s.prompt else "",
+                    "response": t,
+                    "ground_truth": s.ground_truth,
+                    "score": r.score,
+                    "status": r.status.value,
+                }
+            )
+    return out
 
 
 def log_row(log: MetricsLogger, bar: Progress, row: dict[str, Any], t_step: float | None = None) -> None:
@@ -206,6 +265,8 @@ def _step_row(
         "samples/dropped_failed": float(sum(p.dropped for p in prepared)),
         "_tokens": float(sum(int(b.response_mask_BT.sum()) for b in arrived)),
     }
+    # the mean score of this step's sampled (rollout.temperature) responses; "reward/mean" is its older name
+    row["train/reward_sampled"] = row["reward/mean"]
     row["time/reward_s"] = row.get("time/reward_wait_s", 0.0)
     if responses := row.pop("rollout/responses", 0.0):  # this step's rollouts' counters, per response
         for key, name in _PER_RESPONSE.items():
@@ -268,11 +329,3 @@ def _resume_state(run_dir: Path) -> dict[str, Any]:
     if ckpt is None:
         raise UserError(f"--resume {run_dir}: no checkpoint found under {run_dir / 'checkpoints'}")
     return load_checkpoint(ckpt)
-
-
-def _write_samples(run_dir: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = run_dir / "samples.jsonl.tmp"
-    with tmp.open("w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    tmp.replace(run_dir / "samples.jsonl")

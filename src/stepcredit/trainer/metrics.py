@@ -82,6 +82,7 @@ def batch_metrics(batch: Batch, *, per_domain: bool = False) -> dict[str, float]
         "response/truncated_frac": float(batch.truncated_B.float().mean()),
     }
     m.update(reward_metrics(batch.rewards))
+    m.update(reward_info_metrics(batch.rewards))
     m.update(waste_metrics([s.data_source for s in batch.samples], batch.texts))
     # groups whose outcome scores are all equal carry no outcome signal
     by_group: dict[int, set[float]] = {}
@@ -89,6 +90,34 @@ def batch_metrics(batch: Batch, *, per_domain: bool = False) -> dict[str, float]
         by_group.setdefault(g, set()).add(round(r.score, 6) if r.ok else float("nan"))
     m["groups/all_equal_frac"] = float(np.mean([len(v) == 1 for v in by_group.values()]))
     return m
+
+
+def reward_info_metrics(rewards: Sequence[RewardResult]) -> dict[str, float]:
+    """What reward functions return beside the score, as means over the batch:
+
+    * ``reward/{source}/extra/{key}``: each numeric key of ``info`` (the extra keys of a verl-style
+      function's ``{"score": ..., "acc": ...}``, a sandbox's ``passed``/``total``), over the results
+      that carry it;
+    * ``reward/fn/{name}/mean``: each TRL-style function's own value (``info["rewards"]``, None left
+      out), as TRL logs ``rewards/{name}/mean`` beside the weighted sum (``reward/mean``).
+    """
+    extra: dict[str, list[float]] = {}
+    per_fn: dict[str, list[float]] = {}
+    for r in rewards:
+        for k, v in r.info.items():
+            if isinstance(v, (int, float)) and math.isfinite(float(v)):
+                extra.setdefault(f"reward/{r.source or 'unknown'}/extra/{k}", []).append(float(v))
+        fns = r.info.get("rewards")
+        if isinstance(fns, dict):
+            for name, v in fns.items():
+                if isinstance(v, (int, float)) and math.isfinite(float(v)):
+                    per_fn.setdefault(str(name), []).append(float(v))
+    out = {k: float(np.mean(v)) for k, v in sorted(extra.items())}
+    # "file.py:fn" -> "fn" (TRL names a function by its __name__), the whole spec when two share a name
+    short = [n.rsplit(":", 1)[-1] for n in per_fn]
+    for (name, vs), s in zip(per_fn.items(), short, strict=True):
+        out[f"reward/fn/{s if short.count(s) == 1 else name}/mean"] = float(np.mean(vs))
+    return out
 
 
 def waste_metrics(data_source_B: Sequence[str], texts: Sequence[str], prefix: str = "") -> dict[str, float]:
@@ -207,6 +236,14 @@ class MetricsLogger:
                     f.write(json.dumps(r) + "\n")
         # a fresh run into a used directory starts the file over (appending would mix two runs' rows)
         self._f = self.path.open("a" if truncate_after is not None else "w")
+        self.samples_path = run_dir / "samples.jsonl"
+        kept = (
+            [r for r in read_metrics(self.samples_path) if r.get("step", -1) <= truncate_after]
+            if truncate_after is not None and self.samples_path.exists()
+            else []
+        )
+        self.samples_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self.generations_to_log = cfg.generations_to_log if cfg is not None else 4
         self._tb: Any = None
         if tensorboard:
             try:
@@ -235,6 +272,31 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
 
+    def log_samples(self, step: int, split: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Append ``rows`` (prompt, response, ground truth, score, status...) to ``samples.jsonl``
+        with their ``step`` and ``split`` (``val``: every validation answer; ``train``: sampled
+        completions), and show the first ``trainer.generations_to_log`` in TensorBoard (text) and W&B
+        (a table), as verl's ``val_generations_to_log`` does."""
+        with self.samples_path.open("a") as f:
+            for r in rows:
+                f.write(json.dumps({"step": step, "split": split, **r}, default=str) + "\n")
+        shown = list(rows[: self.generations_to_log])
+        if not shown:
+            return
+        cols = ["step", "prompt", "response", "ground_truth", "score", "status"]
+        table = [[step, *(_cell(r.get(c)) for c in cols[1:])] for r in shown]
+        if self._tb is not None:
+            md = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
+            md += "".join("| " + " | ".join(_md(str(x)) for x in row) + " |\n" for row in table)
+            self._tb.add_text(f"samples/{split}", md, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            import wandb
+
+            self._wandb.log(
+                {f"samples/{split}": wandb.Table(columns=list[str | int](cols), data=table)}, step=step
+            )
+
     def close(self) -> None:
         self._f.close()
         if self._tb is not None:
@@ -242,6 +304,15 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+def _cell(v: Any) -> Any:
+    return v if isinstance(v, (int, float, str)) or v is None else json.dumps(v, default=str)
+
+
+def _md(text: str) -> str:
+    # one table cell: pipes and line breaks would end it early
+    return text.replace("|", "\\|").replace("\n", "<br>")
 
 
 def _wandb_run(run_dir: Path, cfg: TrainerConfig, config: dict[str, Any], *, resume: bool) -> Any:
@@ -274,7 +345,8 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def plot_curves(run_dir: Path, *, extra_keys: tuple[str, ...] = ()) -> Path | None:
-    """Reward, validation accuracy and response length against step, as ``curves.png``."""
+    """Reward, validation accuracy, response length and (with process rewards) the process credit
+    figures against step, as ``curves.png``."""
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return None
@@ -284,10 +356,13 @@ def plot_curves(run_dir: Path, *, extra_keys: tuple[str, ...] = ()) -> Path | No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    keys = _keys(rows)
     panels = [
-        ("reward", [k for k in _keys(rows) if k.endswith("reward/mean")]),
-        ("validation accuracy", [k for k in _keys(rows) if k.startswith("val/accuracy")]),
-        ("response length", [k for k in _keys(rows) if k.endswith("response_length/mean")]),
+        # the named keys say sampled/greedy; "reward/mean" and "val/accuracy" are their older names
+        ("reward (sampled)", [k for k in keys if k == "train/reward_sampled" or k.endswith("/reward/mean")]),
+        ("validation accuracy", [k for k in keys if k.startswith("val/accuracy") and k != "val/accuracy"]),
+        ("response length", [k for k in keys if k.endswith("response_length/mean")]),
+        *[(title, ks) for title, ks in _process_panels(keys)],
         *[(k, [k]) for k in extra_keys],
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
@@ -309,9 +384,137 @@ def plot_curves(run_dir: Path, *, extra_keys: tuple[str, ...] = ()) -> Path | No
     return out
 
 
+def _process_panels(keys: list[str]) -> list[tuple[str, list[str]]]:
+    """With process rewards on (``process/u_abs_mean`` logged): the utilities' size and near-zero
+    share, and how often credit moved a group whose outcomes were all equal (0..1 scales), and
+    episodes per response (a count) on its own panel."""
+    if "process/u_abs_mean" not in keys:
+        return []
+    credit = ["process/u_abs_mean", "process/u_near_zero_frac", "groups/all_equal_nonzero_adv_frac"]
+    return [
+        ("process credit", [k for k in credit if k in keys]),
+        ("process episodes per response", [k for k in keys if k == "process/episodes_per_response"]),
+    ]
+
+
 def _keys(rows: list[dict[str, Any]]) -> list[str]:
     seen: dict[str, None] = {}
     for r in rows:
         for k in r:
             seen.setdefault(k, None)
     return list(seen)
+
+
+# ------------------------------------------------------------------------------ did RL help?
+def wilson_interval(k: int, n: int, *, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion k/n (Wilson 1927; 95 % at z = 1.96):
+    ``(p + z²/2n ± z sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)``. Unlike p ± z sqrt(p(1-p)/n) it stays
+    inside [0, 1] and does not collapse to a point at k = 0 or k = n."""
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    p = k / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mcnemar_exact_p(b: int, c: int) -> float:
+    """Two-sided exact McNemar test: ``b`` prompts right before and wrong after, ``c`` the reverse.
+    Under "no change" each discordant prompt flips either way with probability 1/2, so
+    p = min(1, 2 P[Binomial(b + c, 1/2) <= min(b, c)])."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2.0**n
+    return min(1.0, 2.0 * tail)
+
+
+def two_proportion_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided pooled two-proportion z-test (for two validations on different prompts)."""
+    if n1 <= 0 or n2 <= 0:
+        return 1.0
+    pooled = (k1 + k2) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return 1.0
+    z = abs(k1 / n1 - k2 / n2) / se
+    return math.erfc(z / math.sqrt(2))
+
+
+class ValHistory:
+    """Every validation's per-prompt correctness (``validation.jsonl``: step, accuracy, correct as
+    0/1 per validation prompt, in order), kept so the end of a run can say whether RL helped; a
+    resumed run drops the validations after its checkpoint, as :class:`MetricsLogger` does."""
+
+    def __init__(self, run_dir: Path, ckpt_step: int | None = None) -> None:
+        self.path = run_dir / "validation.jsonl"
+        self.rows: list[dict[str, Any]] = []
+        if ckpt_step is not None and self.path.exists():
+            self.rows = [r for r in read_metrics(self.path) if r["step"] <= ckpt_step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+
+    def add(self, step: int, correct: Sequence[bool], kind: str) -> None:
+        row = {"step": step, "kind": kind, "correct": [int(c) for c in correct]}
+        self.rows.append(row)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def summary(self, *, alpha: float = 0.05) -> dict[str, Any]:
+        """Post-SFT (step 0), best and final validation accuracy, each with its 95 % Wilson interval,
+        and the verdict on final vs post-SFT: ``up``/``down`` when the change is significant at
+        ``alpha``, else ``within noise``. The test is the exact McNemar test on the same validation
+        prompts (paired: a prompt's two answers are not independent, so it is sharper than comparing
+        two proportions); a two-proportion z-test when the prompt sets differ. ``best`` is picked
+        after the fact, so it is reported but never tested (it would be biased upwards)."""
+        if not self.rows:
+            return {}
+
+        def point(r: dict[str, Any]) -> dict[str, Any]:
+            k, n = sum(r["correct"]), len(r["correct"])
+            lo, hi = wilson_interval(k, n)
+            return {"step": r["step"], "accuracy": k / n if n else float("nan"), "n": n, "ci95": [lo, hi]}
+
+        final = self.rows[-1]
+        out: dict[str, Any] = {"kind": final["kind"], "final": point(final)}
+        out["best"] = point(max(self.rows, key=lambda r: sum(r["correct"]) / max(1, len(r["correct"]))))
+        base = next((r for r in self.rows if r["step"] == 0), None)
+        if base is None or base is final:
+            return out
+        out["post_sft"] = point(base)
+        a, b = base["correct"], final["correct"]
+        if len(a) == len(b):
+            p = mcnemar_exact_p(
+                sum(x and not y for x, y in zip(a, b, strict=True)),
+                sum(y and not x for x, y in zip(a, b, strict=True)),
+            )
+            test = f"exact McNemar test on {len(a)} paired prompts"
+        else:
+            p = two_proportion_p(sum(a), len(a), sum(b), len(b))
+            test = "two-proportion z-test (the prompt sets differ)"
+        diff = out["final"]["accuracy"] - out["post_sft"]["accuracy"]
+        verdict = "within noise" if p >= alpha else ("up" if diff > 0 else "down")
+        out["verdict"] = {"verdict": verdict, "change": diff, "p_value": p, "alpha": alpha, "test": test}
+        return out
+
+
+def summary_lines(s: dict[str, Any]) -> list[str]:
+    """The run's result in a few plain lines (see :meth:`ValHistory.summary`)."""
+    if not s:
+        return []
+    n = s["final"]["n"]
+    lines = [f"validation accuracy ({s['kind']}, {n} prompts, 95 % Wilson interval):"]
+    for key, label in (("post_sft", "post-SFT"), ("best", "best"), ("final", "final")):
+        if key in s:
+            pt = s[key]
+            lo, hi = pt["ci95"]
+            lines.append(
+                f"  {label + ' (step ' + str(pt['step']) + ')':<20}{pt['accuracy']:.3f}  [{lo:.3f}, {hi:.3f}]"
+            )
+    if "verdict" in s:
+        v = s["verdict"]
+        lines.append(
+            f"  verdict: {v['verdict']} (final vs post-SFT {100 * v['change']:+.1f} points, "
+            f"p = {v['p_value']:.3g}, {v['test']})"
+        )
+    return lines

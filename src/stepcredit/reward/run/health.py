@@ -33,6 +33,15 @@ def is_failure(r: RewardResult) -> bool:
     return not r.ok
 
 
+def clip_words(text: str, limit: int) -> str:
+    """``text`` if it fits in ``limit`` characters, else cut at the last space before it with "..."
+    (a message cut mid-word reads as a different word, a URL cut mid-path as a different URL)."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 3]
+    return (head.rsplit(" ", 1)[0] if " " in head else head) + "..."
+
+
 def status_counts(results: Iterable[RewardResult]) -> dict[str, int]:
     """How many results have each status, e.g. ``{"ok": 60, "error": 3, "sandbox_error": 1}``."""
     return dict(Counter(r.status.value for r in results))
@@ -82,7 +91,7 @@ def probe_routes(rewarder: Any, samples: Sequence[Sample]) -> dict[str, RewardRe
     for name, r in zip(names, results, strict=True):
         sample, _, expected = probes[name]
         msg = str(r.info.get("message", "") or "").splitlines()
-        why = msg[0][:200] if msg else ""
+        why = clip_words(msg[0], 500) if msg else ""
         if is_failure(r):
             raise RewardBackendError(
                 f"reward start-up check: route {name!r} (row {sample.uid or '?'}) gave no verdict: "

@@ -814,7 +814,14 @@ def aggregate(outcomes: Sequence[CaseOutcome], *, scoring: str) -> RewardResult:
     else:
         score = n_pass / len(outcomes) if outcomes else 0.0
     statuses = {o.status for o in outcomes}
-    status = Status.TIMEOUT if TIMEOUT in statuses else Status.ERROR if ERROR in statuses else Status.OK
+    # the program's own failures have their own statuses: ``timeout``/``error`` mean the reward failed
+    status = (
+        Status.PROGRAM_TIMEOUT
+        if TIMEOUT in statuses
+        else Status.PROGRAM_ERROR
+        if ERROR in statuses
+        else Status.OK
+    )
     info["passed"] = n_pass
     info["total"] = len(outcomes)
     first = next((o for o in outcomes if o.status in (TIMEOUT, ERROR)), None)
