@@ -29,7 +29,7 @@ from stepcredit import advantages, losses, process
 from stepcredit.config import Config, to_dict
 from stepcredit.data.domains import build_data, check_routes
 from stepcredit.errors import ConfigError, UserError
-from stepcredit.models import load_policy, save_pretrained
+from stepcredit.models import load_policy
 from stepcredit.process import VALUE_ESTIMATORS
 from stepcredit.process.domains import process_domains
 from stepcredit.reward import Rewarder, build_agent, build_rewarder, shaping
@@ -126,7 +126,7 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
                 # the next step's batch when it was generated ahead (one-step off-policy) is saved with it
                 ahead = {"pending": pending.batch.without_rewards() if pending is not None else None}
                 save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **ahead})
-        save_pretrained(model, tok, run_dir / "checkpoints" / "final" / "model")
+        state.export(run_dir / "checkpoints" / "final")
     plot_curves(run_dir)
     return last
 
