@@ -58,7 +58,15 @@ class LoRAConfig:
     """Scale numerator: a layer computes W x + (alpha / rank) B A x."""
     dropout: float = 0.0
     """Dropout on each adapter's input while training."""
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    target_modules: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
     """Names of the linear layers that get adapters (the last part of the module name)."""
     merge_on_export: bool = False
     """Also write the merged model (adapters folded in) as a plain model directory, ``final/model``."""

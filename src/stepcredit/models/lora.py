@@ -28,7 +28,9 @@ def lora_enabled(cfg: LoRAConfig) -> bool:
 
 def check_targets(model: Any, cfg: LoRAConfig) -> None:
     """Every ``target_modules`` name is a linear layer of ``model`` (else one line, at start-up)."""
-    linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+    linear = sorted(
+        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    )
     missing = [t for t in cfg.target_modules if t not in linear]
     if missing:
         raise ConfigError(
@@ -46,7 +48,7 @@ def attach_lora(model: Any, cfg: LoRAConfig) -> Any:
     check_targets(model, cfg)
     pc = LoraConfig(
         r=cfg.rank,
-        lora_alpha=cfg.alpha,
+        lora_alpha=cfg.alpha,  # type: ignore[arg-type]  # annotated int; peft divides it by r
         lora_dropout=cfg.dropout,
         target_modules=list(cfg.target_modules),
         bias="none",
@@ -57,6 +59,8 @@ def attach_lora(model: Any, cfg: LoRAConfig) -> Any:
     policy = get_peft_model(model, pc, autocast_adapter_dtype=False)
     for name, p in policy.named_parameters():
         assert p.requires_grad == _is_adapter(name), name
+        if not p.requires_grad:
+            p.grad = None  # SFT's last gradient would otherwise count in every clipped gradient norm
     return policy
 
 
@@ -114,7 +118,7 @@ def load_lora_state_dict(policy: Any, state: dict[str, torch.Tensor], *, with_ba
     if with_base:
         policy.load_state_dict(state)
         return
-    result = set_peft_model_state_dict(policy, state)
+    result: Any = set_peft_model_state_dict(policy, state)
     missing = [k for k in result.missing_keys if _is_adapter(k)]
     if missing or result.unexpected_keys:
         raise RuntimeError(f"checkpoint adapters do not fit the model: {missing or result.unexpected_keys}")
@@ -136,15 +140,16 @@ def merged_state_dict(policy: Any, *, merge: bool = True) -> dict[str, torch.Ten
     if merge:
         for name, m in model.named_modules():
             if isinstance(m, LoraLayer):
-                w = m.get_base_layer().weight
-                delta = sum(m.get_delta_weight(a) for a in m.active_adapters if a in m.lora_A)
-                out[f"{name}.weight"] = w + torch.as_tensor(delta).to(w.dtype)
+                layer: Any = m  # peft's LoRA layer classes (Linear...) define get_delta_weight
+                w: torch.Tensor = layer.get_base_layer().weight
+                for a in layer.active_adapters:
+                    if a in layer.lora_A:
+                        w = w + layer.get_delta_weight(a).to(w.dtype)
+                out[f"{name}.weight"] = w
     return out
 
 
-def export_lora(
-    policy: Any, tok: Any, final_dir: Path, cfg: LoRAConfig, *, base_source: str | None
-) -> None:
+def export_lora(policy: Any, tok: Any, final_dir: Path, cfg: LoRAConfig, *, base_source: str | None) -> None:
     """Write ``final_dir/adapter`` (peft's adapter files and the tokenizer), the base they apply to
     as ``final_dir/base`` unless ``base_source`` (a model directory whose weights are the base) is
     given, and with ``cfg.merge_on_export`` the merged model as ``final_dir/model`` (a plain model
@@ -170,4 +175,8 @@ def _save_plain(model: Any, tok: Any, path: Path, state: dict[str, torch.Tensor]
 def base_source(path: str, *, sft_steps: int) -> str | None:
     """The model directory that holds the adapters' base, or None when the base must be written out
     (SFT changed it, or it is built in code or converted from another format)."""
-    return os.path.abspath(path) if sft_steps == 0 and os.path.isfile(os.path.join(path, "config.json")) else None
+    return (
+        os.path.abspath(path)
+        if sft_steps == 0 and os.path.isfile(os.path.join(path, "config.json"))
+        else None
+    )

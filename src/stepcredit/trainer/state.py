@@ -21,9 +21,9 @@ from stepcredit.models.lora import (
     base_source,
     check_targets,
     export_lora,
+    load_lora_state_dict,
     lora_enabled,
     lora_state_dict,
-    load_lora_state_dict,
 )
 from stepcredit.reward import RunningStats
 from stepcredit.trainer.critic import Critic, build_critic
