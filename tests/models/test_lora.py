@@ -16,6 +16,7 @@ from stepcredit.models.lora import (
     adapter_parameters,
     attach_lora,
     base_parameters,
+    check_lora,
     export_lora,
     load_lora_state_dict,
     lora_state_dict,
@@ -176,6 +177,21 @@ def test_a_target_that_is_not_a_linear_layer_is_one_line() -> None:
     ) as e:
         attach_lora(model, LoRAConfig(rank=4, target_modules=("q_proj", "qkv_proj")))
     assert "\n" not in str(e.value) and "down_proj" in str(e.value)
+
+
+def test_lora_without_peft_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a)
+    )
+    model, _ = build_tiny(SMOKE, seed=0)
+    with pytest.raises(
+        ConfigError,
+        match=r"^config key model\.lora\.rank: LoRA needs peft: pip install 'stepcredit\[lora\]'$",
+    ):
+        check_lora(model, LoRAConfig(rank=4))
 
 
 def test_adapters_take_the_models_dtype_and_run_under_its_autocast() -> None:

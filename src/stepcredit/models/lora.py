@@ -11,6 +11,7 @@ The policy is a ``peft.PeftModel``; its forward takes the transformers keyword a
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,11 @@ def lora_enabled(cfg: LoRAConfig) -> bool:
     return cfg.rank > 0
 
 
-def check_targets(model: Any, cfg: LoRAConfig) -> None:
-    """Every ``target_modules`` name is a linear layer of ``model`` (else one line, at start-up)."""
+def check_lora(model: Any, cfg: LoRAConfig) -> None:
+    """peft is installed and every ``target_modules`` name is a linear layer of ``model`` (else one
+    line, at start-up: before SFT, not after it)."""
+    if importlib.util.find_spec("peft") is None:
+        raise ConfigError("config key model.lora.rank: LoRA needs peft: pip install 'stepcredit[lora]'")
     linear = sorted(
         {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     )
@@ -45,7 +49,7 @@ def attach_lora(model: Any, cfg: LoRAConfig) -> Any:
     the model's weights, float32 under bfloat16 autocast)."""
     from peft import LoraConfig, get_peft_model
 
-    check_targets(model, cfg)
+    check_lora(model, cfg)
     pc = LoraConfig(
         r=cfg.rank,
         lora_alpha=cfg.alpha,  # type: ignore[arg-type]  # annotated int; peft divides it by r

@@ -19,7 +19,7 @@ from stepcredit.models.lora import (
     AdapterOffView,
     attach_lora,
     base_source,
-    check_targets,
+    check_lora,
     export_lora,
     load_lora_state_dict,
     lora_enabled,
@@ -128,7 +128,7 @@ class TrainState:
 
 def build_state(cfg: Config, model: Any, tok: Any, stream: PromptStream | MixedStream) -> TrainState:
     if lora_enabled(cfg.model.lora):
-        check_targets(model, cfg.model.lora)  # before SFT: a layer name that is not there fails at start-up
+        check_lora(model, cfg.model.lora)  # before SFT: a layer name that is not there fails at start-up
     opt = build_optimizer(cfg, model)
     return TrainState(cfg, model, tok, opt, KLController.from_config(cfg.loss), RunningStats(), stream)
 
