@@ -121,7 +121,23 @@ def test_the_merged_export_is_a_model_eval_loads(tmp_path: Path, capsys: pytest.
     assert Path(adapter_cfg["base_model_name_or_path"]) == (final / "base").resolve()
     capsys.readouterr()
     model = final / "model"
-    assert main(["eval", "--preset", "smoke", "data.val_size=4", "--model", str(model), "--no-progress"]) == 0
+    out = tmp_path / "samples.jsonl"
+    assert (
+        main(
+            [
+                "eval",
+                "--preset",
+                "smoke",
+                "data.val_size=4",
+                "--model",
+                str(model),
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert '"prompts": 4' in capsys.readouterr().out
 
 
