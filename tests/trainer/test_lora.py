@@ -122,22 +122,8 @@ def test_the_merged_export_is_a_model_eval_loads(tmp_path: Path, capsys: pytest.
     capsys.readouterr()
     model = final / "model"
     out = tmp_path / "samples.jsonl"
-    assert (
-        main(
-            [
-                "eval",
-                "--preset",
-                "smoke",
-                "data.val_size=4",
-                "--model",
-                str(model),
-                "--out",
-                str(out),
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
+    argv = ["eval", "--preset", "smoke", "data.val_size=4", "--model", str(model), "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
     assert '"prompts": 4' in capsys.readouterr().out
 
 
