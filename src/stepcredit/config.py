@@ -49,6 +49,36 @@ class TinyModelConfig:
 
 
 @dataclass(frozen=True)
+class LoRAConfig:
+    """Low-rank adapters (peft) on the policy for RL; SFT before them stays full fine-tuning."""
+
+    rank: int = 0
+    """Rank r of each adapter; 0 = off (full fine-tuning)."""
+    alpha: float = 16.0
+    """Scale numerator: a layer computes W x + (alpha / rank) B A x."""
+    dropout: float = 0.0
+    """Dropout on each adapter's input while training."""
+    target_modules: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
+    """Names of the linear layers that get adapters (the last part of the module name)."""
+    merge_on_export: bool = False
+    """Also write the merged model (adapters folded in) as a plain model directory, ``final/model``."""
+
+    def __post_init__(self) -> None:
+        _check(self.rank >= 0, "model.lora.rank", "must be >= 0 (0 = off)")
+        _check(self.alpha > 0, "model.lora.alpha", "must be > 0")
+        _check(0.0 <= self.dropout < 1.0, "model.lora.dropout", "must be in [0, 1)")
+        _check(len(self.target_modules) > 0, "model.lora.target_modules", "name at least one linear layer")
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     path: str = "tiny"
     """``tiny`` for the built-in model, or a Hugging Face model directory (AutoModelForCausalLM)."""
@@ -60,6 +90,8 @@ class ModelConfig:
     """Attention kernel passed to transformers: ``sdpa`` or ``eager``."""
     dtype: str = "float32"
     """Compute dtype: ``float32``, or ``bfloat16`` (autocast; parameters and optimiser stay float32)."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapters for RL (``rank`` > 0): the reference is the base with the adapters off."""
 
     def __post_init__(self) -> None:
         _check(self.attn_implementation in ("sdpa", "eager"), "model.attn_implementation", "sdpa or eager")

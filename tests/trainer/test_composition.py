@@ -2,8 +2,8 @@
 
 Factors (levels): the mini-batch pipeline (off / 8 responses), one-step off-policy, process rewards
 (off / forced-answer / Monte Carlo values), dynamic sampling, the critic with GAE, two domains
-(arith + code in the sandbox), KL in the reward, PPO epochs (1 / 2), every registered loss and the
-overlong length penalty.
+(arith + code in the sandbox), KL in the reward, PPO epochs (1 / 2), every registered loss, the
+overlong length penalty and LoRA adapters.
 A greedy pairwise covering array (every pair of levels of every two factors appears in some run) is
 built once, deterministically; each run is 2 RL steps of a tiny model.
 
@@ -54,6 +54,8 @@ FACTORS: dict[str, list[Any]] = {
     "ppo_epochs": [1, 2],
     # DAPO's soft overlong penalty on the outcome score (postprocess.outcome.length_penalty)
     "length_penalty": [False, True],
+    # LoRA adapters (model.lora.rank=8): the reference is the policy with them off
+    "lora": [False, True],
 }
 
 
@@ -153,6 +155,8 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         )
     if run["critic"]:
         d["algorithm"] = {"advantage": "gae", "use_critic": True}
+    if run.get("lora"):
+        d["model"]["lora"] = {"rank": 8}
     if run["multi_domain"]:
         d["data"]["domains"] = {
             "arith": {"task": "arith", "tag": "arith"},
@@ -211,6 +215,12 @@ def test_switches_compose(run: dict[str, Any], tmp_path: Path) -> None:
         assert all("reward/overlong_frac" not in r for r in steps)
     if run["process"] != "off":  # values were computed for step 1's batch (and step 2's unless off-policy)
         assert math.isfinite(steps[0]["time/process_s"]) and steps[0]["process/unscored_rows"] == 0
+    # the export: the model directory, or with LoRA the adapters and the base they apply to
+    final = tmp_path / "checkpoints" / "final"
+    exported = (
+        ["adapter/adapter_config.json", "base/config.json"] if run.get("lora") else ["model/config.json"]
+    )
+    assert all((final / f).is_file() for f in exported), sorted(p.name for p in final.iterdir())
 
 
 def test_decoupled_loss_differs_from_ppo_once_the_policy_moved() -> None:

@@ -336,9 +336,12 @@ def _shared_prefix_logprobs(
 
 
 def takes_logits_to_keep(model: Any) -> bool:
-    """Does the model's forward take ``logits_to_keep`` (transformers' causal LMs do)?"""
+    """Does the model's forward take ``logits_to_keep`` (transformers' causal LMs do)? A peft model
+    (LoRA) and the adapters-off reference pass it on to the model they wrap."""
     import inspect
 
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
     try:
         # the class's forward: an instance may wrap it (``use_bf16_autocast``)
         return "logits_to_keep" in inspect.signature(type(model).forward).parameters

@@ -153,7 +153,7 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
                 # the next step's batch when it was generated ahead (one-step off-policy) is saved with it
                 ahead = {"pending": pending.batch.without_rewards() if pending is not None else None}
                 save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **ahead})
-        save_pretrained(model, tok, run_dir / "checkpoints" / "final" / "model")
+        state.export(run_dir / "checkpoints" / "final")
     (run_dir / "summary.json").write_text(json.dumps(history.summary(), indent=2) + "\n")
     plot_curves(run_dir)
     return last
