@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from stepcredit.config import RewardConfig, RewardCustomConfig, RewardDomainConfig, from_dict
+from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig, RewardDomainConfig, from_dict
 from stepcredit.errors import ConfigError
 from stepcredit.reward import (
     REWARDS,
@@ -56,7 +56,7 @@ def test_arith_scores_exact_integers_inline_in_order() -> None:
         (0.0, Status.UNPARSEABLE),
     ]
     assert all(r.source == "math" for r in res)
-    assert rw._pool is None  # the fast path never started a process
+    assert rw.agent._backend is None  # the fast path never started a process
     rw.close()
 
 
@@ -304,9 +304,11 @@ def test_unknown_data_source_routes_by_ability() -> None:
 @pytest.mark.parametrize("isolate", [False, True])
 def test_batched_custom_function_gets_one_call_from_score_batch(user_file: Path, isolate: bool) -> None:
     # VeRL's batch signature (reward.custom.batched): the plain rewarder (validation, `stepcredit
-    # score`, the verl reward manager) calls it once with the columns, not once per sample.
+    # score`, the verl reward manager) calls it with the columns, not once per sample: through the
+    # agent, whole groups of up to reward.agent.batch_size samples per call (here all three).
     cfg = RewardConfig(
-        custom=RewardCustomConfig(path=f"{user_file}:batch_exact", batched=True, isolate=isolate)
+        custom=RewardCustomConfig(path=f"{user_file}:batch_exact", batched=True, isolate=isolate),
+        agent=AgentConfig(batch_size=8),
     )
     samples = [Sample(prompt=(), ground_truth=g, uid=str(i)) for i, g in enumerate(["7", "8", "9"])]
     with build_rewarder(cfg) as rw:
