@@ -10,6 +10,7 @@ reward manager's reward_extra_info.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -99,7 +100,8 @@ def _trainer_advantages(
 ) -> tuple[Batch, Any, Any]:
     """stepcredit's own trainer path: values in rollout, reward channels, then the estimator."""
     batch = _stepcredit_batch(prompts, responses)
-    compute_prefix_values(model, tok, batch, cfg.process)
+    got = compute_prefix_values(model, tok, batch, cfg.process)
+    batch = replace(batch, episode_ends=got.episode_ends, prefix_values=got.values)
     batch, ch = reward_channels(batch, cfg)
     want = compute_advantages(
         cfg.algorithm,

@@ -10,7 +10,7 @@ import torch
 
 from stepcredit.config import ProcessConfig
 from stepcredit.models import build_tokenizer
-from stepcredit.process import VALUE_ESTIMATORS, compute_prefix_values, mc_prefix_indices
+from stepcredit.process import VALUE_ESTIMATORS, compute_prefix_values, mc_prefix_indices, score_each
 from stepcredit.types import Batch, Sample
 
 RESPONSE = "So 3 + 4 = 7. So 7 + 1 = 8. So done."  # episodes: "So 3 + 4 = 7. ", "So 7 + 1 = 8. ", "So done."
@@ -33,17 +33,19 @@ class ScriptedPolicy(torch.nn.Module):
         return torch.cat([input_ids, torch.tensor(conts, dtype=torch.long)], dim=1)
 
 
-def score(sample: Sample, text: str) -> float:
+def score_one(sample: Sample, text: str) -> float:
     # right iff the continuation says "ok" and the wrong result "= 8" is not in the text
     return 1.0 if text.endswith("ok") and "= 8" not in text else 0.0
 
 
+score = score_each(score_one)
+
+
 def run(batch: Batch, tok: Any, **kw: Any) -> tuple[list[list[float]], ScriptedPolicy]:
     model = ScriptedPolicy(tok)
-    compute_prefix_values(model, tok, batch, ProcessConfig(**kw), score_fn=score)
-    assert batch.prefix_values is not None and batch.episode_ends is not None
-    assert [len(e) for e in batch.episode_ends] == [3] * len(batch)
-    return batch.prefix_values, model
+    got = compute_prefix_values(model, tok, batch, ProcessConfig(**kw), score_fn=score)
+    assert [len(e) for e in got.episode_ends] == [3] * len(batch)
+    return got.values, model
 
 
 def test_monte_carlo_exact_with_a_scripted_policy(batch_factory: Callable[..., Batch]) -> None:

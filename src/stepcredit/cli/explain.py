@@ -119,11 +119,10 @@ def explain(
         texts=[response],
         truncated_B=torch.zeros(1, dtype=torch.bool),
     )
-    compute_prefix_values(model, tok, batch, cfg, score_fn=score_fn)
-    assert batch.episode_ends is not None and batch.prefix_values is not None
-    values = batch.prefix_values[0]
+    got = compute_prefix_values(model, tok, batch, cfg, score_fn=score_fn)
+    values = got.values[0]
     return {
-        "episodes": describe_episodes(r_ids, tok, batch.episode_ends[0], values, cfg),
+        "episodes": describe_episodes(r_ids, tok, got.episode_ends[0], values, cfg),
         "v0": values[0],
         "answer": answer,
         "response": response,

@@ -286,7 +286,8 @@ def run(args: argparse.Namespace) -> int:
     with build_rewarder(cfg.reward) as rewarder:
         verify = rewarder.verifier_fn()
         # a "clean" trace the verifier does not score correct is no baseline for a wrong step
-        keep = [i for i, (sample, text) in enumerate(texts) if verify(sample, text) >= 1.0 - 1e-6]
+        scores = verify([sample for sample, _ in texts], [text for _, text in texts])  # one submission
+        keep = [i for i, v in enumerate(scores) if v >= 1.0 - 1e-6]
         if not keep:
             raise UserError(f"--data {args.data}: the verifier scores none of the solutions correct")
         summary = run_probe(

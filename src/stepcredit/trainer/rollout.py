@@ -43,22 +43,27 @@ def with_values(
         keep = set(rows)
         segments = [list(e) if i in keep else [] for i, e in enumerate(batch.tree_ends)]
         return replace(batch, episode_ends=segments, prefix_values=None, kv_cache=None), 0
-    score_fn = rewarder.verifier_fn()  # used by estimators that need a verifier, ignored by the rest
-    if len(rows) == len(batch):
-        part = batch
-    else:
-        part = batch.select(rows)  # a sub-batch has no rollout cache: its values recompute the prefixes
-    if rows:
-        process.compute_prefix_values(state.model, state.tok, part, cfg, score_fn=score_fn)
     ends: list[list[int]] = [[] for _ in range(len(batch))]
     values: list[list[float]] = [[] for _ in range(len(batch))]
     unscored = 0
-    for j, i in enumerate(rows):
-        assert part.episode_ends is not None and part.prefix_values is not None
-        if any(math.isnan(v) for v in part.prefix_values[j]):
-            unscored += 1
-            continue
-        ends[i], values[i] = part.episode_ends[j], part.prefix_values[j]
+    if rows:
+        prompts, responses = process.batch_token_ids(batch)
+        got = process.prefix_values(
+            state.model,
+            state.tok,
+            [batch.samples[i] for i in rows],
+            [prompts[i] for i in rows],
+            [responses[i] for i in rows],
+            cfg,
+            score_fn=rewarder.verifier_fn(),  # used by estimators that need a verifier, ignored by the rest
+            # the rollout's cache covers every row: a subset recomputes its prefixes
+            body=batch.kv_cache if len(rows) == len(batch) else None,
+        )
+        for j, i in enumerate(rows):
+            if any(math.isnan(v) for v in got.values[j]):
+                unscored += 1
+                continue
+            ends[i], values[i] = got.episode_ends[j], got.values[j]
     return replace(batch, episode_ends=ends, prefix_values=values, kv_cache=None), unscored
 
 

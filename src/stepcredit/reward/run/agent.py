@@ -720,7 +720,6 @@ class RewardAgent:
         self.close()
 
 
-
 def _settle(fut: cf.Future[None]) -> None:
     """Mark a ticket's ``finished`` future done (once, under the agent's lock; waiters then read the
     ticket itself)."""

@@ -437,6 +437,7 @@ class _Slot:
             self.kill_worker()
             msg = f"could not send the job to a worker: {e}"
             return Outcome(_none_or(failures(n, Status.ERROR, msg, job.source)), died=list(range(n)))
+
         def limit(k: int) -> float:
             return STARTUP_TIMEOUT_S if k == LOADING else job.timeout_s
 

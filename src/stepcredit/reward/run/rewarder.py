@@ -21,7 +21,16 @@ from stepcredit.reward.run.backends import check_config
 from stepcredit.reward.run.routing import Plan, Route, Router, call_args, load_custom, run_fast
 from stepcredit.types import RewardResult, Sample
 
-__all__ = ["Plan", "Rewarder", "Route", "build_agent", "build_rewarder", "call_args", "load_custom", "run_fast"]
+__all__ = [
+    "Plan",
+    "Rewarder",
+    "Route",
+    "build_agent",
+    "build_rewarder",
+    "call_args",
+    "load_custom",
+    "run_fast",
+]
 
 BatchScoreFn = Callable[[Sequence[Sample], Sequence[str]], list[float]]
 """A batched verifier: (samples, texts) -> one score per text, NaN where the reward failed."""

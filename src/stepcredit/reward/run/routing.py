@@ -306,8 +306,6 @@ class Router:
                 out[i].score = v
 
 
-
-
 def run_fast(entry: RewardFn, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RewardResult | None:
     """The entry's inline fast path (None = undecided, go to the slow path); it raising is an error."""
     assert entry.fast is not None
