@@ -159,7 +159,6 @@ def main() -> None:
     # Continuation values on the same batch, with the verifier the trainer would pass (score_fn).
     continuation: dict[str, float] = {}
     with build_rewarder(cfg.reward) as rewarder:
-
         score = rewarder.verifier_fn()  # batched: every text of a batch in one submission
 
         n_rows = len(fresh) if args.continuation_rows <= 0 else min(args.continuation_rows, len(fresh))

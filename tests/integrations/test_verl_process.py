@@ -26,7 +26,7 @@ from stepcredit.integrations.verl.process import ValueProbe, plan_probes, values
 from stepcredit.integrations.verl.reward_manager import result_of, reward_output
 from stepcredit.models import build_tiny
 from stepcredit.process import compute_prefix_values, process_channel
-from stepcredit.reward import apply_failure_policy
+from stepcredit.reward import apply_failure_policy, with_failure_policy
 from stepcredit.trainer.update import reward_channels
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
@@ -102,7 +102,7 @@ def _trainer_advantages(
     batch = _stepcredit_batch(prompts, responses)
     got = compute_prefix_values(model, tok, batch, cfg.process)
     batch = replace(batch, episode_ends=got.episode_ends, prefix_values=got.values)
-    batch, ch = reward_channels(batch, cfg)
+    batch, ch = reward_channels(with_failure_policy(batch, cfg.reward), cfg)
     want = compute_advantages(
         cfg.algorithm,
         AdvantageInputs(

@@ -28,7 +28,13 @@ def test_oracle_credit_is_minus_one_at_the_slip_and_plus_one_at_its_correction()
     assert values == [1.0, 1.0, 0.0, 1.0, 1.0]
     assert step_credits(values, cfg) == [0.0, -1.0, 1.0, 0.0]
     # a complete response ends at its reward (the verifier's score), whatever its steps looked like
-    assert spec(None, tok, [req], cfg, score_fn=lambda ss, texts: [0.0] * len(texts))[0] == [1.0, 1.0, 0.0, 1.0, 0.0]
+    assert spec(None, tok, [req], cfg, score_fn=lambda ss, texts: [0.0] * len(texts))[0] == [
+        1.0,
+        1.0,
+        0.0,
+        1.0,
+        0.0,
+    ]
     assert spec.terminal_is_reward and spec.needs_verifier
 
 

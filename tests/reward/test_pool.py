@@ -186,9 +186,11 @@ def test_a_chunk_times_each_item_and_a_hang_costs_its_neighbours_nothing(rewarde
 def test_a_chunk_item_that_kills_its_worker_is_named(rewarder: Rewarder) -> None:
     ref = rewarder.custom.ref  # type: ignore[union-attr]
     assert ref is not None
-    out = _pool(rewarder).submit_chunk(
-        ref, [("x", t, "a", {}) for t in ["a", "exit", "a"]], timeout_s=TIMEOUT, flush_s=0.0
-    ).result(30)
+    out = (
+        _pool(rewarder)
+        .submit_chunk(ref, [("x", t, "a", {}) for t in ["a", "exit", "a"]], timeout_s=TIMEOUT, flush_s=0.0)
+        .result(30)
+    )
     assert out.died == [1] and out.results[1] is not None and "crashed" in out.results[1].info["message"]
     assert out.results[0] is not None and out.results[0].score == 1.0 and out.results[2] is None
     # the slot has a fresh worker: the next chunk runs

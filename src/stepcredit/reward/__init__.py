@@ -57,9 +57,12 @@ from stepcredit.reward.base import (
 )
 from stepcredit.reward.postprocess import (
     RunningStats,
+    Scored,
+    Verdicts,
     apply_failure_policy,
     process_outcomes,
     reward_metrics,
+    with_failure_policy,
     zero_signal_groups,
 )
 from stepcredit.reward.run.agent import RewardAgent, RewardBackendError, Ticket
@@ -76,8 +79,10 @@ __all__ = [
     "Rewarder",
     "Route",
     "RunningStats",
+    "Scored",
     "Scorer",
     "Ticket",
+    "Verdicts",
     "apply_failure_policy",
     "build_agent",
     "build_rewarder",
@@ -89,5 +94,6 @@ __all__ = [
     "reward_metrics",
     "shape_lengths",
     "to_result",
+    "with_failure_policy",
     "zero_signal_groups",
 ]
