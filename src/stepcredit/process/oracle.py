@@ -40,7 +40,7 @@ def step_oracle(
         raise ConfigError(
             "config key process.value_estimator: step_oracle scores complete responses with the verifier"
         )
-    out = []
+    out: list[list[float]] = []
     complete: list[int] = []  # rows whose last value is their reward, scored in one verifier call
     for r in requests:
         if r.sample.data_source not in STEP_VALUES:
