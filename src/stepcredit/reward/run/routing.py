@@ -102,7 +102,8 @@ def _load_verl_style(c: RewardCustomConfig) -> RewardFn:
 
 class Router:
     """Decides what each response needs (route, fast path, scorer) and finishes each group; the
-    scoring itself runs in the reward agent (:class:`~stepcredit.reward.run.rewarder.Rewarder`)."""
+    scoring itself runs in the reward agent (:mod:`stepcredit.reward.run.agent`), whose synchronous
+    face is :class:`~stepcredit.reward.run.rewarder.Rewarder`."""
 
     def __init__(self, cfg: RewardConfig | None = None) -> None:
         self.cfg = cfg or RewardConfig()
