@@ -89,6 +89,29 @@ def test_monte_carlo_v0_from_the_group(batch_factory: Callable[..., Batch]) -> N
     assert len(model.calls) == 1 and model.calls[0].shape[0] == 4 * 4
 
 
+def test_every_text_of_a_batch_goes_to_the_verifier_in_one_call(batch_factory: Callable[..., Batch]) -> None:
+    # One submission per batch (the reward agent runs it in parallel): even with generation chunked to
+    # one context per call, continuations and whole responses of every row are scored together.
+    tok = build_tokenizer()
+    calls: list[int] = []
+
+    def verifier(samples: Any, texts: Any) -> list[float]:
+        calls.append(len(texts))
+        return score(samples, texts)
+
+    batch = batch_factory(tok, [("q", RESPONSE, "7"), ("r", RESPONSE, "7")])
+    got = compute_prefix_values(
+        ScriptedPolicy(tok),
+        tok,
+        batch,
+        ProcessConfig(value_estimator="monte_carlo", mc_v0="group", max_tokens_per_forward=1),
+        score_fn=verifier,
+    )
+    assert got.values == [[0.75, 0.75, 0.0, 0.0]] * 2
+    # 2 rows x 3 sampled prefixes x 4 continuations, and the 2 complete responses once each
+    assert calls == [2 * 3 * 4 + 2]
+
+
 def test_prefix_indices() -> None:
     assert mc_prefix_indices(5, 0) == [0, 1, 2, 3, 4]
     assert mc_prefix_indices(5, 3) == [0, 2, 4]

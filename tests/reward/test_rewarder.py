@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from stepcredit.errors import ConfigError
 from stepcredit.reward import (
     REWARDS,
     apply_failure_policy,
+    build_agent,
     build_rewarder,
     register_scorer,
     resolve_source,
@@ -319,3 +321,25 @@ def test_batched_custom_function_gets_one_call_from_score_batch(user_file: Path,
 
             mod = next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(user_file))
             assert mod.CALLS == [3]
+
+
+def test_synchronous_scoring_and_the_trainers_agent_are_one_agent(user_file: Path) -> None:
+    # Rewarder.score_batch is the synchronous face of the run's one reward agent: the trainer's agent
+    # (build_agent with the rewarder) is that same agent, so validation, value estimators' verifier and
+    # the training batches share its backend (one pool per run) and its counters.
+    cfg = replace(_custom(user_file, "as_float"), agent=AgentConfig(backend="thread"))
+    with build_rewarder(cfg) as rw:
+        agent = build_agent(cfg, rw)
+        assert agent is rw.agent and build_agent(None, rw) is agent
+        samples = [Sample(prompt=(), ground_truth=g, uid=f"u{i}") for i, g in enumerate("ab")]
+        assert [r.score for r in rw.score_batch(samples, ["a", "x"])] == [1.0, 0.0]
+        ticket = agent.submit_samples(samples, ["x", "b"])
+        assert [r.score for r in agent.get(ticket, 0)[1]] == [0.0, 1.0]
+        assert agent.metrics()["agent/submitted"] == 4.0  # both submissions went through the one agent
+        # the verifier value estimators get: batched, NaN where the reward failed
+        verify = rw.verifier_fn()
+        assert verify(samples, ["a", "b"]) == [1.0, 1.0]
+        assert agent.metrics()["agent/submitted"] == 6.0
+    # a separately configured agent owns its own routing and backend
+    with build_rewarder(cfg) as rw, build_agent(replace(cfg, timeout_s=5.0), rw) as other:
+        assert other is not rw.agent
