@@ -1,6 +1,6 @@
-"""``rollout_and_submit``: draw prompts, generate with the current weights, store what needs the
-policy loaded (critic values, V(prefix) for process rewards), and hand the batch to the reward agent,
-which scores it in the background."""
+"""``rollout_and_submit``: draw prompts, generate with the current weights, hand the batch to the reward
+agent (which scores it in the background) and meanwhile store what needs the policy loaded (critic
+values, V(prefix) for process rewards)."""
 
 from __future__ import annotations
 
@@ -77,9 +77,10 @@ def rollout_and_submit(
     process_domains: frozenset[str] = frozenset(),
 ) -> Rollout:
     """Generate ``rollout.n`` responses to each of ``rollout.prompts_per_step`` prompts for RL step
-    ``step`` with the current weights (labelled with the policy's clocks), then V(prefix) and critic
-    values while the policy is loaded; scoring starts at once. ``extra`` numbers dynamic sampling's
-    refill rollouts (their group ids stay distinct from every other batch's)."""
+    ``step`` with the current weights (labelled with the policy's clocks) and critic values; the
+    outcome rewards start scoring at once, in the run's one reward agent, while V(prefix) is computed
+    with the policy loaded (the continuations' verifier calls queue in the same agent). ``extra``
+    numbers dynamic sampling's refill rollouts (their group ids stay distinct from every other batch's)."""
     cfg = state.cfg
     P = cfg.rollout.prompts_per_step
     t0 = time.perf_counter()
@@ -100,8 +101,11 @@ def rollout_and_submit(
         batch = replace(batch, values_BT=critic_values(state.critic, batch))
     t1 = time.perf_counter()
     times = {"time/generation_s": t1 - t0, **counts}
+    # Outcome rewards need no values: they run while the process stage evaluates (the copy handed to
+    # the agent leaves the rollout cache behind, so the cache is freed once the values are computed).
+    ticket = agent.submit(batch.without_rewards())
     if cfg.process.enabled:
         batch, unscored = with_values(state, batch, rewarder, process_domains)
         times["time/process_s"] = time.perf_counter() - t1
         times["process/unscored_rows"] = float(unscored)
-    return Rollout(batch, agent.submit(batch), times)
+    return Rollout(batch, ticket, times)
