@@ -30,7 +30,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from _harness import Monitor, emit, spread
 from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig
-from stepcredit.reward.run.agent import build_agent
+from stepcredit.reward import build_agent
 from stepcredit.types import Sample
 
 FN = """

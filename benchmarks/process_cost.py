@@ -73,7 +73,6 @@ def main() -> None:
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout import generate
     from stepcredit.trainer import train
-    from stepcredit.types import Sample
 
     setup_runtime()
     torch.set_num_threads(args.threads)
@@ -110,10 +109,10 @@ def main() -> None:
     )
     fresh = batch.select(list(range(len(batch))))  # the same responses without the rollout's cache
 
-    packed_s, _ = mon.timed(
+    packed_s, in_rollout = mon.timed(
         "in-rollout values", lambda: compute_prefix_values(model, tok, batch, cfg.process)
     )
-    packed_values = batch.prefix_values
+    packed_values, episode_ends = in_rollout.values, in_rollout.episode_ends
 
     stage: dict[str, float] = {}
     if not args.skip_reward_stage:
@@ -129,7 +128,7 @@ def main() -> None:
             worker.load_state_dict(torch.load(buf, weights_only=True))
             return worker
 
-        reward_stage_packed_s, _ = mon.timed(
+        reward_stage_packed_s, at_reward_stage = mon.timed(
             "reward stage, packed", lambda: compute_prefix_values(receive(), tok, fresh, cfg.process)
         )
         naive_cfg = replace(cfg.process, strategy="naive")
@@ -139,8 +138,7 @@ def main() -> None:
             worker_model = receive()
             for i in range(len(batch)):
                 one = fresh.select([i])
-                compute_prefix_values(worker_model, tok, one, naive_cfg)
-                recomputed.extend(one.prefix_values or [])
+                recomputed.extend(compute_prefix_values(worker_model, tok, one, naive_cfg).values)
 
         reward_stage_s, _ = mon.timed("reward stage, naive", naive)
         stage = {
@@ -153,23 +151,21 @@ def main() -> None:
         }
         stage["max_abs_diff"] = max(
             abs(a - b)
-            for other in (recomputed, fresh.prefix_values or [])
-            for pa, pb in zip(packed_values or [], other, strict=True)
+            for other in (recomputed, at_reward_stage.values)
+            for pa, pb in zip(packed_values, other, strict=True)
             for a, b in zip(pa, pb, strict=True)
         )
 
     # Continuation values on the same batch, with the verifier the trainer would pass (score_fn).
     continuation: dict[str, float] = {}
     with build_rewarder(cfg.reward) as rewarder:
-
-        def score(sample: Sample, text: str) -> float:
-            return float(rewarder.score(sample, text).score)
+        score = rewarder.verifier_fn()  # batched: every text of a batch in one submission
 
         n_rows = len(fresh) if args.continuation_rows <= 0 else min(args.continuation_rows, len(fresh))
         part = fresh.select(list(range(n_rows)))
         # prefixes valued: the time is scaled from the part to the batch by this ratio
-        all_prefixes = sum(len(e) + 1 for e in batch.episode_ends or [])
-        part_prefixes = sum(len(e) + 1 for e in (batch.episode_ends or [])[:n_rows])
+        all_prefixes = sum(len(e) + 1 for e in episode_ends)
+        part_prefixes = sum(len(e) + 1 for e in episode_ends[:n_rows])
         for name in ("monte_carlo", "greedy_continuation"):
             torch.manual_seed(0)
             with mon.side(name):
@@ -206,7 +202,7 @@ def main() -> None:
         "greedy_continuation_s": continuation["greedy_continuation"],
         "greedy_continuation_pct_of_step": 100 * continuation["greedy_continuation"] / step_s,
         "mean_response_tokens": float(lengths.mean()),
-        "episodes_per_response": sum(len(e) for e in batch.episode_ends or []) / max(1, len(batch)),
+        "episodes_per_response": sum(len(e) for e in episode_ends) / max(1, len(batch)),
         **tree,
         "preset": args.preset,
         "responses": len(batch),

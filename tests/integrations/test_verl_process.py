@@ -10,6 +10,7 @@ reward manager's reward_extra_info.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from stepcredit.integrations.verl.process import ValueProbe, plan_probes, values
 from stepcredit.integrations.verl.reward_manager import result_of, reward_output
 from stepcredit.models import build_tiny
 from stepcredit.process import compute_prefix_values, process_channel
-from stepcredit.reward import apply_failure_policy
+from stepcredit.reward import apply_failure_policy, with_failure_policy
 from stepcredit.trainer.update import reward_channels
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
@@ -99,8 +100,9 @@ def _trainer_advantages(
 ) -> tuple[Batch, Any, Any]:
     """stepcredit's own trainer path: values in rollout, reward channels, then the estimator."""
     batch = _stepcredit_batch(prompts, responses)
-    compute_prefix_values(model, tok, batch, cfg.process)
-    batch, ch = reward_channels(batch, cfg)
+    got = compute_prefix_values(model, tok, batch, cfg.process)
+    batch = replace(batch, episode_ends=got.episode_ends, prefix_values=got.values)
+    batch, ch = reward_channels(with_failure_policy(batch, cfg.reward), cfg)
     want = compute_advantages(
         cfg.algorithm,
         AdvantageInputs(

@@ -59,9 +59,8 @@ def test_smollm2_rollout_and_values_on_gsm8k(tmp_path: Path, monkeypatch: pytest
             assert (ids[-1] == tok.eos_token_id) != bool(b.truncated_B[i]), step
         logp = b.behaviour_logp_BT[b.response_mask_BT]
         assert torch.isfinite(logp).all() and (logp <= 0).all()
-        compute_prefix_values(model, tok, b, cfg.process)
-        assert b.episode_ends is not None and b.prefix_values is not None
-        for ends, values in zip(b.episode_ends, b.prefix_values, strict=True):
+        got = compute_prefix_values(model, tok, b, cfg.process)
+        for ends, values in zip(got.episode_ends, got.values, strict=True):
             # V_0 (prompt only) plus one value per episode: log-probs of "#### <gold>", so <= 0
             assert len(values) == len(ends) + 1
             assert all(math.isfinite(v) and v <= 0 for v in values)

@@ -10,7 +10,7 @@ import torch
 
 from stepcredit.config import ProcessConfig
 from stepcredit.models import build_tokenizer
-from stepcredit.process import VALUE_ESTIMATORS, compute_prefix_values, mc_prefix_indices
+from stepcredit.process import VALUE_ESTIMATORS, compute_prefix_values, mc_prefix_indices, score_each
 from stepcredit.types import Batch, Sample
 
 RESPONSE = "So 3 + 4 = 7. So 7 + 1 = 8. So done."  # episodes: "So 3 + 4 = 7. ", "So 7 + 1 = 8. ", "So done."
@@ -33,17 +33,19 @@ class ScriptedPolicy(torch.nn.Module):
         return torch.cat([input_ids, torch.tensor(conts, dtype=torch.long)], dim=1)
 
 
-def score(sample: Sample, text: str) -> float:
+def score_one(sample: Sample, text: str) -> float:
     # right iff the continuation says "ok" and the wrong result "= 8" is not in the text
     return 1.0 if text.endswith("ok") and "= 8" not in text else 0.0
 
 
+score = score_each(score_one)
+
+
 def run(batch: Batch, tok: Any, **kw: Any) -> tuple[list[list[float]], ScriptedPolicy]:
     model = ScriptedPolicy(tok)
-    compute_prefix_values(model, tok, batch, ProcessConfig(**kw), score_fn=score)
-    assert batch.prefix_values is not None and batch.episode_ends is not None
-    assert [len(e) for e in batch.episode_ends] == [3] * len(batch)
-    return batch.prefix_values, model
+    got = compute_prefix_values(model, tok, batch, ProcessConfig(**kw), score_fn=score)
+    assert [len(e) for e in got.episode_ends] == [3] * len(batch)
+    return got.values, model
 
 
 def test_monte_carlo_exact_with_a_scripted_policy(batch_factory: Callable[..., Batch]) -> None:
@@ -85,6 +87,29 @@ def test_monte_carlo_v0_from_the_group(batch_factory: Callable[..., Batch]) -> N
     assert values == [[0.5, 0.75, 0.75, 1.0], [1.0, 0.75, 0.0, 0.0], [0.5, 0.75, 0.75, 1.0]]
     # no continuation for the bare prompt: contexts are V_1 (shared) and the three V_2 prefixes
     assert len(model.calls) == 1 and model.calls[0].shape[0] == 4 * 4
+
+
+def test_every_text_of_a_batch_goes_to_the_verifier_in_one_call(batch_factory: Callable[..., Batch]) -> None:
+    # One submission per batch (the reward agent runs it in parallel): even with generation chunked to
+    # one context per call, continuations and whole responses of every row are scored together.
+    tok = build_tokenizer()
+    calls: list[int] = []
+
+    def verifier(samples: Any, texts: Any) -> list[float]:
+        calls.append(len(texts))
+        return score(samples, texts)
+
+    batch = batch_factory(tok, [("q", RESPONSE, "7"), ("r", RESPONSE, "7")])
+    got = compute_prefix_values(
+        ScriptedPolicy(tok),
+        tok,
+        batch,
+        ProcessConfig(value_estimator="monte_carlo", mc_v0="group", max_tokens_per_forward=1),
+        score_fn=verifier,
+    )
+    assert got.values == [[0.75, 0.75, 0.0, 0.0]] * 2
+    # 2 rows x 3 sampled prefixes x 4 continuations, and the 2 complete responses once each
+    assert calls == [2 * 3 * 4 + 2]
 
 
 def test_prefix_indices() -> None:

@@ -23,12 +23,18 @@ def test_oracle_credit_is_minus_one_at_the_slip_and_plus_one_at_its_correction()
     ends, req = prefix_request(sample, [1, 2], ids, tok, cfg)
     assert len(ends) == 4  # a marker opens an episode; "The answer is" joins the last one
     spec = VALUE_ESTIMATORS.get("step_oracle")
-    values = spec(None, tok, [req], cfg, score_fn=lambda s, text: 1.0)[0]
+    values = spec(None, tok, [req], cfg, score_fn=lambda ss, texts: [1.0] * len(texts))[0]
     # V_0 (nothing said) = 1; after the start 1; the slip 0; the correction 1; the rest with the answer: 1
     assert values == [1.0, 1.0, 0.0, 1.0, 1.0]
     assert step_credits(values, cfg) == [0.0, -1.0, 1.0, 0.0]
     # a complete response ends at its reward (the verifier's score), whatever its steps looked like
-    assert spec(None, tok, [req], cfg, score_fn=lambda s, text: 0.0)[0] == [1.0, 1.0, 0.0, 1.0, 0.0]
+    assert spec(None, tok, [req], cfg, score_fn=lambda ss, texts: [0.0] * len(texts))[0] == [
+        1.0,
+        1.0,
+        0.0,
+        1.0,
+        0.0,
+    ]
     assert spec.terminal_is_reward and spec.needs_verifier
 
 

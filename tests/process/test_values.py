@@ -17,9 +17,10 @@ from stepcredit.process import (
     check_config,
     compute_prefix_values,
     resolve_force_prompt,
+    score_each,
 )
-from stepcredit.process import values as values_mod
-from stepcredit.process.values import packed_layout, packed_mask
+from stepcredit.process import forced as forced_mod
+from stepcredit.process.forced import packed_layout, packed_mask
 from stepcredit.types import Batch, RolloutCache, Sample
 
 ROWS = [
@@ -39,10 +40,10 @@ ROWS = [
 
 
 def values(model: Any, tok: Any, batch: Batch, **kw: Any) -> list[list[float]]:
-    compute_prefix_values(model, tok, batch, ProcessConfig(min_episode_tokens=2, **kw))
-    assert batch.prefix_values is not None and batch.episode_ends is not None
-    assert [len(v) for v in batch.prefix_values] == [len(e) + 1 for e in batch.episode_ends]
-    return batch.prefix_values
+    got = compute_prefix_values(model, tok, batch, ProcessConfig(min_episode_tokens=2, **kw))
+    assert [len(v) for v in got.values] == [len(e) + 1 for e in got.episode_ends]
+    assert batch.prefix_values is None and batch.episode_ends is None  # nothing written into the batch
+    return got.values
 
 
 def max_diff(a: list[list[float]], b: list[list[float]]) -> float:
@@ -105,19 +106,20 @@ def test_strategies_agree(
         ),
     }
     # packed's layout for long responses (two calls) on these short rows
-    monkeypatch.setattr(values_mod, "ONE_CALL_MAX_BODY", 0)
+    monkeypatch.setattr(forced_mod, "ONE_CALL_MAX_BODY", 0)
     got["packed (long-response layout)"] = values(model, tok, batch_factory(tok, ROWS), strategy="packed")
     for name, v in got.items():
         assert max_diff(v, ref) < 1e-4, name
 
 
-def test_rollout_cache_is_used_once_and_must_match_the_batch(
+def test_rollout_cache_is_read_not_modified_and_must_match_the_batch(
     model_factory: Callable[..., Any], batch_factory: Callable[..., Batch]
 ) -> None:
     model, tok = model_factory("llama", "sdpa")
     batch = with_rollout_cache(model, batch_factory(tok, ROWS))
-    values(model, tok, batch)
-    assert batch.kv_cache is None  # freed by the process stage
+    first = values(model, tok, batch)
+    assert batch.kv_cache is not None  # the stage never writes into its input: the caller drops the cache
+    assert values(model, tok, batch) == first  # ... and it reads the cache without changing it
     wrong = batch_factory(tok, ROWS)
     wrong.kv_cache = with_rollout_cache(model, batch_factory(tok, ROWS[:2])).kv_cache
     with pytest.raises(ValueError, match="holds 2 rows for 4 responses"):
@@ -141,11 +143,10 @@ def test_generate_keeps_the_cache_and_values_match_a_fresh_pass(
     fresh = batch.select(list(range(len(batch))))
     assert fresh.kv_cache is None  # select never carries the cache
     cfg = ProcessConfig(min_episode_tokens=2, max_episode_tokens=8)
-    compute_prefix_values(model, tok, batch, cfg)
-    compute_prefix_values(model, tok, fresh, cfg)
-    assert batch.prefix_values is not None and fresh.prefix_values is not None
-    assert sum(len(v) for v in batch.prefix_values) > len(batch)  # several prefixes per response
-    assert max_diff(batch.prefix_values, fresh.prefix_values) < 1e-4
+    cached = compute_prefix_values(model, tok, batch, cfg).values
+    recomputed = compute_prefix_values(model, tok, fresh, cfg).values
+    assert sum(len(v) for v in cached) > len(batch)  # several prefixes per response
+    assert max_diff(cached, recomputed) < 1e-4
 
 
 def test_padding_and_batch_composition_do_not_change_values(
@@ -165,13 +166,13 @@ def test_matches_a_plain_forward_over_the_text(
     model, tok = model_factory("llama", "eager")
     batch = batch_factory(tok, ROWS[:2])
     got = values(model, tok, batch)
-    assert batch.episode_ends is not None
+    ends = compute_prefix_values(model, tok, batch, ProcessConfig(min_episode_tokens=2)).episode_ends
     for b, (prompt, response, answer) in enumerate(ROWS[:2]):
         chat = tok.apply_chat_template(
             [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
         )
         force = "\nThe answer is "
-        cuts = [0] + [e + 1 for e in batch.episode_ends[b]]
+        cuts = [0] + [e + 1 for e in ends[b]]
         for k, cut in enumerate(cuts):
             # the last prefix excludes eos (the character tokenizer: token index == character index)
             ids = tok(chat + response[:cut] + force + answer, add_special_tokens=False)["input_ids"]
@@ -216,19 +217,18 @@ def test_monte_carlo(model_factory: Callable[..., Any], batch_factory: Callable[
 
     batch = batch_factory(tok, ROWS[:2])
     torch.manual_seed(0)
-    compute_prefix_values(
+    got = compute_prefix_values(
         model,
         tok,
         batch,
         ProcessConfig(value_estimator="monte_carlo", mc_samples=3, mc_max_new_tokens=4),
-        score_fn=score,
+        score_fn=score_each(score),
     )
-    assert batch.prefix_values is not None and batch.episode_ends is not None
-    for b, vals in enumerate(batch.prefix_values):
+    for b, vals in enumerate(got.values):
         assert all(0.0 <= v <= 1.0 for v in vals)
         # a complete response's last value is its own reward, with no sampling
         assert vals[-1] == score(batch.samples[b], ROWS[b][1])
-    n_prefixes = sum(len(e) for e in batch.episode_ends)  # V_0..V_(S-1) are sampled, V_S is scored
+    n_prefixes = sum(len(e) for e in got.episode_ends)  # V_0..V_(S-1) are sampled, V_S is scored
     assert len(seen) == n_prefixes * 3 + 2 + 2
     # every continuation starts with its prefix's text
     assert sum(t.startswith(ROWS[0][1][:10]) for t in seen) >= 3

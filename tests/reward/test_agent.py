@@ -20,8 +20,8 @@ import pytest
 
 from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig, RewardDomainConfig, from_dict
 from stepcredit.errors import ConfigError
-from stepcredit.reward import build_rewarder
-from stepcredit.reward.run.agent import RewardAgent, RewardBackendError, build_agent
+from stepcredit.reward import build_agent, build_rewarder
+from stepcredit.reward.run.agent import RewardAgent, RewardBackendError
 from stepcredit.types import RewardResult, Sample, Status
 
 FNS = textwrap.dedent(

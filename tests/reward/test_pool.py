@@ -14,6 +14,7 @@ import pytest
 
 from stepcredit.config import RewardConfig, RewardCustomConfig
 from stepcredit.reward import build_rewarder
+from stepcredit.reward.run.pool import KillSafePool
 from stepcredit.reward.run.rewarder import Rewarder
 from stepcredit.types import Sample, Status
 
@@ -57,9 +58,16 @@ def rewarder(tmp_path_factory: pytest.TempPathFactory) -> Rewarder:
     )
     rw.warmup()
     yield rw
-    pids = rw.pool.pids
+    pids = _pool(rw).pids
     rw.close()
     assert pids and all(_gone(p) for p in pids), "a worker outlived close()"
+
+
+def _pool(rw: Rewarder) -> KillSafePool:
+    """The kill-safe pool behind the rewarder's agent (its process backend)."""
+    pool = rw.agent.backend.pool  # type: ignore[attr-defined]
+    assert isinstance(pool, KillSafePool)
+    return pool
 
 
 def _s(gt: str = "a", **extra: str) -> Sample:
@@ -67,7 +75,7 @@ def _s(gt: str = "a", **extra: str) -> Sample:
 
 
 def test_hang_is_stopped_from_a_worker_thread(rewarder: Rewarder) -> None:
-    before = rewarder.pool.pids
+    before = _pool(rewarder).pids
     out: dict[str, object] = {}
 
     def run() -> None:
@@ -81,7 +89,7 @@ def test_hang_is_stopped_from_a_worker_thread(rewarder: Rewarder) -> None:
     res = out["res"]
     assert out["dt"] < TIMEOUT + 1.0  # type: ignore[operator]
     assert [r.status for r in res] == [Status.TIMEOUT, Status.OK]  # type: ignore[union-attr]
-    killed = before - rewarder.pool.pids
+    killed = before - _pool(rewarder).pids
     assert killed and all(_gone(p) for p in killed)
 
 
@@ -152,7 +160,7 @@ def test_pool_workers_are_this_process_children_only_while_open(tmp_path: Path) 
     path.write_text("def f(d, s, g, e=None):\n    return 1.0\n")
     rw = build_rewarder(RewardConfig(custom=RewardCustomConfig(path=f"{path}:f")))
     assert rw.score_batch([_s()], ["x"])[0].score == 1.0
-    pids = rw.pool.pids
+    pids = _pool(rw).pids
     assert pids <= {c.pid for c in psutil.Process(os.getpid()).children()}
     rw.close()
     assert all(_gone(p) for p in pids)
@@ -168,7 +176,7 @@ def test_a_chunk_times_each_item_and_a_hang_costs_its_neighbours_nothing(rewarde
     texts = ["a", "b", "a", "sleep", "a", "a"]
     t0 = time.monotonic()
     items = [("x", t, "a", {}) for t in texts]
-    out = rewarder.pool.submit_chunk(ref, items, timeout_s=TIMEOUT, flush_s=0.0).result(30)
+    out = _pool(rewarder).submit_chunk(ref, items, timeout_s=TIMEOUT, flush_s=0.0).result(30)
     assert time.monotonic() - t0 < TIMEOUT + 1.0 + 0.5  # one item's deadline, not six
     assert [r.score for r in out.results[:3]] == [1.0, 0.0, 1.0]  # type: ignore[union-attr]
     assert out.results[3] is not None and out.results[3].status == Status.TIMEOUT
@@ -178,11 +186,13 @@ def test_a_chunk_times_each_item_and_a_hang_costs_its_neighbours_nothing(rewarde
 def test_a_chunk_item_that_kills_its_worker_is_named(rewarder: Rewarder) -> None:
     ref = rewarder.custom.ref  # type: ignore[union-attr]
     assert ref is not None
-    out = rewarder.pool.submit_chunk(
-        ref, [("x", t, "a", {}) for t in ["a", "exit", "a"]], timeout_s=TIMEOUT, flush_s=0.0
-    ).result(30)
+    out = (
+        _pool(rewarder)
+        .submit_chunk(ref, [("x", t, "a", {}) for t in ["a", "exit", "a"]], timeout_s=TIMEOUT, flush_s=0.0)
+        .result(30)
+    )
     assert out.died == [1] and out.results[1] is not None and "crashed" in out.results[1].info["message"]
     assert out.results[0] is not None and out.results[0].score == 1.0 and out.results[2] is None
     # the slot has a fresh worker: the next chunk runs
-    again = rewarder.pool.submit_chunk(ref, [("x", "a", "a", {})], timeout_s=TIMEOUT).result(30)
+    again = _pool(rewarder).submit_chunk(ref, [("x", "a", "a", {})], timeout_s=TIMEOUT).result(30)
     assert again.results[0] is not None and again.results[0].score == 1.0

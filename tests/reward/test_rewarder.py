@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import math
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from stepcredit.config import RewardConfig, RewardCustomConfig, RewardDomainConfig, from_dict
+from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig, RewardDomainConfig, from_dict
 from stepcredit.errors import ConfigError
 from stepcredit.reward import (
     REWARDS,
     apply_failure_policy,
+    build_agent,
     build_rewarder,
     register_scorer,
     resolve_source,
@@ -56,7 +58,7 @@ def test_arith_scores_exact_integers_inline_in_order() -> None:
         (0.0, Status.UNPARSEABLE),
     ]
     assert all(r.source == "math" for r in res)
-    assert rw._pool is None  # the fast path never started a process
+    assert rw.agent._backend is None  # the fast path never started a process
     rw.close()
 
 
@@ -304,9 +306,11 @@ def test_unknown_data_source_routes_by_ability() -> None:
 @pytest.mark.parametrize("isolate", [False, True])
 def test_batched_custom_function_gets_one_call_from_score_batch(user_file: Path, isolate: bool) -> None:
     # VeRL's batch signature (reward.custom.batched): the plain rewarder (validation, `stepcredit
-    # score`, the verl reward manager) calls it once with the columns, not once per sample.
+    # score`, the verl reward manager) calls it with the columns, not once per sample: through the
+    # agent, whole groups of up to reward.agent.batch_size samples per call (here all three).
     cfg = RewardConfig(
-        custom=RewardCustomConfig(path=f"{user_file}:batch_exact", batched=True, isolate=isolate)
+        custom=RewardCustomConfig(path=f"{user_file}:batch_exact", batched=True, isolate=isolate),
+        agent=AgentConfig(batch_size=8),
     )
     samples = [Sample(prompt=(), ground_truth=g, uid=str(i)) for i, g in enumerate(["7", "8", "9"])]
     with build_rewarder(cfg) as rw:
@@ -317,3 +321,25 @@ def test_batched_custom_function_gets_one_call_from_score_batch(user_file: Path,
 
             mod = next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(user_file))
             assert mod.CALLS == [3]
+
+
+def test_synchronous_scoring_and_the_trainers_agent_are_one_agent(user_file: Path) -> None:
+    # Rewarder.score_batch is the synchronous face of the run's one reward agent: the trainer's agent
+    # (build_agent with the rewarder) is that same agent, so validation, value estimators' verifier and
+    # the training batches share its backend (one pool per run) and its counters.
+    cfg = replace(_custom(user_file, "as_float"), agent=AgentConfig(backend="thread"))
+    with build_rewarder(cfg) as rw:
+        agent = build_agent(cfg, rw)
+        assert agent is rw.agent and build_agent(None, rw) is agent
+        samples = [Sample(prompt=(), ground_truth=g, uid=f"u{i}") for i, g in enumerate("ab")]
+        assert [r.score for r in rw.score_batch(samples, ["a", "x"])] == [1.0, 0.0]
+        ticket = agent.submit_samples(samples, ["x", "b"])
+        assert [r.score for r in agent.get(ticket, 0)[1]] == [0.0, 1.0]
+        assert agent.metrics()["agent/submitted"] == 4.0  # both submissions went through the one agent
+        # the verifier value estimators get: batched, NaN where the reward failed
+        verify = rw.verifier_fn()
+        assert verify(samples, ["a", "b"]) == [1.0, 1.0]
+        assert agent.metrics()["agent/submitted"] == 6.0
+    # a separately configured agent owns its own routing and backend
+    with build_rewarder(cfg) as rw, build_agent(replace(cfg, timeout_s=5.0), rw) as other:
+        assert other is not rw.agent

@@ -10,6 +10,7 @@ from stepcredit.config import from_dict
 from stepcredit.data import PromptStream, load_task
 from stepcredit.losses.value import clipped_value_loss
 from stepcredit.models import load_policy
+from stepcredit.reward import with_failure_policy
 from stepcredit.rollout import generate
 from stepcredit.trainer.critic import critic_values
 from stepcredit.trainer.state import build_state
@@ -50,7 +51,7 @@ def test_critic_warmup_leaves_the_policy_unchanged_and_trains_the_critic() -> No
     batch = batch.with_rewards([RewardResult(score=float(i % 2)) for i in range(len(batch))])
     policy0 = {k: v.clone() for k, v in model.state_dict().items()}
     critic0 = {k: v.clone() for k, v in state.critic.model.state_dict().items()}
-    p, m = train_on(state, batch, train_policy=False)
+    p, m = train_on(state, with_failure_policy(batch, cfg.reward), train_policy=False)
     assert all(torch.equal(policy0[k], v) for k, v in model.state_dict().items())
     assert not all(torch.equal(critic0[k], v) for k, v in state.critic.model.state_dict().items())
     assert m["critic/value_loss"] > 0 and "loss" not in m and state.updates == 0

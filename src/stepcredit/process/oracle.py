@@ -40,7 +40,8 @@ def step_oracle(
         raise ConfigError(
             "config key process.value_estimator: step_oracle scores complete responses with the verifier"
         )
-    out = []
+    out: list[list[float]] = []
+    complete: list[int] = []  # rows whose last value is their reward, scored in one verifier call
     for r in requests:
         if r.sample.data_source not in STEP_VALUES:
             raise DataError(
@@ -53,6 +54,11 @@ def step_oracle(
             for n in r.prefix_lens
         ]
         if r.complete and r.prefix_lens[-1] >= len(r.response_ids) - 1:
-            values[-1] = float(score_fn(r.sample, tokenizer.decode(r.response_ids, skip_special_tokens=True)))
+            complete.append(len(out))
         out.append(values)
+    if complete:
+        texts = [tokenizer.decode(requests[b].response_ids, skip_special_tokens=True) for b in complete]
+        rewards = score_fn([requests[b].sample for b in complete], texts)
+        for b, reward in zip(complete, rewards, strict=True):
+            out[b][-1] = float(reward)
     return out

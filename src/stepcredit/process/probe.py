@@ -688,7 +688,8 @@ def probe(
     if not cases:
         raise DataError("probe: no solution has an equation 'a op b = c' to make wrong")
     # a "clean" trace the verifier does not score correct is no baseline for a wrong step
-    keep = [k for k, i in enumerate(used) if score_fn(*solutions[i]) >= 1.0 - 1e-6]
+    clean = score_fn([solutions[i][0] for i in used], [solutions[i][1] for i in used])  # one submission
+    keep = [k for k, score in enumerate(clean) if score >= 1.0 - 1e-6]
     if not keep:
         raise DataError("probe: the verifier scores none of the solutions correct")
     report = run_probe(

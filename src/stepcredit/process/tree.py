@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import ProcessConfig
-from stepcredit.process.values import PrefixRequest, ScoreFn, continuation_values, register_value_estimator
+from stepcredit.process.continuation import continuation_values
+from stepcredit.process.values import PrefixRequest, ScoreFn, register_value_estimator
 from stepcredit.types import RolloutCache
 
 

@@ -9,9 +9,10 @@ Use::
     metrics = reward_metrics(results)
     rewarder.close()
 
-The asynchronous agent (what the trainer uses: bounded concurrency, whole groups as they finish)::
+``score_batch`` is the synchronous face of the reward agent, the one execution path (bounded
+concurrency, kill-safe deadlines, whole groups as they finish); the trainer uses the same agent::
 
-    with build_agent(cfg.reward) as agent:
+    with build_agent(cfg.reward, rewarder) as agent:   # the rewarder's own agent: one pool per run
         ticket = agent.submit_samples(samples, responses, group_ids)   # returns at once
         for idx, results in agent.stream(ticket, 64):   # whole groups, >= 64 samples at a time
             ...
@@ -56,13 +57,16 @@ from stepcredit.reward.base import (
 )
 from stepcredit.reward.postprocess import (
     RunningStats,
+    Scored,
+    Verdicts,
     apply_failure_policy,
     process_outcomes,
     reward_metrics,
+    with_failure_policy,
     zero_signal_groups,
 )
-from stepcredit.reward.run.agent import RewardAgent, RewardBackendError, Ticket, build_agent
-from stepcredit.reward.run.rewarder import Rewarder, Route, build_rewarder
+from stepcredit.reward.run.agent import RewardAgent, RewardBackendError, Ticket
+from stepcredit.reward.run.rewarder import Rewarder, Route, build_agent, build_rewarder
 from stepcredit.reward.shaping import LENGTH_PENALTIES, length_penalty_metrics, shape_lengths
 
 __all__ = [
@@ -75,8 +79,10 @@ __all__ = [
     "Rewarder",
     "Route",
     "RunningStats",
+    "Scored",
     "Scorer",
     "Ticket",
+    "Verdicts",
     "apply_failure_policy",
     "build_agent",
     "build_rewarder",
@@ -88,5 +94,6 @@ __all__ = [
     "reward_metrics",
     "shape_lengths",
     "to_result",
+    "with_failure_policy",
     "zero_signal_groups",
 ]

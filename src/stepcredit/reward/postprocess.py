@@ -1,6 +1,8 @@
 """Reward post-processing between scoring and the estimator.
 
-1. The failure policy: what results that are not real verdicts become, and the reward metrics.
+1. The failure policy: what results that are not real verdicts become (:func:`apply_failure_policy`,
+   applied once per scored sub-batch as it arrives: :func:`with_failure_policy` gives the
+   :class:`Scored` mini-batch every later step reads), and the reward metrics.
 2. Per-domain processing of outcome scores before the estimator, and dynamic sampling's group filter.
 
 Order per domain (each step optional, :class:`~stepcredit.config.OutcomeProcessConfig`): mask
@@ -15,17 +17,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 
 from stepcredit.config import OutcomeProcessConfig, PostprocessConfig, RewardConfig
-from stepcredit.types import RewardResult, Status
+from stepcredit.types import Batch, RewardResult, Status
 
 
-def apply_failure_policy(
-    results: Sequence[RewardResult], group_B: Any, cfg: RewardConfig
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+class Verdicts(NamedTuple):
+    """The failure policy's reading of a batch of reward results (unpacks as a 3-tuple)."""
+
+    score_B: torch.Tensor
+    """float32 scores: a real verdict's own, a failed one's by policy."""
+    valid_B: torch.Tensor
+    """bool: counts in the loss and in group baselines."""
+    keep_B: torch.Tensor
+    """bool: False for every response of a group dropped by ``drop_group``."""
+
+
+def apply_failure_policy(results: Sequence[RewardResult], group_B: Any, cfg: RewardConfig) -> Verdicts:
     """Scores and masks for a batch of results under ``cfg.failure_policy`` (per source:
     ``cfg.failure_policy_by_source``).
 
@@ -35,8 +47,6 @@ def apply_failure_policy(
     policy: ``mask`` score 0 and not valid; ``score`` ``cfg.failure_score`` and valid; ``drop_group``
     not valid and its whole group not kept.
     """
-    import torch
-
     group = torch.as_tensor(group_B, dtype=torch.long).reshape(-1)
     B = len(results)
     if group.numel() != B:
@@ -58,7 +68,41 @@ def apply_failure_policy(
     keep_B = torch.ones(B, dtype=torch.bool)
     if dropped:
         keep_B = ~torch.isin(group, torch.tensor(sorted(dropped), dtype=torch.long))
-    return score_B, valid_B & keep_B, keep_B
+    return Verdicts(score_B, valid_B & keep_B, keep_B)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A sub-batch of whole scored groups with the failure policy's verdicts, which are computed once,
+    when its rewards arrive (:func:`with_failure_policy`), and read by every later step (dynamic
+    sampling's filter, the reward channels)."""
+
+    batch: Batch
+    verdicts: Verdicts
+    """Per response of ``batch``."""
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def select(self, idx: list[int]) -> Scored:
+        """The responses ``idx`` (in that order) with their verdicts."""
+        index = torch.as_tensor(idx, dtype=torch.long)
+        return Scored(self.batch.select(idx), Verdicts(*(x.index_select(0, index) for x in self.verdicts)))
+
+    @staticmethod
+    def concat(parts: list[Scored]) -> Scored:
+        """Several scored sub-batches as one (see :meth:`Batch.concat`)."""
+        if len(parts) == 1:
+            return parts[0]
+        cols = zip(*(p.verdicts for p in parts), strict=True)
+        return Scored(Batch.concat([p.batch for p in parts]), Verdicts(*(torch.cat(list(c)) for c in cols)))
+
+
+def with_failure_policy(batch: Batch, cfg: RewardConfig) -> Scored:
+    """``batch`` (its ``rewards`` filled) with the verdicts of :func:`apply_failure_policy`."""
+    if batch.rewards is None:
+        raise ValueError("with_failure_policy: the batch has no reward results")
+    return Scored(batch, apply_failure_policy(batch.rewards, batch.group_B, cfg))
 
 
 def _percentile(sorted_xs: list[float], q: float) -> float:

@@ -1,6 +1,6 @@
-"""``rollout_and_submit``: draw prompts, generate with the current weights, store what needs the
-policy loaded (critic values, V(prefix) for process rewards), and hand the batch to the reward agent,
-which scores it in the background."""
+"""``rollout_and_submit``: draw prompts, generate with the current weights, hand the batch to the reward
+agent (which scores it in the background) and meanwhile store what needs the policy loaded (critic
+values, V(prefix) for process rewards)."""
 
 from __future__ import annotations
 
@@ -43,22 +43,27 @@ def with_values(
         keep = set(rows)
         segments = [list(e) if i in keep else [] for i, e in enumerate(batch.tree_ends)]
         return replace(batch, episode_ends=segments, prefix_values=None, kv_cache=None), 0
-    score_fn = rewarder.verifier_fn()  # used by estimators that need a verifier, ignored by the rest
-    if len(rows) == len(batch):
-        part = batch
-    else:
-        part = batch.select(rows)  # a sub-batch has no rollout cache: its values recompute the prefixes
-    if rows:
-        process.compute_prefix_values(state.model, state.tok, part, cfg, score_fn=score_fn)
     ends: list[list[int]] = [[] for _ in range(len(batch))]
     values: list[list[float]] = [[] for _ in range(len(batch))]
     unscored = 0
-    for j, i in enumerate(rows):
-        assert part.episode_ends is not None and part.prefix_values is not None
-        if any(math.isnan(v) for v in part.prefix_values[j]):
-            unscored += 1
-            continue
-        ends[i], values[i] = part.episode_ends[j], part.prefix_values[j]
+    if rows:
+        prompts, responses = process.batch_token_ids(batch)
+        got = process.prefix_values(
+            state.model,
+            state.tok,
+            [batch.samples[i] for i in rows],
+            [prompts[i] for i in rows],
+            [responses[i] for i in rows],
+            cfg,
+            score_fn=rewarder.verifier_fn(),  # used by estimators that need a verifier, ignored by the rest
+            # the rollout's cache covers every row: a subset recomputes its prefixes
+            body=batch.kv_cache if len(rows) == len(batch) else None,
+        )
+        for j, i in enumerate(rows):
+            if any(math.isnan(v) for v in got.values[j]):
+                unscored += 1
+                continue
+            ends[i], values[i] = got.episode_ends[j], got.values[j]
     return replace(batch, episode_ends=ends, prefix_values=values, kv_cache=None), unscored
 
 
@@ -72,9 +77,10 @@ def rollout_and_submit(
     process_domains: frozenset[str] = frozenset(),
 ) -> Rollout:
     """Generate ``rollout.n`` responses to each of ``rollout.prompts_per_step`` prompts for RL step
-    ``step`` with the current weights (labelled with the policy's clocks), then V(prefix) and critic
-    values while the policy is loaded; scoring starts at once. ``extra`` numbers dynamic sampling's
-    refill rollouts (their group ids stay distinct from every other batch's)."""
+    ``step`` with the current weights (labelled with the policy's clocks) and critic values; the
+    outcome rewards start scoring at once, in the run's one reward agent, while V(prefix) is computed
+    with the policy loaded (the continuations' verifier calls queue in the same agent). ``extra``
+    numbers dynamic sampling's refill rollouts (their group ids stay distinct from every other batch's)."""
     cfg = state.cfg
     P = cfg.rollout.prompts_per_step
     t0 = time.perf_counter()
@@ -95,8 +101,11 @@ def rollout_and_submit(
         batch = replace(batch, values_BT=critic_values(state.critic, batch))
     t1 = time.perf_counter()
     times = {"time/generation_s": t1 - t0, **counts}
+    # Outcome rewards need no values: they run while the process stage evaluates (the copy handed to
+    # the agent leaves the rollout cache behind, so the cache is freed once the values are computed).
+    ticket = agent.submit(batch.without_rewards())
     if cfg.process.enabled:
         batch, unscored = with_values(state, batch, rewarder, process_domains)
         times["time/process_s"] = time.perf_counter() - t1
         times["process/unscored_rows"] = float(unscored)
-    return Rollout(batch, agent.submit(batch), times)
+    return Rollout(batch, ticket, times)

@@ -4,7 +4,9 @@
 The filter works on whole groups as they stream in, so it composes with the mini-batch pipeline
 (kept groups are buffered into mini-batches of at least ``pipeline.mini_batch`` responses) and with
 one-step off-policy (a refill is generated with the current weights while earlier groups train).
-Every generated response is accounted for: trained, or dropped with the reason in the metrics.
+Every generated response is accounted for: trained, or dropped with the reason in the metrics. The
+failure policy is applied here, once per arriving sub-batch (:func:`with_failure_policy`); the filter
+and the update read its verdicts.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from stepcredit.config import Config
-from stepcredit.reward import RewardAgent, apply_failure_policy, zero_signal_groups
+from stepcredit.reward import RewardAgent, Scored, with_failure_policy, zero_signal_groups
 from stepcredit.trainer.metrics import StepMetrics
 from stepcredit.trainer.rollout import Rollout
 from stepcredit.types import Batch
@@ -27,10 +29,9 @@ class GroupFilter:
         self.target = cfg.rollout.prompts_per_step
         self.kept = 0
 
-    def __call__(self, mb: Batch, counts: StepMetrics) -> Batch | None:
+    def __call__(self, scored: Scored, counts: StepMetrics) -> Scored | None:
         ds = self.cfg.postprocess.dynamic_sampling
-        assert mb.rewards is not None
-        score_B, valid_B, _ = apply_failure_policy(mb.rewards, mb.group_B, self.cfg.reward)
+        mb, (score_B, valid_B, _) = scored.batch, scored.verdicts
         drop = zero_signal_groups(
             score_B, valid_B, mb.group_B, criterion=ds.criterion, mean_low=ds.mean_low, mean_high=ds.mean_high
         )
@@ -50,7 +51,7 @@ class GroupFilter:
                 self.kept += 1
         if not keep:
             return None
-        return mb.select([i for i, g in enumerate(group_B) if g in keep])
+        return scored.select([i for i, g in enumerate(group_B) if g in keep])
 
     @property
     def full(self) -> bool:
@@ -64,17 +65,18 @@ def step_stream(
     counts: StepMetrics,
     refill: Callable[[int], Rollout],
     arrived: list[Batch],
-) -> Iterator[Batch]:
+) -> Iterator[Scored]:
     """Whole scored groups of this step, ``pipeline.mini_batch`` responses at a time (all at once when
-    0), in the order their rewards complete. With dynamic sampling, groups without signal are dropped
-    and up to ``max_extra_batches`` refill rollouts are drawn until ``prompts_per_step`` groups are kept.
-    Every scored sub-batch is appended to ``arrived`` (for the step's reward metrics)."""
+    0), in the order their rewards complete, with the failure policy's verdicts. With dynamic sampling,
+    groups without signal are dropped and up to ``max_extra_batches`` refill rollouts are drawn until
+    ``prompts_per_step`` groups are kept. Every scored sub-batch is appended to ``arrived`` (for the
+    step's reward metrics)."""
     ds = cfg.postprocess.dynamic_sampling
     keep = GroupFilter(cfg) if ds.enabled else None
     k = cfg.pipeline.mini_batch
     rollout: Rollout | None = first
     extra = 0
-    buffered: list[Batch] = []
+    buffered: list[Scored] = []
     if keep is not None:
         for key in ("sampling/extra_batches", "sampling/dropped_groups", "sampling/drawn_prompts"):
             counts.count(key, 0)
@@ -91,12 +93,13 @@ def step_stream(
                 break
             mb = rollout.batch.select(got[0]).with_rewards(got[1])
             arrived.append(mb)
-            kept = keep(mb, counts) if keep is not None else mb
+            scored = with_failure_policy(mb, cfg.reward)  # the one place the failure policy is applied
+            kept = keep(scored, counts) if keep is not None else scored
             if kept is None:
                 continue
             buffered.append(kept)
             if sum(len(b) for b in buffered) >= (k or 1) and (k or keep is None):
-                yield Batch.concat(buffered)
+                yield Scored.concat(buffered)
                 buffered = []
         rollout = None
         if keep is not None and not keep.full and extra < ds.max_extra_batches:
@@ -107,4 +110,4 @@ def step_stream(
     if keep is not None:
         counts.count("sampling/kept_groups", keep.kept)
     if buffered:
-        yield Batch.concat(buffered)
+        yield Scored.concat(buffered)

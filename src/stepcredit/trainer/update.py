@@ -1,12 +1,14 @@
 """``train_on(mini_batch)``: the DESIGN's four lines for one mini-batch of whole, scored groups.
 
-    channels = reward_channels(mb)        # failure policy, per-domain outcome processing, process channel
+    channels = reward_channels(mb)        # failure policy's drops, per-domain outcome processing, process channel
     prepared = prepare(state, mb)         # + KL shaping, advantages (registry lookup by name)
     metrics  = update(state, prepared)    # critic step, policy-loss step
     train_on = prepare + update           # (later PPO epochs call update again on the same prepared)
 
-Each function returns what it computed (a new sub-batch, :class:`Channels`, :class:`Prepared`, a
-metrics dict); nothing is written into the batch.
+``mb`` is a :class:`~stepcredit.reward.Scored` mini-batch: the failure policy's verdicts were computed
+once, when its rewards arrived (``trainer.sampling.step_stream``). Each function returns what it
+computed (a new sub-batch, :class:`Channels`, :class:`Prepared`, a metrics dict); nothing is written
+into the batch.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from stepcredit.ops import last_token_index, masked_mean
 from stepcredit.process import VALUE_ESTIMATORS, outcome_values, process_channel
 from stepcredit.reward import (
     RunningStats,
-    apply_failure_policy,
+    Scored,
     length_penalty_metrics,
     process_outcomes,
     shape_lengths,
@@ -124,14 +126,13 @@ def reads_rollout_cache(cfg: Config) -> bool:
     return cfg.process.enabled and not VALUE_ESTIMATORS.get(cfg.process.value_estimator).from_outcomes
 
 
-def reward_channels(batch: Batch, cfg: Config, running: RunningStats | None = None) -> tuple[Batch, Channels]:
-    """Failure policy (drop groups, mask failed samples), each domain's outcome processing
-    (``cfg.postprocess``: mask truncated, normalise, clip, scale), then the outcome channel (score at
-    the last token) and the process channel (:func:`stepcredit.process.process_channel`, arithmetic
-    on stored V(prefix) only). Returns the batch without dropped groups and its channels."""
-    if batch.rewards is None:
-        raise ValueError("reward_channels: the mini-batch has no reward results")
-    score_B, valid_B, keep_B = apply_failure_policy(batch.rewards, batch.group_B, cfg.reward)
+def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None) -> tuple[Batch, Channels]:
+    """The failure policy's verdicts (drop the groups it drops, mask failed samples), each domain's
+    outcome processing (``cfg.postprocess``: mask truncated, normalise, clip, scale), then the outcome
+    channel (score at the last token) and the process channel
+    (:func:`stepcredit.process.process_channel`, arithmetic on stored V(prefix) only). Returns the batch
+    without dropped groups and its channels."""
+    batch, (score_B, valid_B, keep_B) = mb.batch, mb.verdicts
     if not bool(keep_B.all()):
         idx = keep_B.nonzero().flatten().tolist()
         batch = batch.select(idx)
@@ -226,11 +227,11 @@ def _sequences(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     return ids_BL, attn_BL
 
 
-def prepare(state: TrainState, batch: Batch) -> Prepared:
+def prepare(state: TrainState, mb: Scored) -> Prepared:
     """Reward channels, the reference log-probs, KL in the reward (when configured) and advantages."""
     cfg = state.cfg
-    n_in = len(batch)
-    batch, ch = reward_channels(batch, cfg, state.running)  # on the CPU, where the batch lives
+    n_in = len(mb)
+    batch, ch = reward_channels(mb, cfg, state.running)  # on the CPU, where the batch lives
     dev = next(state.model.parameters()).device
     batch, ch = batch.to(dev), ch.to(dev)
     mask_BT = batch.response_mask_BT
@@ -377,8 +378,8 @@ def train_mode_is_eval_mode(model: torch.nn.Module) -> bool:
 
 
 def train_on(
-    state: TrainState, batch: Batch, *, train_policy: bool = True
+    state: TrainState, mb: Scored, *, train_policy: bool = True
 ) -> tuple[Prepared, dict[str, float]]:
     """Reward post-processing -> process channel -> advantages -> critic -> loss, for one mini-batch."""
-    p = prepare(state, batch)
+    p = prepare(state, mb)
     return p, update(state, p, train_policy=train_policy)

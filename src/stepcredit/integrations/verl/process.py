@@ -23,9 +23,8 @@ from typing import Any
 import torch
 
 from stepcredit.config import ProcessConfig
-from stepcredit.process import build_requests
-from stepcredit.process.values import request_suffixes
-from stepcredit.types import Batch, Sample
+from stepcredit.process import build_requests, request_suffixes
+from stepcredit.types import Sample
 
 
 @dataclass(frozen=True)
@@ -42,39 +41,6 @@ class ValueProbe:
     """The gold answer's tokens (verl's ``responses`` of the probe; all of them are scored)."""
 
 
-def _batch(
-    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], answers: Sequence[str]
-) -> Batch:
-    # The minimal stepcredit Batch that build_requests reads. The response mask covers every response
-    # token (not verl's loss mask): prefixes then include tool output of multi-turn responses, and
-    # episode ends are positions in verl's response tensor.
-    B = len(responses)
-    P = max((len(p) for p in prompts), default=0)
-    T = max((len(r) for r in responses), default=0)
-    prompt_BP = torch.zeros(B, P, dtype=torch.long)
-    pmask_BP = torch.zeros(B, P, dtype=torch.long)
-    resp_BT = torch.zeros(B, T, dtype=torch.long)
-    rmask_BT = torch.zeros(B, T, dtype=torch.long)
-    for b, (p, r) in enumerate(zip(prompts, responses, strict=True)):
-        if p:
-            prompt_BP[b, P - len(p) :] = torch.as_tensor(list(p))
-            pmask_BP[b, P - len(p) :] = 1
-        if r:
-            resp_BT[b, : len(r)] = torch.as_tensor(list(r))
-            rmask_BT[b, : len(r)] = 1
-    return Batch(
-        samples=[Sample(prompt=(), ground_truth=a, uid=f"row {b}") for b, a in enumerate(answers)],
-        group_B=torch.arange(B),
-        prompt_ids_BP=prompt_BP,
-        prompt_mask_BP=pmask_BP,
-        response_ids_BT=resp_BT,
-        response_mask_BT=rmask_BT,
-        behaviour_logp_BT=torch.zeros(B, T),
-        texts=[""] * B,
-        truncated_B=torch.zeros(B, dtype=torch.bool),
-    )
-
-
 def plan_probes(
     prompts: Sequence[Sequence[int]],
     responses: Sequence[Sequence[int]],
@@ -88,7 +54,10 @@ def plan_probes(
     Episodes and prefix lengths come from :func:`stepcredit.process.build_requests`, so they are the
     ones stepcredit's own trainer uses.
     """
-    ends, requests = build_requests(_batch(prompts, responses, answers), tokenizer, cfg)
+    # The response ids are every response token (not verl's loss mask): prefixes then include tool
+    # output of multi-turn responses, and episode ends are positions in verl's response tensor.
+    samples = [Sample(prompt=(), ground_truth=a, uid=f"row {b}") for b, a in enumerate(answers)]
+    ends, requests = build_requests(samples, prompts, responses, tokenizer, cfg)
     suffixes = request_suffixes(
         tokenizer,
         requests,

@@ -1,1 +1,2 @@
-"""Execution: the one dispatcher (Rewarder), the kill-safe pool and the asynchronous agent."""
+"""Execution of rewards: routing (``routing``), the one execution path (the reward ``agent`` over its
+``backends``, with ``rewarder`` as its synchronous face), the kill-safe ``pool`` and ``health`` checks."""

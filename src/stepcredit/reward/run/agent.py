@@ -1,18 +1,22 @@
-"""The asynchronous reward agent: a scheduler over the :class:`~stepcredit.reward.run.rewarder.Rewarder`
-that scores a batch in the background and hands back whole groups as they complete, so the trainer
-can update on early groups while slow rewards are still running.
+"""The reward agent: the one execution path of rewards. A scheduler over the routing of
+:class:`~stepcredit.reward.run.routing.Router` that scores a batch in the background and hands back
+whole groups as they complete, so the trainer can update on early groups while slow rewards are still
+running; :meth:`RewardAgent.score_batch` (and :meth:`Rewarder.score_batch
+<stepcredit.reward.run.rewarder.Rewarder.score_batch>`, which calls it on the run's one agent) is its
+synchronous face.
 
 Use::
 
-    from stepcredit.reward.run.agent import build_agent
-    with build_agent(cfg.reward, rewarder) as agent:    # backend: cfg.reward.agent.backend
+    from stepcredit.reward import build_agent, build_rewarder
+    rewarder = build_rewarder(cfg.reward)
+    with build_agent(cfg.reward, rewarder) as agent:    # the rewarder's own agent: one pool per run
         ticket = agent.submit(batch)                   # returns at once
         for idx, results in agent.stream(ticket, k):   # whole groups, >= k samples per yield (last may be fewer)
-            mb = batch.select(idx); mb.rewards = results
+            mb = batch.select(idx).with_rewards(results)
         agent.metrics()
 
-Division of labour: the rewarder decides *what* each sample needs (:meth:`Rewarder.plan`: routing,
-the inline fast path, scorers) and finishes each group (:meth:`Rewarder.finish`: domain weights,
+Division of labour: the router decides *what* each sample needs (:meth:`Router.plan`: routing,
+the inline fast path, scorers) and finishes each group (:meth:`Router.finish`: domain weights,
 ``post_process_scores``); the agent decides *where and when* the rest runs:
 
 * scorers (reward models, judges, sandboxes) get the batch's share on a helper thread of the driver
@@ -48,7 +52,9 @@ submission ends the step with :class:`RewardBackendError`, which names the backe
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
+import contextlib
 import functools
 import itertools
 import math
@@ -75,7 +81,7 @@ from stepcredit.reward.run.backends import (
     check_config,
 )
 from stepcredit.reward.run.pool import Outcome, failures
-from stepcredit.reward.run.rewarder import Rewarder, Route, build_rewarder, call_args
+from stepcredit.reward.run.routing import Route, Router, build_router, call_args
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
 LATENCY_WINDOW = 10_000
@@ -115,6 +121,9 @@ class Ticket:
     taken: int = 0
     submitted_at: float = 0.0
     error: Exception | None = None
+    finished: cf.Future[None] = field(default_factory=cf.Future)
+    """Done once every group is released or the batch failed (``get`` then returns or raises at once):
+    what asyncio callers await."""
 
     @property
     def n(self) -> int:
@@ -152,7 +161,7 @@ class _Flight:
 class RewardAgent:
     """Scores submitted batches in the background (module doc); build with :func:`build_agent`."""
 
-    def __init__(self, cfg: RewardConfig | None = None, rewarder: Rewarder | None = None) -> None:
+    def __init__(self, cfg: RewardConfig | None = None, rewarder: Router | None = None) -> None:
         self.cfg = cfg or (rewarder.cfg if rewarder is not None else RewardConfig())
         a = self.cfg.agent
         self.spec = check_config(self.cfg)
@@ -160,7 +169,7 @@ class RewardAgent:
         self._remote_scorers = (
             {REWARDS.get(name).name for name in a.ray_scorers} if self.spec.hosts_scorers else set()
         )
-        self.rewarder = rewarder if rewarder is not None else build_rewarder(self.cfg)
+        self.rewarder = rewarder if rewarder is not None else build_router(self.cfg)
         self._own_rewarder = rewarder is None
         self.timeout_s = a.timeout_s or self.cfg.timeout_s
         self.concurrency = a.max_concurrency or self.spec.default_concurrency or self.cfg.workers
@@ -231,6 +240,11 @@ class RewardAgent:
                 self._local = self._make(spec, spec.default_concurrency or self.concurrency)
             return self._local
 
+    @property
+    def closed(self) -> bool:
+        """Has :meth:`close` been called?"""
+        return self._closed
+
     def warmup(self) -> None:
         """Start the backend now (pool workers, Ray and its actors start on first use otherwise)."""
         self.backend.warmup()
@@ -263,6 +277,8 @@ class RewardAgent:
         for i, k in enumerate(keys):
             t.groups.setdefault(k, []).append(i)
         t.remaining = {k: len(v) for k, v in t.groups.items()}
+        if n == 0:
+            _settle(t.finished)
 
         plan = self.rewarder.plan(samples, texts)
         t.routes = plan.routes
@@ -554,6 +570,7 @@ class RewardAgent:
                 t.released += len(members)
                 if t.done:
                     self._open.discard(t)
+                    _settle(t.finished)
                 self._cond.notify_all()
 
     # -------------------------------------------------------------------------------- pull
@@ -598,6 +615,15 @@ class RewardAgent:
         t = self.submit_samples(samples, responses, group_B)
         return self.get(t, 0)[1] if len(samples) else []
 
+    async def aget(self, ticket: Ticket) -> list[RewardResult]:
+        """``get(ticket, 0)`` for asyncio (the results in index order): awaits the whole batch without
+        blocking the event loop; raises :class:`RewardBackendError` past ``reward.agent.deadline_s``."""
+        left = ticket.submitted_at + self.cfg.agent.deadline_s - time.monotonic()
+        with contextlib.suppress(asyncio.TimeoutError):
+            # shielded: a timed-out wait must not cancel the ticket's future, other waiters share it
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(ticket.finished)), max(left, 0.0))
+        return self.get(ticket, 0)[1]
+
     def _expire_locked(self, t: Ticket) -> RewardBackendError:
         a = self.cfg.agent
         missing = t.n - t.released
@@ -619,6 +645,7 @@ class RewardAgent:
         )
         t.error = err
         self._open.discard(t)
+        _settle(t.finished)
         kept = deque(u for u in self._queue if u.ticket is not t)
         self._queued -= queued
         self._queue = kept
@@ -669,6 +696,7 @@ class RewardAgent:
             self._closed = True
             for t in self._open:
                 t.error = RuntimeError("reward agent closed before the batch was scored")
+                _settle(t.finished)
             self._open.clear()
             self._queue.clear()
             self._jobs.clear()
@@ -692,8 +720,8 @@ class RewardAgent:
         self.close()
 
 
-def build_agent(cfg: RewardConfig | None = None, rewarder: Rewarder | None = None) -> RewardAgent:
-    """A :class:`RewardAgent` for ``cfg`` (``cfg.agent`` picks the backend from the registry; an unknown
-    one is a ConfigError naming ``reward.agent.backend``), sharing ``rewarder``'s routing and loaded
-    functions (one is built when not given; the agent then closes it)."""
-    return RewardAgent(cfg, rewarder)
+def _settle(fut: cf.Future[None]) -> None:
+    """Mark a ticket's ``finished`` future done (once, under the agent's lock; waiters then read the
+    ticket itself)."""
+    if not fut.done():
+        fut.set_result(None)

@@ -8,16 +8,18 @@ waits for the answer with ``poll(timeout)``. On a deadline it kills the worker's
 group (the worker calls ``setsid`` so user code's children go too), answers ``timeout`` and starts a
 replacement; a worker that dies (segfault, ``os._exit``) answers ``error`` and is replaced. Every
 reply carries its job id and a slot runs one job at a time, so a result cannot reach the wrong
-sample. ``submit`` returns a :class:`concurrent.futures.Future`, usable from any thread and, through
-``asyncio.wrap_future``, from asyncio.
+sample. A job is a chunk (several samples of one function, or one batched call) sent by the reward
+agent's process backend; ``submit_chunk`` returns a :class:`concurrent.futures.Future` of its
+:class:`Outcome`, and each item of the chunk has its own deadline.
 
 Workers are fresh interpreters (``python -m stepcredit.reward.run._worker``), not ``fork``s (the parent may
 hold threads and locks, e.g. torch's) nor ``multiprocessing`` spawns (those re-run the user's
 ``__main__`` script). They get the parent's ``sys.path``, run in their own session, print user output
 to stderr (stdout is never the channel) and exit when the parent dies. A replacement is started right
 after the failed job has been answered, so its import time (~1-2 s) delays only later jobs of that slot.
-Neither a worker's start nor a function's first import in it counts against a job's deadline: the worker
-reports "ready" and then "loaded" (per function), and the deadline clock starts after them.
+Neither a worker's start nor a function's first import in it counts against an item's deadline: the
+worker reports "ready", its progress says "loading" while it imports a chunk's function (timed by
+``STARTUP_TIMEOUT_S``), and each item's clock starts when the worker begins that item.
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ async def _await(x: Any) -> Any:
 Encoded = tuple[float, str, "str | None", dict[str, Any], "bool | None", float]
 """A result on the wire: (score, status, extracted, info, verdict, latency_s); the source is the job's."""
 PROGRESS = struct.Struct("qd")
+LOADING = -1
+"""The progress item while the worker imports the chunk's function (timed by ``STARTUP_TIMEOUT_S``)."""
 """Shared progress of a pool worker: the item it is running and when (CLOCK_MONOTONIC) it started."""
 
 
@@ -272,40 +276,7 @@ def worker_main(fd: int, progress_fd: int = -1) -> None:
             return
         if msg is None:
             return
-        if msg[0] == "chunk":
-            _serve_chunk(conn, progress, cache, *msg[1:])
-            continue
-        job_id, ref, args, kwargs, source = msg
-        if ref not in cache:
-            # A function's first import (a user module importing verl took ~9 s) is start-up, not
-            # scoring: load it, then tell the parent, which starts the job's deadline only now.
-            try:
-                cache[ref] = callable_of(load_ref(ref))
-            except BaseException as e:
-                cache[ref] = e  # raised again below, for this job and every later one
-            conn.send(("loaded", job_id))
-        try:
-            fn = cache[ref]
-            if isinstance(fn, BaseException):
-                raise fn
-            res = to_result(call_reward(fn, args, kwargs), source=source)
-        except BaseException as e:  # user code may raise anything, SystemExit included
-            tb = traceback.format_exc(limit=-3)
-            res = RewardResult.failure(Status.ERROR, f"{type(e).__name__}: {e}", traceback=tb)
-        payload = (job_id, res.score, res.status.value, res.extracted, res.info, res.verdict)
-        try:
-            conn.send(payload)
-        except Exception as e:  # an unpicklable info dict
-            conn.send(
-                (
-                    job_id,
-                    float("nan"),
-                    Status.ERROR.value,
-                    None,
-                    {"message": f"result not sendable: {e}"},
-                    None,
-                )
-            )
+        _serve_chunk(conn, progress, cache, *msg[1:])
 
 
 def _serve_chunk(
@@ -338,6 +309,11 @@ def _serve_chunk(
 
     try:
         if ref not in cache:
+            # A function's first import (a user module importing verl took ~9 s) is start-up, not
+            # scoring: the progress says "loading", which the parent times by STARTUP_TIMEOUT_S; the
+            # first item's own clock starts when it starts.
+            if progress is not None:
+                PROGRESS.pack_into(progress, 0, LOADING, time.monotonic())
             cache[ref] = callable_of(load_ref(ref))
         fn = cache[ref]
     except BaseException as e:
@@ -357,14 +333,14 @@ def _send(conn: Any, head: tuple[Any, ...], rs: list[RewardResult]) -> None:
 # --------------------------------------------------------------------------------------- parent
 @dataclass
 class _Job:
+    """One chunk: the function, its per-sample arguments and the future its :class:`Outcome` goes to."""
+
     ref: FnRef
-    args: tuple[Any, ...]
+    items: list[tuple[Any, ...]]
     kwargs: dict[str, Any]
     source: str
     timeout_s: float
-    future: Future[Any]
-    items: list[tuple[Any, ...]] | None = None
-    """A chunk's per-sample arguments (None: a single call with ``args``)."""
+    future: Future[Outcome]
     batched: bool = False
     flush_s: float = 0.05
 
@@ -377,8 +353,6 @@ class _Slot:
         self.index = index
         self.proc: Any = None
         self.conn: Any = None
-        self.loaded: set[FnRef] = set()
-        """Functions the current worker has imported: their first import is not charged to a deadline."""
         self.thread = threading.Thread(target=self._loop, name=f"reward-pool-{index}", daemon=True)
         # Shared with the worker (an anonymous memory file passed by descriptor): the item of a chunk
         # it is running and when it started, so each item gets its own deadline.
@@ -414,7 +388,6 @@ class _Slot:
             parent.close()
             raise RuntimeError(f"reward worker failed to start (exit code {proc.returncode})")
         self.proc, self.conn = proc, parent
-        self.loaded = set()
         self.pool._pids.add(proc.pid)
 
     def kill_worker(self) -> None:
@@ -434,82 +407,17 @@ class _Slot:
                 break
             if not job.future.set_running_or_notify_cancel():
                 continue
-            if job.items is not None:
-                try:
-                    outcome = self._run_chunk(job, job.items)
-                except BaseException as e:  # never leave a caller waiting
-                    msg = f"reward pool failure: {type(e).__name__}: {e}"
-                    outcome = Outcome(_none_or(failures(len(job.items), Status.ERROR, msg, job.source)))
-                job.future.set_result(outcome)
-            else:
-                t0 = time.perf_counter()
-                try:
-                    res = self._run(job)
-                except BaseException as e:  # never leave a caller waiting
-                    res = RewardResult.failure(Status.ERROR, f"reward pool failure: {type(e).__name__}: {e}")
-                res.latency_s = res.latency_s or time.perf_counter() - t0
-                res.source = job.source
-                job.future.set_result(res)
+            try:
+                outcome = self._run_chunk(job, job.items)
+            except BaseException as e:  # never leave a caller waiting
+                msg = f"reward pool failure: {type(e).__name__}: {e}"
+                outcome = Outcome(_none_or(failures(len(job.items), Status.ERROR, msg, job.source)))
+            job.future.set_result(outcome)
             if self.proc is None and not self.pool._closed:
                 # Replace a killed/crashed worker now, while nobody is waiting on this slot.
                 with contextlib.suppress(Exception):
                     self.start_worker()
         self.kill_worker()
-
-    def _run(self, job: _Job) -> RewardResult:
-        if self.pool._closed:
-            return RewardResult.failure(Status.ERROR, "reward pool is closed")
-        if self.proc is None or self.proc.poll() is not None:
-            self.kill_worker()
-            self.start_worker()
-        job_id = next(self.pool._ids)
-        t0 = time.perf_counter()
-        try:
-            self.conn.send((job_id, job.ref, job.args, job.kwargs, job.source))
-        except Exception as e:  # unpicklable arguments, or a worker that just died
-            self.kill_worker()
-            return RewardResult.failure(Status.ERROR, f"could not send the job to a worker: {e}")
-        if job.ref not in self.loaded:
-            if not self.conn.poll(STARTUP_TIMEOUT_S):
-                self.kill_worker()
-                return RewardResult.failure(
-                    Status.TIMEOUT,
-                    f"importing reward function {job.ref} exceeded {STARTUP_TIMEOUT_S:g} s and was killed",
-                )
-            try:
-                self.conn.recv()  # ("loaded", job_id)
-            except (EOFError, OSError):
-                self.kill_worker()
-                return RewardResult.failure(Status.ERROR, f"reward worker died importing {job.ref}")
-            self.loaded.add(job.ref)
-            t0 = time.perf_counter()
-        if not self.conn.poll(job.timeout_s):
-            self.kill_worker()
-            res = RewardResult.failure(
-                Status.TIMEOUT, f"reward function {job.ref} exceeded {job.timeout_s:g} s and was killed"
-            )
-        else:
-            try:
-                got_id, score, status, extracted, info, verdict = self.conn.recv()
-            except (EOFError, OSError):
-                code = None
-                if self.proc is not None:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        code = self.proc.wait(1.0)
-                self.kill_worker()
-                why = "pool closed" if self.pool._closed else "crashed"
-                return RewardResult.failure(
-                    Status.ERROR, f"reward worker {why} (exit code {code}) while running {job.ref}"
-                )
-            if got_id != job_id:  # pragma: no cover - cannot happen with one job per slot
-                self.kill_worker()
-                return RewardResult.failure(Status.ERROR, "reward worker answered another job")
-            res = RewardResult(
-                score=score, status=Status(status), extracted=extracted, info=info, verdict=verdict
-            )
-        res.latency_s = time.perf_counter() - t0
-        res.source = job.source
-        return res
 
     def _run_chunk(self, job: _Job, items: list[tuple[Any, ...]]) -> Outcome:
         n = len(items)
@@ -529,9 +437,13 @@ class _Slot:
             self.kill_worker()
             msg = f"could not send the job to a worker: {e}"
             return Outcome(_none_or(failures(n, Status.ERROR, msg, job.source)), died=list(range(n)))
+
+        def limit(k: int) -> float:
+            return STARTUP_TIMEOUT_S if k == LOADING else job.timeout_s
+
         while True:
             k, started = PROGRESS.unpack_from(self.progress, 0)
-            left = started + job.timeout_s - time.monotonic()
+            left = started + limit(k) - time.monotonic()
             if left > 0 and self.conn.poll(left):
                 try:
                     kind, got_id, first, enc = self.conn.recv()
@@ -569,9 +481,12 @@ class _Slot:
                 continue
             k, started = PROGRESS.unpack_from(self.progress, 0)
             now = time.monotonic()
-            if now < started + job.timeout_s:
-                continue  # the worker moved on to the next item meanwhile
+            if now < started + limit(k):
+                continue  # the worker moved on to the next item (or from importing to item 0) meanwhile
             self.kill_worker()
+            if k == LOADING:
+                msg = f"importing reward function {job.ref} exceeded {STARTUP_TIMEOUT_S:g} s and was killed"
+                return Outcome(list(failures(n, Status.TIMEOUT, msg, job.source)))
             msg = f"reward function {job.ref} exceeded {job.timeout_s:g} s and was killed"
             if job.batched:
                 out = failures(n, Status.TIMEOUT, msg, job.source)
@@ -625,23 +540,6 @@ class KillSafePool:
         for t in threads:
             t.join()
 
-    def submit(
-        self,
-        ref: FnRef,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any] | None = None,
-        *,
-        timeout_s: float,
-        source: str = "",
-    ) -> Future[RewardResult]:
-        """Run ``load_ref(ref)(*args, **kwargs)`` in a worker; the future always gets a RewardResult."""
-        fut: Future[RewardResult] = Future()
-        if self._closed:
-            fut.set_result(RewardResult.failure(Status.ERROR, "reward pool is closed"))
-            return fut
-        self._queue.put(_Job(ref, args, dict(kwargs or {}), source, float(timeout_s), fut))
-        return fut
-
     def submit_chunk(
         self,
         ref: FnRef,
@@ -662,7 +560,7 @@ class KillSafePool:
                 Outcome(_none_or(failures(len(items), Status.ERROR, "reward pool is closed", source)))
             )
             return fut
-        job = _Job(ref, (), dict(kwargs or {}), source, float(timeout_s), fut, list(items), batched, flush_s)
+        job = _Job(ref, list(items), dict(kwargs or {}), source, float(timeout_s), fut, batched, flush_s)
         self._queue.put(job)
         return fut
 
@@ -690,14 +588,8 @@ def _shutdown(slots: list[_Slot], q: queue.SimpleQueue[_Job | None]) -> None:
         except queue.Empty:
             break
         if job is not None and job.future.set_running_or_notify_cancel():
-            if job.items is not None:
-                job.future.set_result(
-                    Outcome(
-                        _none_or(failures(len(job.items), Status.ERROR, "reward pool is closed", job.source))
-                    )
-                )
-            else:
-                job.future.set_result(RewardResult.failure(Status.ERROR, "reward pool is closed"))
+            msg = "reward pool is closed"
+            job.future.set_result(Outcome(_none_or(failures(len(job.items), Status.ERROR, msg, job.source))))
     for _ in slots:
         q.put(None)
     for s in slots:

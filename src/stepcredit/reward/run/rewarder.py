@@ -1,501 +1,106 @@
-"""The rewarder: routes each response to its reward function and runs it where a hang cannot hurt.
+"""The rewarder: routes each response to its reward function and scores batches synchronously.
 
-Routing of one sample, first match wins:
-
-1. ``reward.domains[domain]`` when it names a function, where the domain is
-   ``reward.tag_domains[sample.tag]`` or else ``sample.domain`` (its ``weight`` multiplies the score);
-2. a row style other than ``rule`` (e.g. ``model``): the reward registered under that style name;
-3. ``reward.custom.path``, the user's own function, for every other ``rule`` row;
-4. the reward registered under the sample's ``data_source`` (exact name, then a pattern like ``aime*``).
-
-Execution: a function's ``fast`` pre-check runs inline (the math verifier decides plain numbers
-there, without IPC); what it leaves undecided runs in the :class:`~stepcredit.reward.run.pool.KillSafePool`
-with ``reward.timeout_s`` as a hard deadline. Scorers (reward models, judges, sandboxes) get their
-whole sub-batch at once in a helper thread. Results come back in input order, always one per response.
+It is the synchronous face of the reward agent: :meth:`Rewarder.score_batch` submits the batch to
+the run's one :class:`~stepcredit.reward.run.agent.RewardAgent` (the rewarder's own, started on first
+use and shared with the trainer: one pool per run) and waits for every group. So validation, the
+``score`` command, the start-up probes, the VeRL reward manager and value estimators that need the
+verifier get the agent's guarantees (kill-safe deadlines, concurrency limits, chunks, no lost or
+mis-assigned sample) and share its workers. Routing itself (which function scores a sample, the
+inline fast path, domain weights) is :class:`~stepcredit.reward.run.routing.Router`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures as cf
-import dataclasses
 import math
-import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from stepcredit.config import RewardConfig, RewardCustomConfig
-from stepcredit.errors import ConfigError, UserError
-from stepcredit.reward.base import (
-    CUSTOM_STYLES,
-    REWARDS,
-    FnRef,
-    RewardFn,
-    Scorer,
-    load_ref,
-    parse_spec,
-    resolve_source,
-)
-from stepcredit.reward.run.pool import PRELOAD, KillSafePool, Outcome, call_reward, callable_of, run_items
-from stepcredit.types import RewardResult, Sample, Status
+from stepcredit.config import RewardConfig
+from stepcredit.reward.run.agent import RewardAgent
+from stepcredit.reward.run.backends import check_config
+from stepcredit.reward.run.routing import Plan, Route, Router, call_args, load_custom, run_fast
+from stepcredit.types import RewardResult, Sample
+
+__all__ = [
+    "Plan",
+    "Rewarder",
+    "Route",
+    "build_agent",
+    "build_rewarder",
+    "call_args",
+    "load_custom",
+    "run_fast",
+]
+
+BatchScoreFn = Callable[[Sequence[Sample], Sequence[str]], list[float]]
+"""A batched verifier: (samples, texts) -> one score per text, NaN where the reward failed."""
 
 
-@dataclass(frozen=True)
-class Route:
-    """Where one sample goes: the function, the weight of its domain and the keyword arguments."""
-
-    entry: RewardFn
-    weight: float = 1.0
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The triage of a batch (:meth:`Rewarder.plan`): what is decided already and what must run where.
-
-    Every index appears exactly once across ``done``, ``scorers`` and ``calls``.
-    """
-
-    routes: list[Route | None]
-    """Per index, its route (None: no reward function routes it; its ``done`` result says why)."""
-    done: list[tuple[int, RewardResult]]
-    """Decided without running anything else: no route, a response that is not text, or the
-    function's inline fast path."""
-    scorers: list[tuple[RewardFn, list[int]]]
-    """Per scorer (reward model, judge, sandbox), the indices it scores as one sub-batch."""
-    calls: list[tuple[Route, list[int]]]
-    """Per route, in index order, the indices that need a call of the route's function."""
-
-
-def call_args(sample: Sample, response: str) -> tuple[Any, ...]:
-    """A reward function's positional arguments for one response (VeRL's signature)."""
-    return (sample.data_source, response, sample.ground_truth, sample.extra_info)
-
-
-def load_custom(spec: str, *, name: str, kwargs: dict[str, Any], isolate: bool, key: str) -> RewardFn:
-    """Load a user's function or class named by ``spec``; any problem is a ConfigError naming ``key``."""
-    ref = parse_spec(spec)
-    try:
-        obj = load_ref(ref)
-    except ConfigError as e:
-        raise ConfigError(f"{key}={spec}: {e}") from None
-    post = None
-    try:
-        fn = callable_of(obj)
-    except Exception as e:
-        raise ConfigError(f"{key}={spec}: {type(e).__name__}: {e}") from None
-    if hasattr(fn, "__self__"):  # a stateful class: its post_process_scores runs in this process
-        post = getattr(fn.__self__, "post_process_scores", None)
-    return RewardFn(
-        name=name,
-        fn=fn,
-        isolate=isolate,
-        kwargs=dict(kwargs),
-        ref=FnRef(ref.kind, ref.target, ref.attr),
-        post_process=post if callable(post) else None,
-    )
-
-
-@CUSTOM_STYLES.register("verl")
-def _load_verl_style(c: RewardCustomConfig) -> RewardFn:
-    return load_custom(c.path, name="custom", kwargs=c.kwargs, isolate=c.isolate, key="reward.custom.path")
-
-
-class Rewarder:
-    """Scores batches of responses; build with :func:`build_rewarder`, release with :meth:`close`."""
+class Rewarder(Router):
+    """Scores batches of responses through the run's reward agent; build with :func:`build_rewarder`,
+    release with :meth:`close` (which stops the agent and its workers)."""
 
     def __init__(self, cfg: RewardConfig | None = None) -> None:
-        self.cfg = cfg or RewardConfig()
-        c = self.cfg
-        self.custom: RewardFn | None = None
-        if c.custom.path:
-            self.custom = CUSTOM_STYLES.get(c.custom.style)(c.custom)
-        self.domains: dict[str, Route] = {}
-        for dom, dc in c.domains.items():
-            if dc.fn:
-                entry = self._named(dc.fn, key=f"reward.domains.{dom}.fn", name=f"domain:{dom}")
-                self.domains[dom] = Route(entry, dc.weight, {**c.kwargs.get(entry.name, {}), **dc.kwargs})
-        for name in c.kwargs:
-            REWARDS.get(name)  # a typo in reward.kwargs is a ConfigError listing the valid names
-        self._pool: KillSafePool | None = None
-        self._lock = threading.Lock()
-        self._threads = cf.ThreadPoolExecutor(max_workers=max(4, c.workers), thread_name_prefix="rewarder")
-        self._scorers: dict[str, Scorer] = {}
-        self._routes: dict[tuple[str, str, str, str, str], Route] = {}
-        self._closed = False
+        super().__init__(cfg)
+        check_config(self.cfg)  # a bad reward.agent setting fails at start-up, not at the first score
+        self._agent: RewardAgent | None = None
 
-    def _named(self, spec: str, *, key: str, name: str) -> RewardFn:
-        if spec in REWARDS or (":" not in spec and not spec.endswith(".py")):
-            try:
-                return resolve_source(spec)
-            except ConfigError as e:
-                raise ConfigError(f"{key}: {e}") from None
-        return load_custom(spec, name=name, kwargs={}, isolate=self.cfg.custom.isolate, key=key)
-
-    # ---------------------------------------------------------------------------- resources
     @property
-    def pool(self) -> KillSafePool:
-        """The kill-safe pool, started on first use (so fast-path-only runs never start a process)."""
+    def agent(self) -> RewardAgent:
+        """The run's reward agent over this rewarder, started on first use (the rewarder closes it; one
+        closed by its user is replaced on the next use)."""
         with self._lock:
-            if self._pool is None:
-                if self._closed:
-                    raise RuntimeError("rewarder is closed")
-                # With only the user's function in the pool, skip preloading sympy/math-verify.
-                only_custom = self.custom is not None and not self.domains
-                preload = ("stepcredit.reward.builtin",) if only_custom else PRELOAD
-                self._pool = KillSafePool(self.cfg.workers, preload=preload)
-            return self._pool
+            if self._closed:
+                raise RuntimeError("rewarder is closed")
+            if self._agent is None or self._agent.closed:
+                self._agent = RewardAgent(self.cfg, self)
+            return self._agent
 
     def warmup(self) -> None:
-        """Start the pool's workers now (their first start imports sympy and math-verify)."""
-        self.pool.warmup()
-
-    def scorer(self, entry: RewardFn) -> Scorer:
-        """The scorer object of a registered scorer ``entry`` (built once, on first use)."""
-        with self._lock:
-            if entry.name not in self._scorers:
-                assert entry.factory is not None
-                self._scorers[entry.name] = entry.factory(self.cfg)
-            return self._scorers[entry.name]
+        """Start the agent's backend now (pool workers import sympy and math-verify on their first start)."""
+        self.agent.warmup()
 
     def close(self) -> None:
-        """Stop the pool's workers and close the scorers; the rewarder cannot be used afterwards."""
+        """Stop the agent (its workers killed) and close the scorers; the rewarder cannot be used afterwards."""
         with self._lock:
-            self._closed = True
-            pool, self._pool = self._pool, None
-            scorers, self._scorers = list(self._scorers.values()), {}
-        if pool is not None:
-            pool.close()
-        for s in scorers:
-            close = getattr(s, "close", None)
-            if callable(close):
-                close()
-        self._threads.shutdown(wait=False, cancel_futures=True)
+            agent, self._agent = self._agent, None
+        if agent is not None:
+            agent.close()
+        super().close()
 
     def __enter__(self) -> Rewarder:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    # ------------------------------------------------------------------------------ routing
-    def route(self, sample: Sample) -> Route:
-        """The reward function, weight and keyword arguments of one sample (raises ConfigError if none).
-        Samples alike in tag, domain, style, data source and ability share one Route object."""
-        key = (sample.tag, sample.domain, sample.style, sample.data_source, sample.ability)
-        got = self._routes.get(key)
-        if got is None:
-            got = self._routes[key] = self._route(sample)
-        return got
-
-    def is_batched(self, entry: RewardFn) -> bool:
-        """Does ``entry`` take VeRL's batch signature (lists in, one value per sample out)? Declared by
-        ``reward.custom.batched`` for the custom function, or ``batched = True`` on the function or class."""
-        if entry is self.custom and self.cfg.custom.batched:
-            return True
-        fn = entry.fn
-        return bool(getattr(fn, "batched", False) or getattr(getattr(fn, "__self__", None), "batched", False))
-
-    def _route(self, sample: Sample) -> Route:
-        c = self.cfg
-        domain = c.tag_domains.get(sample.tag, sample.domain)
-        if domain in self.domains:
-            return self.domains[domain]
-        weight = c.domains[domain].weight if domain in c.domains else 1.0
-        extra = dict(c.domains[domain].kwargs) if domain in c.domains else {}
-        if sample.style and sample.style != "rule":
-            entry = REWARDS.get(sample.style)
-        elif self.custom is not None:
-            return Route(self.custom, weight, {**self.custom.kwargs, **extra})
-        else:
-            try:
-                entry = resolve_source(sample.data_source)
-            except ConfigError:
-                # an unknown data_source falls back to its ability where a reward opted in by
-                # registering ``ability:<name>`` (the sandbox: ``ability:code``); otherwise it is an error
-                if f"ability:{sample.ability}" not in REWARDS:
-                    raise
-                entry = REWARDS.get(f"ability:{sample.ability}")
-        return Route(entry, weight, {**c.kwargs.get(entry.name, {}), **extra})
-
     # ------------------------------------------------------------------------------ scoring
-    def plan(self, samples: Sequence[Sample], responses: Sequence[str]) -> Plan:
-        """Triage a batch: route each sample, decide what the fast path can, and group the rest by
-        scorer and by route. The one per-sample triage: :meth:`score_batch` and the agent both use it."""
-        if len(samples) != len(responses):
-            raise ValueError(f"{len(samples)} samples but {len(responses)} responses")
-        if self._closed:
-            raise RuntimeError("rewarder is closed")
-        routes: list[Route | None] = [None] * len(samples)
-        done: list[tuple[int, RewardResult]] = []
-        scorers: dict[int, tuple[RewardFn, list[int]]] = {}
-        calls: dict[int, tuple[Route, list[int]]] = {}
-        for i, (s, resp) in enumerate(zip(samples, responses, strict=True)):
-            try:
-                r = routes[i] = self.route(s)
-                if r.entry.validate is not None:
-                    r.entry.validate(s)
-            except UserError as e:
-                done.append((i, _fail(Status.ERROR, str(e), source=s.data_source)))
-                continue
-            entry = r.entry
-            if entry.factory is not None:
-                scorers.setdefault(id(entry), (entry, []))[1].append(i)
-                continue
-            if not isinstance(resp, str):
-                done.append((i, _fail(Status.ERROR, f"response is {type(resp).__name__}, expected str")))
-                continue
-            if entry.fast is not None:
-                res = run_fast(entry, call_args(s, resp), r.kwargs)
-                if res is not None:
-                    done.append((i, res))
-                    continue
-            calls.setdefault(id(r), (r, []))[1].append(i)
-        return Plan(routes, done, list(scorers.values()), list(calls.values()))
-
     def score_batch(
         self, samples: Sequence[Sample], responses: Sequence[str], group_B: Any = None
     ) -> list[RewardResult]:
-        """One result per response, in order. ``group_B`` (ids of prompts) is only needed by custom
-        scorers with ``post_process_scores``; without it, samples with the same ``uid`` form a group."""
-        results, plan, pending = self._start(samples, responses)
-        for fut, idx, timeout in pending:
-            try:
-                got = fut.result(timeout=timeout)
-            except cf.TimeoutError:
-                got = [_fail(Status.TIMEOUT, f"in-process reward exceeded {timeout:g} s (not stopped)")]
-            except Exception as e:
-                got = [_fail(Status.ERROR, f"{type(e).__name__}: {e}")] * len(idx)
-            self._place(results, idx, got)
-        return self.finish(results, plan.routes, samples, group_B)
+        """One result per response, in order: the batch goes through the agent's chunk protocol and
+        this call waits for all of it. ``group_B`` (ids of prompts) groups samples for custom scorers'
+        ``post_process_scores``; without it, samples with the same ``uid`` form a group."""
+        return self.agent.score_batch(samples, responses, group_B)
 
     async def ascore_batch(
         self, samples: Sequence[Sample], responses: Sequence[str], group_B: Any = None
     ) -> list[RewardResult]:
         """:meth:`score_batch` for asyncio: waits without blocking the event loop."""
-        results, plan, pending = self._start(samples, responses)
-
-        async def one(fut: cf.Future[Any], idx: list[int], timeout: float | None) -> None:
-            try:
-                got = await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
-            except asyncio.TimeoutError:
-                got = [_fail(Status.TIMEOUT, f"in-process reward exceeded {timeout:g} s (not stopped)")]
-            except Exception as e:
-                got = [_fail(Status.ERROR, f"{type(e).__name__}: {e}")] * len(idx)
-            self._place(results, idx, got)
-
-        await asyncio.gather(*(one(f, i, t) for f, i, t in pending))
-        return self.finish(results, plan.routes, samples, group_B)
+        agent = self.agent
+        return await agent.aget(agent.submit_samples(samples, responses, group_B))
 
     def score(self, sample: Sample, response: str) -> RewardResult:
         """Score one response."""
         return self.score_batch([sample], [response])[0]
 
-    def verifier_fn(self) -> Callable[[Sample, str], float]:
-        """``(sample, text) -> score`` for value estimators that need the verifier (Monte Carlo
-        continuations): the same routing as the outcome reward, NaN when the reward could not be
-        computed, so a caller can leave that row without process credit instead of reading a 0."""
+    def verifier_fn(self) -> BatchScoreFn:
+        """``(samples, texts) -> scores`` for value estimators that need the verifier (Monte Carlo
+        continuations): the same routing as the outcome reward, all texts in one submission, NaN where
+        the reward could not be computed, so a caller can leave that row without process credit
+        instead of reading a 0."""
 
-        def score(sample: Sample, text: str) -> float:
-            r = self.score_batch([sample], [text])[0]
-            return float(r.score) if r.ok else math.nan
+        def score(samples: Sequence[Sample], texts: Sequence[str]) -> list[float]:
+            return [float(r.score) if r.ok else math.nan for r in self.score_batch(samples, texts)]
 
         return score
-
-    def run_scorer(self, entry: RewardFn, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
-        """Score a sub-batch with ``entry``'s scorer (built on first use); one result per response."""
-        t0 = time.perf_counter()
-        out = list(self.scorer(entry).score_batch(samples, responses))
-        if len(out) != len(samples):
-            raise RuntimeError(
-                f"scorer {entry.name} returned {len(out)} results for {len(samples)} responses"
-            )
-        dt = (time.perf_counter() - t0) / max(1, len(samples))
-        for r in out:
-            if not r.latency_s:
-                r.latency_s = dt
-        return out
-
-    def finish(
-        self,
-        results: Sequence[RewardResult | None],
-        routes: Sequence[Route | None],
-        samples: Sequence[Sample],
-        group_B: Any,
-    ) -> list[RewardResult]:
-        """The last step of scoring, on raw results in index order: the domain's weight, the source,
-        and ``post_process_scores`` per group (``group_B``; None = by ``uid``). A missing result is an
-        internal error result."""
-        out: list[RewardResult] = []
-        for res, route in zip(results, routes, strict=True):
-            r = res if res is not None else _fail(Status.ERROR, "no result (internal error)")
-            if route is not None:
-                r.source = r.source or route.entry.name
-                if route.weight != 1.0 and r.ok:
-                    r.info["weight"] = route.weight
-                    r.score *= route.weight
-            out.append(r)
-        self._post_process(out, routes, samples, group_B)
-        return out
-
-    # ----------------------------------------------------------------------------- internals
-    def _start(
-        self, samples: Sequence[Sample], responses: Sequence[str]
-    ) -> tuple[list[RewardResult | None], Plan, list[tuple[cf.Future[Any], list[int], float | None]]]:
-        # Synchronous execution of a plan: one pool job per sample (the agent chunks; this path serves
-        # validation, the score command and the VeRL reward manager).
-        plan = self.plan(samples, responses)
-        results: list[RewardResult | None] = [None] * len(samples)
-        for i, res in plan.done:
-            results[i] = res
-        pending: list[tuple[cf.Future[Any], list[int], float | None]] = []
-        for r, idx in plan.calls:
-            entry = r.entry
-            if self.is_batched(entry):  # VeRL's batch signature: one call over the route's samples
-                items = [call_args(samples[i], responses[i]) for i in idx]
-                if entry.isolate:
-                    assert entry.ref is not None
-                    chunk = self.pool.submit_chunk(
-                        entry.ref,
-                        items,
-                        r.kwargs,
-                        timeout_s=self.cfg.timeout_s,
-                        source=entry.name,
-                        batched=True,
-                    )
-                    pending.append((_outcome_list(chunk, entry.name), idx, None))
-                else:
-                    fut1 = self._threads.submit(
-                        run_items, entry.fn, items, r.kwargs, source=entry.name, batched=True, out=[]
-                    )
-                    pending.append((fut1, idx, self.cfg.timeout_s))
-                continue
-            for i in idx:
-                args = call_args(samples[i], responses[i])
-                if entry.isolate:
-                    assert entry.ref is not None
-                    fut = self.pool.submit(
-                        entry.ref, args, r.kwargs, timeout_s=self.cfg.timeout_s, source=entry.name
-                    )
-                    pending.append((_listify(fut), [i], None))
-                else:
-                    fut2 = self._threads.submit(_timed_call, entry.fn, args, r.kwargs)
-                    pending.append((fut2, [i], self.cfg.timeout_s))
-        for entry, idx in plan.scorers:
-            fut3 = self._threads.submit(
-                self.run_scorer, entry, [samples[i] for i in idx], [responses[i] for i in idx]
-            )
-            pending.append((fut3, idx, None))
-        return results, plan, pending
-
-    @staticmethod
-    def _place(results: list[RewardResult | None], idx: list[int], got: list[RewardResult]) -> None:
-        if len(got) == 1 and len(idx) > 1:
-            got = [dataclasses.replace(got[0], info=dict(got[0].info)) for _ in idx]
-        for i, r in zip(idx, got, strict=True):
-            results[i] = r
-
-    def _post_process(
-        self,
-        out: list[RewardResult],
-        routes: Sequence[Route | None],
-        samples: Sequence[Sample],
-        group_B: Any,
-    ) -> None:
-        posts = {id(r.entry): r.entry for r in routes if r is not None and r.entry.post_process is not None}
-        if not posts:
-            return
-        keys = (
-            [int(g) for g in group_B]
-            if group_B is not None
-            else [s.uid or f"#{i}" for i, s in enumerate(samples)]
-        )
-        groups: dict[tuple[int, Any], list[int]] = {}
-        for i, (key, route) in enumerate(zip(keys, routes, strict=True)):
-            if route is not None and id(route.entry) in posts and out[i].ok:
-                groups.setdefault((id(route.entry), key), []).append(i)
-        for (eid, _), idx in groups.items():
-            post = posts[eid].post_process
-            assert post is not None
-            try:
-                new = [float(x) for x in post([out[i].score for i in idx])]
-                if len(new) != len(idx):
-                    raise ValueError(f"returned {len(new)} scores for a group of {len(idx)}")
-            except Exception as e:
-                for i in idx:
-                    out[i] = _fail(
-                        Status.ERROR,
-                        f"post_process_scores failed: {type(e).__name__}: {e}",
-                        source=out[i].source,
-                    )
-                continue
-            for i, v in zip(idx, new, strict=True):
-                out[i].info.setdefault("raw_score", out[i].score)
-                out[i].score = v
-
-
-def run_fast(entry: RewardFn, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RewardResult | None:
-    """The entry's inline fast path (None = undecided, go to the slow path); it raising is an error."""
-    assert entry.fast is not None
-    t0 = time.perf_counter()
-    try:
-        res = entry.fast(*args, **kwargs)
-    except Exception as e:
-        res = _fail(Status.ERROR, f"{type(e).__name__}: {e}")
-    if res is not None:
-        res.latency_s = time.perf_counter() - t0
-    return res
-
-
-def _fail(status: Status, message: str, source: str = "") -> RewardResult:
-    r = RewardResult.failure(status, message)
-    r.source = source
-    return r
-
-
-def _outcome_list(fut: cf.Future[Outcome], source: str) -> cf.Future[list[RewardResult]]:
-    """A pool chunk's future as a future of its results (an item that did not finish: an error)."""
-    out: cf.Future[list[RewardResult]] = cf.Future()
-
-    def done(f: cf.Future[Outcome]) -> None:
-        if f.cancelled():
-            out.cancel()
-            out.set_running_or_notify_cancel()
-            return
-        got = f.result().results
-        out.set_result([r if r is not None else _fail(Status.ERROR, "not scored", source) for r in got])
-
-    fut.add_done_callback(done)
-    return out
-
-
-def _listify(fut: cf.Future[RewardResult]) -> cf.Future[list[RewardResult]]:
-    """The pool's future, seen as a future of a one-item list (the shape every pending entry has)."""
-    out: cf.Future[list[RewardResult]] = cf.Future()
-
-    def done(f: cf.Future[RewardResult]) -> None:
-        if f.cancelled():
-            out.cancel()
-            out.set_running_or_notify_cancel()
-        else:
-            out.set_result([f.result()])
-
-    fut.add_done_callback(done)
-    return out
-
-
-def _timed_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[RewardResult]:
-    from stepcredit.reward.base import to_result
-
-    t0 = time.perf_counter()
-    try:
-        res = to_result(call_reward(fn, args, kwargs))
-    except Exception as e:
-        res = _fail(Status.ERROR, f"{type(e).__name__}: {e}")
-    res.latency_s = time.perf_counter() - t0
-    return [res]
 
 
 def build_rewarder(cfg: RewardConfig | None = None) -> Rewarder:
@@ -504,3 +109,13 @@ def build_rewarder(cfg: RewardConfig | None = None) -> Rewarder:
     import stepcredit.reward.builtin  # noqa: F401  (registers the built-in reward functions)
 
     return Rewarder(cfg)
+
+
+def build_agent(cfg: RewardConfig | None = None, rewarder: Rewarder | None = None) -> RewardAgent:
+    """The reward agent for ``cfg`` (``cfg.agent`` picks the backend from the registry; an unknown one
+    is a ConfigError naming ``reward.agent.backend``). With ``rewarder`` (and ``cfg`` None or its own
+    config): that rewarder's agent, so the trainer's asynchronous scoring and the rewarder's synchronous
+    one share one pool; otherwise a new agent that owns its own routing and closes it."""
+    if rewarder is not None and (cfg is None or cfg == rewarder.cfg):
+        return rewarder.agent
+    return RewardAgent(cfg, rewarder)

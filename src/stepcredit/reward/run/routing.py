@@ -1,0 +1,333 @@
+"""Which reward function scores a response: routes, the per-batch plan and the finishing step.
+
+Routing of one sample, first match wins:
+
+1. ``reward.domains[domain]`` when it names a function, where the domain is
+   ``reward.tag_domains[sample.tag]`` or else ``sample.domain`` (its ``weight`` multiplies the score);
+2. a row style other than ``rule`` (e.g. ``model``): the reward registered under that style name;
+3. ``reward.custom.path``, the user's own function, for every other ``rule`` row;
+4. the reward registered under the sample's ``data_source`` (exact name, then a pattern like ``aime*``).
+
+:meth:`Router.plan` triages a batch (what the inline fast path decides, what scorers get as a
+sub-batch, what runs as calls of a route's function) and :meth:`Router.finish` applies a group's
+domain weights and ``post_process_scores``. *Where and when* the rest runs is the reward agent's job
+(:mod:`stepcredit.reward.run.agent`); :class:`~stepcredit.reward.run.rewarder.Rewarder` is its
+synchronous face.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stepcredit.config import RewardConfig, RewardCustomConfig
+from stepcredit.errors import ConfigError, UserError
+from stepcredit.reward.base import (
+    CUSTOM_STYLES,
+    REWARDS,
+    FnRef,
+    RewardFn,
+    Scorer,
+    load_ref,
+    parse_spec,
+    resolve_source,
+)
+from stepcredit.reward.run.pool import callable_of
+from stepcredit.types import RewardResult, Sample, Status
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one sample goes: the function, the weight of its domain and the keyword arguments."""
+
+    entry: RewardFn
+    weight: float = 1.0
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The triage of a batch (:meth:`Router.plan`): what is decided already and what must run where.
+
+    Every index appears exactly once across ``done``, ``scorers`` and ``calls``.
+    """
+
+    routes: list[Route | None]
+    """Per index, its route (None: no reward function routes it; its ``done`` result says why)."""
+    done: list[tuple[int, RewardResult]]
+    """Decided without running anything else: no route, a response that is not text, or the
+    function's inline fast path."""
+    scorers: list[tuple[RewardFn, list[int]]]
+    """Per scorer (reward model, judge, sandbox), the indices it scores as one sub-batch."""
+    calls: list[tuple[Route, list[int]]]
+    """Per route, in index order, the indices that need a call of the route's function."""
+
+
+def call_args(sample: Sample, response: str) -> tuple[Any, ...]:
+    """A reward function's positional arguments for one response (VeRL's signature)."""
+    return (sample.data_source, response, sample.ground_truth, sample.extra_info)
+
+
+def load_custom(spec: str, *, name: str, kwargs: dict[str, Any], isolate: bool, key: str) -> RewardFn:
+    """Load a user's function or class named by ``spec``; any problem is a ConfigError naming ``key``."""
+    ref = parse_spec(spec)
+    try:
+        obj = load_ref(ref)
+    except ConfigError as e:
+        raise ConfigError(f"{key}={spec}: {e}") from None
+    post = None
+    try:
+        fn = callable_of(obj)
+    except Exception as e:
+        raise ConfigError(f"{key}={spec}: {type(e).__name__}: {e}") from None
+    if hasattr(fn, "__self__"):  # a stateful class: its post_process_scores runs in this process
+        post = getattr(fn.__self__, "post_process_scores", None)
+    return RewardFn(
+        name=name,
+        fn=fn,
+        isolate=isolate,
+        kwargs=dict(kwargs),
+        ref=FnRef(ref.kind, ref.target, ref.attr),
+        post_process=post if callable(post) else None,
+    )
+
+
+@CUSTOM_STYLES.register("verl")
+def _load_verl_style(c: RewardCustomConfig) -> RewardFn:
+    return load_custom(c.path, name="custom", kwargs=c.kwargs, isolate=c.isolate, key="reward.custom.path")
+
+
+class Router:
+    """Decides what each response needs (route, fast path, scorer) and finishes each group; the
+    scoring itself runs in the reward agent (:mod:`stepcredit.reward.run.agent`), whose synchronous
+    face is :class:`~stepcredit.reward.run.rewarder.Rewarder`."""
+
+    def __init__(self, cfg: RewardConfig | None = None) -> None:
+        self.cfg = cfg or RewardConfig()
+        c = self.cfg
+        self.custom: RewardFn | None = None
+        if c.custom.path:
+            self.custom = CUSTOM_STYLES.get(c.custom.style)(c.custom)
+        self.domains: dict[str, Route] = {}
+        for dom, dc in c.domains.items():
+            if dc.fn:
+                entry = self._named(dc.fn, key=f"reward.domains.{dom}.fn", name=f"domain:{dom}")
+                self.domains[dom] = Route(entry, dc.weight, {**c.kwargs.get(entry.name, {}), **dc.kwargs})
+        for name in c.kwargs:
+            REWARDS.get(name)  # a typo in reward.kwargs is a ConfigError listing the valid names
+        self._lock = threading.Lock()
+        self._scorers: dict[str, Scorer] = {}
+        self._routes: dict[tuple[str, str, str, str, str], Route] = {}
+        self._closed = False
+
+    def _named(self, spec: str, *, key: str, name: str) -> RewardFn:
+        if spec in REWARDS or (":" not in spec and not spec.endswith(".py")):
+            try:
+                return resolve_source(spec)
+            except ConfigError as e:
+                raise ConfigError(f"{key}: {e}") from None
+        return load_custom(spec, name=name, kwargs={}, isolate=self.cfg.custom.isolate, key=key)
+
+    # ---------------------------------------------------------------------------- resources
+    def scorer(self, entry: RewardFn) -> Scorer:
+        """The scorer object of a registered scorer ``entry`` (built once, on first use)."""
+        with self._lock:
+            if entry.name not in self._scorers:
+                assert entry.factory is not None
+                self._scorers[entry.name] = entry.factory(self.cfg)
+            return self._scorers[entry.name]
+
+    def close(self) -> None:
+        """Close the scorers; the router cannot be used afterwards."""
+        with self._lock:
+            self._closed = True
+            scorers, self._scorers = list(self._scorers.values()), {}
+        for s in scorers:
+            close = getattr(s, "close", None)
+            if callable(close):
+                close()
+
+    def __enter__(self) -> Router:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------ routing
+    def route(self, sample: Sample) -> Route:
+        """The reward function, weight and keyword arguments of one sample (raises ConfigError if none).
+        Samples alike in tag, domain, style, data source and ability share one Route object."""
+        key = (sample.tag, sample.domain, sample.style, sample.data_source, sample.ability)
+        got = self._routes.get(key)
+        if got is None:
+            got = self._routes[key] = self._route(sample)
+        return got
+
+    def is_batched(self, entry: RewardFn) -> bool:
+        """Does ``entry`` take VeRL's batch signature (lists in, one value per sample out)? Declared by
+        ``reward.custom.batched`` for the custom function, or ``batched = True`` on the function or class."""
+        if entry is self.custom and self.cfg.custom.batched:
+            return True
+        fn = entry.fn
+        return bool(getattr(fn, "batched", False) or getattr(getattr(fn, "__self__", None), "batched", False))
+
+    def _route(self, sample: Sample) -> Route:
+        c = self.cfg
+        domain = c.tag_domains.get(sample.tag, sample.domain)
+        if domain in self.domains:
+            return self.domains[domain]
+        weight = c.domains[domain].weight if domain in c.domains else 1.0
+        extra = dict(c.domains[domain].kwargs) if domain in c.domains else {}
+        if sample.style and sample.style != "rule":
+            entry = REWARDS.get(sample.style)
+        elif self.custom is not None:
+            return Route(self.custom, weight, {**self.custom.kwargs, **extra})
+        else:
+            try:
+                entry = resolve_source(sample.data_source)
+            except ConfigError:
+                # an unknown data_source falls back to its ability where a reward opted in by
+                # registering ``ability:<name>`` (the sandbox: ``ability:code``); otherwise it is an error
+                if f"ability:{sample.ability}" not in REWARDS:
+                    raise
+                entry = REWARDS.get(f"ability:{sample.ability}")
+        return Route(entry, weight, {**c.kwargs.get(entry.name, {}), **extra})
+
+    # ------------------------------------------------------------------------------ scoring
+    def plan(self, samples: Sequence[Sample], responses: Sequence[str]) -> Plan:
+        """Triage a batch: route each sample, decide what the fast path can, and group the rest by
+        scorer and by route: the one per-sample triage, before the agent runs what is left."""
+        if len(samples) != len(responses):
+            raise ValueError(f"{len(samples)} samples but {len(responses)} responses")
+        if self._closed:
+            raise RuntimeError("rewarder is closed")
+        routes: list[Route | None] = [None] * len(samples)
+        done: list[tuple[int, RewardResult]] = []
+        scorers: dict[int, tuple[RewardFn, list[int]]] = {}
+        calls: dict[int, tuple[Route, list[int]]] = {}
+        for i, (s, resp) in enumerate(zip(samples, responses, strict=True)):
+            try:
+                r = routes[i] = self.route(s)
+                if r.entry.validate is not None:
+                    r.entry.validate(s)
+            except UserError as e:
+                done.append((i, _fail(Status.ERROR, str(e), source=s.data_source)))
+                continue
+            entry = r.entry
+            if entry.factory is not None:
+                scorers.setdefault(id(entry), (entry, []))[1].append(i)
+                continue
+            if not isinstance(resp, str):
+                done.append((i, _fail(Status.ERROR, f"response is {type(resp).__name__}, expected str")))
+                continue
+            if entry.fast is not None:
+                res = run_fast(entry, call_args(s, resp), r.kwargs)
+                if res is not None:
+                    done.append((i, res))
+                    continue
+            calls.setdefault(id(r), (r, []))[1].append(i)
+        return Plan(routes, done, list(scorers.values()), list(calls.values()))
+
+    def run_scorer(self, entry: RewardFn, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
+        """Score a sub-batch with ``entry``'s scorer (built on first use); one result per response."""
+        t0 = time.perf_counter()
+        out = list(self.scorer(entry).score_batch(samples, responses))
+        if len(out) != len(samples):
+            raise RuntimeError(
+                f"scorer {entry.name} returned {len(out)} results for {len(samples)} responses"
+            )
+        dt = (time.perf_counter() - t0) / max(1, len(samples))
+        for r in out:
+            if not r.latency_s:
+                r.latency_s = dt
+        return out
+
+    def finish(
+        self,
+        results: Sequence[RewardResult | None],
+        routes: Sequence[Route | None],
+        samples: Sequence[Sample],
+        group_B: Any,
+    ) -> list[RewardResult]:
+        """The last step of scoring, on raw results in index order: the domain's weight, the source,
+        and ``post_process_scores`` per group (``group_B``; None = by ``uid``). A missing result is an
+        internal error result."""
+        out: list[RewardResult] = []
+        for res, route in zip(results, routes, strict=True):
+            r = res if res is not None else _fail(Status.ERROR, "no result (internal error)")
+            if route is not None:
+                r.source = r.source or route.entry.name
+                if route.weight != 1.0 and r.ok:
+                    r.info["weight"] = route.weight
+                    r.score *= route.weight
+            out.append(r)
+        self._post_process(out, routes, samples, group_B)
+        return out
+
+    # ----------------------------------------------------------------------------- internals
+    def _post_process(
+        self,
+        out: list[RewardResult],
+        routes: Sequence[Route | None],
+        samples: Sequence[Sample],
+        group_B: Any,
+    ) -> None:
+        posts = {id(r.entry): r.entry for r in routes if r is not None and r.entry.post_process is not None}
+        if not posts:
+            return
+        keys = (
+            [int(g) for g in group_B]
+            if group_B is not None
+            else [s.uid or f"#{i}" for i, s in enumerate(samples)]
+        )
+        groups: dict[tuple[int, Any], list[int]] = {}
+        for i, (key, route) in enumerate(zip(keys, routes, strict=True)):
+            if route is not None and id(route.entry) in posts and out[i].ok:
+                groups.setdefault((id(route.entry), key), []).append(i)
+        for (eid, _), idx in groups.items():
+            post = posts[eid].post_process
+            assert post is not None
+            try:
+                new = [float(x) for x in post([out[i].score for i in idx])]
+                if len(new) != len(idx):
+                    raise ValueError(f"returned {len(new)} scores for a group of {len(idx)}")
+            except Exception as e:
+                for i in idx:
+                    out[i] = _fail(
+                        Status.ERROR,
+                        f"post_process_scores failed: {type(e).__name__}: {e}",
+                        source=out[i].source,
+                    )
+                continue
+            for i, v in zip(idx, new, strict=True):
+                out[i].info.setdefault("raw_score", out[i].score)
+                out[i].score = v
+
+
+def run_fast(entry: RewardFn, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RewardResult | None:
+    """The entry's inline fast path (None = undecided, go to the slow path); it raising is an error."""
+    assert entry.fast is not None
+    t0 = time.perf_counter()
+    try:
+        res = entry.fast(*args, **kwargs)
+    except Exception as e:
+        res = _fail(Status.ERROR, f"{type(e).__name__}: {e}")
+    if res is not None:
+        res.latency_s = time.perf_counter() - t0
+    return res
+
+
+def _fail(status: Status, message: str, source: str = "") -> RewardResult:
+    r = RewardResult.failure(status, message)
+    r.source = source
+    return r
+
+
+def build_router(cfg: RewardConfig | None = None) -> Router:
+    """A :class:`Router` for ``cfg`` with the built-in reward functions registered."""
+    import stepcredit.reward.builtin  # noqa: F401  (registers the built-in reward functions)
+
+    return Router(cfg)
