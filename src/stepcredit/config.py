@@ -228,6 +228,25 @@ class TreeConfig:
 
 
 @dataclass(frozen=True)
+class ToolsConfig:
+    """Multi-turn rollouts whose turns call tools (``rollout.mode=tools``, :mod:`stepcredit.rollout.tools`)."""
+
+    names: tuple[str, ...] = ("calculator",)
+    """Tools offered to the policy (``stepcredit.tools.TOOLS``: ``calculator``, ``python``, your own)."""
+    parser: str = "hermes"
+    """How a call is written and its result appended (``stepcredit.tools.PARSERS``: ``hermes``, ``fenced``)."""
+    max_turns: int = 4
+    """Most tool calls per response; the turn after the last allowed call must answer."""
+    max_result_chars: int = 256
+    """A tool's result is cut to this many characters before it is appended."""
+
+    def __post_init__(self) -> None:
+        _check(self.max_turns >= 1, "rollout.tools.max_turns", "must be >= 1")
+        _check(self.max_result_chars >= 16, "rollout.tools.max_result_chars", "must be >= 16")
+        _check(len(self.names) >= 1, "rollout.tools.names", "name at least one tool")
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     prompts_per_step: int = 16
     """Prompts drawn per training step."""
@@ -247,6 +266,8 @@ class RolloutConfig:
     free Monte Carlo estimates of V(prefix): ``process.value_estimator=tree``)."""
     tree: TreeConfig = field(default_factory=TreeConfig)
     """The tree's shape (``rollout.mode=tree``)."""
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    """The tools and turn limit of ``rollout.mode=tools``."""
     logprobs_from_sampling: bool = True
     """Take the behaviour log-probs from the sampling loop's logits instead of a forward pass of their own
     (flat rollouts of a float32 model, where the two agree to ~1e-6; otherwise the pass runs anyway)."""

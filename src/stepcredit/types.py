@@ -139,6 +139,7 @@ _BATCH_TENSORS = (
     "response_ids_BT",
     "response_mask_BT",
     "behaviour_logp_BT",
+    "observation_BT",
     "truncated_B",
     "ref_logp_BT",
     "values_BT",
@@ -188,12 +189,22 @@ class Batch:
     tree_nodes: list[list[int]] | None = None
     """Tree rollouts: per response, the ids (unique within its group) of the tree nodes whose values are
     V_0 (the root: the bare prompt), V_1, ... at ``tree_ends``; its own outcome is the last value."""
+    observation_BT: torch.Tensor | None = None
+    """Multi-turn rollouts (``rollout.mode=tools``): True on the tool results' tokens, which the policy
+    reads but did not write. They are not in ``response_mask_BT`` (never trained on, no reward placed
+    on them) but are attended to: :meth:`attention_BT` is the response's attention mask."""
     kv_cache: RolloutCache | None = None
     """The rollout's KV cache over prompt + response (``generate(keep_cache=True)``), held only until
     the process stage has used it: never selected, concatenated or saved."""
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    def attention_BT(self) -> torch.Tensor:
+        """The response tokens the model sees: the trained ones and the tool results between them."""
+        if self.observation_BT is None:
+            return self.response_mask_BT
+        return self.response_mask_BT | self.observation_BT.to(self.response_mask_BT.device)
 
     def select(self, idx: list[int]) -> Batch:
         """A sub-batch of the given response indices (in that order)."""
@@ -227,6 +238,7 @@ class Batch:
             prefix_values=pick(self.prefix_values),
             tree_ends=pick(self.tree_ends),
             tree_nodes=pick(self.tree_nodes),
+            observation_BT=pick(self.observation_BT),
         )
 
     def to(self, device: Any) -> Batch:
@@ -300,4 +312,7 @@ class Batch:
             prefix_values=cat_list("prefix_values"),
             tree_ends=cat_list("tree_ends"),
             tree_nodes=cat_list("tree_nodes"),
+            observation_BT=None
+            if any(b.observation_BT is None for b in parts)
+            else torch.cat([rpad(b.observation_BT, T, False) for b in parts if b.observation_BT is not None]),
         )

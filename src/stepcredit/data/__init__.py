@@ -54,6 +54,24 @@ def _arith_step_value(sample: Sample, prefix: str) -> float:
     return arith.step_value(question, prefix)
 
 
+@TASKS.register("arith_tools")
+def _arith_tools(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
+    """Arithmetic with a 2-digit by 3-digit multiplication: traces call the ``calculator`` tool."""
+
+    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
+        return [row_to_sample(r, f"arith_tools:{split}:{i}") for i, r in enumerate(rows)]
+
+    train = arith.make_tool_rows(cfg.arith, cfg.train_size, seed=cfg.seed, split="train")
+    val = arith.make_tool_rows(cfg.arith, cfg.val_size, seed=cfg.seed, split="val")
+    return conv(train, "train"), conv(val, "val")
+
+
+@STEP_VALUES.register(arith.TOOLS_DATA_SOURCE)
+def _arith_tools_step_value(sample: Sample, prefix: str) -> float:
+    question = next(m["content"] for m in reversed(sample.prompt) if m["role"] == "user")
+    return arith.tool_step_value(question, prefix)
+
+
 WasteFn = Callable[[str], int]
 WASTED_EPISODES: Registry[WasteFn] = Registry("wasted-episode counter (data source)")
 """Per data source that can tell: ``fn(response_text) -> int`` wasted episodes (steps that change

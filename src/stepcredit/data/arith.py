@@ -228,3 +228,125 @@ def step_value(question: str, prefix: str) -> float:
     if begin:
         return float(int(begin[-1]) == states[0])
     return 1.0
+
+
+# ------------------------------------------------------------------------------ the tool variant
+TOOLS_DATA_SOURCE = "arith_tools"
+_BOX_RE = re.compile(r" has (\d+) boxes with (\d+) ")
+_CALL_RE = re.compile(r"```calculator\n(.*?)\n```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ToolProblem:
+    """``boxes`` boxes of ``per_box`` items, then add/subtract operations: a multiplication too large
+    for a tiny model to do in its head, which the calculator does exactly."""
+
+    name: str
+    item: str
+    boxes: int
+    per_box: int
+    ops: tuple[tuple[str, int, str], ...]
+
+    @property
+    def states(self) -> list[int]:
+        out = [self.boxes * self.per_box]
+        for sign, n, _ in self.ops:
+            out.append(out[-1] + n if sign == "+" else out[-1] - n)
+        return out
+
+    @property
+    def question(self) -> str:
+        parts = [f"{self.name} has {self.boxes} boxes with {self.per_box} {self.item} each."]
+        parts += [f"Then {phrase}." for _, _, phrase in self.ops]
+        parts.append(f"How many {self.item} now?")
+        return " ".join(parts)
+
+
+def make_tool_problem(rng: random.Random, cfg: ArithConfig) -> ToolProblem:
+    """2-digit boxes times 3-digit items per box, then ``min_steps - 1`` to ``max_steps - 1`` additions
+    or subtractions of up to 3 digits (every running total stays >= 0)."""
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    boxes, per_box = rng.randint(12, 99), rng.randint(102, 999)
+    value, ops = boxes * per_box, []
+    for _ in range(rng.randint(cfg.min_steps, cfg.max_steps) - 1):
+        n = rng.randint(10, 999)
+        if rng.random() < 0.5 and n <= value:
+            ops.append(("-", n, rng.choice(_SUB).format(n=n)))
+            value -= n
+        else:
+            ops.append(("+", n, rng.choice(_ADD).format(n=n)))
+            value += n
+    return ToolProblem(name, item, boxes, per_box, tuple(ops))
+
+
+def tool_trace(p: ToolProblem) -> str:
+    """The SFT trace: one fenced ``calculator`` call per operation, each followed by its result block
+    (as the ``fenced`` tool-call convention appends it), then "The answer is N."."""
+    states, out = p.states, []
+    exprs = [f"{p.boxes}*{p.per_box}"] + [f"{states[i]}{sign}{n}" for i, (sign, n, _) in enumerate(p.ops)]
+    for expr, value in zip(exprs, states, strict=True):
+        out.append(f"```calculator\n{expr}\n```\n```output\n{value}\n```\n")
+    out.append(f"The answer is {states[-1]}.")
+    return "".join(out)
+
+
+def make_tool_rows(cfg: ArithConfig, n: int, *, seed: int, split: str) -> list[dict[str, Any]]:
+    """``n`` rows of the tool task in the verl schema (the SFT target is ``extra_info["solution"]``)."""
+    salt = {"train": 0, "val": 1_000_003, "test": 2_000_029}.get(split, 3_000_017)
+    rng = random.Random(seed * 7_919 + salt + 17)
+    rows = []
+    for i in range(n):
+        p = make_tool_problem(rng, cfg)
+        rows.append(
+            {
+                "data_source": TOOLS_DATA_SOURCE,
+                "prompt": [{"role": "user", "content": p.question}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(p.states[-1])},
+                "extra_info": {
+                    "split": split,
+                    "index": i,
+                    "steps": len(p.ops) + 1,
+                    "solution": tool_trace(p),
+                },
+            }
+        )
+    return rows
+
+
+def tool_chain_of(question: str) -> list[int]:
+    """The running totals s_1 (the product), ..., s_k of a question written by :func:`make_tool_problem`."""
+    m = _BOX_RE.search(question)
+    if m is None:
+        raise ValueError(f"not an arith_tools question: {question[:60]!r}")
+    states = [int(m.group(1)) * int(m.group(2))]
+    for phrase, n, _ in _THEN_RE.findall(question):
+        sign = "-" if phrase.strip().startswith(_SUB_VERBS) else "+"
+        states.append(states[-1] + int(n) if sign == "+" else states[-1] - int(n))
+    return states
+
+
+def tool_step_value(question: str, prefix: str) -> float:
+    """The exact value of a multi-turn prefix under an ideal continuation (the calculator is exact, so
+    a call is worth what it computes, before its result is read):
+
+    * a final "The answer is N": 1 iff N is the answer;
+    * else the j-th ``calculator`` call: 1 iff its expression's value is s_j (s_k for calls past the
+      k-th), 0 for a wrong or unreadable expression;
+    * a prefix with no call yet: 1.
+    """
+    from stepcredit.tools import ToolError
+    from stepcredit.tools.builtin import calculate
+
+    states = tool_chain_of(question)
+    answers = _ANSWER_RE.findall(prefix)
+    if answers:
+        return float(int(answers[-1]) == states[-1])
+    calls = _CALL_RE.findall(prefix)
+    if not calls:
+        return 1.0
+    try:
+        got = calculate(calls[-1])
+    except ToolError:
+        return 0.0
+    return float(got == states[min(len(calls), len(states)) - 1])

@@ -6,6 +6,10 @@ marker ("Wait,", "So ", ...) that opens a sentence or a line, and (``split_lines
 the step delimiter of GSM8K, PRM800K and Math-Shepherd traces; with no marker within
 ``max_episode_tokens`` it is cut at the last sentence end before that limit (or at the limit itself),
 and episodes shorter than ``min_episode_tokens`` are merged into their neighbour.
+
+A multi-turn response (``rollout.mode=tools``) is split at its turns instead: an episode ends at the
+last token of each tool call (just before the call's result, which every registered tool-call
+convention marks), and the last one at the response's end, so turns are the process channel's steps.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import ProcessConfig
+from stepcredit.tools import PARSERS
 
 # A sentence (or line) starts after a newline, or after . ! ? followed by white space. The white space is
 # required, so "3.5" or "e.g.x" never start one: a marker glued to a number or a word is not a boundary.
@@ -126,6 +131,13 @@ def marker_starts(text: str, markers: Sequence[str]) -> list[int]:
     return out
 
 
+def turn_starts(text: str) -> list[int]:
+    """Character positions where a tool result starts (every registered convention's), sorted."""
+    return sorted(
+        {c for name in PARSERS.names() for c in PARSERS.get(name).observation_starts(text) if c > 0}
+    )
+
+
 def _plan(n: int, markers: list[int], sentences: list[int], *, max_len: int, min_len: int) -> list[int]:
     """Episode end indices from the token indices where episodes may start (sorted, in [1, n))."""
     ends: list[int] = []
@@ -172,6 +184,9 @@ def segment_episodes(response_ids: Sequence[int], tokenizer: Any, cfg: ProcessCo
     def to_tokens(chars: list[int]) -> list[int]:
         return sorted({k for k in (token_at(c) for c in chars) if 0 < k < n})
 
+    turns = to_tokens(turn_starts(text))
+    if turns:  # a tool-calling response: one episode per turn (a result belongs to the turn after it)
+        return [k - 1 for k in turns] + ([n - 1] if turns[-1] - 1 < n - 1 else [])
     starts = marker_starts(text, cfg.markers)
     if cfg.split_lines:
         starts += line_starts(text)

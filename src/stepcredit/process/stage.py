@@ -83,7 +83,7 @@ def batch_token_ids(batch: Batch) -> tuple[list[list[int]], list[list[int]]]:
         ids[m.bool()].tolist() for ids, m in zip(batch.prompt_ids_BP, batch.prompt_mask_BP, strict=True)
     ]
     responses = [
-        ids[m.bool()].tolist() for ids, m in zip(batch.response_ids_BT, batch.response_mask_BT, strict=True)
+        ids[m.bool()].tolist() for ids, m in zip(batch.response_ids_BT, batch.attention_BT(), strict=True)
     ]
     return prompts, responses
 

@@ -4,6 +4,7 @@ Add one import line here per new built-in module (the pool's workers import this
 """
 
 import stepcredit.reward.custom  # noqa: F401  (reward.custom.style=trl; not through the package: no cycle)
+from stepcredit.reward import tools  # noqa: F401  (style tool: multi-turn rollouts' tool calls; arith_tools)
 from stepcredit.reward.scorers import (  # noqa: F401  (each module registers itself)
     judge,  # LLM judge: data_source judge
     reward_model,  # reward models: reward_model.style model

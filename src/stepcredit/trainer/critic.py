@@ -41,7 +41,7 @@ def critic_values(critic: Critic, batch: Batch) -> torch.Tensor:
     """V(s_t) of every response token of ``batch`` under the current critic (stored as ``values_BT``)."""
     dev = next(critic.model.parameters()).device
     ids_BL = torch.cat([batch.prompt_ids_BP, batch.response_ids_BT], 1).to(dev)
-    attn_BL = torch.cat([batch.prompt_mask_BP, batch.response_mask_BT], 1).long().to(dev)
+    attn_BL = torch.cat([batch.prompt_mask_BP, batch.attention_BT()], 1).long().to(dev)
     critic.model.eval()
     values_BT = critic.model(ids_BL, attn_BL, n_response=batch.response_ids_BT.shape[1]).float().cpu()
     return values_BT * batch.response_mask_BT

@@ -47,7 +47,7 @@ from stepcredit.trainer.metrics import (
     plot_curves,
 )
 from stepcredit.trainer.progress import Progress
-from stepcredit.trainer.rollout import Rollout, rollout_and_submit
+from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_runner, uses_tools
 from stepcredit.trainer.sampling import step_stream
 from stepcredit.trainer.sft import run_sft
 from stepcredit.trainer.state import TrainState, build_state, resolve_device
@@ -164,6 +164,9 @@ _PER_RESPONSE = {
     "rollout/response_tokens": "rollout/tokens_per_response",
     "tree/branch_points": "tree/branch_points_per_leaf",
     "tree/depth": "tree/depth",
+    "tools/calls": "tools/calls_per_response",
+    "tools/turns": "tools/turns_per_response",
+    "tools/failed_calls": "tools/failed_calls_per_response",
 }
 _WAIT_KEYS = ("time/reward_wait_s", "time/generation_s", "time/process_s")
 
@@ -203,6 +206,8 @@ def _validate(
         rewarder,
         max_new_tokens=cfg.rollout.max_new_tokens,
         temperature=cfg.rollout.val_temperature,
+        tools=cfg.rollout.tools if uses_tools(cfg) else None,
+        run_tools=tool_runner(cfg, rewarder) if uses_tools(cfg) else None,
     )
     if not rows:
         return metrics

@@ -10,8 +10,11 @@ import time
 from dataclasses import dataclass, field, replace
 
 from stepcredit import process
+from stepcredit.config import Config
 from stepcredit.reward import RewardAgent, Rewarder, Ticket
+from stepcredit.reward.tools import ToolRunner
 from stepcredit.rollout import ROLLOUT_MODES
+from stepcredit.rollout.tools import ToolRollout
 from stepcredit.trainer.critic import critic_values
 from stepcredit.trainer.state import TrainState
 from stepcredit.trainer.update import needs_behaviour_logp, reads_rollout_cache
@@ -26,6 +29,16 @@ class Rollout:
     ticket: Ticket
     times: dict[str, float] = field(default_factory=dict)
     """``time/generation_s``, ``time/process_s``; ``process/unscored_rows`` when a value could not be computed."""
+
+
+def tool_runner(cfg: Config, rewarder: Rewarder) -> ToolRunner:
+    """The run's tool runner: ``rollout.tools``' calls through ``rewarder``'s agent."""
+    return ToolRunner(rewarder, offered=cfg.rollout.tools.names, max_chars=cfg.rollout.tools.max_result_chars)
+
+
+def uses_tools(cfg: Config) -> bool:
+    """Does ``rollout.mode`` call tools (so validation answers with tools too)?"""
+    return isinstance(ROLLOUT_MODES.get(cfg.rollout.mode).fn, ToolRollout)
 
 
 def with_values(
@@ -84,7 +97,10 @@ def rollout_and_submit(
     cfg = state.cfg
     P = cfg.rollout.prompts_per_step
     t0 = time.perf_counter()
-    batch, counts = ROLLOUT_MODES.get(cfg.rollout.mode).fn(
+    mode = ROLLOUT_MODES.get(cfg.rollout.mode).fn
+    if isinstance(mode, ToolRollout):  # tool calls run in the run's reward agent: kill-safe, with deadlines
+        mode = mode.with_runner(tool_runner(cfg, rewarder))
+    batch, counts = mode(
         state.model,
         state.tok,
         state.stream.take(P),

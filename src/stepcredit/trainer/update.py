@@ -223,7 +223,7 @@ def advantages_by_domain(cfg: AlgorithmConfig, inp: AdvantageInputs, domain_B: l
 def _sequences(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompt + response ids and attention mask, ``[B, P + T]``."""
     ids_BL = torch.cat([batch.prompt_ids_BP, batch.response_ids_BT], 1)
-    attn_BL = torch.cat([batch.prompt_mask_BP, batch.response_mask_BT], 1).long()
+    attn_BL = torch.cat([batch.prompt_mask_BP, batch.attention_BT()], 1).long()
     return ids_BL, attn_BL
 
 

@@ -6,9 +6,11 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
+from stepcredit.config import ToolsConfig
 from stepcredit.reward import Rewarder
 from stepcredit.reward.run.health import status_counts
 from stepcredit.rollout import generate
+from stepcredit.rollout.tools import ToolRunner, tool_generate
 from stepcredit.trainer.metrics import waste_metrics
 from stepcredit.types import Batch, RewardResult, Sample
 
@@ -27,6 +29,8 @@ def generate_in_chunks(
     max_new_tokens: int,
     temperature: float,
     chunk: int = 64,
+    tools: ToolsConfig | None = None,
+    run_tools: ToolRunner | None = None,
 ) -> Iterator[tuple[int, list[Sample], Batch]]:
     """``(start, prompts, batch)`` for each run of ``chunk`` prompts, ``n`` responses each (no log-probs).
 
@@ -34,9 +38,28 @@ def generate_in_chunks(
     chunk's longest prompt, so equal chunks keep their greedy answers identical."""
     for start in range(0, len(samples), chunk):
         part = samples[start : start + chunk]
-        batch = generate(
-            model, tok, part, n=n, max_new_tokens=max_new_tokens, temperature=temperature, with_logprobs=False
-        )
+        if tools is not None:  # multi-turn answers that call tools (rollout.mode=tools)
+            batch, _ = tool_generate(
+                model,
+                tok,
+                part,
+                tools,
+                n=n,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                with_logprobs=False,
+                run_tools=run_tools,
+            )
+        else:
+            batch = generate(
+                model,
+                tok,
+                part,
+                n=n,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                with_logprobs=False,
+            )
         yield start, part, batch
 
 
@@ -49,6 +72,8 @@ def validate(
     max_new_tokens: int,
     temperature: float = 0.0,
     chunk: int = 64,
+    tools: ToolsConfig | None = None,
+    run_tools: ToolRunner | None = None,
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Accuracy overall (``val/accuracy``) and per tag (``val/accuracy/{tag}``), how many rewards had
     each status (``val/status/{status}``, e.g. ``val/status/sandbox_error``), plus the answers."""
@@ -57,7 +82,14 @@ def validate(
     texts: list[str] = []
     n_tokens: list[int] = []
     for _, _, b in generate_in_chunks(
-        model, tok, samples, max_new_tokens=max_new_tokens, temperature=temperature, chunk=chunk
+        model,
+        tok,
+        samples,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        chunk=chunk,
+        tools=tools,
+        run_tools=run_tools,
     ):
         texts.extend(b.texts)
         n_tokens.extend(b.response_mask_BT.sum(1).tolist())

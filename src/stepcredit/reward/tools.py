@@ -1,0 +1,104 @@
+"""Tool calls run through the reward layer's execution path: the run's one reward agent and its
+kill-safe workers, so a tool gets the same deadlines (a hanging tool's worker is killed), concurrency
+limits and no-lost-request guarantees as a reward function.
+
+A call is submitted as a row of style ``tool`` whose response is the call as JSON; the reward
+function registered under that style runs :func:`stepcredit.tools.execute_call` in a worker and
+returns the observation in its result's ``info``. :class:`ToolRunner` turns a batch of calls into
+observations, and a deadline or a crashed worker into an error observation of its own kind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from stepcredit.reward.base import REWARDS, load_ref, ref_of, register_reward
+from stepcredit.tools import TOOLS, Observation, ToolCall, execute_call
+from stepcredit.types import RewardResult, Sample, Status
+
+TOOL_STYLE = "tool"
+"""The row style (and reward name) of a tool call (style routing comes before ``reward.custom``)."""
+
+# the tool task's answers are checked like arith's ("The answer is N.")
+REWARDS.register("arith_tools")(REWARDS.get("math"))
+
+
+@register_reward(TOOL_STYLE)
+def run_tool_call(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any) -> RewardResult:
+    """Runs in a worker: the call in ``solution_str`` (JSON ``{"name", "arguments"}``); ``extra_info``
+    carries the offered tools, where a worker finds user tools, the row's ``tools_kwargs`` and the
+    length limit. The score is 1 when the tool answered, 0 when its observation is an error."""
+    info = dict(extra_info or {})
+    for name, (kind, target, attr) in (info.get("refs") or {}).items():
+        if name not in TOOLS:  # a user's tool registered in the trainer's process: import it here
+            from stepcredit.reward.base import FnRef
+
+            load_ref(FnRef(kind, target, attr))
+    call = json.loads(solution_str)
+    obs = execute_call(
+        ToolCall(call["name"], call["arguments"], call.get("error", "")),
+        offered=info.get("offered", []),
+        tools_kwargs=info.get("tools_kwargs") or {},
+        max_chars=int(info.get("max_chars", 512)),
+    )
+    return RewardResult(
+        score=0.0 if obs.error else 1.0,
+        status=Status.OK,
+        info={"observation": obs.text, "error": obs.error, "truncated": obs.truncated},
+    )
+
+
+_FAILED = {Status.TIMEOUT: "timeout"}
+
+
+class ToolRunner:
+    """Runs batches of calls through a rewarder's agent: ``runner(calls, tools_kwargs) -> observations``."""
+
+    def __init__(self, rewarder: Any, *, offered: Sequence[str], max_chars: int) -> None:
+        self.rewarder = rewarder
+        self.offered = list(offered)
+        self.max_chars = max_chars
+        # user tools (not built in) are re-registered in workers by importing their defining module
+        self.refs = {}
+        for n in self.offered:
+            spec = TOOLS.get(n)  # an unknown name in rollout.tools.names: one line listing the valid ones
+            if not spec.fn.__module__.startswith("stepcredit."):
+                ref = ref_of(spec.fn)
+                self.refs[n] = (ref.kind, ref.target, ref.attr)
+
+    def __call__(
+        self, calls: Sequence[ToolCall], tools_kwargs: Sequence[Mapping[str, Any] | None]
+    ) -> list[Observation]:
+        if not calls:
+            return []
+        samples = [
+            Sample(
+                prompt=(),
+                ground_truth=None,
+                data_source=TOOL_STYLE,
+                style=TOOL_STYLE,
+                domain=TOOL_STYLE,
+                extra_info={
+                    "offered": self.offered,
+                    "refs": self.refs,
+                    "tools_kwargs": dict(kw or {}),
+                    "max_chars": self.max_chars,
+                },
+                uid=f"tool:{i}",
+            )
+            for i, kw in enumerate(tools_kwargs)
+        ]
+        texts = [json.dumps({"name": c.name, "arguments": c.arguments, "error": c.error}) for c in calls]
+        out = []
+        for r in self.rewarder.score_batch(samples, texts, list(range(len(calls)))):
+            if r.status == Status.OK and "observation" in r.info:
+                out.append(
+                    Observation(str(r.info["observation"]), str(r.info["error"]), bool(r.info["truncated"]))
+                )
+            else:  # the worker's deadline, or a worker that died: the tool is what failed
+                kind = _FAILED.get(r.status, "crashed")
+                msg = str(r.info.get("message", r.status.value))[:200]
+                out.append(Observation(f"error: the tool {kind}: {msg}", kind))
+        return out

@@ -1,0 +1,272 @@
+"""Multi-turn rollouts whose turns call tools (``rollout.mode=tools``).
+
+Each turn is generated for every still-active response of the batch at once; a turn ends at the
+first complete tool call (the template's parser, ``rollout.tools.parser``, finds it; sampling is
+causal, so cutting a sampled turn at the call is sampling with a stop string), the calls of the
+whole turn run together (through the reward layer's kill-safe workers when the trainer hands the
+mode its :class:`~stepcredit.reward.tools.ToolRunner`), and each result is appended as observation
+tokens. A response ends with eos (its final answer), at the length budget (tool results count in
+it), or after ``rollout.tools.max_turns`` calls (the turn after the last allowed call is not parsed:
+a call written there is counted as ``tools/turn_limit_reached`` and left as plain text).
+
+The batch marks the results' tokens in ``observation_BT``: they are attended to but left out of
+``response_mask_BT``, so they are never trained on and carry no reward. Each tool call's last token
+ends a turn, which the segmenter (:func:`stepcredit.process.segment.segment_episodes`) takes as an
+episode end: turns are the process channel's steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from stepcredit.config import RolloutConfig, ToolsConfig
+from stepcredit.rollout import ROLLOUT_MODES, RolloutModeSpec, finish_batch, left_pad
+from stepcredit.rollout.sampling import decode
+from stepcredit.tools import PARSERS, TOOLS, Observation, ToolCall, ToolParser, execute_call, schemas
+from stepcredit.types import Batch, Sample
+
+ToolRunner = Callable[[Sequence[ToolCall], Sequence[Mapping[str, Any] | None]], list[Observation]]
+"""(calls, each call's row ``tools_kwargs``) -> one observation per call."""
+
+
+def run_in_process(offered: Sequence[str], max_chars: int) -> ToolRunner:
+    """A runner that executes calls in this process (library use without a reward agent: no hard
+    deadline for a tool that hangs; the trainer always runs tools through its agent)."""
+
+    def run(calls: Sequence[ToolCall], kwargs: Sequence[Mapping[str, Any] | None]) -> list[Observation]:
+        return [
+            execute_call(c, offered=offered, tools_kwargs=kw, max_chars=max_chars)
+            for c, kw in zip(calls, kwargs, strict=True)
+        ]
+
+    return run
+
+
+@dataclass
+class _Row:
+    prompt: list[int]
+    sample: Sample
+    ids: list[int] = field(default_factory=list)
+    obs: list[bool] = field(default_factory=list)
+    calls: int = 0
+    errors: list[str] = field(default_factory=list)
+    done: bool = False
+
+
+def render_tool_prompts(tok: Any, samples: list[Sample], names: Sequence[str]) -> list[list[int]]:
+    """Chat prompts with the offered tools' schemas where the template renders tools (Hermes-style
+    templates list them in the system turn); other templates get the plain prompt."""
+    tools = schemas(names) if "tools" in str(getattr(tok, "chat_template", "") or "") else None
+    out = []
+    for s in samples:
+        text = tok.apply_chat_template(
+            list(s.prompt), tools=tools, add_generation_prompt=True, tokenize=False
+        )
+        out.append(tok(text, add_special_tokens=False)["input_ids"])
+    return out
+
+
+def _cut_at(tok: Any, ids: list[int], end: int) -> int:
+    """The fewest leading tokens of ``ids`` whose decoded text covers ``end`` characters."""
+    lo, hi = 1, len(ids)
+    while lo < hi:  # decoded length grows with the prefix: binary search
+        mid = (lo + hi) // 2
+        if len(tok.decode(ids[:mid], skip_special_tokens=True)) >= end:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _observation_ids(tok: Any, text: str) -> list[int]:
+    # a tool that prints the eos (or any special token's) string must not end the response for the policy
+    special = set(getattr(tok, "all_special_ids", []) or [])
+    return [i for i in tok(text, add_special_tokens=False)["input_ids"] if i not in special]
+
+
+@torch.no_grad()
+def tool_generate(
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    tools: ToolsConfig,
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    group_offset: int = 0,
+    policy_version: int = 0,
+    with_logprobs: bool = True,
+    keep_cache: bool = False,
+    run_tools: ToolRunner | None = None,
+) -> tuple[Batch, dict[str, float]]:
+    """``n`` multi-turn responses per prompt (greedy when ``temperature == 0``), and the rollout's counters: responses, tokens
+    (observations included in ``rollout/response_tokens``, not in ``rollout/generated_tokens``), tool
+    calls, turns, failed calls by kind and turn limits reached."""
+    tc = tools
+    for name in tc.names:
+        TOOLS.get(name)  # an unknown tool: one line listing the registered ones
+    parser: ToolParser = PARSERS.get(tc.parser)
+    offered = {n: TOOLS.get(n) for n in tc.names}
+    runner = run_tools or run_in_process(tc.names, tc.max_result_chars)
+    was_training = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    prompts = render_tool_prompts(tok, samples, tc.names)
+    rows = [_Row(prompts[i // n], samples[i // n]) for i in range(len(samples) * n)]
+    counts = {"tools/turn_limit_reached": 0.0, "rollout/generated_tokens": 0.0}
+    for turn in range(tc.max_turns + 1):
+        active = [r for r in rows if not r.done]
+        if not active:
+            break
+        budget = [max_new_tokens - len(r.ids) for r in active]
+        p_ids, p_mask = left_pad([r.prompt + r.ids for r in active], tok.pad_token_id)
+        new = decode(
+            model,
+            p_ids.to(dev),
+            p_mask.to(dev),
+            max_new_tokens=max(budget),
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            temperature=temperature,
+            top_p=top_p,
+            limit_B=torch.tensor(budget, device=dev),
+        ).cpu()
+        calls: list[tuple[_Row, ToolCall]] = []
+        for r, out, room in zip(active, new.tolist(), budget, strict=True):
+            got = out[:room]
+            if tok.eos_token_id in got:
+                got = got[: got.index(tok.eos_token_id) + 1]
+            else:
+                got = (
+                    [t for t in got if t != tok.pad_token_id] if tok.pad_token_id != tok.eos_token_id else got
+                )
+            text = tok.decode(got, skip_special_tokens=True)
+            found = parser.find(text, offered)
+            if found is not None and turn == tc.max_turns:
+                counts["tools/turn_limit_reached"] += 1  # the policy wanted another call: left unexecuted
+                found = None
+            if found is not None:
+                got = got[: _cut_at(tok, got, found.end)]
+                calls.append((r, found.call))
+            else:
+                r.done = True
+            r.ids += got
+            r.obs += [False] * len(got)
+            counts["rollout/generated_tokens"] += len(got)
+            if len(r.ids) >= max_new_tokens:
+                r.done = True  # out of budget (a call cut at the limit is not run: no room for its result)
+                if found is not None:
+                    calls.pop()
+        if not calls:
+            continue
+        results = runner([c for _, c in calls], [r.sample.extra_info.get("tools_kwargs") for r, _ in calls])
+        for (r, _), res in zip(calls, results, strict=True):
+            r.calls += 1
+            if res.error:
+                r.errors.append(res.error)
+            obs = _observation_ids(tok, parser.observation(res.text))[: max_new_tokens - len(r.ids)]
+            r.ids += obs
+            r.obs += [True] * len(obs)
+            if len(r.ids) >= max_new_tokens:
+                r.done = True
+    T = max(1, max(len(r.ids) for r in rows))
+    resp = torch.full((len(rows), T), tok.pad_token_id, dtype=torch.long)
+    obs_BT = torch.zeros((len(rows), T), dtype=torch.bool)
+    for b, r in enumerate(rows):
+        resp[b, : len(r.ids)] = torch.tensor(r.ids, dtype=torch.long)
+        obs_BT[b, : len(r.obs)] = torch.tensor(r.obs, dtype=torch.bool)
+    p_ids, p_mask = left_pad([r.prompt for r in rows], tok.pad_token_id)
+    batch = finish_batch(
+        model,
+        tok,
+        samples,
+        n=n,
+        p_ids=p_ids.to(dev),
+        p_mask=p_mask.to(dev),
+        resp=resp.to(dev),
+        temperature=temperature,
+        group_offset=group_offset,
+        with_logprobs=with_logprobs,
+        policy_version=policy_version,
+        keep_cache=keep_cache,
+    )
+    if was_training:
+        model.train()
+    Tb = batch.response_ids_BT.shape[1]
+    obs_BT = obs_BT[:, :Tb] & batch.response_mask_BT  # finish_batch cut at eos: nothing after it counts
+    logp = batch.behaviour_logp_BT
+    batch = replace(
+        batch,
+        response_mask_BT=batch.response_mask_BT & ~obs_BT,
+        observation_BT=obs_BT,
+        behaviour_logp_BT=None if logp is None else torch.where(obs_BT, 0.0, logp),
+    )
+    counts.update(tool_counters(rows))
+    counts["rollout/responses"] = float(len(rows))
+    counts["rollout/response_tokens"] = float(sum(len(r.ids) for r in rows))
+    return batch, counts
+
+
+def tool_counters(rows: Sequence[_Row]) -> dict[str, float]:
+    """Sums over the responses: calls, turns (calls + the final turn), failed calls and each failure kind."""
+    out = {
+        "tools/calls": float(sum(r.calls for r in rows)),
+        "tools/turns": float(sum(r.calls + 1 for r in rows)),
+        "tools/failed_calls": float(sum(len(r.errors) for r in rows)),
+    }
+    for r in rows:
+        for kind in r.errors:
+            out[f"tools/failed_{kind}"] = out.get(f"tools/failed_{kind}", 0.0) + 1.0
+    return out
+
+
+@dataclass(frozen=True)
+class ToolRollout:
+    """The registered mode: :func:`tool_generate` with the run's tool runner (``with_runner``; without
+    one, calls run in this process)."""
+
+    run_tools: ToolRunner | None = None
+
+    def with_runner(self, runner: ToolRunner) -> ToolRollout:
+        return ToolRollout(runner)
+
+    def __call__(
+        self,
+        model: Any,
+        tok: Any,
+        samples: list[Sample],
+        cfg: RolloutConfig,
+        *,
+        group_offset: int,
+        policy_version: int,
+        with_logprobs: bool,
+        keep_cache: bool,
+        boundaries: Callable[[list[int]], list[int]],
+    ) -> tuple[Batch, dict[str, float]]:
+        """``rollout.n`` multi-turn responses per prompt (:func:`tool_generate` with ``rollout``'s settings)."""
+        return tool_generate(
+            model,
+            tok,
+            samples,
+            cfg.tools,
+            n=cfg.n,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            group_offset=group_offset,
+            policy_version=policy_version,
+            with_logprobs=with_logprobs,
+            keep_cache=keep_cache,
+            run_tools=self.run_tools,
+        )
+
+
+# registered here rather than in the package's __init__ (this module imports it); the trainer imports
+# this module, and hands the mode the run's tool runner (``ToolRollout.with_runner``)
+ROLLOUT_MODES.add("tools", RolloutModeSpec(ToolRollout(), shares_prefixes=False))
