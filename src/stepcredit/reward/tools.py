@@ -10,18 +10,22 @@ observations, and a deadline or a crashed worker into an error observation of it
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stepcredit.reward.base import REWARDS, load_ref, ref_of, register_reward
+from stepcredit.errors import ConfigError
+from stepcredit.reward.base import REWARDS, FnRef, load_ref, register_reward
+from stepcredit.reward.verifiers import math as _math  # noqa: F401  (registers "math", aliased below)
 from stepcredit.tools import TOOLS, Observation, ToolCall, execute_call
 from stepcredit.types import RewardResult, Sample, Status
 
 TOOL_STYLE = "tool"
 """The row style (and reward name) of a tool call (style routing comes before ``reward.custom``)."""
 
-# the tool task's answers are checked like arith's ("The answer is N.")
+# the tool task's answers are checked like arith's ("The answer is N."): the math verifier
 REWARDS.register("arith_tools")(REWARDS.get("math"))
 
 
@@ -31,11 +35,9 @@ def run_tool_call(data_source: str, solution_str: str, ground_truth: Any, extra_
     carries the offered tools, where a worker finds user tools, the row's ``tools_kwargs`` and the
     length limit. The score is 1 when the tool answered, 0 when its observation is an error."""
     info = dict(extra_info or {})
-    for name, (kind, target, attr) in (info.get("refs") or {}).items():
+    for name, (module, path, attr) in (info.get("refs") or {}).items():
         if name not in TOOLS:  # a user's tool registered in the trainer's process: import it here
-            from stepcredit.reward.base import FnRef
-
-            load_ref(FnRef(kind, target, attr))
+            _import_tool(module, path, attr)
     call = json.loads(solution_str)
     obs = execute_call(
         ToolCall(call["name"], call["arguments"], call.get("error", "")),
@@ -50,6 +52,14 @@ def run_tool_call(data_source: str, solution_str: str, ground_truth: Any, extra_
     )
 
 
+def _import_tool(module: str, path: str, attr: str) -> None:
+    # by module name where this worker can import it, else from its file (a script, a test module)
+    try:
+        load_ref(FnRef("module", module, attr))
+    except ConfigError:
+        load_ref(FnRef("file", path, attr))
+
+
 _FAILED = {Status.TIMEOUT: "timeout"}
 
 
@@ -61,12 +71,12 @@ class ToolRunner:
         self.offered = list(offered)
         self.max_chars = max_chars
         # user tools (not built in) are re-registered in workers by importing their defining module
-        self.refs = {}
+        self.refs: dict[str, tuple[str, str, str]] = {}
         for n in self.offered:
             spec = TOOLS.get(n)  # an unknown name in rollout.tools.names: one line listing the valid ones
             if not spec.fn.__module__.startswith("stepcredit."):
-                ref = ref_of(spec.fn)
-                self.refs[n] = (ref.kind, ref.target, ref.attr)
+                path = inspect.getsourcefile(spec.fn) or ""
+                self.refs[n] = (spec.fn.__module__, os.path.abspath(path), spec.fn.__qualname__)
 
     def __call__(
         self, calls: Sequence[ToolCall], tools_kwargs: Sequence[Mapping[str, Any] | None]

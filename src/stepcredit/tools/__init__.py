@@ -303,6 +303,10 @@ def execute_call(
         text, cut = _cut(text, max_chars) if not out.dropped else (text[:max_chars] + "...[cut]", True)
     else:
         text, bad = _as_text(value)
+        if bad:  # said plainly, in characters every vocabulary has
+            text = "error: the result is not valid UTF-8 (? marks the bad bytes): " + text.replace(
+                "\ufffd", "?"
+            )
         text, cut = _cut(text, max_chars)
     return Observation(text, "invalid_utf8" if bad else "", cut)
 
