@@ -2,7 +2,7 @@
 
 A user who runs a SandboxFusion cluster (https://github.com/bytedance/SandboxFusion) keeps it: programs
 go to its ``/run_code`` endpoint, and the verdicts are still reached on this host by the same code as
-the local sandbox's (:func:`.sandbox.judge_report`, :func:`.sandbox.verdict`). The service is only
+the local sandbox's (:func:`.judging.judge_report`, :func:`.judging.verdict`). The service is only
 asked what the program does, never told an expected value or an assert:
 
 * a stdin/stdout case sends the program and the case's stdin; its stdout is compared here;
@@ -37,7 +37,7 @@ from typing import Any
 
 from stepcredit.config import SandboxConfig
 from stepcredit.reward.verifiers.code.cases import NotPlain, RemoteLink, TestCase
-from stepcredit.reward.verifiers.code.sandbox import (
+from stepcredit.reward.verifiers.code.judging import (
     _SKIPPED,
     FAILED,
     PASSED,
@@ -47,12 +47,12 @@ from stepcredit.reward.verifiers.code.sandbox import (
     _calls,
     _CaseEnded,
     _classify,
-    _runner_source,
     judge_report,
     probe_executor,
     run_many,
     verdict,
 )
+from stepcredit.reward.verifiers.code.session import _runner_source
 
 __all__ = ["FusionSandbox", "post_json"]
 
@@ -133,7 +133,7 @@ def post_json(url: str, payload: dict[str, Any], *, deadline: float) -> tuple[in
 
 
 class FusionSandbox:
-    """An :class:`~.sandbox.Executor` that runs programs on a SandboxFusion service at ``cfg.url``:
+    """An :class:`~.judging.Executor` that runs programs on a SandboxFusion service at ``cfg.url``:
     at most ``cfg.concurrency`` requests in flight, each bounded by ``cfg.request_timeout_s``."""
 
     def __init__(self, cfg: SandboxConfig) -> None:
@@ -239,7 +239,7 @@ class FusionSandbox:
     # ------------------------------------------------------------------------------------ wire
     def execute(self, code: str, stdin: str) -> dict[str, Any]:
         """Run ``code`` on the service; the runner-style report (``exit``, ``sig``, ``timeout``, ``out``,
-        ``err``) that :func:`~.sandbox.judge_report` reads. SandboxFailure when the service fails."""
+        ``err``) that :func:`~.judging.judge_report` reads. SandboxFailure when the service fails."""
         cfg = self.cfg
         payload = {
             "code": code,

@@ -8,7 +8,7 @@ answers the fields it reads: ``status`` (``Success``, ``Failed``, ``SandboxError
 ``stderr``). ``GET /v1/ping`` answers ``pong``. A VeRL user points ``reward_model.sandbox_fusion.url`` at
 ``http://HOST:PORT/run_code`` and changes nothing else.
 
-Every program runs in the local :class:`~.sandbox.Sandbox` (one bubblewrap sandbox per request, its
+Every program runs in the local :class:`~.bwrap.Sandbox` (one bubblewrap sandbox per request, its
 limits, its containment), never a second sandbox: the request's ``run_timeout`` and
 ``memory_limit_MB`` are honoured up to the server's maxima. At most ``concurrency`` programs run at once;
 up to ``max_queue`` more wait for a slot and any beyond are refused (503). A body over
@@ -27,7 +27,9 @@ from typing import Any
 
 from stepcredit.config import SandboxConfig
 from stepcredit.errors import UserError
-from stepcredit.reward.verifiers.code.sandbox import SANDBOX_ERROR, Sandbox, TestCase
+from stepcredit.reward.verifiers.code.bwrap import Sandbox
+from stepcredit.reward.verifiers.code.cases import TestCase
+from stepcredit.reward.verifiers.code.judging import SANDBOX_ERROR
 
 __all__ = ["SandboxServer", "is_loopback"]
 
