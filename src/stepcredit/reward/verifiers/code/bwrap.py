@@ -227,9 +227,7 @@ class Sandbox:
     def _converse(self, session: _Session, case: TestCase) -> CaseOutcome:
         """A case whose test talks with the program while it runs (handles, comprehensions...)."""
         deadline = time.monotonic() + self.cfg.timeout_s + REPLY_SLACK_S
-        module = "__main__" if case.mode == "assert" else "solution"
-        # __name__ is not "__main__" in call mode: a LeetCode-style solution's own demo under
-        # `if __name__ == "__main__"` must not run (and block on stdin) when we only call its function.
+        module = case.mode.module  # not "__main__" in call mode (CaseMode.module says why)
         session.send({"op": "case", "mode": "eval", "module": module})
         first = session.recv(deadline)
         if first.get("op") != "ready":

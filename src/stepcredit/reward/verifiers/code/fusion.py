@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import SandboxConfig
-from stepcredit.reward.verifiers.code.cases import NotPlain, RemoteLink, TestCase
+from stepcredit.reward.verifiers.code.cases import CaseMode, NotPlain, RemoteLink, TestCase
 from stepcredit.reward.verifiers.code.judging import (
     _SKIPPED,
     FAILED,
@@ -185,11 +185,10 @@ class FusionSandbox:
         return outcomes
 
     def _judge(self, program: str, case: TestCase) -> CaseOutcome:
-        if case.mode == "stdio":
+        if case.mode is CaseMode.STDIO:
             return judge_report(case, self._capped(self.execute(program, case.stdin)), None)
-        if case.mode == "call" or (case.plan is not None and case.plan.calls is not None):
-            module = "solution" if case.mode == "call" else "__main__"
-            done = self._driven(program, mode="calls", module=module, items=list(_calls(case)))
+        if case.mode is CaseMode.CALL or (case.plan is not None and case.plan.calls is not None):
+            done = self._driven(program, mode="calls", module=case.mode.module, items=list(_calls(case)))
             return judge_report(case, done, lambda: self._replay(program, case))
         return self._replay(program, case)
 
@@ -204,7 +203,7 @@ class FusionSandbox:
 
     def _replay(self, program: str, case: TestCase) -> CaseOutcome:
         """A test that talks to the program: every question re-runs it with the questions so far."""
-        module = "__main__" if case.mode == "assert" else "solution"
+        module = case.mode.module
         asked: list[dict[str, Any]] = []
 
         def ask(request: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 from stepcredit.config import SandboxConfig
 from stepcredit.errors import UserError
 from stepcredit.reward.verifiers.code.bwrap import Sandbox
-from stepcredit.reward.verifiers.code.cases import TestCase
+from stepcredit.reward.verifiers.code.cases import CaseMode, TestCase
 from stepcredit.reward.verifiers.code.judging import SANDBOX_ERROR
 
 __all__ = ["SandboxServer", "is_loopback"]
@@ -150,7 +150,7 @@ class SandboxServer:
         try:
             with self._slots:
                 sb = self.sandbox(timeout, memory)
-                out = sb.run_program(code, [TestCase("stdio", stdin=stdin or "", expected="")])[0]
+                out = sb.run_program(code, [TestCase(CaseMode.STDIO, stdin=stdin or "", expected="")])[0]
         finally:
             with self._lock:
                 self._in_flight -= 1

@@ -15,6 +15,7 @@ from stepcredit.config import SandboxConfig
 from stepcredit.reward.verifiers.code.cases import (
     AssertFailed,
     Call,
+    CaseMode,
     NeedsConversation,
     NotPlain,
     PrecomputedLink,
@@ -126,7 +127,7 @@ def judge_report(
     one, so judging is the same whichever ran the program. ``converse`` asks the program live when the
     test wants more than the calls known in advance. A stdio case's outcome carries ``done`` as detail.
     """
-    if case.mode == "stdio":
+    if case.mode is CaseMode.STDIO:
         out = _classify(done, case, early=False)
         out.detail = done
         return out
@@ -155,7 +156,7 @@ def judge_report(
 def verdict(case: TestCase, link: RemoteLink) -> CaseOutcome:
     """Judge an assert or call case on the host, asking the program through ``link``."""
     try:
-        if case.mode == "assert":
+        if case.mode is CaseMode.ASSERT:
             assert case.plan is not None
             evaluate_assert(case.plan, link)
             return CaseOutcome(PASSED)
@@ -177,7 +178,7 @@ def verdict(case: TestCase, link: RemoteLink) -> CaseOutcome:
 
 
 def _calls(case: TestCase) -> tuple[Call, ...]:
-    if case.mode == "call":
+    if case.mode is CaseMode.CALL:
         return (("auto", case.fn_name, tuple(case.args), {}),)
     assert case.plan is not None and case.plan.calls is not None
     return case.plan.calls
@@ -185,11 +186,10 @@ def _calls(case: TestCase) -> tuple[Call, ...]:
 
 def _request(case: TestCase) -> dict[str, Any] | None:
     """The runner's request for a case that needs no conversation, or None."""
-    if case.mode == "stdio":
+    if case.mode is CaseMode.STDIO:
         return {"op": "case", "mode": "stdio", "stdin": case.stdin}
-    if case.mode == "call" or (case.plan is not None and case.plan.calls is not None):
-        module = "solution" if case.mode == "call" else "__main__"
-        return {"op": "case", "mode": "calls", "module": module, "calls": list(_calls(case))}
+    if case.mode is CaseMode.CALL or (case.plan is not None and case.plan.calls is not None):
+        return {"op": "case", "mode": "calls", "module": case.mode.module, "calls": list(_calls(case))}
     return None
 
 
@@ -219,7 +219,7 @@ def _classify(done: dict[str, Any], case: TestCase, *, early: bool) -> CaseOutco
         return CaseOutcome(ERROR, f"killed by signal {sig}{name}: {err}"[:800])
     if code != 0:
         return CaseOutcome(ERROR, f"exit {code}: {err}"[:800])
-    if case.mode != "stdio":
+    if case.mode is not CaseMode.STDIO:
         if early:
             return CaseOutcome(FAILED, "the program exited before the test ran")
         return CaseOutcome(PASSED)
