@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import inspect
 
 import pytest
 
@@ -14,7 +13,7 @@ from stepcredit.errors import ConfigError
 
 
 def test_every_field_has_a_docstring() -> None:
-    tree = ast.parse(inspect.getsource(C))
+    tree = ast.parse(C.tree_source())
     missing = []
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name.endswith("Config"):
