@@ -3,7 +3,7 @@
 Add one import line here per new built-in module (the pool's workers import this module too).
 """
 
-from stepcredit.reward import custom  # noqa: F401  (reward.custom.style=trl)
+import stepcredit.reward.custom  # noqa: F401  (reward.custom.style=trl; not via the package: its __init__ imports this module)
 from stepcredit.reward.scorers import (  # noqa: F401  (each module registers itself)
     judge,  # LLM judge: data_source judge
     reward_model,  # reward models: reward_model.style model
