@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from stepcredit.config.checks import _check
 
@@ -53,7 +54,7 @@ class ProcessConfig:
     """Clip each utility U_i to [-clip, clip] before scaling (0 = no clipping)."""
     scale: float = 1.0
     """Multiply each (clipped) utility by this before it enters the process channel."""
-    last_episode: str = "utility"
+    last_episode: Literal["utility", "zero"] = "utility"
     """What the last episode gets: ``utility`` (V_S - V_(S-1), like every other) or ``zero`` (the final
     step is left to the outcome reward, which sits on the same token)."""
     max_tokens_per_forward: int = 8192
@@ -72,7 +73,7 @@ class ProcessConfig:
     mc_prefixes: int = 0
     """monte_carlo / greedy_continuation: at most this many prefixes per response are estimated (evenly
     spaced, V_0 and the last always; the others repeat the value before them); 0 = every prefix."""
-    mc_v0: str = "group"
+    mc_v0: Literal["group", "sample"] = "group"
     """monte_carlo: where V_0 (the value of the bare prompt) comes from. ``group``: the mean reward of the
     other responses to the same prompt in the batch (leave-one-out; they are samples of the policy from
     that very prefix, so no continuation is generated for it; a prompt with one response falls back to

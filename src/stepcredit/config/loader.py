@@ -47,6 +47,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"config key {key}: expected a mapping, got {value!r}")
         return {str(k): _coerce(v, args[1], f"{key}.{k}") if args else v for k, v in value.items()}
+    if origin is typing.Literal:  # coerced to its values' type; __post_init__ names the valid values
+        return _coerce(value, type(args[0]), key)
     if tp is Any:
         return value
     if tp is bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from stepcredit.config.checks import _check
 from stepcredit.config.judge_template import check_judge_template
@@ -126,7 +126,7 @@ class RewardModelConfig:
 
     path: str = ""
     """Model directory (AutoModelForSequenceClassification or AutoModelForTokenClassification, one label)."""
-    kind: str = "auto"
+    kind: Literal["auto", "sequence", "token"] = "auto"
     """``sequence``, ``token`` or ``auto`` (from the model's architecture name)."""
     channel: str = "outcome"
     """``outcome`` (the score at the last valid token) is the only channel: a token model's per-token
@@ -138,7 +138,7 @@ class RewardModelConfig:
     """Longest prompt + response in tokens (the prompt is cut from the left)."""
     device: str = "cpu"
     """Device of the reward model (``cpu``, ``cuda``, ``cuda:1``)."""
-    worker: str = "inline"
+    worker: Literal["inline", "process"] = "inline"
     """``inline`` (in the calling process) or ``process`` (its own worker process, off the policy's device)."""
     threads: int = 1
     """torch threads of the worker process."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from stepcredit.config.checks import _check
 
@@ -30,7 +31,7 @@ class LossConfig:
     """Constant length L of seq-mean-token-sum-norm (Dr. GRPO); 0 = the padded length T (as verl)."""
     kl_in_reward: bool = False
     """Apply the KL as a penalty on token rewards (apply_kl_penalty) instead of as a loss term."""
-    kl_ctrl: str = "fixed"
+    kl_ctrl: Literal["fixed", "adaptive"] = "fixed"
     """KL coefficient controller: fixed, or adaptive (Ziegler et al. 2019)."""
     kl_target: float = 0.1
     """Adaptive KL controller: target KL."""
