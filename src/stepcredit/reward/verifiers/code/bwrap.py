@@ -79,6 +79,7 @@ from stepcredit.reward.verifiers.code.judging import (
     run_many,
     verdict,
 )
+from stepcredit.reward.verifiers.code.protocol import Op
 from stepcredit.reward.verifiers.code.session import _runner_source, _Session
 
 STARTUP_TIMEOUT_S = 20.0
@@ -193,7 +194,7 @@ class Sandbox:
             hello = session.recv(time.monotonic() + max(STARTUP_TIMEOUT_S, self.cfg.timeout_s))
         except SandboxFailure as e:
             return [CaseOutcome(SANDBOX_ERROR, str(e))] * len(cases)
-        if hello.get("op") != "hello":
+        if hello.get("op") != Op.HELLO:
             why = f"sandbox runner failed: {str(hello.get('message'))[:400]}"
             return [CaseOutcome(SANDBOX_ERROR, why)] * len(cases)
         outcomes: list[CaseOutcome] = []
@@ -230,13 +231,13 @@ class Sandbox:
         module = case.mode.module  # not "__main__" in call mode (CaseMode.module says why)
         session.send({"op": "case", "mode": "eval", "module": module})
         first = session.recv(deadline)
-        if first.get("op") != "ready":
+        if first.get("op") != Op.READY:
             return _classify(first, case, early=True)
 
         def ask(request: dict[str, Any]) -> dict[str, Any]:
             session.send({"op": "req", "r": request})
             msg = session.recv(deadline)
-            if msg.get("op") != "reply":
+            if msg.get("op") != Op.REPLY:
                 raise _CaseEnded(msg)
             raw = msg.get("r")
             try:
@@ -253,7 +254,7 @@ class Sandbox:
             return _classify(e.done, case, early=True)
         session.send({"op": "end"})
         done = session.recv(deadline)
-        if done.get("op") != "done":
+        if done.get("op") != Op.DONE:
             raise SandboxFailure(f"unexpected message from the sandbox runner: {str(done)[:200]}")
         # The verdict stands unless the case broke a limit meanwhile (too much output, a leftover).
         if done.get("leftover"):

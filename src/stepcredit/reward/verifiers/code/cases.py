@@ -57,7 +57,7 @@ class CaseMode(str, Enum):
     @property
     def module(self) -> str:
         """The program's ``__name__`` when the host calls into it: not ``__main__`` in call mode, so that a
-        LeetCode-style solution's own demo under ``if __name__ == "__main__"`` does not run (and block on stdin)."""
+        LeetCode-style solution's own demo under its ``__main__`` guard does not run (and block on stdin)."""
         return "solution" if self is CaseMode.CALL else "__main__"
 
 
@@ -231,19 +231,21 @@ def decode_plain(wire: Any, *, depth: int = 0) -> Any:
         return [decode_plain(v, depth=depth + 1) for v in wire]
     if t is dict and len(wire) == 1:
         ((tag, body),) = wire.items()
-        if tag == "f" and body in _FLOATS:
-            return _FLOATS[body]
-        if type(body) is list:
-            items = [decode_plain(v, depth=depth + 1) for v in body]
-            try:
-                if tag == "t":
-                    return tuple(items)
-                if tag == "s":
-                    return set(items)
-                if tag == "d" and all(type(p) is list and len(p) == 2 for p in items):
-                    return {k: v for k, v in items}
-            except TypeError as e:  # an unhashable set element or key
-                raise NotPlain(str(e)) from None
+        match tag:  # the tags encode_plain writes: float (nan, inf), tuple, set, dict (as pairs)
+            case "f" if body in _FLOATS:
+                return _FLOATS[body]
+            case _ if type(body) is list:
+                items = [decode_plain(v, depth=depth + 1) for v in body]
+                try:
+                    match tag:
+                        case "t":
+                            return tuple(items)
+                        case "s":
+                            return set(items)
+                        case "d" if all(type(p) is list and len(p) == 2 for p in items):
+                            return {k: v for k, v in items}
+                except TypeError as e:  # an unhashable set element or key
+                    raise NotPlain(str(e)) from None
     raise NotPlain(f"malformed value from the sandbox: {str(wire)[:80]}")
 
 

@@ -166,13 +166,14 @@ class SandboxServer:
             "stdout": str(done.get("out", "")),
             "stderr": str(done.get("err", "")),
         }
-        if done.get("timeout") or sig == 24:  # wall clock, or SIGXCPU: the CPU-time limit
+        timed_out = bool(done.get("timeout") or sig == 24)  # wall clock, or SIGXCPU: the CPU-time limit
+        if timed_out:
             run.update(status="TimeLimitExceeded", return_code=None)
         elif done.get("overflow"):
             run.update(return_code=-9, stderr=run["stderr"] + "\n[stepcredit] output limit exceeded")
         elif sig:
             run["return_code"] = -int(sig)
-        ok = run["status"] == "Finished" and run["return_code"] == 0
+        ok = not timed_out and run["return_code"] == 0
         reply: dict[str, Any] = {"status": "Success" if ok else "Failed", "message": ""}
         reply["compile_result"] = None
         reply.update(run_result=run, executor_pod_name=None, files={})
@@ -213,17 +214,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
-        if self.path.split("?")[0] == "/v1/ping":
-            self._send(200, "pong")
-        else:
-            self._send(404, _error(f"no such endpoint: GET {self.path[:100]}"))
+        match self.path.split("?")[0]:
+            case "/v1/ping":
+                self._send(200, "pong")
+            case _:
+                self._send(404, _error(f"no such endpoint: GET {self.path[:100]}"))
 
     def do_POST(self) -> None:
+        match self.path.split("?")[0]:
+            case "/run_code":
+                self._run_code()
+            case _:
+                self.close_connection = True
+                self._send(404, _error(f"no such endpoint: POST {self.path[:100]} (use /run_code)"))
+
+    def _run_code(self) -> None:
         owner = self.server.owner
-        if self.path.split("?")[0] != "/run_code":
-            self.close_connection = True
-            self._send(404, _error(f"no such endpoint: POST {self.path[:100]} (use /run_code)"))
-            return
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:

@@ -28,6 +28,7 @@ from stepcredit.reward.verifiers.code.cases import (
     parse_tests,
     values_match,
 )
+from stepcredit.reward.verifiers.code.protocol import Op
 
 PASSED, FAILED, TIMEOUT, ERROR, SANDBOX_ERROR = "passed", "failed", "timeout", "error", "sandbox_error"
 _SKIPPED = "skipped after an earlier failure"
@@ -133,7 +134,7 @@ def judge_report(
         return out
     calls = _calls(case)
     replies = done.get("replies")
-    clean = done.get("op") == "done" and done.get("exit") == 0 and not done.get("sig")
+    clean = done.get("op") == Op.DONE and done.get("exit") == 0 and not done.get("sig")
     clean = clean and not (done.get("timeout") or done.get("overflow") or done.get("leftover"))
     if not clean or not isinstance(replies, list) or len(replies) < len(calls):
         return _classify(done, case, early=True)
@@ -200,7 +201,7 @@ def _timed(out: CaseOutcome, t0: float) -> CaseOutcome:
 
 def _classify(done: dict[str, Any], case: TestCase, *, early: bool) -> CaseOutcome:
     """The verdict from the runner's ``done`` report; ``early``: the case ended before its test finished."""
-    if done.get("op") != "done":
+    if done.get("op") != Op.DONE:
         raise SandboxFailure(f"unexpected message from the sandbox runner: {str(done)[:200]}")
     if done.get("leftover"):
         return CaseOutcome(SANDBOX_ERROR, "processes of the case could not be killed")

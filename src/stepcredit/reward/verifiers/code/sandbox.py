@@ -57,6 +57,10 @@ __all__ = [  # the names callers imported from here before the split (the execut
 ]
 
 
+_ALL_CASES = {"all": True, "fraction": False}
+"""``reward.sandbox.scoring`` -> whether a program must pass every case to score (else the fraction passed)."""
+
+
 def aggregate(outcomes: Sequence[CaseOutcome], *, scoring: str) -> RewardResult:
     """Turn case verdicts into one reward; any sandbox failure makes the whole result ``sandbox_error``."""
     info: dict[str, Any] = {"cases": [o.to_json() for o in outcomes]}
@@ -64,7 +68,7 @@ def aggregate(outcomes: Sequence[CaseOutcome], *, scoring: str) -> RewardResult:
     if bad:
         return RewardResult.failure(Status.SANDBOX_ERROR, bad[0].message, **info)
     n_pass = sum(o.status == PASSED for o in outcomes)
-    if scoring == "all":
+    if _ALL_CASES.get(scoring, False):
         score = 1.0 if outcomes and n_pass == len(outcomes) else 0.0
     else:
         score = n_pass / len(outcomes) if outcomes else 0.0
@@ -124,7 +128,7 @@ def score_code_batch(
             for i in where:
                 results[i] = RewardResult.failure(Status.SANDBOX_ERROR, why)
         else:
-            verdicts = sb.check_many(jobs, stop_on_failure=cfg.scoring == "all")
+            verdicts = sb.check_many(jobs, stop_on_failure=_ALL_CASES[cfg.scoring])
             for i, (code, _), outs in zip(where, jobs, verdicts, strict=True):
                 res = aggregate(outs, scoring=cfg.scoring)
                 res.extracted = code

@@ -43,8 +43,11 @@ from stepcredit.reward.verifiers.math.extract import (
 from stepcredit.reward.verifiers.math.fast import fast_verdict
 from stepcredit.reward.verifiers.math.mv import (
     _MV_REGEX_MAX_CHARS,
+    _fitted_readings,
     _mv_first_number,
+    _mv_group_matches,
     _mv_parse,
+    _mv_parse_cached,
     _mv_parse_text,
     _mv_sure_false,
     _plain_number,
@@ -60,8 +63,11 @@ __all__ = [
     "_MV_REGEX_MAX_CHARS",
     "Anchor",
     "Mode",
+    "_fitted_readings",
     "_mv_first_number",
+    "_mv_group_matches",
     "_mv_parse",
+    "_mv_parse_cached",
     "_mv_parse_text",
     "_mv_sure_false",
     "_plain_number",

@@ -112,7 +112,7 @@ def last_boxed(text: str) -> tuple[int, str] | None:
     matches = list(_BOXED_RE.finditer(text))
     for m in reversed(matches):
         end = m.end()
-        if end < len(text) and text[end] == "{":
+        if text.startswith("{", end):
             got = _balanced(text, end)
             if got is not None:
                 return m.start(), got[0]
@@ -324,7 +324,7 @@ def _boxes(body: str) -> list[str]:
     out = []
     for m in _BOXED_RE.finditer(body):
         end = m.end()
-        if end < len(body) and body[end] == "{":
+        if body.startswith("{", end):
             got = _balanced(body, end)
             if got is not None:
                 out.append(got[0])

@@ -249,31 +249,31 @@ where a hung reading is killed."""
 
 
 @functools.lru_cache(maxsize=1)
-def _mv_pattern_groups() -> tuple[tuple[tuple[Any, str, Any], ...], ...]:
+def _mv_pattern_groups() -> tuple[tuple[tuple[Any, bool, Any], ...], ...]:
     """math-verify's own extraction regexes for its default configuration (``LatexExtractionConfig`` +
-    ``ExprExtractionConfig``), grouped by priority, strongest first: (pattern, ``latex`` or ``expr``,
+    ``ExprExtractionConfig``), grouped by priority, strongest first: (pattern, whether it is a LaTeX one,
     the extraction target its ``extract_match`` takes)."""
     try:
         from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, get_extraction_regexes
     except ImportError:  # another layout: no shortcut, math-verify decides everything it is asked
         return ()
-    by_priority: dict[int, list[tuple[Any, str, Any]]] = {}
+    by_priority: dict[int, list[tuple[Any, bool, Any]]] = {}
     for patterns, target in get_extraction_regexes((LatexExtractionConfig(), ExprExtractionConfig())):
-        kind = "latex" if isinstance(target, LatexExtractionConfig) else "expr"
+        is_latex = isinstance(target, LatexExtractionConfig)
         for pattern, priority in patterns:
-            by_priority.setdefault(priority, []).append((pattern, kind, target))
+            by_priority.setdefault(priority, []).append((pattern, is_latex, target))
     return tuple(tuple(by_priority[k]) for k in sorted(by_priority))
 
 
 @functools.lru_cache(maxsize=64)
-def _mv_group_matches(text: str, index: int) -> tuple[tuple[Any, str, Any], ...]:
+def _mv_group_matches(text: str, index: int) -> tuple[tuple[Any, bool, Any], ...]:
     """The matches of priority group ``index`` in ``text`` in the order math-verify tries them
     (``extract_target_from_pred``: the match that ends last first, the earliest start on a tie, and
     otherwise the order of its patterns). Cached for the last texts: the fast path's shortcut and the
     slow path's reading (:func:`_mv_parse_text`) of one response run the regexes once."""
     found = [
-        (m, kind, target)
-        for pattern, kind, target in _mv_pattern_groups()[index]
+        (m, is_latex, target)
+        for pattern, is_latex, target in _mv_pattern_groups()[index]
         for m in pattern.finditer(text)
     ]
     return tuple(sorted(found, key=lambda x: (x[0].end(), -x[0].start()), reverse=True))
@@ -327,11 +327,11 @@ def _mv_first_number(text: str) -> tuple[Fraction | complex, bool, str, bool] | 
         ordered = _mv_group_matches(text, index)
         if not ordered:
             continue
-        m, kind, _ = ordered[0]
+        m, is_latex, _ = ordered[0]
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
         if any("percent" in k for k in groups):
             return None
-        if kind == "latex":
+        if is_latex:
             latex = [(k, v) for k, v in groups.items() if "_latex" in k]
             if len(latex) != 1 or latex[0][0].endswith("latexBoxed"):
                 return None
@@ -351,7 +351,7 @@ def _mv_first_number(text: str) -> tuple[Fraction | complex, bool, str, bool] | 
         got = _plain_number(content)
         if got is not None:
             return got[0], got[1], content.strip(), chain
-        const = _mv_const(content) if kind == "latex" else None
+        const = _mv_const(content) if is_latex else None
         return None if const is None else (const, False, content.strip(), chain)
     return None
 
@@ -489,6 +489,10 @@ _SET_VALUE_RE = re.compile(
 )
 
 
+_OPEN_END = {"(": True, ")": True, "[": False, "]": False}
+"""An interval's bracket -> whether that end is open."""
+
+
 def _set_reading(s: str) -> tuple[Any, ...] | None:
     """math-verify's reading of ``$s$`` (``parse``: the expression, then the text it matched, with
     ``\\left``/``\\right`` dropped and ``\\dfrac``/``\\tfrac`` spelt ``\\frac`` as its normalisation does)
@@ -519,7 +523,7 @@ def _set_reading(s: str) -> tuple[Any, ...] | None:
             parts.append(sympy.Tuple(*items))
             continue
         a, b = items
-        lo, ro = left == "(", right == ")"
+        lo, ro = _OPEN_END[left], _OPEN_END[right]
         if (lo and ro and b <= a) or (not lo and not ro and b < a):
             parts.append(sympy.Tuple(a, b))
         else:
