@@ -345,6 +345,10 @@ def _sweep(child):
     return status, 1
 
 
+_ANSWERING_MODES = ("calls", "eval")
+"""Case modes whose child answers the host over its own request/reply pipes (stdio only prints)."""
+
+
 class Runner:
     def __init__(self, limits):
         self.limits = limits
@@ -360,14 +364,14 @@ class Runner:
     def recv(self):
         return _read_frame(0, self.inbuf)
 
-    def case(self, msg):
+    def case(self, msg):  # mode: stdio, calls (answered in order), eval (a live test's requests)
         _clean_tmp()
         mode = msg["mode"]
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         req_r, req_w, rep_r, rep_w = -1, -1, -1, -1
-        if mode != "stdio":
+        if mode in _ANSWERING_MODES:
             req_r, req_w = os.pipe()
             rep_r, rep_w = os.pipe()
         t0 = time.monotonic()
@@ -558,12 +562,14 @@ def main():
         os.write(1, (_json({"op": "failed", "message": f"{type(e).__name__}: {e}"}) + "\n").encode())
         os._exit(RUNNER_FAILED)
     runner.send({"op": "hello"})
+    handlers = {"case": runner.case}  # the host's messages between cases (others are ignored)
     while True:
         msg = runner.recv()
         if msg is None:
             break
-        if msg.get("op") == "case":
-            runner.case(msg)
+        handle = handlers.get(msg.get("op"))
+        if handle is not None:
+            handle(msg)
     os._exit(0)
 
 

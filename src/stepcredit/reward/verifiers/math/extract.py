@@ -92,7 +92,7 @@ def strip_think(text: str, *, strict: bool) -> str | None:
 
 
 def _balanced(text: str, start: int) -> tuple[str, int] | None:
-    """The content of the brace group opening at ``text[start] == '{'`` and the index after it."""
+    """The content of the brace group opening at ``text[start]`` (a ``{``) and the index after it."""
     depth = 0
     for i in range(start, len(text)):
         c = text[i]
@@ -224,7 +224,7 @@ def _joinable(content: str) -> bool:
     parts = parsed.items if isinstance(parsed, Seq) else (parsed,)
     for part in parts:
         if isinstance(part, Relation) and not (
-            all(op == "=" for op in part.ops) and len(part.parts) == 2 and is_simple_lhs(part.parts[0])
+            set(part.ops) <= {"="} and len(part.parts) == 2 and is_simple_lhs(part.parts[0])
         ):
             return False
     return True
