@@ -330,19 +330,6 @@ def get_reward_model(cfg: RewardModelConfig) -> RewardModel | RewardModelWorker:
     return WORKERS[cfg.worker](cfg)
 
 
-def score_samples(
-    samples: list[Sample], responses: list[str], cfg: RewardModelConfig | None = None
-) -> list[RewardResult]:
-    """Batch form for the rewarder: ``(samples, responses) -> results``."""
-    cfg = cfg or RewardModelConfig()
-    if not cfg.path:
-        raise ConfigError(
-            "rows with reward_model.style=model need reward.reward_model.path (a model directory)"
-        )
-    rm = get_reward_model(cfg)
-    return rm.score([s.prompt for s in samples], responses)
-
-
 class RewardModelScorer:
     """The rewarder's scorer for rows with ``reward_model.style: model`` (the model loads on first use)."""
 

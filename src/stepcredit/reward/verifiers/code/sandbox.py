@@ -143,20 +143,6 @@ def score_code_batch(
     return final
 
 
-def compute_score(
-    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
-) -> RewardResult:
-    """VeRL's signature: the code reward with the default (or ``cfg=``) sandbox settings."""
-    return score_code(solution_str, ground_truth, cfg=kwargs.get("cfg"))
-
-
-def score_samples(
-    samples: list[Sample], responses: list[str], cfg: SandboxConfig | None = None
-) -> list[RewardResult]:
-    """Batch form for the rewarder: ``(samples, responses) -> results``."""
-    return score_code_batch(responses, [s.ground_truth for s in samples], cfg=cfg)
-
-
 # ------------------------------------------------------------------------------------ routing
 class CodeScorer:
     """The rewarder's scorer for code rows: one executor (``cfg.backend``), its concurrency bound shared by
