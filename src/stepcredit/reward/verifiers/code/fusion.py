@@ -93,8 +93,8 @@ os._exit(0)
 
 def _driver(program: str, *, precomputed: bool, module: str, items: list[Any], mark: bytes) -> str:
     """The driver program: ``items`` are calls known in advance (``precomputed``) or a live test's requests."""
-    msg = {"precomputed": precomputed, "module": module, "items": items}
-    msg = base64.b64encode(marshal.dumps(msg, 4)).decode()
+    fields = {"precomputed": precomputed, "module": module, "items": items}
+    msg = base64.b64encode(marshal.dumps(fields, 4)).decode()
     return _DRIVER % {"runner": _runner_source(), "msg": msg, "source": program, "mark": mark}
 
 
