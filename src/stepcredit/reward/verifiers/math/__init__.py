@@ -32,7 +32,6 @@ from stepcredit.reward.verifiers.latex import normalize
 from stepcredit.reward.verifiers.math.extract import (
     MODES,
     Anchor,
-    Mode,
     extract_answer,
     extract_gold,
     last_boxed,
@@ -62,7 +61,6 @@ __all__ = [
     "MODES",
     "_MV_REGEX_MAX_CHARS",
     "Anchor",
-    "Mode",
     "_fitted_readings",
     "_mv_first_number",
     "_mv_group_matches",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Any, Literal
+from typing import Any
 
 from stepcredit.reward.verifiers.latex import (
     Relation,
@@ -15,7 +15,6 @@ from stepcredit.reward.verifiers.latex import (
 )
 
 MODES = ("strict", "flexible")
-Mode = Literal["strict", "flexible"]
 _STRICT = {"strict": True, "flexible": False}
 """Whether a mode needs an explicit answer marker (an unknown mode reads as ``flexible`` here; the verifier rejects it)."""
 
