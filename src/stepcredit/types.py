@@ -140,7 +140,6 @@ _BATCH_TENSORS = (
     "response_mask_BT",
     "behaviour_logp_BT",
     "truncated_B",
-    "ref_logp_BT",
     "values_BT",
 )
 
@@ -175,7 +174,6 @@ class Batch:
     """RL steps completed by the weights that generated this batch (staleness = steps since)."""
     policy_updates: int = 0
     """Optimiser steps taken by the weights that generated this batch (has the policy moved since?)."""
-    ref_logp_BT: torch.Tensor | None = None
     values_BT: torch.Tensor | None = None
     rewards: list[RewardResult] | None = None
     episode_ends: list[list[int]] | None = None
@@ -220,7 +218,6 @@ class Batch:
             truncated_B=pick(self.truncated_B),
             policy_version=self.policy_version,
             policy_updates=self.policy_updates,
-            ref_logp_BT=pick(self.ref_logp_BT),
             values_BT=pick(self.values_BT),
             rewards=pick(self.rewards),
             episode_ends=pick(self.episode_ends),
@@ -293,7 +290,6 @@ class Batch:
             truncated_B=torch.cat([b.truncated_B for b in parts]),
             policy_version=min(b.policy_version for b in parts),
             policy_updates=min(b.policy_updates for b in parts),
-            ref_logp_BT=cat_opt("ref_logp_BT"),
             values_BT=cat_opt("values_BT"),
             rewards=cat_list("rewards"),
             episode_ends=cat_list("episode_ends"),

@@ -344,26 +344,13 @@ def test_backend_config_is_checked() -> None:
 
 # ------------------------------------------------------------------------- a training run through it
 @pytest.mark.slow
-def test_multidomain_train_run_through_the_server(server: SandboxServer, tmp_path: Path) -> None:
+def test_multidomain_train_run_through_the_server(
+    server: SandboxServer, tmp_path: Path, tiny_train: list[str]
+) -> None:
     from stepcredit.cli.main import main
 
-    tiny = [
-        "model.tiny.hidden_size=32",
-        "model.tiny.num_layers=1",
-        "model.tiny.intermediate_size=64",
-        "data.train_size=32",
-        "data.val_size=4",
-        "rollout.prompts_per_step=4",
-        "rollout.n=2",
-        "rollout.max_new_tokens=16",
-        "trainer.threads=1",
-        "trainer.progress=false",
-        "trainer.tensorboard=false",
-        "sft.steps=2",
-        "trainer.steps=2",
-        "trainer.val_every=0",
-        "trainer.save_every=0",
-    ]
+    tiny = [*tiny_train, "data.train_size=32", "sft.steps=2", "trainer.steps=2", "trainer.val_every=0"]
+    tiny.append("trainer.save_every=0")
     # The wiring: the start-up probe goes through the service and the code domain's metrics come out
     # with no sandbox_error. (A model this small writes no fenced code yet, so equal scores on executed
     # programs are checked through the Rewarder above, not here.)

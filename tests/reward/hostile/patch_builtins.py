@@ -1,6 +1,6 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
 # expect: ok error
-# tests: {"assert_case": ["assert solve(3) == 42", "assert solve(5) == 99"]}
+# tests: solve
 # Patches builtins, json/marshal and os.write, and forges protocol lines on every descriptor.
 import builtins
 import json

@@ -1,6 +1,6 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
 # expect: error
-# tests: {"fn_name": "solve", "inputs": [[3], [5]], "outputs": [42, 99]}
+# tests: solve
 # Compiling it raises MemoryError (__DEEP_NEG__ is replaced by thousands of unary operators): the program's fault.
 
 

@@ -1,6 +1,6 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
 # expect: ok error
-# tests: {"inputs": ["3", "5"], "outputs": ["PWNED", "PWNED"]}
+# tests: solve
 # Walks every frame, the gc heap and the runner's globals for a nonce, expected values or the assert text and answers with what it finds.
 import gc
 import sys
@@ -35,6 +35,3 @@ def solve(x=0):
         if type(v) is int or (type(v) is str and v.isupper()):
             return v
     return "nothing"
-
-
-print(solve(int(input() or 0)))

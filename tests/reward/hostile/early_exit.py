@@ -1,6 +1,6 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
 # expect: ok error timeout
-# tests: {"assert_case": ["assert solve(3) == 42", "assert solve(5) == 99"]}
+# tests: solve
 # Ends the case early and 'successfully': os._exit(0) in solve, exec of a succeeding process, exits from threads and atexit hooks.
 import atexit
 import os

@@ -1,6 +1,6 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
 # expect: ok error
-# tests: {"assert_case": ["assert solve(3) == 42", "assert solve(5) == 99"]}
+# tests: solve
 # Reads every file it can reach in the sandbox (spec, runner, /proc of pid 1) for expected values.
 import glob
 import re

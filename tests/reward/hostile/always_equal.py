@@ -1,6 +1,6 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
 # expect: ok error
-# tests: {"inputs": ["3", "5"], "outputs": ["PWNED", "PWNED"]}
+# tests: solve
 # Answers with objects that equal everything: a plain class, an int subclass, a fake __class__, nested in a list.
 import sys
 
@@ -50,5 +50,3 @@ def solve(x=0):
 
 
 sys.stdout = Anything()
-
-print(solve(int(input() or 0)))
