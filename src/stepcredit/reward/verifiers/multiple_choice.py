@@ -56,7 +56,8 @@ _LEAD = (
 _FIRST_RE = re.compile(_LEAD + _LETTER, re.IGNORECASE)
 _JOIN = r"(?:,|/|&|\bor\b|\band\b|\bnor\b|\+|\bvs\.?|\bversus\b|\bas\s+well\s+as\b|\bthen\b)"
 _MORE_RE = re.compile(r"^[ \t]*[.):]?[ \t]*" + _JOIN + r"[ \t]*(?:(?:option|choice)[ \t]+)?" + _LETTER)
-_LETTERS_ONLY_RE = re.compile(r"^[\(\[]?([A-Z](?:\s*[,/&]?\s*[A-Z])+)[\)\]]?\.?$")
+# "\s*(?:[,/&]\s*)?", not "\s*[,/&]?\s*": the same strings, but a long run of spaces splits one way only
+_LETTERS_ONLY_RE = re.compile(r"^[\(\[]?([A-Z](?:\s*(?:[,/&]\s*)?[A-Z])+)[\)\]]?\.?$")
 # a word after a bare "A" or "I" that still reads as an option letter ("A or B", "I because ...")
 _JOIN_WORDS = frozenset(
     [
@@ -122,6 +123,7 @@ _ALONE_RE = (
     )
 )
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE_RE = re.compile(r"[{}]")
 _MARKUP_RE = re.compile(
     r"\\(?:text|textbf|mathrm|mathbf|mbox|textit|mathit|operatorname|bf|it|rm)\s*\{([^{}]*)\}"
 )
@@ -138,14 +140,23 @@ _NEGATIVE_RE = re.compile(
 
 def _box_contents(text: str) -> list[tuple[int, str]]:
     """(position, content) of every ``\\boxed{...}`` with balanced braces."""
+    boxes = list(_BOXED_RE.finditer(text))
+    if not boxes:
+        return []
+    # each brace's partner in one pass (a box's content ends at the partner of its opening brace), so
+    # many unclosed boxes cost no more than one
+    partner: dict[int, int] = {}
+    open_at: list[int] = []
+    for b in _BRACE_RE.finditer(text, boxes[0].end() - 1):
+        if b.group() == "{":
+            open_at.append(b.start())
+        elif open_at:
+            partner[open_at.pop()] = b.start()
     out = []
-    for m in _BOXED_RE.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            out.append((m.start(), text[m.end() : i - 1]))
+    for m in boxes:
+        end = partner.get(m.end() - 1)
+        if end is not None:
+            out.append((m.start(), text[m.end() : end]))
     return out
 
 
@@ -298,6 +309,7 @@ _WEAK_KEYS = (*_WEAK_WORDS, ")")
 # The characters other than A-Z and a-z that IGNORECASE matches to an ASCII letter; ``str.lower`` leaves
 # some of them alone (and turns U+0130 into two characters), so a text holding one is read unfiltered.
 _FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
+_SCAN_WHOLE_BELOW = 160  # characters: below this a scan of the whole text is cheaper than finding stretches
 
 
 def _stretches_from_end(
@@ -370,7 +382,10 @@ def extract_choice(
             if got:
                 box = (pos, got)
     box_pos = box[0] if box is not None else -1
-    low = None if not text.isascii() and any(c in text for c in _FOLDS_TO_ASCII) else text.lower()
+    # ``low`` None: the patterns scan the whole text, which is what the stretches stand for: a short text
+    # costs less that way, and one holding a character IGNORECASE folds to ASCII must be read so
+    whole = len(text) < _SCAN_WHOLE_BELOW or (not text.isascii() and any(c in text for c in _FOLDS_TO_ASCII))
+    low = None if whole else text.lower()
     # weak phrases count only after the line of the last answer phrase that names no option
     strong_end: int | None = None
     spans = (
