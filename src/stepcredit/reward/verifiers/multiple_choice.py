@@ -23,7 +23,10 @@ C", "A, C", ``\\boxed{AC}``) is wrong (score 0, ``info["multiple"]``), never a l
 is ``unparseable``: the verifier abstains rather than guess.
 
 Every pattern is compiled once and runs in time linear in the response (no nested unbounded repeats; a
-phrase's rest of line is read at most ``_REST`` characters far).
+phrase's rest of line is read at most ``_REST`` characters far; box braces are paired in one pass). The
+reading goes from the end and stops at the first phrase that names an option; a pattern runs only over
+the stretches of the text that can hold one of its matches (see ``_stretches_from_end``), which gives
+the same extractions as scanning the whole text (``tests/reward/verifiers/test_mc_speed.py``).
 
 The key is ``reward_model.ground_truth``: a letter (``"C"``, ``"(C)"``), a 0-based index (MMLU's
 ``answer`` field), the option's text, or a dict with ``answer`` (and ``options``). The options, when
@@ -292,6 +295,7 @@ _PHRASE_KEYS = (
 )
 _PHRASE_STOPS = ("\n", ".", ",", "(", ")", "*", "$", ";", "?", "!")
 _PHRASE_STOP_RE = re.compile(r"[\n.,()*$;?!]")
+_NEWLINE_RE = re.compile(r"\n")
 # A weak phrase's first word ("corresponds to", "which is", ...); the other kind ("... is (B)") needs a line
 # that ends with a bracket.
 _WEAK_WORDS = (
@@ -363,9 +367,6 @@ def _lines_from_end(text: str, low: str, keys: tuple[str, ...], start: int) -> I
     """(first, end) of each line of ``text[start:]`` that holds one of ``keys`` in ``low``, the last first
     (the first line begins at ``start``)."""
     return _stretches_from_end(low, keys, ("\n",), _NEWLINE_RE, start)
-
-
-_NEWLINE_RE = re.compile(r"\n")
 
 
 def extract_choice(
