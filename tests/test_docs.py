@@ -129,3 +129,15 @@ def test_the_checker_sees_a_wrong_flag() -> None:
         "unknown subcommand 'trian'",
     ]
     assert wrong_commands("```\nstepcredit eval --model tiny --data arith --n 4\n```") == []
+
+
+def test_config_doc_lists_every_value_estimator(capsys: pytest.CaptureFixture[str]) -> None:
+    # `stepcredit config` prints each field's docstring; the estimator list there is written by hand
+    from stepcredit.cli.main import main
+    from stepcredit.process import VALUE_ESTIMATORS
+
+    assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    doc = out[: out.index("  value_estimator:")].rsplit("  enabled:", 1)[1]
+    missing = [name for name in VALUE_ESTIMATORS if f"``{name}``" not in doc]
+    assert not missing, f"process.value_estimator's doc misses {missing}"
