@@ -41,7 +41,7 @@ def test_extending_examples_run(page: Path, tmp_path: Path) -> None:
     script.write_text("\n\n".join(code_blocks(page.read_text(), "python")))
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, f"{page.name}'s example failed:\n{proc.stderr[-3000:]}"
 
