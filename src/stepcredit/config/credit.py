@@ -14,9 +14,11 @@ class ProcessConfig:
     enabled: bool = False
     """Compute training-free process rewards (V(prefix) at episode ends) during rollout."""
     value_estimator: str = "forced_answer_logprob"
-    """How V(prefix) is estimated: ``forced_answer_logprob`` (the policy's own log-prob of the gold
-    answer), ``monte_carlo`` (VinePPO: mean verifier reward of sampled continuations) or
-    ``greedy_continuation`` (the verifier's score of one greedy continuation)."""
+    """How V(prefix) is estimated (``stepcredit.process.VALUE_ESTIMATORS``): ``forced_answer_logprob`` (the
+    policy's own log-prob of the gold answer), ``monte_carlo`` (VinePPO: mean verifier reward of sampled
+    continuations), ``greedy_continuation`` (the verifier's score of one greedy continuation), ``tree``
+    (a tree rollout's node values: mean outcome of the leaves below; needs ``rollout.mode=tree``) or
+    ``step_oracle`` (exact step values of ``arith``)."""
     strategy: str = "packed"
     """Execution of forced_answer_logprob (same values): ``packed`` (in training: only the suffixes, over
     the rollout's own cache; elsewhere ``packed_single`` for short responses, ``kv_packed`` for long),
