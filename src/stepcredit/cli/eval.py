@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 
     from stepcredit.models import load_policy
     from stepcredit.reward import build_rewarder
-    from stepcredit.rollout import generate
+    from stepcredit.rollout import engines, generate
     from stepcredit.trainer.validate import is_correct
 
     torch.set_num_threads(cfg.trainer.threads)
@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     seed = cfg.trainer.seed if args.seed is None else args.seed
     t_load = time.perf_counter()
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
+    engines.bind(model, engines.build_engine(cfg, model, tok))  # rollout.engine generates, as in training
     load_s = time.perf_counter() - t_load
     stem = Path(args.data).stem if args.data not in BUILTIN_DATA else args.data
     out = args.out or Path("eval") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
