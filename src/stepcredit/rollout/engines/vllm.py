@@ -48,6 +48,21 @@ def _env_defaults(kv_cache_gib: int) -> None:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
+def _check_cpu_head_size(config: Any) -> None:
+    """vLLM's CPU attention kernels exist for a fixed set of head sizes: fail at start-up, not at the
+    first generation."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        raise ConfigError(
+            f"config key rollout.engine: vllm's CPU attention supports head sizes {', '.join(map(str, sizes))}; "
+            f"the policy's is {head} (hidden_size {config.hidden_size} / {config.num_attention_heads} heads: "
+            "for the tiny model set model.tiny.num_heads or hidden_size)"
+        )
+
+
 class VLLMEngine:
     """A vLLM copy of the policy that follows the trainer's weights."""
 
@@ -73,6 +88,8 @@ class VLLMEngine:
         self.pushes = 0
         """Weight pushes so far (tests and metrics read it)."""
         arch = (getattr(model.config, "architectures", None) or [type(model).__name__])[0]
+        if self.device.type == "cpu":
+            _check_cpu_head_size(model.config)
         with tempfile.TemporaryDirectory(prefix="stepcredit-vllm-") as d:
             model.save_pretrained(d)  # the weights as they are now: no file outlives the engine's start
             try:
