@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 pytest.importorskip("verl")
 pytest.importorskip("ray")
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 pytest.importorskip("verl")
 
 from omegaconf import OmegaConf

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue")
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 pytest.importorskip("verl")
 
 from stepcredit.advantages import AdvantageInputs, compute_advantages
