@@ -98,7 +98,7 @@ bench: setup-test
 	  echo "== $$b"; $(PY) $$b --json || exit 1; done
 
 bench-engines: setup-vllm
-	cd benchmarks && ../$(VENV_VLLM)/bin/python rollout_engines.py --json $(ARGS)
+	$(VENV_VLLM)/bin/python benchmarks/rollout_engines.py --json $(ARGS)
 
 TRL_PYTHON ?= /tmp/trlvenv/bin/python
 bench-trl:
