@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 pytest.importorskip("verl")
 pytest.importorskip("ray")
 
@@ -32,6 +31,8 @@ from stepcredit.data.arith import make_rows
 from stepcredit.data.prepare import write_parquet
 from stepcredit.integrations.verl import cpu
 from stepcredit.models import build_tiny
+
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 
 ROOT = Path(__file__).resolve().parents[2]
 

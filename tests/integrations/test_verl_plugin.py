@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 pytest.importorskip("verl")
 
 from omegaconf import OmegaConf
@@ -25,6 +24,8 @@ from stepcredit.errors import ConfigError
 from stepcredit.integrations.verl.config import algorithm_config
 from stepcredit.integrations.verl.estimators import group_ids, verl_advantages
 from stepcredit.integrations.verl.plugin import version_ok
+
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 
 
 def test_import_verl_alone_registers_everything() -> None:

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import torch
 
-pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue")
 
@@ -25,6 +24,8 @@ from verl.workers.engine.utils import prepare_micro_batches
 
 import stepcredit.integrations.verl.trainer as trainer_mod
 from stepcredit.integrations.verl.process import ValueProbe, probe_batch_size, probe_cost
+
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 
 
 class FakeTQ:

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 pytest.importorskip("verl")
 
 from stepcredit.advantages import AdvantageInputs, compute_advantages
@@ -29,6 +28,8 @@ from stepcredit.process import compute_prefix_values, process_channel
 from stepcredit.reward import apply_failure_policy
 from stepcredit.trainer.update import reward_channels
 from stepcredit.types import Batch, RewardResult, Sample, Status
+
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 
 ROWS = [  # (prompt, response, gold answer); two prompts, two responses each
     ("What is 3 + 4?", "First, add 3 and 4. So we get 7. Therefore the answer is 7.", "7"),

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 pytest.importorskip("verl")
 
 from omegaconf import OmegaConf
@@ -23,6 +22,8 @@ from stepcredit.cli.main import main as cli_main
 from stepcredit.integrations.verl.reward_manager import EXTRA_KEYS, StepCreditRewardManager, result_of
 from stepcredit.models import build_tokenizer
 from stepcredit.types import Status
+
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
 
 MATH_ROWS = [
     {"data_source": "openai/gsm8k", "response": "3 + 4 = 7 apples.\n#### 7", "ground_truth": "7"},

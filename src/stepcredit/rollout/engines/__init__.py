@@ -78,7 +78,25 @@ class Engine(Protocol):
     """The engine holds its own copy of the weights (which must follow the trainer's), rather than
     running the trainer's model."""
 
-    def generate(self, model: Any, tok: Any, samples: list[Sample], **kwargs: Any) -> Batch: ...
+    def generate(
+        self,
+        model: Any,
+        tok: Any,
+        samples: list[Sample],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        group_offset: int = 0,
+        with_logprobs: bool = True,
+        policy_version: int = 0,
+        keep_cache: bool = False,
+        logprobs_from_sampling: bool = False,
+        times: dict[str, float] | None = None,
+    ) -> Batch:
+        """The batch of :func:`stepcredit.rollout.generate` (its arguments, its meaning)."""
+        ...
 
     def sample(
         self,
