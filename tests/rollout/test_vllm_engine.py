@@ -157,17 +157,18 @@ def test_generate_through_the_bound_engine(policy: Any) -> None:
     ]
     engines.bind(model, engine)
     try:
-        b = generate(model, tok, samples, n=4, max_new_tokens=12, group_offset=5)
+        b = generate(model, tok, samples, n=4, max_new_tokens=12, temperature=0.7, group_offset=5)
     finally:
         engines.unbind(model)
     assert len(b) == 12 and b.group_B.tolist() == [5] * 4 + [6] * 4 + [7] * 4
     assert b.engine_logp_BT is not None and b.behaviour_logp_BT is not None
     mask = b.response_mask_BT
-    # the trainer's pass over vLLM's tokens (behaviour) against vLLM's own numbers
+    # the trainer's pass over vLLM's tokens (behaviour) against vLLM's own numbers, both under
+    # softmax(logits / 0.7) (vLLM's processed log-probs: after temperature)
     assert float((b.engine_logp_BT - b.behaviour_logp_BT)[mask].abs().max()) < 1e-4
     ids = torch.cat([b.prompt_ids_BP, b.response_ids_BT], 1)
     att = torch.cat([b.prompt_mask_BP, mask], 1).long()
-    ref, _ = token_logprobs(model, ids, att, n_response=mask.shape[1], temperature=1.0)
+    ref, _ = token_logprobs(model, ids, att, n_response=mask.shape[1], temperature=0.7)
     assert torch.allclose(ref[mask], b.behaviour_logp_BT[mask], atol=1e-5)
     assert b.texts == [
         tok.decode(r[m].tolist(), skip_special_tokens=True)
