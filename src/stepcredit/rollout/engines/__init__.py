@@ -52,7 +52,7 @@ class SamplingSpec:
     kept, as vLLM keeps it in its token ids)."""
     seed: int | None = None
     """Seed of this call's draws (context i uses ``seed + i`` in vLLM, one seeded stream here); None =
-    the engine's running random state."""
+    torch's global random stream (``hf`` draws from it, ``vllm`` draws its seed from it)."""
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1:

@@ -168,13 +168,16 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         self.sync(model)
+        # unseeded calls draw their seed from torch's global stream, which checkpoints save and restore:
+        # a resumed run samples what the uninterrupted one did (vLLM's own generator is not saved)
+        seed = int(torch.randint(0, 2**31 - 1, (1,))) if spec.seed is None else spec.seed
         params = [
             SamplingParams(
                 n=spec.n,
                 temperature=spec.temperature,
                 top_p=spec.top_p,
                 max_tokens=min(budgets[i], spec.max_tokens) if budgets else spec.max_tokens,
-                seed=None if spec.seed is None else spec.seed + i,
+                seed=(seed + i) % 2**31,
                 stop_token_ids=[tok.eos_token_id],
                 logprobs=0 if want_logprobs else None,
                 detokenize=False,
