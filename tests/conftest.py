@@ -22,6 +22,10 @@ except ImportError:  # pragma: no cover
 def pytest_configure(config: object) -> None:
     import importlib.util
 
+    import pytest
+
     for extra in filter(None, os.environ.get("STEPCREDIT_REQUIRE", "").split(",")):
         if importlib.util.find_spec(extra) is None:
-            raise RuntimeError(f"STEPCREDIT_REQUIRE={extra}: this venv lacks {extra!r} (make test builds it)")
+            raise pytest.UsageError(
+                f"STEPCREDIT_REQUIRE={extra}: this venv lacks {extra!r} (make test builds it)"
+            )
