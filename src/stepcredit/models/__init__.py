@@ -153,7 +153,7 @@ def _load_hf(path: str, gguf_file: str, *, dtype: str, attn_implementation: str)
     kw: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
     if gguf_file:
         try:  # transformers >= 5.2x keeps GGUF weights in their blocks unless told: we train them
-            from transformers import GgufConfig
+            from transformers import GgufConfig  # type: ignore[attr-defined]
 
             kw["quantization_config"] = GgufConfig(gguf_file=gguf_file, dequantize=True)
         except ImportError:  # older releases always dequantize
@@ -178,7 +178,7 @@ def _load_hf(path: str, gguf_file: str, *, dtype: str, attn_implementation: str)
     if getattr(model, "hf_quantizer", None) is not None and gguf_file:
         # dequantized above, yet marked as a GGUF-quantized model, which save_pretrained refuses: it is
         # a dense float model now
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]
         model.config.__dict__.pop("quantization_config", None)
     return model, tok
 
