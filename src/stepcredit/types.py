@@ -141,6 +141,7 @@ _BATCH_TENSORS = (
     "behaviour_logp_BT",
     "truncated_B",
     "values_BT",
+    "engine_logp_BT",
 )
 
 
@@ -186,6 +187,9 @@ class Batch:
     tree_nodes: list[list[int]] | None = None
     """Tree rollouts: per response, the ids (unique within its group) of the tree nodes whose values are
     V_0 (the root: the bare prompt), V_1, ... at ``tree_ends``; its own outcome is the last value."""
+    engine_logp_BT: torch.Tensor | None = None
+    """Log-probs of the sampled tokens as the rollout engine computed them when that engine is not the
+    trainer's own model (vLLM): the loss compares them with the trainer's (``loss.tis_cap``)."""
     kv_cache: RolloutCache | None = None
     """The rollout's KV cache over prompt + response (``generate(keep_cache=True)``), held only until
     the process stage has used it: never selected, concatenated or saved."""
@@ -224,6 +228,7 @@ class Batch:
             prefix_values=pick(self.prefix_values),
             tree_ends=pick(self.tree_ends),
             tree_nodes=pick(self.tree_nodes),
+            engine_logp_BT=pick(self.engine_logp_BT),
         )
 
     def to(self, device: Any) -> Batch:
@@ -296,4 +301,5 @@ class Batch:
             prefix_values=cat_list("prefix_values"),
             tree_ends=cat_list("tree_ends"),
             tree_nodes=cat_list("tree_nodes"),
+            engine_logp_BT=cat_opt("engine_logp_BT"),
         )

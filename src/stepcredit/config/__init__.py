@@ -31,6 +31,7 @@ from stepcredit.config.generation import (
     RolloutConfig,
     TinyModelConfig,
     TreeConfig,
+    VLLMConfig,
 )
 from stepcredit.config.judge_template import JUDGE_FIELD_RE, JUDGE_FIELDS, check_judge_template
 from stepcredit.config.loader import (
@@ -89,6 +90,7 @@ __all__ = [
     "TinyModelConfig",
     "TrainerConfig",
     "TreeConfig",
+    "VLLMConfig",
     "_build",
     "_check",
     "_coerce",

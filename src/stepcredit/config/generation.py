@@ -212,6 +212,27 @@ class TreeConfig:
 
 
 @dataclass(frozen=True)
+class VLLMConfig:
+    """The in-process vLLM engine (``rollout.engine=vllm``)."""
+
+    gpu_memory_utilization: float = 0.3
+    """Share of the GPU's memory vLLM may take (weights + KV cache), leaving the rest to training."""
+    cpu_kv_cache_gib: int = 1
+    """KV cache size on a CPU (``VLLM_CPU_KVCACHE_SPACE``, GiB) unless that variable is set."""
+    max_model_len: int = 0
+    """Longest prompt + response vLLM plans for (0 = the model's own limit)."""
+    sleep_mode: bool = True
+    """On a GPU: free vLLM's memory during each update (sleep level 1) and wake it to generate."""
+
+    def __post_init__(self) -> None:
+        _check(
+            0 < self.gpu_memory_utilization <= 1, "rollout.vllm.gpu_memory_utilization", "must be in (0, 1]"
+        )
+        _check(self.cpu_kv_cache_gib >= 1, "rollout.vllm.cpu_kv_cache_gib", "must be >= 1")
+        _check(self.max_model_len >= 0, "rollout.vllm.max_model_len", "must be >= 0 (0 = the model's)")
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     prompts_per_step: int = 16
     """Prompts drawn per training step."""
@@ -234,6 +255,11 @@ class RolloutConfig:
     logprobs_from_sampling: bool = True
     """Take the behaviour log-probs from the sampling loop's logits instead of a forward pass of their own
     (flat rollouts of a float32 model, where the two agree to ~1e-6; otherwise the pass runs anyway)."""
+    engine: str = "hf"
+    """What generates (``stepcredit.rollout.engines.ENGINES``): ``hf`` (the trainer's model, our decode
+    loop) or ``vllm`` (an in-process vLLM engine fed the policy's weights before it generates)."""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    """Settings of the ``vllm`` engine."""
 
     def branching(self) -> tuple[int, ...]:
         """The tree's branching factors, root first (``tree.branching`` or the default derived from n)."""

@@ -39,6 +39,9 @@ class LossConfig:
     """Adaptive KL controller: horizon (samples) of the proportional update."""
     behav_weight_cap: float = 0.0
     """decoupled_ppo: truncate the importance weight pi_prox/pi_behaviour at this value (0 = no cap)."""
+    tis_cap: float = 2.0
+    """An external rollout engine (vLLM): weight each token's loss by min(pi_trainer / pi_engine, C),
+    C = this (truncated importance sampling for the engines' numeric mismatch); 0 = no correction."""
 
     def __post_init__(self) -> None:
         _check(self.clip_low >= 0 and self.clip_high >= 0, "loss.clip_low", "clip ranges must be >= 0")
@@ -51,6 +54,7 @@ class LossConfig:
         _check(self.kl_target > 0, "loss.kl_target", "must be > 0")
         _check(self.kl_horizon > 0, "loss.kl_horizon", "must be > 0")
         _check(self.behav_weight_cap >= 0, "loss.behav_weight_cap", "must be >= 0")
+        _check(self.tis_cap >= 0, "loss.tis_cap", "must be >= 0 (0 = no correction)")
 
 
 # ----------------------------------------------------------------------------------------- optim
