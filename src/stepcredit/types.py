@@ -141,8 +141,8 @@ _BATCH_TENSORS = (
     "behaviour_logp_BT",
     "observation_BT",
     "truncated_B",
-    "ref_logp_BT",
     "values_BT",
+    "engine_logp_BT",
 )
 
 
@@ -176,7 +176,6 @@ class Batch:
     """RL steps completed by the weights that generated this batch (staleness = steps since)."""
     policy_updates: int = 0
     """Optimiser steps taken by the weights that generated this batch (has the policy moved since?)."""
-    ref_logp_BT: torch.Tensor | None = None
     values_BT: torch.Tensor | None = None
     rewards: list[RewardResult] | None = None
     episode_ends: list[list[int]] | None = None
@@ -193,6 +192,9 @@ class Batch:
     """Multi-turn rollouts (``rollout.mode=tools``): True on the tool results' tokens, which the policy
     reads but did not write. They are not in ``response_mask_BT`` (never trained on, no reward placed
     on them) but are attended to: :meth:`attention_BT` is the response's attention mask."""
+    engine_logp_BT: torch.Tensor | None = None
+    """Log-probs of the sampled tokens as the rollout engine computed them when that engine is not the
+    trainer's own model (vLLM): the loss compares them with the trainer's (``loss.tis_cap``)."""
     kv_cache: RolloutCache | None = None
     """The rollout's KV cache over prompt + response (``generate(keep_cache=True)``), held only until
     the process stage has used it: never selected, concatenated or saved."""
@@ -231,7 +233,6 @@ class Batch:
             truncated_B=pick(self.truncated_B),
             policy_version=self.policy_version,
             policy_updates=self.policy_updates,
-            ref_logp_BT=pick(self.ref_logp_BT),
             values_BT=pick(self.values_BT),
             rewards=pick(self.rewards),
             episode_ends=pick(self.episode_ends),
@@ -239,6 +240,7 @@ class Batch:
             tree_ends=pick(self.tree_ends),
             tree_nodes=pick(self.tree_nodes),
             observation_BT=pick(self.observation_BT),
+            engine_logp_BT=pick(self.engine_logp_BT),
         )
 
     def to(self, device: Any) -> Batch:
@@ -305,7 +307,6 @@ class Batch:
             truncated_B=torch.cat([b.truncated_B for b in parts]),
             policy_version=min(b.policy_version for b in parts),
             policy_updates=min(b.policy_updates for b in parts),
-            ref_logp_BT=cat_opt("ref_logp_BT"),
             values_BT=cat_opt("values_BT"),
             rewards=cat_list("rewards"),
             episode_ends=cat_list("episode_ends"),
@@ -315,4 +316,5 @@ class Batch:
             observation_BT=None
             if any(b.observation_BT is None for b in parts)
             else torch.cat([rpad(b.observation_BT, T, False) for b in parts if b.observation_BT is not None]),
+            engine_logp_BT=cat_opt("engine_logp_BT"),
         )

@@ -27,6 +27,7 @@ from stepcredit.process.segment import segment_episodes
 from stepcredit.reward import build_rewarder
 from stepcredit.reward.tools import ToolRunner
 from stepcredit.rollout import ROLLOUT_MODES
+from stepcredit.rollout.engines import Completion
 from stepcredit.tools import register_tool
 from stepcredit.types import Batch, Sample
 
@@ -70,23 +71,22 @@ def scripted(monkeypatch: pytest.MonkeyPatch, tok: Any, scripts: dict[str, list[
     """Replace sampling: the row whose text holds a script's key writes that script's turn k, k = the
     results appended so far (``<EOS>`` = the eos token)."""
 
-    def fake_decode(model: Any, p_ids: torch.Tensor, p_mask: torch.Tensor, **kw: Any) -> torch.Tensor:
-        rows = []
-        for ids, m in zip(p_ids.tolist(), p_mask.tolist(), strict=True):
-            text = tok.decode([i for i, k in zip(ids, m, strict=True) if k], skip_special_tokens=True)
-            key = next(k for k in scripts if k in text)
-            turn = text.count("```output") + text.count("<tool_response>")
-            say = scripts[key][turn]
-            out = tok(say.replace(EOS, ""), add_special_tokens=False)["input_ids"]
-            rows.append(out + ([tok.eos_token_id] if say.endswith(EOS) else []))
-        T = kw["max_new_tokens"]
-        out = torch.full((len(rows), T), tok.pad_token_id, dtype=torch.long)
-        for b, r in enumerate(rows):
-            r = r[: int(kw["limit_B"][b])]
-            out[b, : len(r)] = torch.tensor(r, dtype=torch.long)
-        return out
+    class Scripted:
+        def sample(
+            self, model: Any, tok: Any, contexts: list[list[int]], spec: Any, *, budgets: list[int]
+        ) -> list:
+            out = []
+            for ids, room in zip(contexts, budgets, strict=True):
+                text = tok.decode(ids, skip_special_tokens=True)
+                key = next(k for k in scripts if k in text)
+                turn = text.count("```output") + text.count("<tool_response>")
+                say = scripts[key][turn]
+                got = tok(say.replace(EOS, ""), add_special_tokens=False)["input_ids"]
+                got += [tok.eos_token_id] if say.endswith(EOS) else []
+                out.append(Completion(got[:room]))
+            return out
 
-    monkeypatch.setattr(rt, "decode", fake_decode)
+    monkeypatch.setattr(rt, "engine_for", lambda model: Scripted())
 
 
 def sample(q: str) -> Sample:
@@ -244,7 +244,7 @@ def test_turn_limit(policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     _, tok = policy
     scripted(monkeypatch, tok, {"QA": [CALL.format("calculator").replace("q", f"{k}+1") for k in range(5)]})
     b, c = rollout(policy, ["QA"], max_turns=2)
-    # two calls run; the third is the turn limit: left as text, not executed, counted
+    # two calls run; the third is past the limit: the response ends there, not executed, counted
     assert c["tools/calls"] == 2 and c["tools/turn_limit_reached"] == 1
     assert b.texts[0].count("```output") == 2 and b.texts[0].endswith("```calculator\n2+1\n```")
 

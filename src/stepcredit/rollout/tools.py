@@ -1,13 +1,13 @@
 """Multi-turn rollouts whose turns call tools (``rollout.mode=tools``).
 
-Each turn is generated for every still-active response of the batch at once; a turn ends at the
-first complete tool call (the template's parser, ``rollout.tools.parser``, finds it; sampling is
+Each turn is sampled by the run's engine (:func:`stepcredit.rollout.engines.engine_for`) for every
+still-active response of the batch at once; a turn ends at the first complete tool call (the template's parser, ``rollout.tools.parser``, finds it; sampling is
 causal, so cutting a sampled turn at the call is sampling with a stop string), the calls of the
 whole turn run together (through the reward layer's kill-safe workers when the trainer hands the
 mode its :class:`~stepcredit.reward.tools.ToolRunner`), and each result is appended as observation
 tokens. A response ends with eos (its final answer), at the length budget (tool results count in
-it), or after ``rollout.tools.max_turns`` calls (the turn after the last allowed call is not parsed:
-a call written there is counted as ``tools/turn_limit_reached`` and left as plain text).
+it), or at a call past ``rollout.tools.max_turns`` (not executed, counted as
+``tools/turn_limit_reached``; the response has no eos, so it is marked truncated).
 
 The batch marks the results' tokens in ``observation_BT``: they are attended to but left out of
 ``response_mask_BT``, so they are never trained on and carry no reward. Each tool call's last token
@@ -24,8 +24,9 @@ from typing import Any
 import torch
 
 from stepcredit.config import RolloutConfig, ToolsConfig
-from stepcredit.rollout import ROLLOUT_MODES, RolloutModeSpec, finish_batch, left_pad
-from stepcredit.rollout.sampling import decode
+from stepcredit.rollout import ROLLOUT_MODES, RolloutModeSpec
+from stepcredit.rollout.batching import finish_batch, left_pad
+from stepcredit.rollout.engines import SamplingSpec, engine_for
 from stepcredit.tools import PARSERS, TOOLS, Observation, ToolCall, ToolParser, execute_call, schemas
 from stepcredit.types import Batch, Sample
 
@@ -125,34 +126,22 @@ def tool_generate(
         if not active:
             break
         budget = [max_new_tokens - len(r.ids) for r in active]
-        p_ids, p_mask = left_pad([r.prompt + r.ids for r in active], tok.pad_token_id)
-        new = decode(
-            model,
-            p_ids.to(dev),
-            p_mask.to(dev),
-            max_new_tokens=max(budget),
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-            temperature=temperature,
-            top_p=top_p,
-            limit_B=torch.tensor(budget, device=dev),
-        ).cpu()
+        # the run's engine samples each turn (for every active response at once); a convention whose
+        # calls end in a fixed string stops there, the others are cut at the call below
+        spec = SamplingSpec(temperature=temperature, top_p=top_p, max_tokens=max(budget), stop=parser.stop)
+        turns = engine_for(model).sample(model, tok, [r.prompt + r.ids for r in active], spec, budgets=budget)
         calls: list[tuple[_Row, ToolCall]] = []
-        for r, out, room in zip(active, new.tolist(), budget, strict=True):
-            got = out[:room]
-            if tok.eos_token_id in got:
-                got = got[: got.index(tok.eos_token_id) + 1]
-            else:
-                got = (
-                    [t for t in got if t != tok.pad_token_id] if tok.pad_token_id != tok.eos_token_id else got
-                )
+        for r, done in zip(active, turns, strict=True):
+            got = list(done.ids)
             text = tok.decode(got, skip_special_tokens=True)
             found = parser.find(text, offered)
-            if found is not None and turn == tc.max_turns:
-                counts["tools/turn_limit_reached"] += 1  # the policy wanted another call: left unexecuted
-                found = None
             if found is not None:
                 got = got[: _cut_at(tok, got, found.end)]
+            if found is not None and turn == tc.max_turns:
+                # the policy wanted another call past the limit: the response ends there, unexecuted
+                counts["tools/turn_limit_reached"] += 1
+                found = None
+            if found is not None:
                 calls.append((r, found.call))
             else:
                 r.done = True

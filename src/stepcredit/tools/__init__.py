@@ -167,6 +167,8 @@ class ToolParser:
     """(text, offered tools) -> the first complete call in the text, or None."""
     observation: Callable[[str], str]
     """Result text -> the text appended after the call (what the policy reads next)."""
+    stop: tuple[str, ...] = ()
+    """Strings that end every call (sampling stops there); () when a call's end is not one string."""
     observation_starts: Callable[[str], list[int]] = field(default=lambda text: [])
     """Character offsets where an appended result starts in a text: a turn ends just before each
     (the segmenter's turn boundaries; a plain response, with no results in it, has none)."""
@@ -199,6 +201,7 @@ PARSERS.add(
     ToolParser(
         find=_hermes_find,
         observation=lambda result: f"\n<tool_response>\n{result}\n</tool_response>\n",
+        stop=("</tool_call>",),
         observation_starts=lambda text: [m.start() for m in re.finditer("\n<tool_response>\n", text)],
     ),
 )
