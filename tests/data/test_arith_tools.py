@@ -1,0 +1,78 @@
+"""The ``arith_tools`` task: problems the tiny model cannot do in its head, traces whose calculator
+calls give exactly the results written after them, and the exact per-turn values."""
+
+from __future__ import annotations
+
+import re
+
+from stepcredit.config import ArithConfig, DataConfig
+from stepcredit.data import STEP_VALUES, load_task
+from stepcredit.data.arith import make_tool_rows, tool_chain_of, tool_step_value
+from stepcredit.reward import build_rewarder
+from stepcredit.tools import PARSERS, TOOLS, ToolCall, execute_call
+
+CFG = ArithConfig(min_steps=1, max_steps=3)
+
+
+def test_rows_are_deterministic_and_need_a_multiplication() -> None:
+    a = make_tool_rows(CFG, 20, seed=1, split="train")
+    assert a == make_tool_rows(CFG, 20, seed=1, split="train")
+    assert a != make_tool_rows(CFG, 20, seed=1, split="val")
+    for r in a:
+        q = r["prompt"][0]["content"]
+        boxes, per_box = map(int, re.search(r"has (\d+) boxes with (\d+) ", q).groups())
+        assert 12 <= boxes <= 99 and 102 <= per_box <= 999  # a 2-digit by 3-digit product
+        states = tool_chain_of(q)
+        assert states[0] == boxes * per_box and min(states) >= 0
+        assert r["reward_model"]["ground_truth"] == str(states[-1])
+        assert 1 <= r["extra_info"]["steps"] == len(states) <= 3
+
+
+def test_traces_replay_through_the_calculator() -> None:
+    # every call in a trace, run by the real tool, gives exactly the result block written after it
+    fenced = PARSERS.get("fenced")
+    tools = {"calculator": TOOLS.get("calculator")}
+    for r in make_tool_rows(CFG, 30, seed=2, split="train"):
+        text, replay = r["extra_info"]["solution"], ""
+        while (found := fenced.find(text, tools)) is not None:
+            obs = execute_call(found.call, offered=["calculator"])
+            replay += text[: found.end] + fenced.observation(obs.text)
+            text = text[found.end + len(fenced.observation(obs.text)) :]
+            assert not obs.error
+        assert replay + text == r["extra_info"]["solution"]
+        assert text.startswith("The answer is ")
+
+
+def test_task_step_values_and_reward() -> None:
+    train, val = load_task(DataConfig(task="arith_tools", train_size=6, val_size=2))
+    assert len(train) == 6 and len(val) == 2 and train[0].data_source == "arith_tools"
+    fn = STEP_VALUES.get("arith_tools")
+    with build_rewarder() as rewarder:
+        for s in train:
+            sol = s.extra_info["solution"]
+            # on the true chain at every turn end (just before each result) and at the end
+            ends = [*PARSERS.get("fenced").observation_starts(sol), len(sol)]
+            assert len(ends) == s.extra_info["steps"] + 1
+            assert [fn(s, sol[:k]) for k in ends] == [1.0] * len(ends)
+            assert rewarder.score(s, sol).score == 1.0
+            assert rewarder.score(s, sol.replace("The answer is ", "The answer is 1")).score == 0.0
+
+
+def test_step_value_by_hand() -> None:
+    q = "Ann has 12 boxes with 345 pens each. Then sells 40. Then gets 7 more. How many pens now?"
+    # s_1 = 12 * 345 = 4140, s_2 = 4140 - 40 = 4100, s_3 = 4100 + 7 = 4107
+    assert tool_chain_of(q) == [4140, 4100, 4107]
+    call = "```calculator\n{}\n```\n"
+    assert tool_step_value(q, "") == 1.0
+    assert tool_step_value(q, call.format("345*12")) == 1.0  # any expression worth s_1
+    assert tool_step_value(q, call.format("12*354")) == 0.0  # a slip
+    assert tool_step_value(q, call.format("12*345") + call.format("4140-40")) == 1.0
+    assert tool_step_value(q, call.format("12*345") + call.format("4140+40")) == 0.0  # wrong sign
+    assert tool_step_value(q, call.format("12*")) == 0.0  # not an expression
+    assert tool_step_value(q, "The answer is 4107.") == 1.0
+    assert tool_step_value(q, call.format("12*345") + "The answer is 4140.") == 0.0
+    # a tool result cut mid-way is not a call yet
+    assert tool_step_value(q, "```calculator\n12*3") == 1.0
+    assert (
+        execute_call(ToolCall("calculator", {"expression": "4100+7"}), offered=["calculator"]).text == "4107"
+    )
