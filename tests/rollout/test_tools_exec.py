@@ -156,3 +156,22 @@ def test_calls_run_through_the_reward_agent_with_a_deadline() -> None:
     assert [o.error for o in obs] == ["timeout", "", "", "raised", "bad_arguments"]
     assert obs[0].text.startswith("error: the tool timeout")
     assert [o.text for o in obs[1:3]] == ["144", "b:s"]
+
+
+def test_python_tool_runs_in_the_code_sandbox() -> None:
+    # the code reward's sandbox: output comes back, a crash, a hang, a fork bomb and an escape attempt
+    # are the program's failures (error observations), never the run's
+    def py(code: str, **kw: object) -> object:
+        return execute_call(ToolCall("python", {"code": code}), offered=["python"], **kw)
+
+    assert py("print(12 * 12)").text == "144\n"
+    o = py("raise SystemExit('nope')")
+    assert o.error == "program_error" and "nope" in o.text
+    o = py("while True: pass", tools_kwargs={"python": {"timeout_s": 1.0}})
+    assert o.error == "timeout"
+    o = py("import os\nwhile True:\n    try: os.fork()\n    except OSError: break\nprint('done')")
+    assert o.error in ("", "program_error", "timeout")  # bounded by the sandbox's process limit
+    o = py("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)\nprint('escaped')")
+    assert "escaped" not in o.text and o.error == "program_error"
+    o = py("print(open('/etc/shadow').read())")
+    assert o.error == "program_error"

@@ -92,14 +92,14 @@ def python(code: str, timeout_s: float = 5.0) -> str:
     """Runs ``code`` in the code reward's sandbox (bubblewrap, rlimits, no network): the same isolation
     and limits as a code reward's test case; a crash, a timeout or too much output is a ToolError."""
     from stepcredit.config import SandboxConfig
-    from stepcredit.reward.verifiers.code.cases import TestCase
+    from stepcredit.reward.verifiers.code.cases import CaseMode, TestCase
     from stepcredit.reward.verifiers.code.sandbox import ERROR, SANDBOX_ERROR, TIMEOUT, get_sandbox
 
     sandbox = get_sandbox(SandboxConfig(timeout_s=float(timeout_s)))
     why = sandbox.unavailable()
     if why is not None:
         raise ToolError("sandbox_unavailable", why)
-    (out,) = sandbox.run_program(str(code), [TestCase("stdio", stdin="", expected="")])
+    (out,) = sandbox.run_program(str(code), [TestCase(CaseMode.STDIO, stdin="", expected="")])
     kinds = {TIMEOUT: "timeout", ERROR: "program_error", SANDBOX_ERROR: "sandbox_error"}
     if out.status in kinds:
         raise ToolError(kinds[out.status], out.message)
