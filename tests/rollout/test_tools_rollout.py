@@ -265,3 +265,28 @@ def test_a_hanging_tool_is_killed_in_the_reward_agent(policy: Any, monkeypatch: 
     assert c["tools/failed_timeout"] == 1 and c["tools/calls"] == 2
     assert "error: the tool timeout" in b.texts[0] and b.texts[0].endswith("The answer is 1.")
     assert "```output\n9\n```" in b.texts[1]
+
+
+def test_start_up_check_imports_user_tools(tmp_path: Any) -> None:
+    from stepcredit.config import Config, RolloutConfig
+    from stepcredit.errors import ConfigError
+    from stepcredit.rollout import check_config
+
+    f = tmp_path / "my_tools.py"
+    f.write_text(
+        "from stepcredit.tools import register_tool\n"
+        "@register_tool('shout', description='upper', parameters={'type': 'object', "
+        "'properties': {'s': {'type': 'string'}}, 'required': ['s']})\n"
+        "def shout(s):\n    return s.upper()\n"
+    )
+
+    def cfg(**tools: Any) -> Config:
+        return Config(rollout=RolloutConfig(mode="tools", tools=ToolsConfig(**tools)))
+
+    check_config(cfg(names=("shout",), modules=(str(f),)))
+    with pytest.raises(ConfigError, match=r"rollout\.tools\.names"):
+        check_config(cfg(names=("nope",)))
+    with pytest.raises(ConfigError, match=r"rollout\.tools\.parser"):
+        check_config(cfg(parser="xml"))
+    with pytest.raises(ConfigError, match=r"rollout\.tools\.modules"):
+        check_config(cfg(modules=(str(tmp_path / "missing.py"),)))

@@ -244,6 +244,9 @@ class ToolsConfig:
     """Most tool calls per response; the turn after the last allowed call must answer."""
     max_result_chars: int = 256
     """A tool's result is cut to this many characters before it is appended."""
+    modules: tuple[str, ...] = ()
+    """Python modules (``pkg.mod``) or files (``path/to/tools.py``) imported at start-up, so that their
+    ``@register_tool`` / ``register_http_tool`` calls run before ``names`` is checked."""
 
     def __post_init__(self) -> None:
         _check(self.max_turns >= 1, "rollout.tools.max_turns", "must be >= 1")

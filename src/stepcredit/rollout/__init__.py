@@ -114,6 +114,8 @@ class RolloutModeSpec:
     shares_prefixes: bool
     """The group's responses share prefixes and the batch carries ``tree_ends`` / ``tree_nodes``, so the
     mean outcome below a node values its prefix (what ``from_outcomes`` value estimators need)."""
+    check: Callable[[Config], None] | None = None
+    """The mode's own start-up check of its settings (raises ConfigError), run by :func:`check_config`."""
 
 
 ROLLOUT_MODES: Registry[RolloutModeSpec] = Registry("rollout mode")
@@ -166,6 +168,8 @@ def check_config(cfg: Config) -> None:
     the engine installed, and able to do what the mode asks of it (raises ConfigError)."""
     mode = ROLLOUT_MODES.get(cfg.rollout.mode)  # an unknown name: one line with the valid ones
     engine = installed(cfg.rollout.engine)
+    if mode.check is not None:
+        mode.check(cfg)
     rule = BRANCH_RULES.get(cfg.rollout.tree.branch_at)
     if mode.shares_prefixes and rule.needs_entropy and not engine.returns_entropy:
         raise ConfigError(

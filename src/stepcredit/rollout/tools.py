@@ -17,13 +17,18 @@ episode end: turns are the process channel's steps.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from stepcredit.config import RolloutConfig, ToolsConfig
+from stepcredit.config import Config, RolloutConfig, ToolsConfig
+from stepcredit.errors import ConfigError
 from stepcredit.rollout import ROLLOUT_MODES, RolloutModeSpec
 from stepcredit.rollout.batching import finish_batch, left_pad
 from stepcredit.rollout.engines import SamplingSpec, engine_for
@@ -256,6 +261,35 @@ class ToolRollout:
         )
 
 
+def check_tools(cfg: Config) -> None:
+    """Start-up check of ``rollout.tools``: import ``modules`` (a user's tools register themselves),
+    then every name and the parser must be registered (a ConfigError naming the key otherwise)."""
+    tc = cfg.rollout.tools
+    for spec in tc.modules:
+        try:
+            if spec.endswith(".py"):
+                path = os.path.abspath(os.path.expanduser(spec))
+                found = importlib.util.spec_from_file_location(
+                    f"stepcredit_user_tools_{len(sys.modules)}", path
+                )
+                if found is None or found.loader is None:
+                    raise ImportError(f"{path} is not a Python file")
+                module = importlib.util.module_from_spec(found)
+                sys.modules[found.name] = module
+                found.loader.exec_module(module)
+            else:
+                importlib.import_module(spec)
+        except Exception as e:  # a missing file, a syntax error, a failing import: one line naming the key
+            raise ConfigError(f"config key rollout.tools.modules: {spec}: {type(e).__name__}: {e}") from None
+    for key, registry, names in (("names", TOOLS, tc.names), ("parser", PARSERS, (tc.parser,))):
+        for name in names:
+            if name not in registry:
+                raise ConfigError(
+                    f"config key rollout.tools.{key}: unknown {registry.kind} {name!r} "
+                    f"(valid: {', '.join(registry.names())})"
+                )
+
+
 # registered here rather than in the package's __init__ (this module imports it); the trainer imports
 # this module, and hands the mode the run's tool runner (``ToolRollout.with_runner``)
-ROLLOUT_MODES.add("tools", RolloutModeSpec(ToolRollout(), shares_prefixes=False))
+ROLLOUT_MODES.add("tools", RolloutModeSpec(ToolRollout(), shares_prefixes=False, check=check_tools))
