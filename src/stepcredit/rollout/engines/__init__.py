@@ -21,7 +21,7 @@ An engine does two things:
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -121,6 +121,11 @@ class Engine(Protocol):
         """Free the engine's accelerator memory for the update (no-op where there is none to free)."""
         ...
 
+    def feed(self, weights: Callable[[], Mapping[str, Any]]) -> None:
+        """From now on :meth:`sync` pushes ``weights()`` (Hugging Face names): how an adapter-wrapped
+        policy is served with its adapters merged (no-op when the engine runs the model itself)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -160,6 +165,16 @@ def engine_for(model: Any) -> Engine:
 
         return HF_ENGINE
     return engine
+
+
+def follow(old: Any, new: Any, weights: Callable[[], Mapping[str, Any]]) -> None:
+    """The policy ``old`` was wrapped as ``new`` (LoRA adapters attached after SFT): ``new``'s generations
+    go through ``old``'s engine, which from now on is fed ``weights()`` (the adapters merged into the
+    base weights, under the plain model's names)."""
+    engine = _BOUND.pop(old, None)
+    if engine is not None:
+        engine.feed(weights)
+        _BOUND[new] = engine
 
 
 def sync(model: Any) -> None:

@@ -99,6 +99,9 @@ class HFEngine:
     def sleep(self) -> None:
         """Nothing of its own to free."""
 
+    def feed(self, weights: Any) -> None:
+        """The engine runs the (wrapped) model itself: nothing to feed."""
+
     def close(self) -> None:
         """Nothing to close."""
 
