@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stepcredit.rollout.batching import hf_generate, left_pad
-from stepcredit.rollout.engines import Completion, SamplingSpec, cut_at_stop
+from stepcredit.rollout.engines.api import Completion, SamplingSpec, cut_at_stop
 from stepcredit.rollout.sampling import decode
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ import torch
 
 from stepcredit.errors import ConfigError
 from stepcredit.rollout.batching import finish_batch, left_pad, render_prompts
-from stepcredit.rollout.engines import Completion, SamplingSpec, as_tensor_rows, cut_at_stop, fingerprint
+from stepcredit.rollout.engines.api import Completion, SamplingSpec, as_tensor_rows, cut_at_stop, fingerprint
 
 if TYPE_CHECKING:
     from stepcredit.config import Config
