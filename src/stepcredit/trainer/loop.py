@@ -31,6 +31,7 @@ from stepcredit.config import Config, to_dict
 from stepcredit.data.domains import build_data, check_routes
 from stepcredit.errors import ConfigError, UserError
 from stepcredit.models import load_policy, save_pretrained
+from stepcredit.models.lora import merged_state_dict
 from stepcredit.process import VALUE_ESTIMATORS
 from stepcredit.process.domains import process_domains
 from stepcredit.reward import Rewarder, build_agent, build_rewarder, shaping
@@ -117,6 +118,9 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
             state.load_state_dict(ckpt)
             engines.sync(model)  # the checkpoint's weights to the engine
         state.start_rl(ckpt)
+        if state.model is not model:  # LoRA wrapped the policy: its engine serves it, adapters merged
+            engines.follow(model, state.model, functools.partial(merged_state_dict, state.model))
+            closing.callback(engines.unbind, state.model)
         pending = (
             Rollout(ckpt["pending"], agent.submit(ckpt["pending"])) if ckpt and ckpt["pending"] else None
         )

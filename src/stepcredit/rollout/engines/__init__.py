@@ -21,122 +21,46 @@ An engine does two things:
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
+from stepcredit.rollout.engines.hf import HF_ENGINE, build_hf
+from stepcredit.rollout.engines.vllm import build_vllm
 
 if TYPE_CHECKING:
-    import torch
-
     from stepcredit.config import Config
-    from stepcredit.types import Batch, Sample
 
 
-@dataclass(frozen=True)
-class SamplingSpec:
-    """How to sample continuations (the same meaning in every engine)."""
+from stepcredit.rollout.engines.api import (
+    Completion,
+    Engine,
+    EngineSpec,
+    SamplingSpec,
+    as_tensor_rows,
+    cut_at_stop,
+    fingerprint,
+)
 
-    n: int = 1
-    """Continuations per context."""
-    temperature: float = 1.0
-    """Softmax temperature; 0 = greedy."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold (Holtzman et al. 2020)."""
-    max_tokens: int = 64
-    """Length limit of a continuation (eos included when it stops)."""
-    stop: tuple[str, ...] = ()
-    """A continuation ends with the token that completes the first of these strings (that token is
-    kept, as vLLM keeps it in its token ids)."""
-    seed: int | None = None
-    """Seed of this call's draws (context i uses ``seed + i`` in vLLM, one seeded stream here); None =
-    torch's global random stream (``hf`` draws from it, ``vllm`` draws its seed from it)."""
-
-    def __post_init__(self) -> None:
-        if self.n < 1 or self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"SamplingSpec: n, max_tokens >= 1, temperature >= 0, 0 < top_p <= 1: {self}")
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One sampled continuation."""
-
-    ids: list[int]
-    """Tokens, ending at the first eos (kept) or stop string, or at the length limit."""
-    logprobs: list[float] = field(default_factory=list)
-    """Per token, its log-probability under softmax(logits / temperature) (empty unless asked for)."""
-    entropy: list[float] = field(default_factory=list)
-    """Per token, the entropy of the distribution it was drawn from (empty unless asked for)."""
-
-
-class Engine(Protocol):
-    """A generation backend (see the module docstring)."""
-
-    external: bool
-    """The engine holds its own copy of the weights (which must follow the trainer's), rather than
-    running the trainer's model."""
-
-    def generate(
-        self,
-        model: Any,
-        tok: Any,
-        samples: list[Sample],
-        *,
-        n: int,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        group_offset: int = 0,
-        with_logprobs: bool = True,
-        policy_version: int = 0,
-        keep_cache: bool = False,
-        logprobs_from_sampling: bool = False,
-        times: dict[str, float] | None = None,
-    ) -> Batch:
-        """The batch of :func:`stepcredit.rollout.generate` (its arguments, its meaning)."""
-        ...
-
-    def sample(
-        self,
-        model: Any,
-        tok: Any,
-        contexts: Sequence[Sequence[int]],
-        spec: SamplingSpec,
-        *,
-        budgets: Sequence[int] | None = None,
-        want_logprobs: bool = False,
-        want_entropy: bool = False,
-    ) -> list[Completion]:
-        """``spec.n`` completions per context, context-major (``len(contexts) * spec.n``); ``budgets``:
-        a token limit per context (at most ``spec.max_tokens``)."""
-        ...
-
-    def sync(self, model: Any) -> None:
-        """Make the engine generate with ``model``'s current weights (no-op when it runs the model)."""
-        ...
-
-    def sleep(self) -> None:
-        """Free the engine's accelerator memory for the update (no-op where there is none to free)."""
-        ...
-
-    def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    """A registered engine and what the start-up check must know about it."""
-
-    build: Callable[[Config, Any, Any], Engine]
-    """(config, policy model, tokenizer) -> the engine (called once at set-up)."""
-    returns_entropy: bool
-    """It can report each token's next-token entropy (``rollout.tree.branch_at=entropy`` needs it)."""
-    requires: str = ""
-    """The module it imports, checked at start-up ('' = none beyond the core install)."""
-    install_hint: str = ""
-    """How to install that module, for the start-up error."""
-
+__all__ = [
+    "ENGINES",
+    "Completion",
+    "Engine",
+    "EngineSpec",
+    "SamplingSpec",
+    "as_tensor_rows",
+    "bind",
+    "build_engine",
+    "cut_at_stop",
+    "engine_for",
+    "fingerprint",
+    "follow",
+    "installed",
+    "release",
+    "sync",
+    "unbind",
+]
 
 ENGINES: Registry[EngineSpec] = Registry("rollout engine")
 
@@ -156,10 +80,18 @@ def engine_for(model: Any) -> Engine:
     """The engine bound to ``model``, else the Hugging Face engine (the model generates itself)."""
     engine = _BOUND.get(model)
     if engine is None:
-        from stepcredit.rollout.engines.hf import HF_ENGINE
-
         return HF_ENGINE
     return engine
+
+
+def follow(old: Any, new: Any, weights: Callable[[], Mapping[str, Any]]) -> None:
+    """The policy ``old`` was wrapped as ``new`` (LoRA adapters attached after SFT): ``new``'s generations
+    go through ``old``'s engine, which from now on is fed ``weights()`` (the adapters merged into the
+    base weights, under the plain model's names)."""
+    engine = _BOUND.pop(old, None)
+    if engine is not None:
+        engine.feed(weights)
+        _BOUND[new] = engine
 
 
 def sync(model: Any) -> None:
@@ -192,9 +124,6 @@ def build_engine(cfg: Config, model: Any, tok: Any) -> Engine:
 
 
 def _register() -> None:
-    from stepcredit.rollout.engines.hf import build_hf
-    from stepcredit.rollout.engines.vllm import build_vllm
-
     ENGINES.add("hf", EngineSpec(build_hf, returns_entropy=True))
     ENGINES.add(
         "vllm",
@@ -207,39 +136,4 @@ def _register() -> None:
     )
 
 
-def fingerprint(model: Any) -> tuple[int, ...]:
-    """Changes whenever a parameter of ``model`` is written in place (an optimiser step, SFT,
-    ``load_state_dict``): each tensor's version counter, which autograd keeps for exactly this."""
-    return tuple(int(p._version) for p in model.parameters())
-
-
-def cut_at_stop(ids: list[int], tok: Any, stop: Sequence[str]) -> int:
-    """The number of leading tokens of ``ids`` up to and including the one that completes the first
-    occurrence of a stop string (``len(ids)`` when none occurs)."""
-    if not stop:
-        return len(ids)
-    text = tok.decode(ids, skip_special_tokens=True)
-    if not any(s in text for s in stop):
-        return len(ids)
-    lo, hi = 1, len(ids)  # the shortest prefix whose text contains a stop string (monotone in length)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if any(s in tok.decode(ids[:mid], skip_special_tokens=True) for s in stop):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-def as_tensor_rows(rows: Sequence[Sequence[float]], width: int, fill: float) -> torch.Tensor:
-    """Ragged rows as one right-padded ``[len(rows), width]`` tensor."""
-    import torch
-
-    out = torch.full((len(rows), max(width, 1)), fill, dtype=torch.float32)
-    for i, r in enumerate(rows):
-        if len(r):
-            out[i, : len(r)] = torch.tensor(list(r), dtype=torch.float32)
-    return out
-
-
-_register()  # last: the engines import the helpers above
+_register()

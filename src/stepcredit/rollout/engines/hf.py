@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stepcredit.rollout.batching import hf_generate, left_pad
-from stepcredit.rollout.engines import Completion, SamplingSpec, cut_at_stop
+from stepcredit.rollout.engines.api import Completion, SamplingSpec, cut_at_stop
 from stepcredit.rollout.sampling import decode
 
 if TYPE_CHECKING:
@@ -98,6 +98,9 @@ class HFEngine:
 
     def sleep(self) -> None:
         """Nothing of its own to free."""
+
+    def feed(self, weights: Any) -> None:
+        """The engine runs the (wrapped) model itself: nothing to feed."""
 
     def close(self) -> None:
         """Nothing to close."""

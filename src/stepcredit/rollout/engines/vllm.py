@@ -26,14 +26,14 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stepcredit.errors import ConfigError
 from stepcredit.rollout.batching import finish_batch, left_pad, render_prompts
-from stepcredit.rollout.engines import Completion, SamplingSpec, as_tensor_rows, cut_at_stop, fingerprint
+from stepcredit.rollout.engines.api import Completion, SamplingSpec, as_tensor_rows, cut_at_stop, fingerprint
 
 if TYPE_CHECKING:
     from stepcredit.config import Config
@@ -111,7 +111,7 @@ class VLLMEngine:
                 raise ConfigError(
                     f"config key rollout.engine: vllm cannot load the policy ({arch}) from its saved directory: {first}"
                 ) from None
-        self.synced = fingerprint(model)
+        self.synced: tuple[int, ...] | None = fingerprint(model)
         self.weights = model.state_dict
         """What :meth:`sync` pushes: the policy's state dict under Hugging Face names (replace it with a
         function returning merged LoRA weights to serve an adapter-wrapped policy)."""
@@ -135,6 +135,11 @@ class VLLMEngine:
         if now != self.synced:
             self.push(self.weights())
             self.synced = now
+
+    def feed(self, weights: Callable[[], Mapping[str, torch.Tensor]]) -> None:
+        """Push ``weights()`` from the next :meth:`sync` on (e.g. LoRA adapters merged into the base)."""
+        self.weights = weights
+        self.synced = None  # the served weights change now, whatever the fingerprint says
 
     def sleep(self) -> None:
         """On a GPU: weights to host memory, KV cache dropped, until the next generation. Else a no-op."""

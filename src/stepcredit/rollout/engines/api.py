@@ -1,0 +1,157 @@
+"""What a rollout engine is: its sampling request and completion, its protocol, its registry entry, and
+the helpers every engine shares (weight fingerprints, stop strings, ragged rows)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from stepcredit.config import Config
+    from stepcredit.types import Batch, Sample
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """How to sample continuations (the same meaning in every engine)."""
+
+    n: int = 1
+    """Continuations per context."""
+    temperature: float = 1.0
+    """Softmax temperature; 0 = greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (Holtzman et al. 2020)."""
+    max_tokens: int = 64
+    """Length limit of a continuation (eos included when it stops)."""
+    stop: tuple[str, ...] = ()
+    """A continuation ends with the token that completes the first of these strings (that token is
+    kept, as vLLM keeps it in its token ids)."""
+    seed: int | None = None
+    """Seed of this call's draws (context i uses ``seed + i`` in vLLM, one seeded stream here); None =
+    torch's global random stream (``hf`` draws from it, ``vllm`` draws its seed from it)."""
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingSpec: n, max_tokens >= 1, temperature >= 0, 0 < top_p <= 1: {self}")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled continuation."""
+
+    ids: list[int]
+    """Tokens, ending at the first eos (kept) or stop string, or at the length limit."""
+    logprobs: list[float] = field(default_factory=list)
+    """Per token, its log-probability under softmax(logits / temperature) (empty unless asked for)."""
+    entropy: list[float] = field(default_factory=list)
+    """Per token, the entropy of the distribution it was drawn from (empty unless asked for)."""
+
+
+class Engine(Protocol):
+    """A generation backend (see the module docstring)."""
+
+    external: bool
+    """The engine holds its own copy of the weights (which must follow the trainer's), rather than
+    running the trainer's model."""
+
+    def generate(
+        self,
+        model: Any,
+        tok: Any,
+        samples: list[Sample],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        group_offset: int = 0,
+        with_logprobs: bool = True,
+        policy_version: int = 0,
+        keep_cache: bool = False,
+        logprobs_from_sampling: bool = False,
+        times: dict[str, float] | None = None,
+    ) -> Batch:
+        """The batch of :func:`stepcredit.rollout.generate` (its arguments, its meaning)."""
+        ...
+
+    def sample(
+        self,
+        model: Any,
+        tok: Any,
+        contexts: Sequence[Sequence[int]],
+        spec: SamplingSpec,
+        *,
+        budgets: Sequence[int] | None = None,
+        want_logprobs: bool = False,
+        want_entropy: bool = False,
+    ) -> list[Completion]:
+        """``spec.n`` completions per context, context-major (``len(contexts) * spec.n``); ``budgets``:
+        a token limit per context (at most ``spec.max_tokens``)."""
+        ...
+
+    def sync(self, model: Any) -> None:
+        """Make the engine generate with ``model``'s current weights (no-op when it runs the model)."""
+        ...
+
+    def sleep(self) -> None:
+        """Free the engine's accelerator memory for the update (no-op where there is none to free)."""
+        ...
+
+    def feed(self, weights: Callable[[], Mapping[str, Any]]) -> None:
+        """From now on :meth:`sync` pushes ``weights()`` (Hugging Face names): how an adapter-wrapped
+        policy is served with its adapters merged (no-op when the engine runs the model itself)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """A registered engine and what the start-up check must know about it."""
+
+    build: Callable[[Config, Any, Any], Engine]
+    """(config, policy model, tokenizer) -> the engine (called once at set-up)."""
+    returns_entropy: bool
+    """It can report each token's next-token entropy (``rollout.tree.branch_at=entropy`` needs it)."""
+    requires: str = ""
+    """The module it imports, checked at start-up ('' = none beyond the core install)."""
+    install_hint: str = ""
+    """How to install that module, for the start-up error."""
+
+
+def fingerprint(model: Any) -> tuple[int, ...]:
+    """Changes whenever a parameter of ``model`` is written in place (an optimiser step, SFT,
+    ``load_state_dict``): each tensor's version counter, which autograd keeps for exactly this."""
+    return tuple(int(p._version) for p in model.parameters())
+
+
+def cut_at_stop(ids: list[int], tok: Any, stop: Sequence[str]) -> int:
+    """The number of leading tokens of ``ids`` up to and including the one that completes the first
+    occurrence of a stop string (``len(ids)`` when none occurs)."""
+    if not stop:
+        return len(ids)
+    text = tok.decode(ids, skip_special_tokens=True)
+    if not any(s in text for s in stop):
+        return len(ids)
+    lo, hi = 1, len(ids)  # the shortest prefix whose text contains a stop string (monotone in length)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in tok.decode(ids[:mid], skip_special_tokens=True) for s in stop):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def as_tensor_rows(rows: Sequence[Sequence[float]], width: int, fill: float) -> torch.Tensor:
+    """Ragged rows as one right-padded ``[len(rows), width]`` tensor."""
+    import torch
+
+    out = torch.full((len(rows), max(width, 1)), fill, dtype=torch.float32)
+    for i, r in enumerate(rows):
+        if len(r):
+            out[i, : len(r)] = torch.tensor(list(r), dtype=torch.float32)
+    return out
