@@ -9,7 +9,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from stepcredit.tools import ToolError, register_tool
+from stepcredit.tools.core import ToolError, register_tool
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
