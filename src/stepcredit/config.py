@@ -13,9 +13,12 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from stepcredit.errors import ConfigError
+
+StepCostAs = Literal["token", "return", "outcome"]
+"""Where ``process.step_cost`` is charged (``stepcredit.process.STEP_COST_FORMS``)."""
 
 
 def _check(cond: bool, key: str, msg: str) -> None:
@@ -714,6 +717,12 @@ class ProcessConfig:
     """Subtracted from every step's credit after the credit form: a step must move the value by more than
     this to earn credit, so a step that changes nothing (a restatement, a wasted episode) gets -step_cost.
     The step-level counterpart of a length penalty; 0 = off."""
+    step_cost_as: StepCostAs = "token"
+    """How the step cost is charged: ``token`` (-c on every step's credit: under token-mean aggregation
+    a near-constant shift with about zero expected gradient), ``return`` (step i pays the cost of itself
+    and every later step, -c x (steps from i to the end), as a return; for estimators that read a step's
+    credit as its advantage, ``vineppo``/``grpo_vineppo``) or ``outcome`` (-c x episodes on the outcome
+    score before its group normalisation; the step credits pay nothing)."""
 
     def __post_init__(self) -> None:
         _check(
@@ -732,6 +741,11 @@ class ProcessConfig:
         )
         _check(self.clip >= 0, "process.clip", "must be >= 0 (0 disables clipping)")
         _check(self.step_cost >= 0, "process.step_cost", "must be >= 0 (0 disables it)")
+        _check(
+            self.step_cost_as in typing.get_args(StepCostAs),
+            "process.step_cost_as",
+            "token, return or outcome",
+        )
         _check(self.last_episode in ("utility", "zero"), "process.last_episode", "utility or zero")
         _check(self.max_tokens_per_forward >= 1, "process.max_tokens_per_forward", "must be >= 1")
         _check(self.mc_samples >= 1, "process.mc_samples", "must be >= 1")

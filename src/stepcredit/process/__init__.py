@@ -34,9 +34,11 @@ from stepcredit.process.stage import (
 from stepcredit.process.tree import outcome_values, tree_values
 from stepcredit.process.utility import (
     CREDIT_FORMS,
+    STEP_COST_FORMS,
     marginal_utilities,
     min_form_credit,
     process_channel,
+    step_cost_outcome_B,
     step_credits,
     watermark_credit,
 )
@@ -51,6 +53,7 @@ from stepcredit.process.values import (
 
 __all__ = [
     "CREDIT_FORMS",
+    "STEP_COST_FORMS",
     "STRATEGIES",
     "VALUE_ESTIMATORS",
     "PrefixRequest",
@@ -79,6 +82,7 @@ __all__ = [
     "resolve_force_prompt",
     "score_each",
     "segment_episodes",
+    "step_cost_outcome_B",
     "step_credits",
     "token_char_spans",
     "tree_values",

@@ -17,12 +17,13 @@ step to the outcome reward alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, get_args
 
 import torch
 
-from stepcredit.config import ProcessConfig
+from stepcredit.config import ProcessConfig, StepCostAs
 from stepcredit.registry import Registry
 
 
@@ -105,17 +106,57 @@ def watermark_credit(
     return out
 
 
+@dataclass(frozen=True)
+class StepCostForm:
+    """One way of charging ``process.step_cost`` (``process.step_cost_as``)."""
+
+    charge: Callable[[int, int, float], float]
+    """(step index i, steps that pay n, cost c) -> what step i's credit loses (0 for i >= n)."""
+    on_outcome: bool
+    """The outcome score pays c x episodes before its group normalisation (:func:`step_cost_outcome_B`)."""
+    cost_to_go: bool = False
+    """A step's charge is already the return of the costs from it on: only for advantage estimators that
+    read a step's credit as its advantage (``needs_reward_values``); one that sums credits into returns
+    (``grpo_process``) would count every cost again."""
+
+
+STEP_COST_FORMS: dict[str, StepCostForm] = {
+    # -c on each step: with every token of a response shifted alike, token-mean aggregation sees a
+    # baseline whose expected gradient is about zero (measured -0.23/token at c = 0.1: inert)
+    "token": StepCostForm(lambda i, n, c: c if i < n else 0.0, on_outcome=False),
+    # the cost's return: step i pays for itself and every step after it, sum_{j=i}^{n-1} c = c (n - i),
+    # as grpo_process sums its step rewards; a long response's early steps pay most
+    "return": StepCostForm(lambda i, n, c: c * (n - i) if i < n else 0.0, on_outcome=False, cost_to_go=True),
+    # the credits pay nothing; the outcome score pays c x episodes (step_cost_outcome_B)
+    "outcome": StepCostForm(lambda i, n, c: 0.0, on_outcome=True),
+}
+assert set(STEP_COST_FORMS) == set(get_args(StepCostAs))
+
+
 def step_credits(values: Sequence[float], cfg: ProcessConfig) -> list[float]:
     """[c_1, ..., c_S] of one response by the configured credit form, clip, scale and last-episode rule,
-    less ``step_cost`` per step (every step pays it, the last one too unless ``last_episode="zero"``
-    leaves it to the outcome)."""
+    less its share of ``step_cost`` by ``step_cost_as`` (every step pays, the last one too unless
+    ``last_episode="zero"`` leaves it to the outcome)."""
     credits = CREDIT_FORMS.get(cfg.credit)(
         values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero"
     )
     if cfg.step_cost:
         n = len(credits) - 1 if cfg.last_episode == "zero" else len(credits)
-        credits = [c - cfg.step_cost if i < n else c for i, c in enumerate(credits)]
+        charge = STEP_COST_FORMS[cfg.step_cost_as].charge
+        credits = [c - charge(i, n, cfg.step_cost) for i, c in enumerate(credits)]
     return credits
+
+
+def step_cost_outcome_B(episode_ends: Sequence[Sequence[int]], cfg: ProcessConfig) -> torch.Tensor:
+    """What each response's outcome score loses to the step cost before its group normalisation:
+    c x (its number of episodes) with ``step_cost_as=outcome``, else 0 (float32, one per response).
+
+    Charged on the outcome, the cost is a length term that GRPO's group normalisation compares across
+    the group: a response with more episodes than its siblings gets a lower advantage on every token."""
+    n_B = torch.tensor([len(e) for e in episode_ends], dtype=torch.float32)
+    if not (cfg.enabled and cfg.step_cost and STEP_COST_FORMS[cfg.step_cost_as].on_outcome):
+        return torch.zeros_like(n_B)
+    return cfg.step_cost * n_B
 
 
 def process_channel(

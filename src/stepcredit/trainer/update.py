@@ -25,7 +25,7 @@ from stepcredit.losses import compute_policy_loss
 from stepcredit.losses.kl import apply_kl_penalty
 from stepcredit.models import token_logprobs
 from stepcredit.ops import last_token_index, masked_mean
-from stepcredit.process import VALUE_ESTIMATORS, outcome_values, process_channel
+from stepcredit.process import VALUE_ESTIMATORS, outcome_values, process_channel, step_cost_outcome_B
 from stepcredit.reward import (
     RunningStats,
     Scored,
@@ -148,6 +148,10 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
         cfg=cfg.postprocess,
         max_new_tokens=cfg.rollout.max_new_tokens,
     )
+    if cfg.process.enabled and batch.episode_ends is not None:
+        # process.step_cost_as=outcome: c x episodes off the real verdicts, before group normalisation
+        cost_B = step_cost_outcome_B(batch.episode_ends, cfg.process).to(score_B)
+        score_B = torch.where(verdict_B.to(score_B.device), score_B - cost_B, score_B)
     score_B, valid_B = process_outcomes(
         score_B,
         valid_B,
