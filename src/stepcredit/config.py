@@ -712,7 +712,9 @@ class ProcessConfig:
     credit: str = "difference"
     """How values become step credit (``stepcredit.process.CREDIT_FORMS``): ``difference`` (U_i = V_i -
     V_(i-1)), ``min_form`` (PURE: a step's return is the min of the future U, not their sum) or
-    ``watermark`` (MIG: only progress above the best value so far counts). ``clip`` applies to all."""
+    ``watermark`` (MIG: only progress above the best value so far counts) or ``blame`` (the exact
+    oracle's shape: differences from V_0 := 1, so they sum to R - 1; for values that are chances in
+    [0, 1]). ``clip`` applies to all."""
     step_cost: float = 0.0
     """Subtracted from every step's credit after the credit form: a step must move the value by more than
     this to earn credit, so a step that changes nothing (a restatement, a wasted episode) gets -step_cost.

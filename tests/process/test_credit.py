@@ -179,3 +179,24 @@ def test_step_cost_as_return_needs_an_estimator_that_reads_credit_as_advantage()
     with pytest.raises(ConfigError, match=r"process\.step_cost_as.*grpo_process"):
         check_advantages(from_cfg(process=cfg, algorithm=AlgorithmConfig(advantage="grpo_process")))
     check_advantages(from_cfg(process=cfg, algorithm=AlgorithmConfig(advantage="grpo_vineppo")))
+
+
+def test_blame_credit_by_hand() -> None:
+    from stepcredit.process import blame_credit
+
+    # Estimated values of a right response (R = 1) that dipped: V = [0.5, 0.25, 1.0, 1.0].
+    # difference: 0.25 - 0.5 = -0.25, 0.75, 0 (sum R - V_0 = 0.5: the outcome advantage again)
+    # blame: V_0 := 1: 0.25 - 1 = -0.75, 0.75, 0 (sum R - 1 = 0: a right response is charged nothing)
+    right = [0.5, 0.25, 1.0, 1.0]
+    assert step_credits(right, ProcessConfig()) == [-0.25, 0.75, 0.0]
+    assert blame_credit(right) == [-0.75, 0.75, 0.0]
+    # a wrong response (R = 0) whose value never moved until the last step: all the blame there
+    wrong = [0.5, 1.0, 1.0, 0.0]
+    assert blame_credit(wrong) == [0.0, 0.0, -1.0] and sum(blame_credit(wrong)) == 0.0 - 1.0
+    # exact oracle values (V_0 = 1 already) give the same credits under both forms
+    oracle = [1.0, 1.0, 0.0, 1.0, 1.0]
+    assert blame_credit(oracle) == step_credits(oracle, ProcessConfig()) == [0.0, -1.0, 1.0, 0.0]
+    # registered, with clip, scale and the last-episode rule like the other forms
+    cfg = ProcessConfig(credit="blame", clip=0.5, scale=2.0, last_episode="zero")
+    assert step_credits(wrong, cfg) == [0.0, 0.0, 0.0] and "blame" in CREDIT_FORMS
+    assert step_credits(right, ProcessConfig(credit="blame", clip=0.5, scale=2.0)) == [-1.0, 1.0, 0.0]

@@ -35,6 +35,7 @@ from stepcredit.process.tree import outcome_values, tree_values
 from stepcredit.process.utility import (
     CREDIT_FORMS,
     STEP_COST_FORMS,
+    blame_credit,
     marginal_utilities,
     min_form_credit,
     process_channel,
@@ -63,6 +64,7 @@ __all__ = [
     "ValueQuery",
     "answer_suffix",
     "batch_token_ids",
+    "blame_credit",
     "build_requests",
     "check_config",
     "check_data",

@@ -133,6 +133,23 @@ STEP_COST_FORMS: dict[str, StepCostForm] = {
 assert set(STEP_COST_FORMS) == set(get_args(StepCostAs))
 
 
+@CREDIT_FORMS.register("blame")
+def blame_credit(
+    values: Sequence[float], *, clip: float = 0.0, scale: float = 1.0, zero_last: bool = False
+) -> list[float]:
+    """The exact oracle's shape for any value: differences from V_0 := 1 instead of the estimated V_0.
+
+        c_1 = scale * clip(V_1 - 1),   c_i = scale * clip(V_i - V_(i-1))  (i > 1)
+
+    With exact step values (``step_oracle``) V_0 is 1 and the credits sum to R - 1: a right response is
+    charged nothing overall, a wrong one -1 on the steps that lost the value (blame only). The estimated
+    forms start from an estimated V_0 (a group mean for trees and Monte Carlo), so their credits sum to
+    R - mean(group) and repeat the outcome advantage GRPO already carries; this form keeps only the
+    drops (and the recoveries after them) and leaves the outcome to its own channel.
+    """
+    return marginal_utilities([1.0, *list(values)[1:]], clip=clip, scale=scale, zero_last=zero_last)
+
+
 def step_credits(values: Sequence[float], cfg: ProcessConfig) -> list[float]:
     """[c_1, ..., c_S] of one response by the configured credit form, clip, scale and last-episode rule,
     less its share of ``step_cost`` by ``step_cost_as`` (every step pays, the last one too unless
