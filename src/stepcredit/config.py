@@ -719,6 +719,10 @@ class ProcessConfig:
     """Subtracted from every step's credit after the credit form: a step must move the value by more than
     this to earn credit, so a step that changes nothing (a restatement, a wasted episode) gets -step_cost.
     The step-level counterpart of a length penalty; 0 = off."""
+    treerl: bool = False
+    """Tree values (``value_estimator=tree``): each segment's credit is TreeRL's (Hou et al. 2025,
+    arXiv:2506.11902) instead of ``credit``'s: (global + local advantage) / sqrt(leaves sharing the
+    segment), with a leave-one-out root value per leaf. Pair with ``algorithm.advantage=vineppo``."""
     step_cost_as: StepCostAs = "token"
     """How the step cost is charged: ``token`` (-c on every step's credit: under token-mean aggregation
     a near-constant shift with about zero expected gradient), ``return`` (step i pays the cost of itself

@@ -31,7 +31,7 @@ from stepcredit.process.stage import (
     prefix_request,
     prefix_values,
 )
-from stepcredit.process.tree import outcome_values, tree_values
+from stepcredit.process.tree import outcome_values, tree_credits, tree_values
 from stepcredit.process.utility import (
     CREDIT_FORMS,
     STEP_COST_FORMS,
@@ -87,6 +87,7 @@ __all__ = [
     "step_cost_outcome_B",
     "step_credits",
     "token_char_spans",
+    "tree_credits",
     "tree_values",
     "watermark_credit",
 ]

@@ -157,11 +157,17 @@ def step_credits(values: Sequence[float], cfg: ProcessConfig) -> list[float]:
     credits = CREDIT_FORMS.get(cfg.credit)(
         values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero"
     )
+    return charge_step_cost(credits, cfg)
+
+
+def charge_step_cost(credits: Sequence[float], cfg: ProcessConfig) -> list[float]:
+    """``credits`` less their share of ``process.step_cost`` by ``process.step_cost_as``."""
+    out = [float(c) for c in credits]
     if cfg.step_cost:
-        n = len(credits) - 1 if cfg.last_episode == "zero" else len(credits)
+        n = len(out) - 1 if cfg.last_episode == "zero" else len(out)
         charge = STEP_COST_FORMS[cfg.step_cost_as].charge
-        credits = [c - charge(i, n, cfg.step_cost) for i, c in enumerate(credits)]
-    return credits
+        out = [c - charge(i, n, cfg.step_cost) for i, c in enumerate(out)]
+    return out
 
 
 def step_cost_outcome_B(episode_ends: Sequence[Sequence[int]], cfg: ProcessConfig) -> torch.Tensor:
@@ -181,6 +187,8 @@ def process_channel(
     prefix_values: Sequence[Sequence[float]],
     response_mask_BT: torch.Tensor,
     cfg: ProcessConfig,
+    *,
+    credits: Sequence[Sequence[float]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The process channel: (process_BT float32, process_mask_BT bool) on a right-padded response layout.
 
@@ -189,7 +197,9 @@ def process_channel(
     ``process_mask_BT`` is True at the episode ends that carry a c_i. Ends outside the response or on
     tokens ``response_mask_BT`` does not count carry nothing. A row with no episodes (a padding row of
     verl's batch, a domain without process rewards) gets an all-zero channel. The one version used by
-    the trainer and the verl plugin.
+    the trainer and the verl plugin. ``credits`` (one list per row, one credit per episode): step credits
+    computed elsewhere (TreeRL's tree credit, :func:`stepcredit.process.tree.tree_credits`), placed
+    instead of the credit form's; the step cost is charged on them all the same.
     """
     mask_BT = response_mask_BT.bool()
     B, T = mask_BT.shape
@@ -202,7 +212,8 @@ def process_channel(
             continue
         if len(values) != len(ends) + 1:
             raise ValueError(f"row {b}: {len(ends)} episodes need {len(ends) + 1} values, got {len(values)}")
-        for e, c in zip(ends, step_credits(values, cfg), strict=True):
+        row = step_credits(values, cfg) if credits is None else charge_step_cost(credits[b], cfg)
+        for e, c in zip(ends, row, strict=True):
             if 0 <= e < T:
                 process_BT[b, e] = c
                 steps_BT[b, e] = True
