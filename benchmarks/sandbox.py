@@ -43,7 +43,7 @@ from typing import Any
 
 from _harness import Monitor, emit
 from stepcredit.config import SandboxConfig
-from stepcredit.reward.verifiers.code import sandbox as sandbox_mod
+from stepcredit.reward.verifiers.code import session as sandbox_session
 from stepcredit.reward.verifiers.code.cases import outputs_match
 from stepcredit.reward.verifiers.code.sandbox import PASSED, Sandbox, TestCase
 
@@ -103,7 +103,7 @@ def make_programs(cases: int) -> list[tuple[str, str, list[TestCase]]]:
 def unisolated_runner_source(work: str, solution: str) -> str:
     """BENCHMARK ONLY: the sandbox's runner rewritten to run outside a namespace. Each rewrite must
     apply (a changed runner fails here rather than running unsafely)."""
-    src = sandbox_mod._runner_source()
+    src = sandbox_session._runner_source()
     rewrites = [
         ('os.chdir("/tmp")', f"os.chdir({work!r})"),
         ('os.walk("/tmp", topdown=False)', f"os.walk({work!r}, topdown=False)"),

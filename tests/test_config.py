@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import inspect
 
 import pytest
 
@@ -14,7 +13,7 @@ from stepcredit.errors import ConfigError
 
 
 def test_every_field_has_a_docstring() -> None:
-    tree = ast.parse(inspect.getsource(C))
+    tree = ast.parse(C.tree_source())
     missing = []
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name.endswith("Config"):
@@ -57,3 +56,17 @@ def test_every_preset_passes_the_start_up_checks() -> None:
 
     for name in preset_names():
         check_config(C.from_dict(load_preset(name)))  # raises ConfigError naming the key
+
+
+def test_literal_keys_read_the_same_strings() -> None:
+    # Literal-typed keys take the strings YAML presets always wrote; a wrong one names the valid values
+    cfg = C.from_dict(
+        {"loss": {"kl_ctrl": "adaptive"}, "process": {"last_episode": "zero", "mc_v0": "sample"}}
+    )
+    assert (cfg.loss.kl_ctrl, cfg.process.last_episode, cfg.process.mc_v0) == ("adaptive", "zero", "sample")
+    cfg = C.from_dict({"reward": {"reward_model": {"worker": "process", "kind": "token"}}})
+    assert (cfg.reward.reward_model.worker, cfg.reward.reward_model.kind) == ("process", "token")
+    with pytest.raises(ConfigError, match=r"loss\.kl_ctrl: fixed or adaptive"):
+        C.from_dict({"loss": {"kl_ctrl": "adaptve"}})
+    with pytest.raises(ConfigError, match=r"loss\.kl_ctrl: expected a string"):
+        C.from_dict({"loss": {"kl_ctrl": True}})

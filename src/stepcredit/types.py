@@ -140,8 +140,8 @@ _BATCH_TENSORS = (
     "response_mask_BT",
     "behaviour_logp_BT",
     "truncated_B",
-    "ref_logp_BT",
     "values_BT",
+    "engine_logp_BT",
 )
 
 
@@ -175,7 +175,6 @@ class Batch:
     """RL steps completed by the weights that generated this batch (staleness = steps since)."""
     policy_updates: int = 0
     """Optimiser steps taken by the weights that generated this batch (has the policy moved since?)."""
-    ref_logp_BT: torch.Tensor | None = None
     values_BT: torch.Tensor | None = None
     rewards: list[RewardResult] | None = None
     episode_ends: list[list[int]] | None = None
@@ -188,6 +187,9 @@ class Batch:
     tree_nodes: list[list[int]] | None = None
     """Tree rollouts: per response, the ids (unique within its group) of the tree nodes whose values are
     V_0 (the root: the bare prompt), V_1, ... at ``tree_ends``; its own outcome is the last value."""
+    engine_logp_BT: torch.Tensor | None = None
+    """Log-probs of the sampled tokens as the rollout engine computed them when that engine is not the
+    trainer's own model (vLLM): the loss compares them with the trainer's (``loss.tis_cap``)."""
     kv_cache: RolloutCache | None = None
     """The rollout's KV cache over prompt + response (``generate(keep_cache=True)``), held only until
     the process stage has used it: never selected, concatenated or saved."""
@@ -220,13 +222,13 @@ class Batch:
             truncated_B=pick(self.truncated_B),
             policy_version=self.policy_version,
             policy_updates=self.policy_updates,
-            ref_logp_BT=pick(self.ref_logp_BT),
             values_BT=pick(self.values_BT),
             rewards=pick(self.rewards),
             episode_ends=pick(self.episode_ends),
             prefix_values=pick(self.prefix_values),
             tree_ends=pick(self.tree_ends),
             tree_nodes=pick(self.tree_nodes),
+            engine_logp_BT=pick(self.engine_logp_BT),
         )
 
     def to(self, device: Any) -> Batch:
@@ -293,11 +295,11 @@ class Batch:
             truncated_B=torch.cat([b.truncated_B for b in parts]),
             policy_version=min(b.policy_version for b in parts),
             policy_updates=min(b.policy_updates for b in parts),
-            ref_logp_BT=cat_opt("ref_logp_BT"),
             values_BT=cat_opt("values_BT"),
             rewards=cat_list("rewards"),
             episode_ends=cat_list("episode_ends"),
             prefix_values=cat_list("prefix_values"),
             tree_ends=cat_list("tree_ends"),
             tree_nodes=cat_list("tree_nodes"),
+            engine_logp_BT=cat_opt("engine_logp_BT"),
         )

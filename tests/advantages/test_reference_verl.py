@@ -16,6 +16,8 @@ import torch
 
 from stepcredit.advantages import AdvantageInputs, gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo
 
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
+
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 
 TOL = 1e-5

@@ -14,27 +14,26 @@ import pytest
 from stepcredit.cli.main import main
 
 EXE = [sys.executable, "-m", "stepcredit.cli.main"]
-TINY = [
-    "model.tiny.hidden_size=32",
-    "model.tiny.num_layers=1",
-    "model.tiny.intermediate_size=64",
+TINY_CHANGES = [
     "data.train_size=32",
-    "data.val_size=4",
     "rollout.prompts_per_step=8",
-    "rollout.n=2",
-    "rollout.max_new_tokens=16",
-    "trainer.threads=1",
-    "trainer.progress=false",
-    "trainer.tensorboard=false",
     "postprocess.dynamic_sampling.enabled=false",
 ]
+"""What this file's runs change in the tiny run's overrides (``tiny_train``, tests/conftest.py)."""
 DOMAINS = ("arith", "code", "ifeval", "mc")
 
 
 @pytest.mark.slow  # ~25 s on the loaded 2-core machine
-def test_alldomains_preset_logs_every_domain(tmp_path: Path) -> None:
+def test_alldomains_preset_logs_every_domain(tmp_path: Path, tiny_train: list[str]) -> None:
     out = tmp_path / "run"
-    args = [*TINY, "sft.steps=2", "trainer.steps=2", "trainer.val_every=2", "trainer.save_every=0"]
+    args = [
+        *tiny_train,
+        *TINY_CHANGES,
+        "sft.steps=2",
+        "trainer.steps=2",
+        "trainer.val_every=2",
+        "trainer.save_every=0",
+    ]
     assert main(["train", "--preset", "alldomains", "--out", str(out), *args]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert {f"val/accuracy/{d}" for d in DOMAINS} <= set(rows[0])

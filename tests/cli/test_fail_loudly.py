@@ -6,10 +6,9 @@ rewarder is built and before SFT; ``CircuitBreaker.update`` on every step's scor
 
 from __future__ import annotations
 
-import http.server
+import itertools
 import json
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +16,8 @@ import pytest
 
 from stepcredit.cli.main import main
 
-TINY = [
-    "model.tiny.hidden_size=32",
-    "model.tiny.num_layers=1",
-    "model.tiny.intermediate_size=64",
-    "data.train_size=64",
-    "data.val_size=4",
-    "rollout.prompts_per_step=4",
-    "rollout.n=2",
-    "rollout.max_new_tokens=16",
-    "trainer.threads=1",
-    "trainer.progress=false",
-    "trainer.tensorboard=false",
-    "trainer.val_every=0",
-    "trainer.save_every=0",
-]
+TINY_CHANGES = ["trainer.val_every=0", "trainer.save_every=0"]
+"""What this file's runs change in the tiny run's overrides (``tiny_train``, tests/conftest.py)."""
 
 
 def _track_sft(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -51,7 +37,7 @@ def _track_sft(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_multidomain_without_bubblewrap_stops_before_sft(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tiny_train: list[str]
 ) -> None:
     real_which = shutil.which
     monkeypatch.setattr(
@@ -60,7 +46,17 @@ def test_multidomain_without_bubblewrap_stops_before_sft(
     sft_calls = _track_sft(monkeypatch)
     out = tmp_path / "run"
     code = main(
-        ["train", "--preset", "multidomain", "--out", str(out), *TINY, "sft.steps=2", "trainer.steps=1"]
+        [
+            "train",
+            "--preset",
+            "multidomain",
+            "--out",
+            str(out),
+            *tiny_train,
+            *TINY_CHANGES,
+            "sft.steps=2",
+            "trainer.steps=1",
+        ]
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, err
@@ -68,48 +64,16 @@ def test_multidomain_without_bubblewrap_stops_before_sft(
     assert sft_calls == [], "the run reached SFT with a broken sandbox"
 
 
-class FlakyJudge:
-    """A chat endpoint that answers ``Score: 5`` to its first ``good`` requests, then HTTP 500."""
-
-    def __init__(self, good: int) -> None:
-        self.seen = 0
-        lock = threading.Lock()
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers["Content-Length"]))
-                with lock:
-                    outer.seen += 1
-                    ok = outer.seen <= good
-                data = json.dumps({"choices": [{"message": {"content": "Score: 5"}}]}).encode()
-                self.send_response(200 if ok else 500)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data) if ok else 0))
-                self.end_headers()
-                if ok:
-                    self.wfile.write(data)
-
-            def log_message(self, *a: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_judge_failing_mid_run_stops_at_the_breaker(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], loopback_judge: Any, tiny_train: list[str]
 ) -> None:
-    judge = FlakyJudge(good=9)  # the start-up probe and the first steps' arith rows, then 500s
+    seen = itertools.count(1)  # the start-up probe and the first steps' arith rows get Score: 5, then 500s
+    judge = loopback_judge(lambda body: (200 if next(seen) <= 9 else 500, "Score: 5"))
     out = tmp_path / "run"
     args = [
-        *TINY,
+        *tiny_train,
+        *TINY_CHANGES,
         "sft.steps=2",
         "trainer.steps=8",
         "reward.domains.arith.fn=judge",

@@ -14,28 +14,15 @@ import torch
 from stepcredit.cli.main import main
 
 EXE = [sys.executable, "-m", "stepcredit.cli.main"]
-TINY = [
-    "model.tiny.hidden_size=32",
-    "model.tiny.num_layers=1",
-    "model.tiny.intermediate_size=64",
-    "data.train_size=64",
-    "data.val_size=4",
-    "rollout.prompts_per_step=4",
-    "rollout.n=2",
-    "rollout.max_new_tokens=16",
-    "trainer.threads=1",
-    "trainer.progress=false",
-    "trainer.tensorboard=false",
-]
 
 
 def _metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_multidomain_preset_logs_per_domain_and_per_tag(tmp_path: Path) -> None:
+def test_multidomain_preset_logs_per_domain_and_per_tag(tmp_path: Path, tiny_train: list[str]) -> None:
     out = tmp_path / "run"
-    args = [*TINY, "sft.steps=2", "trainer.steps=2", "trainer.val_every=2", "trainer.save_every=0"]
+    args = [*tiny_train, "sft.steps=2", "trainer.steps=2", "trainer.val_every=2", "trainer.save_every=0"]
     assert main(["train", "--preset", "multidomain", "--out", str(out), *args]) == 0
     rows = _metrics(out)
     assert {"val/accuracy/arith", "val/accuracy/code"} <= set(rows[0])
@@ -51,7 +38,7 @@ def test_multidomain_preset_logs_per_domain_and_per_tag(tmp_path: Path) -> None:
     assert "val/accuracy/code" in rows[-1]
 
 
-def test_dynamic_sampling_drops_all_zero_groups_and_refills(tmp_path: Path) -> None:
+def test_dynamic_sampling_drops_all_zero_groups_and_refills(tmp_path: Path, tiny_train: list[str]) -> None:
     # a reward that is 0 for every response: every group has zero variance and is dropped, and the
     # step draws its max_extra_batches refills before giving up
     fn = tmp_path / "zero.py"
@@ -62,7 +49,7 @@ def test_dynamic_sampling_drops_all_zero_groups_and_refills(tmp_path: Path) -> N
     ds = ["postprocess.dynamic_sampling.enabled=true", "postprocess.dynamic_sampling.max_extra_batches=2"]
     reward = [f"reward.custom.path={fn}:compute_score", "reward.custom.isolate=false"]
     args = [
-        *TINY,
+        *tiny_train,
         "sft.steps=0",
         "trainer.steps=1",
         "trainer.val_every=0",
@@ -84,9 +71,9 @@ def test_dynamic_sampling_drops_all_zero_groups_and_refills(tmp_path: Path) -> N
     assert r["sampling/kept_groups"] == 4 and "loss" in r
 
 
-def test_running_statistics_survive_a_resume(tmp_path: Path) -> None:
+def test_running_statistics_survive_a_resume(tmp_path: Path, tiny_train: list[str]) -> None:
     run = ["postprocess.outcome.mean=running", "postprocess.outcome.std=running", "sft.steps=2"]
-    base = [*TINY, *run, "trainer.val_every=0", "trainer.save_every=1"]
+    base = [*tiny_train, *run, "trainer.val_every=0", "trainer.save_every=1"]
     full, part = tmp_path / "full", tmp_path / "part"
     assert main(["train", "--preset", "smoke", "--out", str(full), *base, "trainer.steps=3"]) == 0
     assert main(["train", "--preset", "smoke", "--out", str(part), *base, "trainer.steps=2"]) == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,42 +86,14 @@ def test_missing_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "no such file" in capsys.readouterr().err
 
 
-class JudgeStub:
-    """An OpenAI-style chat endpoint: ``Score: 10`` when the request contains ``2+2``, else ``Score: 0``."""
-
-    def __init__(self) -> None:
-        import http.server
-        import threading
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                text = " ".join(m["content"] for m in body["messages"])
-                reply = {"choices": [{"message": {"content": "Score: 10" if "2+2" in text else "Score: 0"}}]}
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_score_takes_the_train_config_tree_and_the_row_prompt(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], loopback_judge: Any
 ) -> None:
-    judge = JudgeStub()
+    def reply(body: dict[str, Any]) -> tuple[int, str]:  # Score: 10 when the request contains 2+2
+        text = " ".join(m["content"] for m in body["messages"])
+        return 200, "Score: 10" if "2+2" in text else "Score: 0"
+
+    judge = loopback_judge(reply)
     rows = [
         {"data_source": "judge", "prompt": "What is 2+2?", "response": "4", "ground_truth": "4"},
         {"data_source": "judge", "prompt": [{"role": "user", "content": "What is 3+3?"}], "response": "6",

@@ -32,6 +32,8 @@ from stepcredit.data.prepare import write_parquet
 from stepcredit.integrations.verl import cpu
 from stepcredit.models import build_tiny
 
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # A reward with a gradient on a random model (a GSM8K verdict would be 0 for every response): the share

@@ -25,6 +25,8 @@ from stepcredit.integrations.verl.config import algorithm_config
 from stepcredit.integrations.verl.estimators import group_ids, verl_advantages
 from stepcredit.integrations.verl.plugin import version_ok
 
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
+
 
 def test_import_verl_alone_registers_everything() -> None:
     # A fresh interpreter that imports only verl: the entry point must do the rest.

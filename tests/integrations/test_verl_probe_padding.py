@@ -25,6 +25,8 @@ from verl.workers.engine.utils import prepare_micro_batches
 import stepcredit.integrations.verl.trainer as trainer_mod
 from stepcredit.integrations.verl.process import ValueProbe, probe_batch_size, probe_cost
 
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
+
 
 class FakeTQ:
     """TransferQueue's kv_* calls on a dict (fields come back as nested tensors)."""

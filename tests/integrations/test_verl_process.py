@@ -30,6 +30,8 @@ from stepcredit.reward import apply_failure_policy, with_failure_policy
 from stepcredit.trainer.update import reward_channels
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
+
 ROWS = [  # (prompt, response, gold answer); two prompts, two responses each
     ("What is 3 + 4?", "First, add 3 and 4. So we get 7. Therefore the answer is 7.", "7"),
     ("What is 3 + 4?", "Hmm, 3 + 4 is 8. But wait, I need to check. So it is 8.", "7"),

@@ -23,6 +23,8 @@ from stepcredit.integrations.verl.reward_manager import EXTRA_KEYS, StepCreditRe
 from stepcredit.models import build_tokenizer
 from stepcredit.types import Status
 
+pytestmark = pytest.mark.verl  # runs in .venv-verl (make test)
+
 MATH_ROWS = [
     {"data_source": "openai/gsm8k", "response": "3 + 4 = 7 apples.\n#### 7", "ground_truth": "7"},
     {"data_source": "openai/gsm8k", "response": "So she has 8.\n#### 8", "ground_truth": "7"},

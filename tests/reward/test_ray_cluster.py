@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig, RewardDomainConfig
-from stepcredit.reward.run.agent import build_agent
+from stepcredit.reward.run.rewarder import build_agent
 from stepcredit.types import Sample, Status
 
 ray = pytest.importorskip("ray")

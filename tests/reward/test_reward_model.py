@@ -14,8 +14,8 @@ from stepcredit.errors import ConfigError
 from stepcredit.models.tiny import build_tokenizer
 from stepcredit.reward.scorers.reward_model import (
     RewardModel,
+    RewardModelScorer,
     RewardModelWorker,
-    score_samples,
     special_token_strings,
 )
 from stepcredit.types import Sample, Status
@@ -156,7 +156,7 @@ def test_config_errors(seq_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a model directory"):
         RewardModel(RewardModelConfig(path=str(tmp_path / "missing")))
     with pytest.raises(ConfigError, match=r"reward_model\.path"):
-        score_samples([], [], RewardModelConfig())
+        RewardModelScorer(RewardModelConfig())
 
 
 def test_worker_process_gives_the_same_scores(seq_dir: Path) -> None:
@@ -171,12 +171,16 @@ def test_worker_process_gives_the_same_scores(seq_dir: Path) -> None:
         worker.close()
 
 
-def test_score_samples_batch_form(seq_dir: Path) -> None:
+def test_scorer_batch_form(seq_dir: Path) -> None:
     samples = [
         Sample(prompt=PROMPTS[0], ground_truth=None, style="model"),
         Sample(prompt=PROMPTS[1], ground_truth=None),
     ]
-    res = score_samples(samples, RESPONSES[:2], RewardModelConfig(path=str(seq_dir)))
+    scorer = RewardModelScorer(RewardModelConfig(path=str(seq_dir)))
+    try:
+        res = scorer.score_batch(samples, RESPONSES[:2])
+    finally:
+        scorer.close()
     assert len(res) == 2 and all(r.ok for r in res)
 
 

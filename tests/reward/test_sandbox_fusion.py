@@ -50,9 +50,7 @@ def server() -> Iterator[SandboxServer]:
 
 
 def _verl() -> Any:
-    from verl.utils.reward_score import sandbox_fusion
-
-    return sandbox_fusion
+    return pytest.importorskip("verl.utils.reward_score.sandbox_fusion")  # the verl tests' venv
 
 
 def _fenced(code: str) -> str:
@@ -60,6 +58,7 @@ def _fenced(code: str) -> str:
 
 
 # --------------------------------------------------------------------------- VeRL's client -> server
+@pytest.mark.verl
 def test_verl_scores_right_and_wrong_programs(server: SandboxServer) -> None:
     vsf = _verl()
     stdio = {"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]}
@@ -108,6 +107,7 @@ class _Listener:
         self.sock.close()
 
 
+@pytest.mark.verl
 def test_hostile_programs_stay_contained(server: SandboxServer, tmp_path: Path) -> None:
     vsf = _verl()
     canary = tmp_path / "canary.txt"
@@ -141,6 +141,7 @@ def test_hostile_programs_stay_contained(server: SandboxServer, tmp_path: Path) 
     assert not list(Path("/tmp").glob("stepcredit-sbx-*")), "host-side sandbox directories were left behind"
 
 
+@pytest.mark.verl
 def test_hung_program_times_out_without_blocking_others(server: SandboxServer) -> None:
     vsf = _verl()
     hung: dict[str, Any] = {}
@@ -344,26 +345,13 @@ def test_backend_config_is_checked() -> None:
 
 # ------------------------------------------------------------------------- a training run through it
 @pytest.mark.slow
-def test_multidomain_train_run_through_the_server(server: SandboxServer, tmp_path: Path) -> None:
+def test_multidomain_train_run_through_the_server(
+    server: SandboxServer, tmp_path: Path, tiny_train: list[str]
+) -> None:
     from stepcredit.cli.main import main
 
-    tiny = [
-        "model.tiny.hidden_size=32",
-        "model.tiny.num_layers=1",
-        "model.tiny.intermediate_size=64",
-        "data.train_size=32",
-        "data.val_size=4",
-        "rollout.prompts_per_step=4",
-        "rollout.n=2",
-        "rollout.max_new_tokens=16",
-        "trainer.threads=1",
-        "trainer.progress=false",
-        "trainer.tensorboard=false",
-        "sft.steps=2",
-        "trainer.steps=2",
-        "trainer.val_every=0",
-        "trainer.save_every=0",
-    ]
+    tiny = [*tiny_train, "data.train_size=32", "sft.steps=2", "trainer.steps=2", "trainer.val_every=0"]
+    tiny.append("trainer.save_every=0")
     # The wiring: the start-up probe goes through the service and the code domain's metrics come out
     # with no sandbox_error. (A model this small writes no fenced code yet, so equal scores on executed
     # programs are checked through the Rewarder above, not here.)

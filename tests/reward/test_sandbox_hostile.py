@@ -2,7 +2,8 @@
 
 Each program states what it expects in header comments: ``# expect:`` the allowed statuses,
 ``# tests:`` its ground truth (default: one stdin/stdout case whose expected output is ``PWNED``, which
-a program prints only when its attack worked) and ``# score:`` the right score (default 0). Tokens
+a program prints only when its attack worked; ``solve``: the program defines ``solve(n)`` and runs once
+per ground truth of :data:`SOLVE_TRUTHS`, as ``<name>_<mode>``) and ``# score:`` the right score (default 0). Tokens
 ``__CANARY__``, ``__PORT__`` and ``__SECRET_NAME__`` are replaced by a host file that must stay
 untouched, a host TCP/UDP port on 127.0.0.1 that must see no traffic, and the name of a secret set in
 the host's environment; ``__DEEP_NOT__``/``__DEEP_NEG__`` by thousands of unary operators (compile bombs). All programs run in one batch, two at a time (the machine has two cores).
@@ -28,7 +29,28 @@ from stepcredit.reward.verifiers.code import sandbox as sb
 from stepcredit.types import RewardResult
 
 HOSTILE_DIR = Path(__file__).parent / "hostile"
-PROGRAMS = sorted(p.stem for p in HOSTILE_DIR.glob("*.py"))
+SOLVE_TRUTHS = {
+    "assert": ({"assert_case": ["assert solve(3) == 42", "assert solve(5) == 99"]}, ""),
+    "call": ({"fn_name": "solve", "inputs": [[3], [5]], "outputs": [42, 99]}, ""),
+    "stdio": ({"inputs": ["3", "5"], "outputs": ["PWNED", "PWNED"]}, "\n\nprint(solve(int(input() or 0)))\n"),
+}
+"""The ground truths a ``# tests: solve`` program runs against, each with the lines appended to the program
+(stdio reads the case from stdin): the same attack through each way a case meets the program."""
+
+
+def _cases() -> list[tuple[str, str, dict[str, Any] | None, str]]:
+    """(case name, program file stem, its ground truth or None to read the header, lines appended)."""
+    out = []
+    for path in sorted(HOSTILE_DIR.glob("*.py")):
+        if re.search(r"^# tests: solve$", path.read_text(), re.MULTILINE):
+            out += [(f"{path.stem}_{mode}", path.stem, gt, tail) for mode, (gt, tail) in SOLVE_TRUTHS.items()]
+        else:
+            out.append((path.stem, path.stem, None, ""))
+    return sorted(out)
+
+
+CASES = _cases()
+PROGRAMS = [name for name, *_ in CASES]
 SECRET_NAME = "STEPCREDIT_TEST_SECRET"
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -109,14 +131,16 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert leftover_processes() == [], "processes from an earlier run"
     usage_before = shutil.disk_usage("/tmp").used
     sources, truths, meta = [], [], {}
-    for name in PROGRAMS:
-        src = (HOSTILE_DIR / f"{name}.py").read_text()
+    for name, stem, truth, tail in CASES:
+        src = (HOSTILE_DIR / f"{stem}.py").read_text() + tail
         src = src.replace("__CANARY__", str(canary)).replace("__PORT__", str(listener.port))
         src = src.replace("__SECRET_NAME__", SECRET_NAME)
         # Compile-time bombs: nesting deep enough for the compiler's RecursionError / MemoryError.
         src = src.replace("__DEEP_NOT__", "not " * 3000).replace("__DEEP_NEG__", "-" * 6000)
         tests = header(src, "tests")
-        truths.append(json.loads(tests) if tests else {"inputs": [""], "outputs": ["PWNED"]})
+        if truth is None:
+            truth = json.loads(tests) if tests else {"inputs": [""], "outputs": ["PWNED"]}
+        truths.append(truth)
         # The headers hold the answers: a program that reads its own source must not find them.
         body = re.sub(r"^# (expect|tests|score): .*\n", "", src, flags=re.MULTILINE)
         sources.append(f"Here is my solution.\n```python\n{body}\n```\n")

@@ -143,20 +143,26 @@ def test_wasted_episodes_are_counted_in_arith_traces() -> None:
     assert arith.count_wasted(arith.reference_trace(p, rng, mistake_prob=0.0)) == 0
 
 
-TINY = [
-    "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.intermediate_size=64",
-    "data.train_size=32", "data.val_size=4", "rollout.prompts_per_step=2", "rollout.n=4",
-    "rollout.max_new_tokens=16", "trainer.threads=1", "trainer.progress=false", "trainer.tensorboard=false",
-    "sft.steps=1", "trainer.steps=2", "trainer.val_every=2", "trainer.save_every=0",
-]  # fmt: skip
+TINY_CHANGES = [
+    "data.train_size=32",
+    "rollout.prompts_per_step=2",
+    "rollout.n=4",
+    "sft.steps=1",
+    "trainer.steps=2",
+    "trainer.val_every=2",
+    "trainer.save_every=0",
+]
+"""What this file's runs change in the tiny run's overrides (``tiny_train``, tests/conftest.py)."""
 
 
-def test_train_logs_the_penalty_and_a_buffer_longer_than_l_max_exits_2(tmp_path: Path) -> None:
+def test_train_logs_the_penalty_and_a_buffer_longer_than_l_max_exits_2(
+    tmp_path: Path, tiny_train: list[str]
+) -> None:
     lp = [
         "postprocess.outcome.length_penalty.form=overlong",
         "postprocess.outcome.length_penalty.buffer_len=16",
     ]
-    assert main(["train", "--out", str(tmp_path / "r"), *TINY, *lp]) == 0
+    assert main(["train", "--out", str(tmp_path / "r"), *tiny_train, *TINY_CHANGES, *lp]) == 0
     rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if r["step"] > 0]
     for r in steps:
@@ -166,7 +172,7 @@ def test_train_logs_the_penalty_and_a_buffer_longer_than_l_max_exits_2(tmp_path:
         assert "response/wasted_episodes_per_response" in r
     assert "val/response/wasted_episodes_per_response" in steps[-1]
     proc = subprocess.run(
-        [sys.executable, "-m", "stepcredit.cli.main", "train", "--out", str(tmp_path / "bad"), *TINY,
+        [sys.executable, "-m", "stepcredit.cli.main", "train", "--out", str(tmp_path / "bad"), *tiny_train, *TINY_CHANGES,
          "postprocess.outcome.length_penalty.form=overlong", "postprocess.outcome.length_penalty.buffer_len=17"],
         capture_output=True, text=True,
     )  # fmt: skip

@@ -25,9 +25,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 @cache
 def field_docs() -> dict[str, dict[str, str]]:
-    """{config class name: {field: the docstring under it}}, read from ``stepcredit/config.py``."""
+    """{config class name: {field: the docstring under it}}, read from the config tree's modules."""
     out: dict[str, dict[str, str]] = {}
-    for node in ast.parse(inspect.getsource(C)).body:
+    for node in ast.parse(C.tree_source()).body:
         if not isinstance(node, ast.ClassDef):
             continue
         docs = out.setdefault(node.name, {})

@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     from stepcredit.models import load_policy
     from stepcredit.reward import build_rewarder
+    from stepcredit.rollout import engines
     from stepcredit.trainer.evaluate import evaluate
 
     torch.set_num_threads(cfg.trainer.threads)
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"model {model_ref.spec} ({model_ref.kind}); settings from {source}; max_new_tokens {max_new}")
     t_load = time.perf_counter()
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
+    engines.bind(model, engines.build_engine(cfg, model, tok))  # rollout.engine generates, as in training
     load_s = time.perf_counter() - t_load
     stem = args.data if args.data in data_names() else Path(args.data).stem
     out = args.out or Path("eval") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"

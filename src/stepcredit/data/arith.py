@@ -55,6 +55,12 @@ def count_wasted(text: str) -> int:
     return len(_WASTE_RE.findall(text))
 
 
+_SIGN = {"+": 1, "-": -1}
+"""A step's sign -> the factor of its amount."""
+_LEAD = {"+": "So", "-": "But"}
+"""A solution step's first word by the step's sign."""
+
+
 @dataclass(frozen=True)
 class ArithProblem:
     name: str
@@ -67,7 +73,7 @@ class ArithProblem:
     def answer(self) -> int:
         v = self.start
         for sign, n, _ in self.ops:
-            v = v + n if sign == "+" else v - n
+            v += _SIGN[sign] * n
         return v
 
     @property
@@ -129,8 +135,8 @@ def reference_trace(
     if teacher_error_prob > 0 and rng.random() < teacher_error_prob:
         silent_at = rng.randrange(len(p.ops))
     for i, (sign, n, _) in enumerate(p.ops):
-        new = v + n if sign == "+" else v - n
-        lead = "So" if sign == "+" else "But"
+        new = v + _SIGN[sign] * n
+        lead = _LEAD[sign]
         if i == silent_at:
             new = new + 1 if new == 0 or rng.random() < 0.5 else new - 1
             out.append(f"{lead} {v} {sign} {n} = {new}.")
@@ -197,7 +203,7 @@ def chain_of(question: str) -> tuple[list[int], list[tuple[str, int]]]:
     for phrase, n, _ in _THEN_RE.findall(question):
         sign = "-" if phrase.strip().startswith(_SUB_VERBS) else "+"
         ops.append((sign, int(n)))
-        states.append(states[-1] + int(n) if sign == "+" else states[-1] - int(n))
+        states.append(states[-1] + _SIGN[sign] * int(n))
     return states, ops
 
 

@@ -73,37 +73,65 @@ def row_to_sample(
     )
 
 
+def _read_parquet(p: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        return [_to_builtin(r) for r in pq.read_table(p).to_pylist()]
+    except Exception as e:  # pyarrow raises several unrelated types for a bad file
+        raise DataError(f"{p}: not a readable parquet file ({type(e).__name__})") from None
+
+
+def _read_jsonl(p: Path) -> list[dict[str, Any]]:
+    rows = []
+    with p.open() as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise DataError(f"{p}:{i}: invalid JSON ({e.msg})") from None
+    return rows
+
+
+def _write_parquet(rows: list[dict[str, Any]], tmp: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+
+
+def _write_jsonl(rows: list[dict[str, Any]], tmp: Path) -> None:
+    with tmp.open("w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+_READERS = {".parquet": _read_parquet, ".jsonl": _read_jsonl, ".json": _read_jsonl}
+"""File suffix -> reader of its rows."""
+_WRITERS = {".parquet": _write_parquet}
+"""File suffix -> writer; any other suffix is written as jsonl."""
+_FIRST_ROW = {".parquet": 0}
+"""Number of a file's first row in messages: jsonl counts lines from 1, parquet rows from 0."""
+
+
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Raw rows of a parquet or jsonl file (DataError if unreadable)."""
     p = Path(path)
     if not p.exists():
         raise DataError(f"{p}: no such file")
-    if p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            return [_to_builtin(r) for r in pq.read_table(p).to_pylist()]
-        except Exception as e:  # pyarrow raises several unrelated types for a bad file
-            raise DataError(f"{p}: not a readable parquet file ({type(e).__name__})") from None
-    if p.suffix in (".jsonl", ".json"):
-        rows = []
-        with p.open() as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{p}:{i}: invalid JSON ({e.msg})") from None
-        return rows
-    raise DataError(f"{p}: unsupported file type {p.suffix!r} (expected .parquet or .jsonl)")
+    read = _READERS.get(p.suffix)
+    if read is None:
+        raise DataError(f"{p}: unsupported file type {p.suffix!r} (expected .parquet or .jsonl)")
+    return read(p)
 
 
 def read_samples(path: str | Path, *, domain: str = "default", tag: str | None = None) -> list[Sample]:
     """Validated samples of a verl-style file; errors name the file and row."""
     p = Path(path)
     rows = read_rows(p)
-    first = 1 if p.suffix != ".parquet" else 0
+    first = _FIRST_ROW.get(p.suffix, 1)
     if not rows:
         raise DataError(f"{p}: the file has no rows")
     return [row_to_sample(r, f"{p}:{i + first}", domain=domain, tag=tag) for i, r in enumerate(rows)]
@@ -115,13 +143,5 @@ def write_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
     rows = list(rows)
-    if p.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
-    else:
-        with tmp.open("w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    _WRITERS.get(p.suffix, _write_jsonl)(rows, tmp)
     tmp.replace(p)

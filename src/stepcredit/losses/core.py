@@ -244,6 +244,41 @@ def gspo(
     return torch.maximum(l1_BT, l2_BT), metrics
 
 
+# ----------------------------------------------------------------------- engine mismatch (TIS)
+def truncated_is_weight(
+    *,
+    logp_BT: torch.Tensor,
+    engine_logp_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    cap: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Truncated importance sampling for a rollout engine that is not the trainer (Yao et al. 2025,
+    "Your efficient RL framework secretly brings you off-policy RL training"; verl's
+    ``tis_imp_ratio_cap``, TRL's ``vllm_importance_sampling_cap``): the tokens were drawn from the
+    engine's pi_engine, the loss assumes the trainer's pi_old of the same weights, so each token's loss
+    is weighted by
+
+        w = sg(min(pi_old / pi_engine, C))        (C = ``cap``; ``cap`` = 0: w = 1, no correction)
+
+    ``logp_BT``: the trainer's log-probs of the sampled tokens at the weights that sampled them.
+    Metrics, over counted tokens: the gap |log pi_old - log pi_engine| (mean, max), the mean weight
+    and the share of tokens whose weight was truncated.
+    """
+    check_shape("engine_logp_BT", engine_logp_BT, tuple(logp_BT.shape))
+    diff_BT = (logp_BT - engine_logp_BT).detach()
+    ratio_BT = torch.exp(diff_BT.clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
+    w_BT = ratio_BT.clamp(max=cap) if cap > 0 else torch.ones_like(ratio_BT)
+    gap_BT = diff_BT.abs()
+    zero = gap_BT.new_zeros(())
+    metrics = {
+        "engine/logp_gap_mean": masked_mean(gap_BT, mask_BT),
+        "engine/logp_gap_max": torch.where(mask_BT, gap_BT, zero).max() if mask_BT.any() else zero,
+        "engine/tis_weight_mean": masked_mean(w_BT, mask_BT),
+        "engine/tis_clip_frac": masked_mean((ratio_BT > cap).to(w_BT.dtype), mask_BT) if cap > 0 else zero,
+    }
+    return w_BT, metrics
+
+
 # -------------------------------------------------------------------------------------- entry
 @dataclass
 class LossOutput:
@@ -263,6 +298,7 @@ def compute_policy_loss(
     ref_logp_BT: torch.Tensor | None = None,
     entropy_BT: torch.Tensor | None = None,
     prox_logp_BT: torch.Tensor | None = None,
+    engine_logp_BT: torch.Tensor | None = None,
     kl_coef: float | None = None,
 ) -> LossOutput:
     """The policy loss of one (mini-)batch: the configured policy loss, aggregated, plus
@@ -270,13 +306,20 @@ def compute_policy_loss(
     ``entropy_coef`` times the aggregated entropy.
 
     ``mask_BT`` must already exclude the responses whose reward failed. ``kl_coef`` overrides
-    ``cfg.kl_coef`` (pass a :class:`KLController`'s value).
+    ``cfg.kl_coef`` (pass a :class:`KLController`'s value). ``engine_logp_BT``: an external rollout
+    engine's log-probs of the tokens; the policy loss is then weighted per token by
+    :func:`truncated_is_weight` against ``old_logp_BT`` (cap ``cfg.tis_cap``) and the gap is reported.
     """
     check_shape("logp_BT", logp_BT, (None, None))
     shape = tuple(logp_BT.shape)
     for name, x in (("old_logp_BT", old_logp_BT), ("adv_BT", adv_BT), ("mask_BT", mask_BT)):
         check_shape(name, x, shape)
-    for name, y in (("ref_logp_BT", ref_logp_BT), ("entropy_BT", entropy_BT), ("prox_logp_BT", prox_logp_BT)):
+    for name, y in (
+        ("ref_logp_BT", ref_logp_BT),
+        ("entropy_BT", entropy_BT),
+        ("prox_logp_BT", prox_logp_BT),
+        ("engine_logp_BT", engine_logp_BT),
+    ):
         if y is not None:
             check_shape(name, y, shape)
     if mask_BT.dtype != torch.bool:
@@ -295,6 +338,12 @@ def compute_policy_loss(
         dual_clip_c=cfg.dual_clip_c,
         behav_weight_cap=cfg.behav_weight_cap,
     )
+    if engine_logp_BT is not None:
+        tis_BT, tis_metrics = truncated_is_weight(
+            logp_BT=old_logp_BT, engine_logp_BT=engine_logp_BT, mask_BT=mask_BT, cap=cfg.tis_cap
+        )
+        pg_BT = pg_BT * tis_BT
+        tmetrics.update(tis_metrics)
     pg = aggregate(pg_BT, mask_BT, mode=cfg.agg, norm_len=norm_len)
     loss = pg
     with torch.no_grad():

@@ -74,6 +74,10 @@ def apply_kl_penalty(
     return out_BT, current
 
 
+_ADAPTIVE = {"fixed": False, "adaptive": True}
+"""``loss.kl_ctrl`` -> whether the coefficient adapts."""
+
+
 class KLController:
     """The KL coefficient beta: fixed, or adaptive (Ziegler et al. 2019, arXiv 1909.08593, eq. 2):
 
@@ -95,7 +99,7 @@ class KLController:
     @classmethod
     def from_config(cls, cfg: LossConfig) -> KLController:
         return cls(
-            coef=cfg.kl_coef, adaptive=cfg.kl_ctrl == "adaptive", target=cfg.kl_target, horizon=cfg.kl_horizon
+            coef=cfg.kl_coef, adaptive=_ADAPTIVE[cfg.kl_ctrl], target=cfg.kl_target, horizon=cfg.kl_horizon
         )
 
     def update(self, current_kl: float, n_steps: int) -> float:

@@ -129,6 +129,13 @@ def _load_hf(path: str, gguf_file: str, *, dtype: str, attn_implementation: str)
     from transformers import AutoModelForCausalLM
 
     kw: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+    if gguf_file:
+        try:  # transformers >= 5.2x keeps GGUF weights in their blocks unless told: we train them
+            from transformers import GgufConfig  # type: ignore[attr-defined]
+
+            kw["quantization_config"] = GgufConfig(gguf_file=gguf_file, dequantize=True)
+        except ImportError:  # older releases always dequantize
+            pass
     try:
         tok = _load_tokenizer(path, gguf_file)
         model = AutoModelForCausalLM.from_pretrained(
@@ -146,6 +153,11 @@ def _load_hf(path: str, gguf_file: str, *, dtype: str, attn_implementation: str)
             tok.pad_token = tok.eos_token
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tok.pad_token_id
+    if getattr(model, "hf_quantizer", None) is not None and gguf_file:
+        # dequantized above, yet marked as a GGUF-quantized model, which save_pretrained refuses: it is
+        # a dense float model now
+        model.hf_quantizer = None  # type: ignore[assignment]
+        model.config.__dict__.pop("quantization_config", None)
     return model, tok
 
 

@@ -15,6 +15,9 @@ from typing import Any
 
 import torch
 
+_LLAMA_STEP_SETTINGS = (("_attn_implementation", "sdpa"), ("hidden_act", "silu"))
+"""Model config values :func:`llama_step` is written for (the attention kernel and the MLP's activation)."""
+
 
 def supports_llama_step(model: Any) -> bool:
     """Can :func:`llama_step` stand in for ``model``'s forward pass? A plain ``LlamaForCausalLM``
@@ -25,10 +28,9 @@ def supports_llama_step(model: Any) -> bool:
         return False
     cfg = model.config
     return bool(
-        getattr(cfg, "_attn_implementation", "") == "sdpa"
+        all(getattr(cfg, key, None) == want for key, want in _LLAMA_STEP_SETTINGS)
         and not getattr(cfg, "attention_bias", False)
         and not getattr(cfg, "mlp_bias", False)
-        and getattr(cfg, "hidden_act", "") == "silu"
         and getattr(cfg, "pretraining_tp", 1) == 1
         and not model.training
     )

@@ -46,8 +46,9 @@ def _wrap(core: Any) -> Any:
 
 def build_tokenizer(kind: str = "char", *, vocab_size: int = 400) -> Any:
     """The built-in tokenizer: ``char`` (one token per character) or ``bpe`` (see below)."""
-    if kind == "bpe":
-        return build_bpe_tokenizer(vocab_size)
+    match kind:
+        case "bpe":
+            return build_bpe_tokenizer(vocab_size)
     from tokenizers import Tokenizer, decoders, models
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}

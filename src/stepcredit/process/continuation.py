@@ -20,6 +20,7 @@ import torch
 from stepcredit.config import ProcessConfig
 from stepcredit.errors import ConfigError
 from stepcredit.process.values import PrefixRequest, ScoreFn, register_value_estimator
+from stepcredit.rollout.engines import SamplingSpec, engine_for
 from stepcredit.types import RolloutCache, Sample
 
 
@@ -118,18 +119,27 @@ def continuation_values(
         for j, (c, _) in enumerate(chunk):
             ids[j * k : (j + 1) * k, width - len(c) :] = torch.tensor(c, dtype=torch.long)
             att[j * k : (j + 1) * k, width - len(c) :] = 1
-        sampling: dict[str, Any] = (
-            {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": 1.0}
-        )
-        gen = model.generate(
-            input_ids=ids.to(dev),
-            attention_mask=att.to(dev),
-            max_new_tokens=max_new_tokens,
-            pad_token_id=pad,
-            **sampling,
-        )
+        engine = engine_for(model)
+        if engine.external:  # the rollout engine (vLLM) samples the continuations, k per context
+            spec = SamplingSpec(n=k, temperature=0.0 if greedy else temperature, max_tokens=max_new_tokens)
+            comps = engine.sample(model, tokenizer, [list(c) for c, _ in chunk], spec)
+            rows = [c.ids for c in comps]
+        else:
+            sampling: dict[str, Any] = (
+                {"do_sample": False}
+                if greedy
+                else {"do_sample": True, "temperature": temperature, "top_p": 1.0}
+            )
+            gen = model.generate(
+                input_ids=ids.to(dev),
+                attention_mask=att.to(dev),
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad,
+                **sampling,
+            )
+            rows = [gen[r, width:].tolist() for r in range(gen.shape[0])]
         for j, (_, owners) in enumerate(chunk):
-            conts = [gen[j * k + kk, width:].tolist() for kk in range(k)]
+            conts = [rows[j * k + kk] for kk in range(k)]
             for ri, pi in owners:
                 r = requests[ri]
                 head = r.response_ids[: r.prefix_lens[pi]]

@@ -157,7 +157,9 @@ def _cropped(cache: Any, length: int) -> Any:
     # A shallow copy shares the tensors; crop re-slices (a view) and the suffix pass concatenates into
     # new tensors, so the full cache is never modified and never copied.
     c = _shallow(cache)
-    c.crop(length)
+    drop = c.get_seq_length() - length
+    if drop > 0:  # crop(-k) drops the last k tokens (newer transformers accept only a negative k)
+        c.crop(-drop)
     return c
 
 

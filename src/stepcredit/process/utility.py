@@ -23,7 +23,8 @@ from typing import Protocol, get_args
 
 import torch
 
-from stepcredit.config import ProcessConfig, StepCostAs
+from stepcredit.config import ProcessConfig
+from stepcredit.config.credit import StepCostAs
 from stepcredit.registry import Registry
 
 

@@ -150,13 +150,14 @@ def _load_file(path: str) -> Any:
 
 def load_ref(ref: FnRef) -> Any:
     """Import the object a reference names, or raise a ConfigError saying what is missing."""
-    if ref.kind == "file":
-        obj = _load_file(ref.target)
-    else:
-        try:
-            obj = importlib.import_module(ref.target)
-        except ImportError as e:
-            raise ConfigError(f"reward function module {ref.target!r} cannot be imported: {e}") from None
+    match ref.kind:
+        case "file":
+            obj = _load_file(ref.target)
+        case _:
+            try:
+                obj = importlib.import_module(ref.target)
+            except ImportError as e:
+                raise ConfigError(f"reward function module {ref.target!r} cannot be imported: {e}") from None
     for part in ref.attr.split("."):
         if not hasattr(obj, part):
             names = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
@@ -243,7 +244,8 @@ def to_result(value: Any, *, source: str = "") -> RewardResult:
             return RewardResult.failure(
                 Status.ERROR, f"reward function returned a dict without 'score' (keys: {sorted(value)})"
             )
-        res = _from_score(value["score"], {k: v for k, v in value.items() if k != "score"})
+        rest = dict(value)
+        res = _from_score(rest.pop("score"), rest)
         pred = value.get("pred", value.get("extracted"))
         if pred is not None:
             res.extracted = str(pred)

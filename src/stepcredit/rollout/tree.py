@@ -31,7 +31,8 @@ import torch
 
 from stepcredit.config import RolloutConfig
 from stepcredit.registry import Registry
-from stepcredit.rollout.sampling import decode
+from stepcredit.rollout.batching import finish_batch, left_pad, render_prompts
+from stepcredit.rollout.engines import SamplingSpec, as_tensor_rows, engine_for
 from stepcredit.types import Batch, Sample
 
 Boundaries = Callable[[list[int]], list[int]]
@@ -52,6 +53,8 @@ class Leaf:
     """(node id, branch point = prefix length) from the root (node 0, point 0) down."""
     generated: int = 0
     """Tokens generated for this leaf: its tail after the point it branched off at."""
+    logp: list[float] = field(default_factory=list)
+    """Per token, the engine's log-prob (an external engine's only; else empty)."""
 
 
 @dataclass(frozen=True)
@@ -140,35 +143,21 @@ def _sample(
     temperature: float,
     top_p: float,
     want_entropy: bool,
-) -> list[tuple[list[int], list[float], int]]:
-    """One sampled continuation per context, each cut at its first eos and at its own token budget
-    (decoding stops there), with each token's entropy and the number of tokens decoded for it."""
-    from stepcredit.rollout import left_pad
-
-    dev = next(model.parameters()).device
-    ids, mask = left_pad(contexts, tok.pad_token_id)
-    width = max(budgets)
-    ent = torch.zeros(len(contexts), width, device=dev) if want_entropy else None
-    resp = decode(
+) -> list[tuple[list[int], list[float], int, list[float]]]:
+    """One sampled continuation per context by the model's engine, each cut at its first eos and at
+    its own token budget (decoding stops there), with each token's entropy (``want_entropy``), the
+    number of tokens decoded for it and, from an external engine, its log-probs."""
+    engine = engine_for(model)
+    comps = engine.sample(
         model,
-        ids.to(dev),
-        mask.to(dev),
-        max_new_tokens=width,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        temperature=temperature,
-        top_p=top_p,
-        entropy_BT=ent,
-        limit_B=torch.tensor(budgets, dtype=torch.long, device=dev),
-    ).cpu()
-    ent_cpu = ent.cpu() if ent is not None else None
-    out = []
-    for r, budget in enumerate(budgets):
-        row = resp[r, :budget].tolist()
-        if tok.eos_token_id in row:
-            row = row[: row.index(tok.eos_token_id) + 1]
-        out.append((row, ent_cpu[r, : len(row)].tolist() if ent_cpu is not None else [], len(row)))
-    return out
+        tok,
+        contexts,
+        SamplingSpec(n=1, temperature=temperature, top_p=top_p, max_tokens=max(budgets)),
+        budgets=budgets,
+        want_entropy=want_entropy,
+        want_logprobs=engine.external,
+    )
+    return [(c.ids, c.entropy, len(c.ids), c.logprobs) for c in comps]
 
 
 @torch.no_grad()
@@ -199,9 +188,9 @@ def grow_trees(
     )
     trees: list[list[Leaf]] = [[] for _ in prompt_ids]
     next_node = [1] * len(prompt_ids)  # node 0 is each tree's root
-    for j, (ids, ent, n) in enumerate(first):
+    for j, (ids, ent, n, lp) in enumerate(first):
         p = j // branching[0]
-        trees[p].append(Leaf(p, ids, ent, [(0, 0)], n))
+        trees[p].append(Leaf(p, ids, ent, [(0, 0)], n, lp))
     level1 = [leaf for tree in trees for leaf in tree]
     every = sorted(x for leaf in level1 for x in leaf.entropy)
     ctx = BranchContext(
@@ -229,9 +218,14 @@ def grow_trees(
             top_p=top_p,
             want_entropy=want_entropy,
         )
-        for (parent, point), (ids, ent, n) in zip(jobs, conts, strict=True):
+        for (parent, point), (ids, ent, n, lp) in zip(jobs, conts, strict=True):
             child = Leaf(
-                parent.prompt, parent.ids[:point] + ids, parent.entropy[:point] + ent, list(parent.path), n
+                parent.prompt,
+                parent.ids[:point] + ids,
+                parent.entropy[:point] + ent,
+                list(parent.path),
+                n,
+                parent.logp[:point] + lp if parent.logp else [],
             )
             trees[parent.prompt].append(child)
     return trees
@@ -253,8 +247,6 @@ def tree_rollout(
     """``rollout.n`` leaves of one tree per prompt as a batch (each prompt's leaves contiguous, one
     group per tree) with ``tree_ends`` / ``tree_nodes``, and the rollout's counters: responses,
     generated and response tokens, branch points on the leaves' paths and the tree depth per leaf."""
-    from stepcredit.rollout import finish_batch, left_pad, render_prompts
-
     was_training = model.training
     model.eval()
     prompts = render_prompts(tok, samples)
@@ -290,6 +282,9 @@ def tree_rollout(
         with_logprobs=with_logprobs,
         policy_version=policy_version,
         keep_cache=keep_cache,
+        engine_logp_BT=(
+            as_tensor_rows([leaf.logp for leaf in leaves], max(T, 1), 0.0) if leaves[0].logp else None
+        ),
     )
     if was_training:
         model.train()

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import yaml
 
-from stepcredit import advantages, losses, process
+from stepcredit import advantages, losses, process, rollout
 from stepcredit.config import Config, to_dict
 from stepcredit.data.domains import build_data, check_routes
 from stepcredit.errors import ConfigError, UserError
@@ -36,7 +36,7 @@ from stepcredit.process.domains import process_domains
 from stepcredit.reward import Rewarder, build_agent, build_rewarder, shaping
 from stepcredit.reward.run import backends
 from stepcredit.reward.run.health import CircuitBreaker, probe_routes
-from stepcredit.rollout import ROLLOUT_MODES
+from stepcredit.rollout import ROLLOUT_MODES, engines
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import (
     MetricsLogger,
@@ -89,6 +89,11 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
         )
         history = ValHistory(run_dir, int(ckpt["step"]) if ckpt is not None else None)
         bar = closing.enter_context(contextlib.closing(Progress(cfg.trainer.steps, cfg.trainer.progress)))
+        # the rollout engine (vLLM: built from the policy as it is now; it follows the weights from here)
+        engine = engines.build_engine(cfg, model, tok)
+        engines.bind(model, engine)
+        closing.callback(engines.unbind, model)
+        closing.callback(engine.close)
         state = build_state(cfg, model, tok, stream)
         domains = process_domains(cfg.process, train_set) if cfg.process.enabled else frozenset()
         process.check_data(cfg.process, train_set, domains)
@@ -104,11 +109,13 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
             )
             if cfg.sft.steps > 0:
                 save_pretrained(model, tok, run_dir / "checkpoints" / "sft" / "model")
+            engines.sync(model)  # the SFT policy to the engine (validation below generates with it)
             log_row(
                 log, bar, {"step": 0, "phase": "sft", "time/sft_s": time.perf_counter() - t0, **validation(0)}
             )
         else:
             state.load_state_dict(ckpt)
+            engines.sync(model)  # the checkpoint's weights to the engine
         state.start_rl(ckpt)
         pending = (
             Rollout(ckpt["pending"], agent.submit(ckpt["pending"])) if ckpt and ckpt["pending"] else None
@@ -285,6 +292,7 @@ def check_config(cfg: Config) -> None:
     advantages.check_config(cfg)
     losses.check_config(cfg)
     process.check_config(cfg)
+    rollout.check_config(cfg)
     shaping.check_config(cfg)
     mode = ROLLOUT_MODES.get(cfg.rollout.mode)  # an unknown mode: one line with the valid ones
     spec = VALUE_ESTIMATORS.get(cfg.process.value_estimator)

@@ -39,6 +39,7 @@ from stepcredit.reward import (
     process_outcomes,
     shape_lengths,
 )
+from stepcredit.rollout import engines
 from stepcredit.trainer.critic import critic_update
 from stepcredit.trainer.metrics import outcome_free_signal
 from stepcredit.types import Batch
@@ -323,6 +324,7 @@ def update(state: TrainState, p: Prepared, *, train_policy: bool = True) -> dict
         )
     if not train_policy:
         return metrics
+    engines.release(state.model)  # vLLM's sleep mode on a GPU: its memory is the update's until it generates
     prox_logp_BT = None
     prox_pass = proximal and not train_mode_is_eval_mode(state.model)
     t0 = time.perf_counter()
@@ -353,6 +355,7 @@ def update(state: TrainState, p: Prepared, *, train_policy: bool = True) -> dict
         ref_logp_BT=p.ref_logp_BT,
         entropy_BT=entropy_BT,
         prox_logp_BT=prox_logp_BT,
+        engine_logp_BT=batch.engine_logp_BT,  # an external engine sampled: truncated IS (loss.tis_cap)
         kl_coef=state.kl_ctl.value,
     )
     state.opt.zero_grad(set_to_none=True)

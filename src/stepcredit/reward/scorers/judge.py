@@ -84,7 +84,7 @@ def parse_template(template: str) -> list[str | tuple[str]]:
         pieces.append((m.group(1),) if m.group(1) is not None else m.group(0)[0])
         pos = m.end()
     pieces.append(template[pos:])
-    return [p for p in pieces if p != ""]
+    return [p for p in pieces if p]  # no empty text pieces
 
 
 def break_special_tokens(text: str) -> str:
@@ -107,7 +107,7 @@ def render(pieces: Sequence[str | tuple[str]], fields: dict[str, str], marker: s
     for p in pieces:
         if isinstance(p, str):
             out.append(p)
-        elif p[0] == "marker":
+        elif p[0] not in REGION_NAMES:  # the marker: the one field without a region
             out.append(marker)
         else:
             name = REGION_NAMES[p[0]]

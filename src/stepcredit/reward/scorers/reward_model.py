@@ -28,7 +28,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,13 @@ def encode_text(tok: Any, text: str, *, add_special_tokens: bool = False) -> lis
 
 
 def _kind_of(config: Any, kind: str) -> str:
-    if kind != "auto":
-        return kind
-    archs = getattr(config, "architectures", None) or []
-    return "token" if any(a.endswith("ForTokenClassification") for a in archs) else "sequence"
+    """``reward.reward_model.kind``, with ``auto`` read from the model's architecture."""
+    match kind:
+        case "auto":
+            archs = getattr(config, "architectures", None) or []
+            return "token" if any(a.endswith("ForTokenClassification") for a in archs) else "sequence"
+        case _:
+            return kind
 
 
 def _load_tokenizer(path: str) -> Any:
@@ -105,11 +108,8 @@ class RewardModel:
                 raise ConfigError(
                     f"reward.reward_model.path {cfg.path}: the model has {config.num_labels} labels, expected 1"
                 )
-            auto = (
-                AutoModelForTokenClassification
-                if _kind_of(config, cfg.kind) == "token"
-                else AutoModelForSequenceClassification
-            )
+            heads = {"token": AutoModelForTokenClassification, "sequence": AutoModelForSequenceClassification}
+            auto = heads[_kind_of(config, cfg.kind)]
             model = auto.from_pretrained(cfg.path)
             tok = _load_tokenizer(cfg.path)
         except (OSError, ValueError, RuntimeError) as e:
@@ -201,10 +201,11 @@ class RewardModel:
             dt = (time.monotonic() - t0) / len(chunk)
             for b in range(len(chunk)):
                 info: dict[str, Any] = {"kind": self.kind}
-                if self.kind == "token":
-                    score = float(logits[b, -1, 0])
-                else:
-                    score = float(logits[b].reshape(-1)[0])
+                match self.kind:
+                    case "token":  # the head's output at the last token
+                        score = float(logits[b, -1, 0])
+                    case _:
+                        score = float(logits[b].reshape(-1)[0])
                 out.append(
                     RewardResult(
                         score=score, status=Status.OK, info=info, latency_s=dt, source="reward_model"
@@ -220,9 +221,9 @@ def _worker_main(cfg: RewardModelConfig, conn: Any) -> None:
     torch.set_num_threads(max(1, cfg.threads))
     try:
         rm = RewardModel(cfg)
-        conn.send(("ready", None))
+        conn.send((True, None))  # (ok, payload): loaded
     except Exception as e:
-        conn.send(("fail", f"{type(e).__name__}: {e}"))
+        conn.send((False, f"{type(e).__name__}: {e}"))
         return
     while True:
         try:
@@ -233,9 +234,9 @@ def _worker_main(cfg: RewardModelConfig, conn: Any) -> None:
             return
         prompts, responses = msg
         try:
-            conn.send(("ok", [r.to_json() for r in rm.score(prompts, responses)]))
+            conn.send((True, [r.to_json() for r in rm.score(prompts, responses)]))
         except Exception as e:
-            conn.send(("error", f"{type(e).__name__}: {e}"))
+            conn.send((False, f"{type(e).__name__}: {e}"))
 
 
 class RewardModelWorker:
@@ -260,10 +261,10 @@ class RewardModelWorker:
             proc.kill()
             raise ConfigError(f"reward model worker did not load {self.cfg.path} within {self.timeout_s:g}s")
         try:
-            kind, payload = parent.recv()
+            ok, payload = parent.recv()
         except EOFError:
-            kind, payload = "fail", f"the worker died while loading (exit code {proc.exitcode})"
-        if kind != "ready":
+            ok, payload = False, f"the worker died while loading (exit code {proc.exitcode})"
+        if not ok:
             proc.join(5)
             raise ConfigError(f"reward.reward_model.path {self.cfg.path}: {payload}")
         self._proc, self._conn = proc, parent
@@ -283,13 +284,13 @@ class RewardModelWorker:
                         )
                         for _ in responses
                     ]
-                kind, payload = self._conn.recv()
+                ok, payload = self._conn.recv()
             except (EOFError, OSError, BrokenPipeError) as e:
                 self.close()
                 return [
                     RewardResult.failure(Status.ERROR, f"reward model worker died: {e!r}") for _ in responses
                 ]
-            if kind != "ok":
+            if not ok:
                 return [
                     RewardResult.failure(Status.ERROR, f"reward model failed: {payload}") for _ in responses
                 ]
@@ -316,23 +317,17 @@ class RewardModelWorker:
             self._proc = self._conn = None
 
 
+WORKERS: dict[str, Callable[[RewardModelConfig], RewardModel | RewardModelWorker]] = {
+    "inline": RewardModel,
+    "process": RewardModelWorker,
+}
+"""``reward.reward_model.worker`` -> where the model runs: in the calling process, or in its own worker process."""
+
+
 @functools.lru_cache(maxsize=4)
 def get_reward_model(cfg: RewardModelConfig) -> RewardModel | RewardModelWorker:
     """The process-wide reward model of a configuration (loaded once)."""
-    return RewardModelWorker(cfg) if cfg.worker == "process" else RewardModel(cfg)
-
-
-def score_samples(
-    samples: list[Sample], responses: list[str], cfg: RewardModelConfig | None = None
-) -> list[RewardResult]:
-    """Batch form for the rewarder: ``(samples, responses) -> results``."""
-    cfg = cfg or RewardModelConfig()
-    if not cfg.path:
-        raise ConfigError(
-            "rows with reward_model.style=model need reward.reward_model.path (a model directory)"
-        )
-    rm = get_reward_model(cfg)
-    return rm.score([s.prompt for s in samples], responses)
+    return WORKERS[cfg.worker](cfg)
 
 
 class RewardModelScorer:
@@ -348,7 +343,7 @@ class RewardModelScorer:
 
     def score_batch(self, samples: list[Sample], responses: list[str]) -> list[RewardResult]:
         if self._rm is None:
-            self._rm = RewardModelWorker(self.cfg) if self.cfg.worker == "process" else RewardModel(self.cfg)
+            self._rm = WORKERS[self.cfg.worker](self.cfg)
         try:
             return self._rm.score([s.prompt for s in samples], responses)
         except ConfigError:

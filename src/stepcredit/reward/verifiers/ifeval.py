@@ -32,9 +32,15 @@ missing or out of range with a random draw (``length_constraints:number_words`` 
 threshold and relation each time a checker is built); here such a draw is refused, so the row is a
 DataError that names it. Two of Google's checkers are adapted: ``keywords:letter_frequency`` counts the
 character it is given even outside a-z (the library swaps ``!`` or ``#`` for a random ASCII letter; Google's
-current checker counts the character itself), and ``language:response_language`` runs langdetect with a
-detector factory of its own, seeded, instead of langdetect's process-wide one (whose seed anyone may set).
-Built checkers are cached per (instruction, kwargs, prompt).
+current checker counts the character itself), and the three checkers that call langdetect
+(``language:response_language``, ``change_case:english_capital``, ``change_case:english_lowercase``) run it
+with a detector factory of its own, seeded, instead of langdetect's process-wide one: that one is unseeded
+unless some code in the process sets its class-wide seed, and then ``detect`` draws at random (on "the casa
+es grande" it said ``en`` 36 times and ``es`` 4 times in 40 calls).
+
+Per call nothing is loaded: built checkers are cached per (instruction, kwargs, prompt), langdetect's
+profiles and NLTK's Punkt model load once per process, and a loose variant equal to one already checked
+is not checked again (checkers are deterministic).
 """
 
 from __future__ import annotations
@@ -83,16 +89,38 @@ def checkers() -> dict[str, Any]:
         def check_following(self, value: str) -> bool:
             from langdetect import LangDetectException
 
-            detector = _language_factory().create()
             try:
-                detector.append(value)
-                return bool(detector.detect() == self._language)
+                return bool(_detect(value) == self._language)
             except LangDetectException:
                 return True  # as the reference: an undetectable language counts as followed
+
+    class EnglishCapital(instructions.CapitalLettersEnglishChecker):  # type: ignore[misc,name-defined]
+        """The reference's test (all capitals, and langdetect says English) with the seeded factory."""
+
+        def check_following(self, value: str) -> bool:
+            from langdetect import LangDetectException
+
+            try:
+                return value.isupper() and _detect(value) == "en"
+            except LangDetectException:
+                return True
+
+    class EnglishLowercase(instructions.LowercaseLettersEnglishChecker):  # type: ignore[misc,name-defined]
+        """The reference's test (all lower case, and langdetect says English) with the seeded factory."""
+
+        def check_following(self, value: str) -> bool:
+            from langdetect import LangDetectException
+
+            try:
+                return value.islower() and _detect(value) == "en"
+            except LangDetectException:
+                return True
 
     table = dict(INSTRUCTION_DICT)
     table["keywords:letter_frequency"] = LetterFrequency
     table["language:response_language"] = ResponseLanguage
+    table["change_case:english_capital"] = EnglishCapital
+    table["change_case:english_lowercase"] = EnglishLowercase
     ensure_punkt()
     return table
 
@@ -107,6 +135,13 @@ def _language_factory() -> Any:
     factory.load_profile(PROFILES_DIRECTORY)
     factory.set_seed(0)
     return factory
+
+
+def _detect(text: str) -> str:
+    """langdetect's ``detect`` through :func:`_language_factory` (the profiles load once per process)."""
+    detector = _language_factory().create()
+    detector.append(text)
+    return str(detector.detect())
 
 
 class _RandomDraw(Exception):
@@ -310,11 +345,14 @@ def check(
 ) -> list[dict[str, Any]]:
     """Per instruction ``{"id", "strict", "loose"}``; an empty response meets nothing (as in IFEval)."""
     variants = [v for v in loose_variants(response) if v.strip()]
+    # The variants often repeat one another (without a '*' each starred one equals its plain one): each
+    # distinct text is checked once, and the response itself (variants[0]) only as the strict verdict.
+    others = [v for v in dict.fromkeys(variants[1:]) if v != response]
     out = []
     for iid, kw in zip(ids, kwargs, strict=True):
         checker = _build(iid, kw, prompt)
         strict = bool(response.strip()) and bool(checker.check_following(response))
-        loose = strict or any(bool(checker.check_following(v)) for v in variants[1:])
+        loose = strict or any(bool(checker.check_following(v)) for v in others)
         out.append({"id": iid, "strict": strict, "loose": loose})
     return out
 

@@ -23,7 +23,10 @@ C", "A, C", ``\\boxed{AC}``) is wrong (score 0, ``info["multiple"]``), never a l
 is ``unparseable``: the verifier abstains rather than guess.
 
 Every pattern is compiled once and runs in time linear in the response (no nested unbounded repeats; a
-phrase's rest of line is read at most ``_REST`` characters far).
+phrase's rest of line is read at most ``_REST`` characters far; box braces are paired in one pass). The
+reading goes from the end and stops at the first phrase that names an option; a pattern runs only over
+the stretches of the text that can hold one of its matches (see ``_stretches_from_end``), which gives
+the same extractions as scanning the whole text (``tests/reward/verifiers/test_mc_speed.py``).
 
 The key is ``reward_model.ground_truth``: a letter (``"C"``, ``"(C)"``), a 0-based index (MMLU's
 ``answer`` field), the option's text, or a dict with ``answer`` (and ``options``). The options, when
@@ -34,8 +37,10 @@ are valid.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
+from collections.abc import Iterator
 from typing import Any
 
 from stepcredit.reward.base import register_reward
@@ -54,7 +59,8 @@ _LEAD = (
 _FIRST_RE = re.compile(_LEAD + _LETTER, re.IGNORECASE)
 _JOIN = r"(?:,|/|&|\bor\b|\band\b|\bnor\b|\+|\bvs\.?|\bversus\b|\bas\s+well\s+as\b|\bthen\b)"
 _MORE_RE = re.compile(r"^[ \t]*[.):]?[ \t]*" + _JOIN + r"[ \t]*(?:(?:option|choice)[ \t]+)?" + _LETTER)
-_LETTERS_ONLY_RE = re.compile(r"^[\(\[]?([A-Z](?:\s*[,/&]?\s*[A-Z])+)[\)\]]?\.?$")
+# "\s*(?:[,/&]\s*)?", not "\s*[,/&]?\s*": the same strings, but a long run of spaces splits one way only
+_LETTERS_ONLY_RE = re.compile(r"^[\(\[]?([A-Z](?:\s*(?:[,/&]\s*)?[A-Z])+)[\)\]]?\.?$")
 # a word after a bare "A" or "I" that still reads as an option letter ("A or B", "I because ...")
 _JOIN_WORDS = frozenset(
     [
@@ -120,6 +126,7 @@ _ALONE_RE = (
     )
 )
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE_RE = re.compile(r"[{}]")
 _MARKUP_RE = re.compile(
     r"\\(?:text|textbf|mathrm|mathbf|mbox|textit|mathit|operatorname|bf|it|rm)\s*\{([^{}]*)\}"
 )
@@ -136,14 +143,23 @@ _NEGATIVE_RE = re.compile(
 
 def _box_contents(text: str) -> list[tuple[int, str]]:
     """(position, content) of every ``\\boxed{...}`` with balanced braces."""
+    boxes = list(_BOXED_RE.finditer(text))
+    if not boxes:
+        return []
+    # each brace's partner in one pass (a box's content ends at the partner of its opening brace), so
+    # many unclosed boxes cost no more than one
+    partner: dict[int, int] = {}
+    open_at: list[int] = []
+    for b in _BRACE_RE.finditer(text, boxes[0].end() - 1):
+        if b.group() == "{":
+            open_at.append(b.start())
+        elif open_at:
+            partner[open_at.pop()] = b.start()
     out = []
-    for m in _BOXED_RE.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            out.append((m.start(), text[m.end() : i - 1]))
+    for m in boxes:
+        end = partner.get(m.end() - 1)
+        if end is not None:
+            out.append((m.start(), text[m.end() : end]))
     return out
 
 
@@ -155,8 +171,16 @@ def _clean(s: str) -> str:
     return _DECOR_RE.sub("", s).strip()
 
 
+_ASCII_ALNUM = (string.ascii_letters + string.digits).encode()
+_NON_TEXT_RE = re.compile(r"[^\w\s.-]")
+_SPACES_RE = re.compile(r"\s+")
+_UPPER_RE = re.compile(r"[A-Z]")
+_CONDITION_RE = re.compile(r"[ \t]*[.,)]?[ \t]*(?:if|only[ \t]+if|assuming|provided|were)\b")
+
+
+@functools.lru_cache(maxsize=8192)  # the same option texts come back with every response to a row
 def _norm_text(s: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"[^\w\s.-]", "", s.lower())).strip(" .")
+    return _SPACES_RE.sub(" ", _NON_TEXT_RE.sub("", s.lower())).strip(" .")
 
 
 def _text_hits(s: str, options: dict[str, str]) -> list[str]:
@@ -175,7 +199,7 @@ def read_letters(content: str, letters: str, options: dict[str, str] | None) -> 
         return []
     m = _LETTERS_ONLY_RE.match(s)
     if m:  # "AC", "A, C", "(A/B)": several letters and nothing else
-        found = list(dict.fromkeys(re.findall(r"[A-Z]", m.group(1))))
+        found = list(dict.fromkeys(_UPPER_RE.findall(m.group(1))))
         if all(c in letters for c in found):
             return found
     m = _FIRST_RE.match(s)
@@ -194,7 +218,7 @@ def read_letters(content: str, letters: str, options: dict[str, str] | None) -> 
                 and not (options and _text_hits(s[m.start(1) + 1 :], options))
             ):
                 return _text_hits(s, options) if options else []
-            if re.match(r"[ \t]*[.,)]?[ \t]*(?:if|only[ \t]+if|assuming|provided|were)\b", rest):
+            if _CONDITION_RE.match(rest):
                 return []  # "(B) if the profit were higher": a condition, not an answer
             found = [c]
             while (more := _MORE_RE.match(rest)) and more.group(1) in letters:
@@ -232,11 +256,15 @@ def _alone(line: str, letters: str, options: dict[str, str] | None) -> list[str]
     s = _clean(line)
     m = _ALONE_RE.match(s)
     if m is None:
-        return (
-            _text_hits(s, options)
-            if options and _norm_text(s) in {_norm_text(v) for v in options.values()}
-            else []
-        )
+        if not options:
+            return []
+        texts = {_norm_text(v) for v in options.values()}
+        # the normal form keeps every ASCII letter and digit: a line with more of them than the longest
+        # option text is none of them (counted in C: a long last line is the common case)
+        b = s.encode("utf-8", "surrogatepass")
+        if len(b) - len(b.translate(None, _ASCII_ALNUM)) > max(map(len, texts)):
+            return []
+        return _text_hits(s, options) if _norm_text(s) in texts else []
     tail = (m.group(1) or "").strip(" \t.;,!")
     got = read_letters(s[: len(s) - len(m.group(1) or "")], letters, options)
     if len(got) != 1 or not tail:
@@ -246,6 +274,101 @@ def _alone(line: str, letters: str, options: dict[str, str] | None) -> list[str]
     return got if len(tail) <= 80 and not _NEGATIVE_RE.search(tail) else []
 
 
+# Reading from the end. A phrase that names an option ends the search, so the reading goes backwards and
+# runs a pattern only over stretches of the text where it can match. Every answer phrase holds one of
+# _PHRASE_KEYS (lower case) and none holds a _PHRASE_STOPS character, so each match lies inside one stretch
+# between two stops that holds a key; every weak phrase holds one of _WEAK_KEYS and lies inside one line.
+# A stretch scanned alone gives the matches a scan of the whole text gives in it: the scan before it ends
+# at a stop, which no match crosses, and the pattern's \b sees the character before the stretch.
+_PHRASE_KEYS = (
+    "answer",
+    "opt",  # option, opt for
+    "choice",
+    "select",  # selection
+    "response",
+    "statement",
+    "conclusion",
+    "pick",
+    "choose",
+    "go ",  # go with
+    "go\t",
+)
+_PHRASE_STOPS = ("\n", ".", ",", "(", ")", "*", "$", ";", "?", "!")
+_PHRASE_STOP_RE = re.compile(r"[\n.,()*$;?!]")
+_NEWLINE_RE = re.compile(r"\n")
+# A weak phrase's first word ("corresponds to", "which is", ...); the other kind ("... is (B)") needs a line
+# that ends with a bracket.
+_WEAK_WORDS = (
+    "correspond",
+    "matches",
+    "which",
+    "that",
+    "aligns",
+    "consistent",
+    "points",
+    "leads",
+    "closest",
+)
+_WEAK_KEYS = (*_WEAK_WORDS, ")")
+# The characters other than A-Z and a-z that IGNORECASE matches to an ASCII letter; ``str.lower`` leaves
+# some of them alone (and turns U+0130 into two characters), so a text holding one is read unfiltered.
+_FOLDS_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
+_SCAN_WHOLE_BELOW = 160  # characters: below this a scan of the whole text is cheaper than finding stretches
+
+
+def _stretches_from_end(
+    low: str, keys: tuple[str, ...], stops: tuple[str, ...], stop_re: re.Pattern[str], start: int
+) -> Iterator[tuple[int, int]]:
+    """(first, end) of each stretch of ``low[start:]`` between two ``stops`` that holds one of ``keys``,
+    the last first (the first stretch begins at ``start``). Linear in the text: each key's and each stop's
+    backward searches cover the text once, and each forward search for a stretch's end stops at the stretch
+    given before."""
+    last = {k: low.rfind(k, start) for k in keys}  # the last place of each key before the stretches given
+    before = {c: low.rfind(c, start) for c in stops}
+    end = len(low)
+    while (p := max(last.values())) >= 0:
+        for c, q in before.items():
+            if q >= p:
+                before[c] = low.rfind(c, start, p)
+        first = max(max(before.values()) + 1, start)
+        stop = stop_re.search(low, p, end)
+        yield first, stop.start() if stop else end
+        end = first
+        for k, q in last.items():
+            if q >= first:
+                last[k] = low.rfind(k, start, first)
+
+
+def _weak_matches(text: str, low: str, ls: int, le: int) -> list[re.Match[str]]:
+    """The matches of _WEAK_RE that a scan of the whole text finds in its line ``text[ls:le]``."""
+    # The scan ends two characters past the line's \n: a weak phrase's look-ahead reads up to that \n,
+    # and ``$`` then matches only where it matches in the whole text (at a \n that ends it).
+    endpos = min(le + 2, len(text))
+    if text[ls:le].rstrip(" \t.,;").endswith(")"):  # "... is (B).": either kind can match: scan the line
+        return [m for m in _WEAK_RE.finditer(text, ls, endpos) if m.start() < le]
+    # Only the first kind can match, and it starts where one of its first words does: trying the pattern
+    # there, left to right past each match, finds what the scan finds.
+    starts = []
+    for w in _WEAK_WORDS:
+        i = low.find(w, ls, le)
+        while i >= 0:
+            starts.append(i)
+            i = low.find(w, i + 1, le)
+    out: list[re.Match[str]] = []
+    pos = ls
+    for i in sorted(starts):
+        if i >= pos and (m := _WEAK_RE.match(text, i, endpos)):
+            out.append(m)
+            pos = m.end()
+    return out
+
+
+def _lines_from_end(text: str, low: str, keys: tuple[str, ...], start: int) -> Iterator[tuple[int, int]]:
+    """(first, end) of each line of ``text[start:]`` that holds one of ``keys`` in ``low``, the last first
+    (the first line begins at ``start``)."""
+    return _stretches_from_end(low, keys, ("\n",), _NEWLINE_RE, start)
+
+
 def extract_choice(
     response: str, *, letters: str = LETTERS, options: dict[str, str] | None = None
 ) -> tuple[list[str], str]:
@@ -253,35 +376,55 @@ def extract_choice(
     option, else the last weak phrase, else the last line when it is an option alone; ``([], "none")``
     when nothing is found."""
     text = response.rsplit("</think>", 1)[1] if "</think>" in response else response
-    best: tuple[int, list[str], str] | None = None
+    box: tuple[int, list[str]] | None = None
     if "boxed" in text or "fbox" in text:
         for pos, content in _box_contents(text):
             got = read_letters(content, letters, options)
             if got:
-                best = (pos, got, "boxed")
-    strong_end = 0  # weak phrases count only after the line of an answer phrase that names no option
-    for m in _PHRASE_RE.finditer(text):
-        rest = _rest_of_line(text, m.end())
-        if _NONE_RE.match(rest):
-            strong_end = m.end() + len(rest)
-        if best is not None and m.start() < best[0]:
-            continue
-        got = (
-            read_letters(rest, letters, options)
-            if rest.strip()
-            else _alone(_next_line(text, m.end()), letters, options)
-        )
-        if got:
-            best = (m.start(), got, "phrase")
-    if best is not None:
-        return best[1], best[2]
+                box = (pos, got)
+    box_pos = box[0] if box is not None else -1
+    # ``low`` None: the patterns scan the whole text, which is what the stretches stand for: a short text
+    # costs less that way, and one holding a character IGNORECASE folds to ASCII must be read so
+    whole = len(text) < _SCAN_WHOLE_BELOW or (not text.isascii() and any(c in text for c in _FOLDS_TO_ASCII))
+    low = None if whole else text.lower()
+    # weak phrases count only after the line of the last answer phrase that names no option
+    strong_end: int | None = None
+    spans = (
+        _stretches_from_end(low, _PHRASE_KEYS, _PHRASE_STOPS, _PHRASE_STOP_RE, 0)
+        if low is not None
+        else iter([(0, len(text))])
+    )
+    for ls, le in spans:
+        if le <= box_pos:
+            break  # a phrase before the last box does not count
+        for m in reversed(list(_PHRASE_RE.finditer(text, ls, le))):
+            if m.start() < box_pos:
+                break
+            rest = _rest_of_line(text, m.end())
+            if strong_end is None and _NONE_RE.match(rest):
+                strong_end = m.end() + len(rest)
+            got = (
+                read_letters(rest, letters, options)
+                if rest.strip()
+                else _alone(_next_line(text, m.end()), letters, options)
+            )
+            if got:
+                return got, "phrase"
+    if box is not None:
+        return box[1], "boxed"
     last_par = max(text.rstrip().rfind("\n\n"), 0)  # weak phrases count in the final paragraph only
-    for m in _WEAK_RE.finditer(text, max(last_par, strong_end)):
-        got = read_letters(_rest_of_line(text, m.end()), letters, options)
-        if got:
-            best = (m.start(), got, "weak_phrase")
-    if best is not None:
-        return best[1], best[2]
+    weak_from = max(last_par, strong_end or 0)
+    lines = (
+        _lines_from_end(text, low, _WEAK_KEYS, weak_from)
+        if low is not None
+        else iter([(weak_from, len(text))])
+    )
+    for ls, le in lines:
+        found = _weak_matches(text, low, ls, le) if low is not None else list(_WEAK_RE.finditer(text, ls))
+        for m in reversed(found):
+            got = read_letters(_rest_of_line(text, m.end()), letters, options)
+            if got:
+                return got, "weak_phrase"
     stripped = text.rstrip()
     last = stripped[stripped.rfind("\n") + 1 :]
     if options:  # the last line cites an option with its text: "... is known as C. logical behaviorism."

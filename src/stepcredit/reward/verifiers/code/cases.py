@@ -26,6 +26,7 @@ import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 # ------------------------------------------------------------------------------------ extraction
@@ -43,11 +44,28 @@ def extract_code(response: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------------ test cases
+class CaseMode(str, Enum):
+    """How a test case meets the program; the value is the ground truth's and the runner's name for it."""
+
+    STDIO = "stdio"
+    """stdin in, stdout compared with the expected output."""
+    ASSERT = "assert"
+    """An assert statement about the program, evaluated on the host (calls answered by the program)."""
+    CALL = "call"
+    """``fn(*args)`` (or ``Solution().fn``) compared with the expected value."""
+
+    @property
+    def module(self) -> str:
+        """The program's ``__name__`` when the host calls into it: not ``__main__`` in call mode, so that a
+        LeetCode-style solution's own demo under its ``__main__`` guard does not run (and block on stdin)."""
+        return "solution" if self is CaseMode.CALL else "__main__"
+
+
 @dataclass(frozen=True)
 class TestCase:
     """One test case: ``stdio`` (input -> expected stdout), ``assert`` or ``call`` (fn(*args) == expected)."""
 
-    mode: str
+    mode: CaseMode
     stdin: str = ""
     expected: Any = None
     assert_src: str = ""
@@ -55,6 +73,10 @@ class TestCase:
     args: tuple[Any, ...] = ()
     plan: AssertPlan | None = field(default=None, compare=False, repr=False)
     """The parsed assert statement (assert mode), checked when the ground truth is read."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, CaseMode):  # TestCase("stdio", ...) as written before the enum
+            object.__setattr__(self, "mode", CaseMode(self.mode))
 
 
 def parse_tests(ground_truth: Any) -> list[TestCase]:
@@ -71,7 +93,7 @@ def parse_tests(ground_truth: Any) -> list[TestCase]:
         raise ValueError(f"code ground truth must be a mapping, got {type(gt).__name__}")
     asserts = gt.get("assert_case")
     if isinstance(asserts, list) and asserts:
-        return [TestCase("assert", assert_src=str(a), plan=plan_assert(str(a))) for a in asserts]
+        return [TestCase(CaseMode.ASSERT, assert_src=str(a), plan=plan_assert(str(a))) for a in asserts]
     inputs, outputs = gt.get("inputs"), gt.get("outputs")
     if not isinstance(inputs, list) or not isinstance(outputs, list):
         raise ValueError("code ground truth needs 'assert_case' or lists 'inputs' and 'outputs'")
@@ -84,11 +106,12 @@ def parse_tests(ground_truth: Any) -> list[TestCase]:
         if not str(fn_name).isidentifier():
             raise ValueError(f"code ground truth's fn_name {fn_name!r} is not a Python name")
         return [
-            TestCase("call", fn_name=str(fn_name), args=tuple(_call_args(i)), expected=_maybe_json(o))
+            TestCase(CaseMode.CALL, fn_name=str(fn_name), args=tuple(_call_args(i)), expected=_maybe_json(o))
             for i, o in zip(inputs, outputs, strict=True)
         ]
     return [
-        TestCase("stdio", stdin=_text(i), expected=_text(o)) for i, o in zip(inputs, outputs, strict=True)
+        TestCase(CaseMode.STDIO, stdin=_text(i), expected=_text(o))
+        for i, o in zip(inputs, outputs, strict=True)
     ]
 
 
@@ -208,19 +231,21 @@ def decode_plain(wire: Any, *, depth: int = 0) -> Any:
         return [decode_plain(v, depth=depth + 1) for v in wire]
     if t is dict and len(wire) == 1:
         ((tag, body),) = wire.items()
-        if tag == "f" and body in _FLOATS:
-            return _FLOATS[body]
-        if type(body) is list:
-            items = [decode_plain(v, depth=depth + 1) for v in body]
-            try:
-                if tag == "t":
-                    return tuple(items)
-                if tag == "s":
-                    return set(items)
-                if tag == "d" and all(type(p) is list and len(p) == 2 for p in items):
-                    return {k: v for k, v in items}
-            except TypeError as e:  # an unhashable set element or key
-                raise NotPlain(str(e)) from None
+        match tag:  # the tags encode_plain writes: float (nan, inf), tuple, set, dict (as pairs)
+            case "f" if body in _FLOATS:
+                return _FLOATS[body]
+            case _ if type(body) is list:
+                items = [decode_plain(v, depth=depth + 1) for v in body]
+                try:
+                    match tag:
+                        case "t":
+                            return tuple(items)
+                        case "s":
+                            return set(items)
+                        case "d" if all(type(p) is list and len(p) == 2 for p in items):
+                            return {k: v for k, v in items}
+                except TypeError as e:  # an unhashable set element or key
+                    raise NotPlain(str(e)) from None
     raise NotPlain(f"malformed value from the sandbox: {str(wire)[:80]}")
 
 

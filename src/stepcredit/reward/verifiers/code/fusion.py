@@ -2,7 +2,7 @@
 
 A user who runs a SandboxFusion cluster (https://github.com/bytedance/SandboxFusion) keeps it: programs
 go to its ``/run_code`` endpoint, and the verdicts are still reached on this host by the same code as
-the local sandbox's (:func:`.sandbox.judge_report`, :func:`.sandbox.verdict`). The service is only
+the local sandbox's (:func:`.judging.judge_report`, :func:`.judging.verdict`). The service is only
 asked what the program does, never told an expected value or an assert:
 
 * a stdin/stdout case sends the program and the case's stdin; its stdout is compared here;
@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import SandboxConfig
-from stepcredit.reward.verifiers.code.cases import NotPlain, RemoteLink, TestCase
-from stepcredit.reward.verifiers.code.sandbox import (
+from stepcredit.reward.verifiers.code.cases import CaseMode, NotPlain, RemoteLink, TestCase
+from stepcredit.reward.verifiers.code.judging import (
     _SKIPPED,
     FAILED,
     PASSED,
@@ -47,12 +47,12 @@ from stepcredit.reward.verifiers.code.sandbox import (
     _calls,
     _CaseEnded,
     _classify,
-    _runner_source,
     judge_report,
     probe_executor,
     run_many,
     verdict,
 )
+from stepcredit.reward.verifiers.code.session import _runner_source
 
 __all__ = ["FusionSandbox", "post_json"]
 
@@ -83,16 +83,18 @@ except BaseException:
     _R["_flush"]()
     os._exit(1)
 _R["_flush"]()
-_fn = _R["_precomputed"] if _MSG["mode"] == "calls" else _R["_serve"]
+_fn = _R["_precomputed"] if _MSG["precomputed"] else _R["_serve"]
 _handles = []
 for _item in _MSG["items"]:
-    _R["_write_all"](1, b"\\n" + %(mark)r + _R["_answer"](_fn, _item, _ns, [] if _MSG["mode"] == "calls" else _handles))
+    _R["_write_all"](1, b"\\n" + %(mark)r + _R["_answer"](_fn, _item, _ns, [] if _MSG["precomputed"] else _handles))
 os._exit(0)
 """
 
 
-def _driver(program: str, *, mode: str, module: str, items: list[Any], mark: bytes) -> str:
-    msg = base64.b64encode(marshal.dumps({"mode": mode, "module": module, "items": items}, 4)).decode()
+def _driver(program: str, *, precomputed: bool, module: str, items: list[Any], mark: bytes) -> str:
+    """The driver program: ``items`` are calls known in advance (``precomputed``) or a live test's requests."""
+    fields = {"precomputed": precomputed, "module": module, "items": items}
+    msg = base64.b64encode(marshal.dumps(fields, 4)).decode()
     return _DRIVER % {"runner": _runner_source(), "msg": msg, "source": program, "mark": mark}
 
 
@@ -103,7 +105,11 @@ def post_json(url: str, payload: dict[str, Any], *, deadline: float) -> tuple[in
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise TimeoutError("deadline passed before the request")
-    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    match u.scheme:
+        case "https":
+            cls: type[http.client.HTTPConnection] = http.client.HTTPSConnection
+        case _:
+            cls = http.client.HTTPConnection
     conn = cls(u.hostname or "127.0.0.1", u.port, timeout=remaining)
     path = (u.path or "/") + (f"?{u.query}" if u.query else "")
     body = json.dumps(payload).encode()
@@ -133,7 +139,7 @@ def post_json(url: str, payload: dict[str, Any], *, deadline: float) -> tuple[in
 
 
 class FusionSandbox:
-    """An :class:`~.sandbox.Executor` that runs programs on a SandboxFusion service at ``cfg.url``:
+    """An :class:`~.judging.Executor` that runs programs on a SandboxFusion service at ``cfg.url``:
     at most ``cfg.concurrency`` requests in flight, each bounded by ``cfg.request_timeout_s``."""
 
     def __init__(self, cfg: SandboxConfig) -> None:
@@ -185,17 +191,18 @@ class FusionSandbox:
         return outcomes
 
     def _judge(self, program: str, case: TestCase) -> CaseOutcome:
-        if case.mode == "stdio":
+        if case.mode is CaseMode.STDIO:
             return judge_report(case, self._capped(self.execute(program, case.stdin)), None)
-        if case.mode == "call" or (case.plan is not None and case.plan.calls is not None):
-            module = "solution" if case.mode == "call" else "__main__"
-            done = self._driven(program, mode="calls", module=module, items=list(_calls(case)))
+        if case.mode is CaseMode.CALL or (case.plan is not None and case.plan.calls is not None):
+            done = self._driven(program, precomputed=True, module=case.mode.module, items=list(_calls(case)))
             return judge_report(case, done, lambda: self._replay(program, case))
         return self._replay(program, case)
 
-    def _driven(self, program: str, *, mode: str, module: str, items: list[Any]) -> dict[str, Any]:
+    def _driven(self, program: str, *, precomputed: bool, module: str, items: list[Any]) -> dict[str, Any]:
         mark = b"\x1e" + secrets.token_hex(8).encode() + b":"
-        done = self.execute(_driver(program, mode=mode, module=module, items=items, mark=mark), "")
+        done = self.execute(
+            _driver(program, precomputed=precomputed, module=module, items=items, mark=mark), ""
+        )
         marker = mark.decode()
         lines = str(done["out"]).split("\n")
         done["replies"] = [line[len(marker) :] for line in lines if line.startswith(marker)]
@@ -204,7 +211,7 @@ class FusionSandbox:
 
     def _replay(self, program: str, case: TestCase) -> CaseOutcome:
         """A test that talks to the program: every question re-runs it with the questions so far."""
-        module = "__main__" if case.mode == "assert" else "solution"
+        module = case.mode.module
         asked: list[dict[str, Any]] = []
 
         def ask(request: dict[str, Any]) -> dict[str, Any]:
@@ -214,7 +221,7 @@ class FusionSandbox:
                     "remote sandbox (use reward.sandbox.backend=local)"
                 )
             asked.append(request)
-            done = self._driven(program, mode="replay", module=module, items=asked)
+            done = self._driven(program, precomputed=False, module=module, items=asked)
             replies = done["replies"]
             clean = done.get("exit") == 0 and not done.get("sig") and not done.get("timeout")
             if not clean or len(replies) < len(asked):
@@ -239,7 +246,7 @@ class FusionSandbox:
     # ------------------------------------------------------------------------------------ wire
     def execute(self, code: str, stdin: str) -> dict[str, Any]:
         """Run ``code`` on the service; the runner-style report (``exit``, ``sig``, ``timeout``, ``out``,
-        ``err``) that :func:`~.sandbox.judge_report` reads. SandboxFailure when the service fails."""
+        ``err``) that :func:`~.judging.judge_report` reads. SandboxFailure when the service fails."""
         cfg = self.cfg
         payload = {
             "code": code,
@@ -313,8 +320,9 @@ def report_from_reply(reply: dict[str, Any]) -> dict[str, Any]:
     status = reply.get("status")
     run = reply.get("run_result")
     compiled = reply.get("compile_result")
-    if status == "SandboxError":
-        raise SandboxFailure(f"the service reported SandboxError: {str(reply.get('message', ''))[:300]}")
+    match status:
+        case "SandboxError":
+            raise SandboxFailure(f"the service reported SandboxError: {str(reply.get('message', ''))[:300]}")
     report: dict[str, Any] = {"op": "done", "exit": None, "sig": None, "timeout": False, "overflow": False}
     report.update({"out": "", "err": "", "replies": [], "leftover": 0})
     if isinstance(compiled, dict) and compiled.get("status") not in (None, "Finished"):
@@ -326,12 +334,15 @@ def report_from_reply(reply: dict[str, Any]) -> dict[str, Any]:
     report["err"] = str(run.get("stderr") or "")
     report["wall"] = run.get("execution_time")
     run_status = run.get("status")
-    if run_status == "TimeLimitExceeded":
-        report["timeout"] = True
-        return report
     code = run.get("return_code")
-    if run_status != "Finished" or type(code) is not int:
-        raise SandboxFailure(f"the service could not run the program (run status {run_status!r})")
+    match run_status:
+        case "TimeLimitExceeded":
+            report["timeout"] = True
+            return report
+        case "Finished" if type(code) is int:
+            pass
+        case _:
+            raise SandboxFailure(f"the service could not run the program (run status {run_status!r})")
     if code < 0:
         report["sig"] = -code
     else:

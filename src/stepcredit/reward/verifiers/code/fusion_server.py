@@ -8,7 +8,7 @@ answers the fields it reads: ``status`` (``Success``, ``Failed``, ``SandboxError
 ``stderr``). ``GET /v1/ping`` answers ``pong``. A VeRL user points ``reward_model.sandbox_fusion.url`` at
 ``http://HOST:PORT/run_code`` and changes nothing else.
 
-Every program runs in the local :class:`~.sandbox.Sandbox` (one bubblewrap sandbox per request, its
+Every program runs in the local :class:`~.bwrap.Sandbox` (one bubblewrap sandbox per request, its
 limits, its containment), never a second sandbox: the request's ``run_timeout`` and
 ``memory_limit_MB`` are honoured up to the server's maxima. At most ``concurrency`` programs run at once;
 up to ``max_queue`` more wait for a slot and any beyond are refused (503). A body over
@@ -27,7 +27,9 @@ from typing import Any
 
 from stepcredit.config import SandboxConfig
 from stepcredit.errors import UserError
-from stepcredit.reward.verifiers.code.sandbox import SANDBOX_ERROR, Sandbox, TestCase
+from stepcredit.reward.verifiers.code.bwrap import Sandbox
+from stepcredit.reward.verifiers.code.cases import CaseMode, TestCase
+from stepcredit.reward.verifiers.code.judging import SANDBOX_ERROR
 
 __all__ = ["SandboxServer", "is_loopback"]
 
@@ -148,7 +150,7 @@ class SandboxServer:
         try:
             with self._slots:
                 sb = self.sandbox(timeout, memory)
-                out = sb.run_program(code, [TestCase("stdio", stdin=stdin or "", expected="")])[0]
+                out = sb.run_program(code, [TestCase(CaseMode.STDIO, stdin=stdin or "", expected="")])[0]
         finally:
             with self._lock:
                 self._in_flight -= 1
@@ -164,13 +166,14 @@ class SandboxServer:
             "stdout": str(done.get("out", "")),
             "stderr": str(done.get("err", "")),
         }
-        if done.get("timeout") or sig == 24:  # wall clock, or SIGXCPU: the CPU-time limit
+        timed_out = bool(done.get("timeout") or sig == 24)  # wall clock, or SIGXCPU: the CPU-time limit
+        if timed_out:
             run.update(status="TimeLimitExceeded", return_code=None)
         elif done.get("overflow"):
             run.update(return_code=-9, stderr=run["stderr"] + "\n[stepcredit] output limit exceeded")
         elif sig:
             run["return_code"] = -int(sig)
-        ok = run["status"] == "Finished" and run["return_code"] == 0
+        ok = not timed_out and run["return_code"] == 0
         reply: dict[str, Any] = {"status": "Success" if ok else "Failed", "message": ""}
         reply["compile_result"] = None
         reply.update(run_result=run, executor_pod_name=None, files={})
@@ -211,17 +214,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
-        if self.path.split("?")[0] == "/v1/ping":
-            self._send(200, "pong")
-        else:
-            self._send(404, _error(f"no such endpoint: GET {self.path[:100]}"))
+        match self.path.split("?")[0]:
+            case "/v1/ping":
+                self._send(200, "pong")
+            case _:
+                self._send(404, _error(f"no such endpoint: GET {self.path[:100]}"))
 
     def do_POST(self) -> None:
+        match self.path.split("?")[0]:
+            case "/run_code":
+                self._run_code()
+            case _:
+                self.close_connection = True
+                self._send(404, _error(f"no such endpoint: POST {self.path[:100]} (use /run_code)"))
+
+    def _run_code(self) -> None:
         owner = self.server.owner
-        if self.path.split("?")[0] != "/run_code":
-            self.close_connection = True
-            self._send(404, _error(f"no such endpoint: POST {self.path[:100]} (use /run_code)"))
-            return
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:

@@ -112,36 +112,55 @@ def _wrap(value, handles):
         return {"h": len(handles) - 1}
 
 
-def _serve(req, ns, handles):
-    op = req["op"]
-    if op == "names":
-        return {"found": {n: _wrap(ns[n], handles) for n in req["names"] if n in ns}}
+def _serve_names(req, ns, handles):
+    return {"found": {n: _wrap(ns[n], handles) for n in req["names"] if n in ns}}
+
+
+def _serve_attr(req, ns, handles):
+    return _wrap(getattr(handles[req["ref"]["h"]], req["name"]), handles)
+
+
+def _serve_call(req, ns, handles):
     target = handles[req["ref"]["h"]]
-    if op == "attr":
-        return _wrap(getattr(target, req["name"]), handles)
-    if op == "call":
-        args = [_arg(a, handles) for a in req["args"]]
-        kwargs = {k: _arg(v, handles) for k, v in req["kwargs"].items()}
-        result = target(*args, **kwargs)
-        try:
-            return {"v": encode_plain(result)}
-        except NotPlain as e:
-            if isinstance(target, type):  # a program class was instantiated: keep the instance here
-                handles.append(result)
-                return {"h": len(handles) - 1}
-            return {"np": str(e)}
-    raise ValueError("unknown request")
+    args = [_arg(a, handles) for a in req["args"]]
+    kwargs = {k: _arg(v, handles) for k, v in req["kwargs"].items()}
+    result = target(*args, **kwargs)
+    try:
+        return {"v": encode_plain(result)}
+    except NotPlain as e:
+        if isinstance(target, type):  # a program class was instantiated: keep the instance here
+            handles.append(result)
+            return {"h": len(handles) - 1}
+        return {"np": str(e)}
+
+
+_SERVERS = {"names": _serve_names, "attr": _serve_attr, "call": _serve_call}
+"""A live test's request op -> what answers it."""
+
+
+def _serve(req, ns, handles):
+    serve = _SERVERS.get(req["op"])
+    if serve is None:
+        raise ValueError("unknown request")
+    return serve(req, ns, handles)
+
+
+def _method(target, ns):
+    cls, name = target.split(".", 1)
+    return getattr(ns[cls](), name)
+
+
+def _auto(target, ns):  # VeRL's fn_name: the function, or LeetCode's Solution().fn
+    return ns[target] if target in ns else getattr(ns["Solution"](), target)
+
+
+_CALLEES = {"method": _method, "fn": lambda target, ns: ns[target], "auto": _auto}
+"""A precomputed call's kind -> how its target is found in the program's namespace."""
 
 
 def _precomputed(call, ns, handles):
     kind, target, args, kwargs = call
-    if kind == "method":
-        cls, name = target.split(".", 1)
-        fn = getattr(ns[cls](), name)
-    elif target in ns or kind == "fn":
-        fn = ns[target]
-    else:  # "auto" (VeRL's fn_name): the function, or LeetCode's Solution().fn
-        fn = getattr(ns["Solution"](), target)
+    fn = _CALLEES.get(kind, _auto)(target, ns)
     result = fn(*args, **kwargs)
     try:
         return {"v": encode_plain(result)}
@@ -246,13 +265,14 @@ def _child(source, msg, limits, fds):
         _flush()
         os._exit(1)
     _flush()
-    if mode == "stdio":
-        os._exit(0)
-    if mode == "calls":
-        # Calls known in advance (``f(1, 2)``, ``Solution().f(1, 2)``): answered in order, then exit.
-        for call in msg["calls"]:
-            _write_all(4, _answer(_precomputed, call, ns, []))
-        os._exit(0)
+    match mode:
+        case "stdio":
+            os._exit(0)
+        case "calls":
+            # Calls known in advance (``f(1, 2)``, ``Solution().f(1, 2)``): answered in order, then exit.
+            for call in msg["calls"]:
+                _write_all(4, _answer(_precomputed, call, ns, []))
+            os._exit(0)
     handles = []  # type: list
     _write_all(4, b'{"ready": 1}\n')
     buf = bytearray()
@@ -325,6 +345,10 @@ def _sweep(child):
     return status, 1
 
 
+_ANSWERING_MODES = ("calls", "eval")
+"""Case modes whose child answers the host over its own request/reply pipes (stdio only prints)."""
+
+
 class Runner:
     def __init__(self, limits):
         self.limits = limits
@@ -340,14 +364,14 @@ class Runner:
     def recv(self):
         return _read_frame(0, self.inbuf)
 
-    def case(self, msg):
+    def case(self, msg):  # mode: stdio, calls (answered in order), eval (a live test's requests)
         _clean_tmp()
         mode = msg["mode"]
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         req_r, req_w, rep_r, rep_w = -1, -1, -1, -1
-        if mode != "stdio":
+        if mode in _ANSWERING_MODES:
             req_r, req_w = os.pipe()
             rep_r, rep_w = os.pipe()
         t0 = time.monotonic()
@@ -538,12 +562,14 @@ def main():
         os.write(1, (_json({"op": "failed", "message": f"{type(e).__name__}: {e}"}) + "\n").encode())
         os._exit(RUNNER_FAILED)
     runner.send({"op": "hello"})
+    handlers = {"case": runner.case}  # the host's messages between cases (others are ignored)
     while True:
         msg = runner.recv()
         if msg is None:
             break
-        if msg.get("op") == "case":
-            runner.case(msg)
+        handle = handlers.get(msg.get("op"))
+        if handle is not None:
+            handle(msg)
     os._exit(0)
 
 

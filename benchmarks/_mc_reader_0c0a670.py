@@ -1,0 +1,374 @@
+# The multiple-choice reader as commit 0c0a670 wrote it (src/stepcredit/reward/verifiers/multiple_choice.py),
+# before it was made to read from the end: the reference that benchmarks/mc_extract.py times beside today's
+# reader and that tests/reward/verifiers/test_mc_speed.py holds its extractions equal to. Frozen: do not edit
+# (only its register_reward import and closing call are left out, so it registers nothing).
+
+"""The multiple-choice verifier: one option letter (A-Z) read from a response, compared with the key.
+
+Extraction works on the text after the last ``</think>`` and takes the **last** place that names an
+option (a response discusses options in its reasoning before it answers):
+
+* a ``\\boxed{...}`` (``\\boxed{C}``, ``\\boxed{\\text{C}}``, ``\\boxed{(C)}``);
+* an answer phrase: "The answer is (C)", "Answer: C", "Final answer: **C**", "the correct option is C",
+  "the closest options are (G)", "My choice is D", "I would choose C", "I'll go with C". Every phrase is
+  found, also several on one line ("... the answer should be the patient. So the answer is (A)."), and
+  each reads the rest of **its own line**; a phrase that ends its line ("The answer is:") reads the next
+  non-empty line when that line is an option alone;
+* weaker phrases ("corresponds to option (E)", "which matches (E)") only when no answer phrase or box names
+  an option;
+* else the last line when it is an option alone: "(C)", "C.", "Option (C).", "**C**", "C: Paris",
+  "(B) Paris, because ..." or the option's text.
+
+What such a place holds is read as a letter in the forms models write (``(C)``, ``C.``, ``C)``, ``**C**``,
+``option C``, ``$C$``, ``\\( C \\)``, ``\\[ C \\]``, ``$$C$$``, ``\\text{C}``) or, when the row gives the
+options, as one option's text. A bare ``A`` or ``I`` followed by a lower-case word is English ("I think",
+"A neutron star") unless that word joins options ("A or B") or the row's option text follows.
+**One answer only**: a final answer naming several different options ("A or B", "either A or C", "A and
+C", "A, C", ``\\boxed{AC}``) is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found
+is ``unparseable``: the verifier abstains rather than guess.
+
+Every pattern is compiled once and runs in time linear in the response (no nested unbounded repeats; a
+phrase's rest of line is read at most ``_REST`` characters far).
+
+The key is ``reward_model.ground_truth``: a letter (``"C"``, ``"(C)"``), a 0-based index (MMLU's
+``answer`` field), the option's text, or a dict with ``answer`` (and ``options``). The options, when
+given, come from the ground-truth dict or ``extra_info`` (``options`` or ``choices``: a list, or a
+dict letter -> text, read in letter order); they bound the valid letters (four options: A-D), else A-Z
+are valid.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Any
+
+from stepcredit.types import RewardResult, Status
+
+LETTERS = string.ascii_uppercase
+_REST = 240  # how far a phrase's rest of line is read: an answer follows its phrase closely
+
+# A letter standing alone as an option: (C)  [C]  C.  C)  C:  never inside a word ("Cat", "C-3", "C's").
+_LETTER = r"[\(\[]?[ \t]*([A-Z])[ \t]*[\)\]]?(?![A-Za-z0-9'’\-])(?![ \t]*[=^_×·])"  # "F = ma" is maths
+_LEAD = (
+    r"^(?:(?:either|both|option|options|choice|choices|letter|probably|clearly|definitely|"
+    r"most\s+likely|likely|therefore|thus|so|hence|indeed|simply|the|number|no\.|closest\s+to|nearest\s+to|"
+    r"approximately|roughly|about)\s*[:.]?\s+)*"
+)
+_FIRST_RE = re.compile(_LEAD + _LETTER, re.IGNORECASE)
+_JOIN = r"(?:,|/|&|\bor\b|\band\b|\bnor\b|\+|\bvs\.?|\bversus\b|\bas\s+well\s+as\b|\bthen\b)"
+_MORE_RE = re.compile(r"^[ \t]*[.):]?[ \t]*" + _JOIN + r"[ \t]*(?:(?:option|choice)[ \t]+)?" + _LETTER)
+_LETTERS_ONLY_RE = re.compile(r"^[\(\[]?([A-Z](?:\s*[,/&]?\s*[A-Z])+)[\)\]]?\.?$")
+# a word after a bare "A" or "I" that still reads as an option letter ("A or B", "I because ...")
+_JOIN_WORDS = frozenset(
+    [
+        "or",
+        "and",
+        "nor",
+        "is",
+        "was",
+        "because",
+        "since",
+        "as",
+        "which",
+        "for",
+        "with",
+        "vs",
+        "versus",
+        "then",
+        "but",
+        "seems",
+        "appears",
+        "would",
+        "should",
+        "best",
+        "correct",
+        "right",
+    ]
+)
+_NEXT_WORD_RE = re.compile(r"[ \t]+([a-z]+)")
+
+_VERB = (
+    r"(?:[ \t]*(?:is|are|was|would[ \t]+be|should[ \t]+be|must[ \t]+be|will[ \t]+be|shall[ \t]+be|"
+    r"has[ \t]+to[ \t]+be|seems[ \t]+to[ \t]+be|appears[ \t]+to[ \t]+be|remains|stands|=|:|：)"
+    r"(?:[ \t]+(?:therefore|thus|then|clearly|definitely|indeed))?)?[ \t]*[:：]?[ \t]*"
+)
+# answer phrases: their rest of line holds the answer
+_PHRASE_RE = re.compile(
+    r"(?i)(?:\b(?:final|correct|best|right|closest|most[ \t]+(?:likely|appropriate|accurate|plausible|"
+    r"suitable|reasonable)|only|my|true|valid)[ \t]+(?:answer|option|choice|selection|response|statement|"
+    r"conclusion)s?(?:[ \t]+(?:choice|option))?"
+    r"|\b(?:the[ \t]+)?answers?(?:[ \t]+(?:choice|option))?"
+    r"|\bmy[ \t]+(?:final[ \t]+)?(?:choice|pick|selection)"
+    r"|\bI(?:[ \t]*(?:would|will|'d|’d|'ll|’ll|shall|must|should|can|)[ \t]*)(?:choose|pick|select|go[ \t]+with|"
+    r"opt[ \t]+for|answer)"
+    r"|\b(?:we|you)[ \t]+(?:should[ \t]+|can[ \t]+|must[ \t]+)?(?:choose|pick|select|go[ \t]+with))" + _VERB
+)
+# weaker phrases: used only when no answer phrase or box names an option
+_WEAK_RE = re.compile(
+    r"(?i)\b(?:corresponds?[ \t]+to|corresponding[ \t]+to|matches|which[ \t]+is|that[ \t]+is|aligns[ \t]+with|"
+    r"consistent[ \t]+with|points[ \t]+to|leads[ \t]+(?:us[ \t]+)?to|closest[ \t]+to)(?:[ \t]+(?:the[ \t]+)?"
+    r"(?:answer|option|choice))?[ \t]*[:：]?[ \t]*(?=(?:option|choice)\b|[\(\[][A-Z][\)\]]|\*\*\(?[A-Z]\b|\\\([ \t]*[A-Z][ \t]*\\\)|"
+    r"\$[A-Z]\$|[A-Z][.)]?(?:[ \t,;]|$))"
+    r"|\b(?:is|are|be|as|to|by|list|of)[ \t]+(?=(?:option[ \t]+)?\([A-Z]\)[ \t]*[.,;]?[ \t]*(?:\n|$))"  # "... is (B)": a bracketed letter only
+)
+# "C. logical behaviorism", "(E) children with hearing impairments": a letter followed by its option's text
+_CITED_RE = re.compile(r"(?<=[ \t:*])(?:\(([A-Z])\)|([A-Z])\.)[ \t]+")
+# a later option in the same sentence: "(E) ... or (D) ...", "(H) wage inflation and (I) cost-push inflation"
+_HEDGE_RE = re.compile(r"\b(?:or|and|nor|vs\.?|versus)[ \t]+(?:(?:option|choice)[ \t]+)?[\(\[]([A-Z])[\)\]]")
+_ALONE_RE = (
+    re.compile(  # a line that is only an option: "(C)", "C.", "Option (C).", "C: Paris", "(B) Paris, ..."
+        r"^(?:(?:the[ \t]+)?(?:option|choice|answer|letter)[ \t]*[:.]?[ \t]*)?"
+        r"(?:\([A-Z]\)|\[[A-Z]\]|[A-Z](?:[.):]|$))(?:[ \t]*(.*))?$",
+        re.IGNORECASE,
+    )
+)
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_MARKUP_RE = re.compile(
+    r"\\(?:text|textbf|mathrm|mathbf|mbox|textit|mathit|operatorname|bf|it|rm)\s*\{([^{}]*)\}"
+)
+_MATH_DELIM_RE = re.compile(r"\\[()\[\]]|\$\$?|\\displaystyle|\\quad|\\,|\\;|\\ ")
+_DECOR_RE = re.compile(r"[*_`#~>\"“”]")
+# an answer phrase that says no option is right: weak phrases before it do not count
+_NONE_RE = re.compile(
+    r"(?i)[ \t(*]*(?:none|not|cannot|can't|unable|n/?a\b|no[ \t]+(?:correct|option|answer|single))"
+)
+_NEGATIVE_RE = re.compile(
+    r"(?i)\b(?:incorrect|wrong|false|not|unlikely|eliminat\w*|rule[ds]?\s+out|except)\b"
+)
+
+
+def _box_contents(text: str) -> list[tuple[int, str]]:
+    """(position, content) of every ``\\boxed{...}`` with balanced braces."""
+    out = []
+    for m in _BOXED_RE.finditer(text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            out.append((m.start(), text[m.end() : i - 1]))
+    return out
+
+
+def _clean(s: str) -> str:
+    """Markup off: LaTeX text commands and math delimiters, Markdown emphasis, quotes."""
+    if "\\" in s or "$" in s:
+        s = _MARKUP_RE.sub(r"\1", _MARKUP_RE.sub(r"\1", s))
+        s = _MATH_DELIM_RE.sub(" ", s)
+    return _DECOR_RE.sub("", s).strip()
+
+
+def _norm_text(s: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"[^\w\s.-]", "", s.lower())).strip(" .")
+
+
+def _text_hits(s: str, options: dict[str, str]) -> list[str]:
+    """The options whose text ``s`` is or starts with (the longest when one text is a prefix of another)."""
+    t = _norm_text(s)
+    hits = [k for k, v in options.items() if (n := _norm_text(v)) and (t == n or t.startswith(n + " "))]
+    if len(hits) > 1:
+        hits = [max(hits, key=lambda k: len(options[k]))]
+    return hits
+
+
+def read_letters(content: str, letters: str, options: dict[str, str] | None) -> list[str]:
+    """The distinct option letters ``content`` names as its answer (empty: none; two or more: a hedge)."""
+    s = _clean(content)
+    if not s:
+        return []
+    m = _LETTERS_ONLY_RE.match(s)
+    if m:  # "AC", "A, C", "(A/B)": several letters and nothing else
+        found = list(dict.fromkeys(re.findall(r"[A-Z]", m.group(1))))
+        if all(c in letters for c in found):
+            return found
+    m = _FIRST_RE.match(s)
+    if m and m.group(1).upper() in letters:
+        c, lead = m.group(1), s[: m.start(1)].lower()
+        named = any(w in lead for w in ("option", "choice", "letter"))
+        if c.isupper() or named:
+            c = c.upper()
+            rest = s[m.end() :]
+            bare = m.end() == m.end(1)  # no bracket or punctuation closes the letter
+            # "I think ...", "A neutron star": English, unless a joining word or the option's text follows
+            w = _NEXT_WORD_RE.match(rest) if bare and c in "AI" and not named else None
+            if (
+                w
+                and w.group(1) not in _JOIN_WORDS
+                and not (options and _text_hits(s[m.start(1) + 1 :], options))
+            ):
+                return _text_hits(s, options) if options else []
+            if re.match(r"[ \t]*[.,)]?[ \t]*(?:if|only[ \t]+if|assuming|provided|were)\b", rest):
+                return []  # "(B) if the profit were higher": a condition, not an answer
+            found = [c]
+            while (more := _MORE_RE.match(rest)) and more.group(1) in letters:
+                found.append(more.group(1))
+                rest = rest[more.end() :]
+            sentence = rest.split(". ", 1)[0]
+            found += [h.group(1) for h in _HEDGE_RE.finditer(sentence) if h.group(1) in letters]
+            return list(dict.fromkeys(found))
+    return _text_hits(s, options) if options else []
+
+
+def _rest_of_line(text: str, start: int) -> str:
+    end = text.find("\n", start, start + _REST)
+    return text[start : end if end >= 0 else start + _REST]
+
+
+def _next_line(text: str, start: int) -> str:
+    """The next non-empty line after the one holding ``start`` (for "The answer is:" ending its line)."""
+    i = text.find("\n", start)
+    while 0 <= i < len(text) - 1:
+        j = text.find("\n", i + 1)
+        line = text[i + 1 : j if j >= 0 else len(text)]
+        if line.strip():
+            return line[:_REST]
+        if j < 0:
+            break
+        i = j
+    return ""
+
+
+def _alone(line: str, letters: str, options: dict[str, str] | None) -> list[str]:
+    """The letter of a line that is only an option ("(C)", "Option (C).", "C: Paris", "(B) Paris, because
+    ..."), else []. Trailing text must be the option's text when the row gives it; without options it must
+    be short and say nothing negative ("A) is wrong because ..." is reasoning, not an answer)."""
+    s = _clean(line)
+    m = _ALONE_RE.match(s)
+    if m is None:
+        return (
+            _text_hits(s, options)
+            if options and _norm_text(s) in {_norm_text(v) for v in options.values()}
+            else []
+        )
+    tail = (m.group(1) or "").strip(" \t.;,!")
+    got = read_letters(s[: len(s) - len(m.group(1) or "")], letters, options)
+    if len(got) != 1 or not tail:
+        return got
+    if options:
+        return got if got == _text_hits(tail, options) else []
+    return got if len(tail) <= 80 and not _NEGATIVE_RE.search(tail) else []
+
+
+def extract_choice(
+    response: str, *, letters: str = LETTERS, options: dict[str, str] | None = None
+) -> tuple[list[str], str]:
+    """(letters of the final answer, how it was found): the last box or answer phrase that names an
+    option, else the last weak phrase, else the last line when it is an option alone; ``([], "none")``
+    when nothing is found."""
+    text = response.rsplit("</think>", 1)[1] if "</think>" in response else response
+    best: tuple[int, list[str], str] | None = None
+    if "boxed" in text or "fbox" in text:
+        for pos, content in _box_contents(text):
+            got = read_letters(content, letters, options)
+            if got:
+                best = (pos, got, "boxed")
+    strong_end = 0  # weak phrases count only after the line of an answer phrase that names no option
+    for m in _PHRASE_RE.finditer(text):
+        rest = _rest_of_line(text, m.end())
+        if _NONE_RE.match(rest):
+            strong_end = m.end() + len(rest)
+        if best is not None and m.start() < best[0]:
+            continue
+        got = (
+            read_letters(rest, letters, options)
+            if rest.strip()
+            else _alone(_next_line(text, m.end()), letters, options)
+        )
+        if got:
+            best = (m.start(), got, "phrase")
+    if best is not None:
+        return best[1], best[2]
+    last_par = max(text.rstrip().rfind("\n\n"), 0)  # weak phrases count in the final paragraph only
+    for m in _WEAK_RE.finditer(text, max(last_par, strong_end)):
+        got = read_letters(_rest_of_line(text, m.end()), letters, options)
+        if got:
+            best = (m.start(), got, "weak_phrase")
+    if best is not None:
+        return best[1], best[2]
+    stripped = text.rstrip()
+    last = stripped[stripped.rfind("\n") + 1 :]
+    if options:  # the last line cites an option with its text: "... is known as C. logical behaviorism."
+        cited = [
+            c
+            for m in _CITED_RE.finditer(last)
+            if (c := m.group(1) or m.group(2)) in letters
+            and _text_hits(_clean(last[m.end() : m.end() + _REST]), options) == [c]
+        ]
+        if cited:  # two options cited with their texts are a hedge
+            return list(dict.fromkeys(cited)), "cited"
+    got = _alone(last, letters, options)
+    before = stripped[: len(stripped) - len(last)].rstrip()
+    if got and not _ALONE_RE.match(
+        _clean(before[before.rfind("\n") + 1 :])
+    ):  # not the end of a list of options
+        return got, "last_line"
+    return [], "none"
+
+
+def _options(ground_truth: Any, extra_info: dict[str, Any] | None) -> dict[str, str] | None:
+    for src in (ground_truth if isinstance(ground_truth, dict) else {}, extra_info or {}):
+        opts = src.get("options", src.get("choices"))
+        if isinstance(opts, dict) and opts:
+            # letter order, not the dict's: an index key counts from A whatever order the row lists them in
+            return dict(sorted((str(k).strip().upper(), str(v)) for k, v in opts.items()))
+        if isinstance(opts, (list, tuple)) and opts:
+            if len(opts) > len(LETTERS):
+                raise ValueError(f"{len(opts)} options: at most {len(LETTERS)} (A-Z) are supported")
+            return {LETTERS[i]: str(v) for i, v in enumerate(opts)}
+    return None
+
+
+def gold_letter(ground_truth: Any, options: dict[str, str] | None) -> str:
+    """The key as a letter; ValueError when it names no valid option."""
+    letters = "".join(options) if options else LETTERS
+    gt = (
+        ground_truth.get("answer", ground_truth.get("label"))
+        if isinstance(ground_truth, dict)
+        else ground_truth
+    )
+    if isinstance(gt, (list, tuple)) and len(gt) == 1:
+        gt = gt[0]
+    if isinstance(gt, int) and not isinstance(gt, bool):
+        if 0 <= gt < len(letters):
+            return letters[gt]
+        raise ValueError(f"answer index {gt} is out of range for {len(letters)} options")
+    if isinstance(gt, str):
+        got = read_letters(gt, letters, options)
+        if len(got) == 1:
+            return got[0]
+    raise ValueError(f"ground truth {ground_truth!r} names no single option among {letters[0]}-{letters[-1]}")
+
+
+def mc_compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    *,
+    format_score: float = 0.0,
+    **kwargs: Any,
+) -> RewardResult:
+    """1 when the response's one final answer is the key's option; ``format_score`` (default 0) for a
+    wrong or several answers; ``unparseable`` (score 0) when it names no option."""
+    try:
+        options = _options(ground_truth, extra_info)
+        gold = gold_letter(ground_truth, options)
+    except ValueError as e:
+        return RewardResult.failure(Status.ERROR, f"multiple choice: {e}")
+    letters = "".join(options) if options else LETTERS
+    got, how = extract_choice(solution_str, letters=letters, options=options)
+    if not got:
+        return RewardResult(score=0.0, status=Status.UNPARSEABLE, info={"how": how, "gold": gold})
+    ok = len(got) == 1 and got[0] == gold
+    return RewardResult(
+        score=1.0 if ok else float(format_score),
+        status=Status.OK,
+        extracted=",".join(got),
+        info={"how": how, "gold": gold, "multiple": len(got) > 1},
+    )
+
+
+def mc_fast(*args: Any, **kwargs: Any) -> RewardResult:
+    """The whole verifier, inline (regexes over one response)."""
+    return mc_compute_score(*args, **kwargs)

@@ -1,0 +1,352 @@
+"""The ``ray`` reward-agent backend: pools of Ray actors with declared resources; scorers as actors of their own."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from stepcredit.config import RewardConfig
+from stepcredit.errors import ConfigError
+from stepcredit.reward.base import REWARDS, FnRef, load_ref, ref_of
+from stepcredit.reward.run.backend_api import Backend, BackendArgs, Job, _timeouts, register_backend
+from stepcredit.reward.run.pool import (
+    Outcome,
+    callable_of,
+    decode,
+    encode_all,
+    failures,
+    run_items,
+)
+from stepcredit.types import RewardResult, Sample, Status
+
+# ----------------------------------------------------------------------------------------- ray
+_CACHE: dict[FnRef, Any] = {}
+
+
+def _user_fn(ref: FnRef) -> Any:
+    if ref not in _CACHE:  # a stateful class is instantiated once per actor
+        _CACHE[ref] = callable_of(load_ref(ref))
+    return _CACHE[ref]
+
+
+def _actor_setup(path: list[str]) -> None:
+    sys.path[:] = list(path) + [p for p in sys.path if p not in path]
+    import stepcredit.reward.builtin  # noqa: F401  (registers the built-in functions)
+    from stepcredit.reward.verifiers import math as math_verifier
+
+    math_verifier.disable_math_verify_timeouts()  # chunks run off the main thread (a threaded actor)
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
+class RewardActor:
+    """A Ray actor running one chunk at a time; a second thread answers :meth:`progress` meanwhile."""
+
+    def __init__(self, path: list[str]) -> None:
+        _actor_setup(path)
+        self._out: list[RewardResult] = []
+        self._progress = (0, time.monotonic())
+
+    def ready(self) -> tuple[int, str]:
+        return os.getpid(), _node_id()
+
+    def run(
+        self, ref: FnRef, items: list[tuple[Any, ...]], kwargs: dict[str, Any], source: str, batched: bool
+    ) -> list[Any]:
+        out: list[RewardResult] = []
+        self._out = out
+
+        def started(k: int) -> None:
+            self._progress = (k, time.monotonic())
+
+        try:
+            fn = _user_fn(ref)
+        except BaseException as e:
+            return encode_all(
+                failures(len(items), Status.ERROR, f"{type(e).__name__}: {e}", source), check=True
+            )
+        run_items(fn, items, kwargs, source=source, batched=batched, out=out, started=started)
+        return encode_all(out, check=True)
+
+    def progress(self) -> tuple[int, float, list[Any]]:
+        """The running item, how long it has run (this node's clock) and the results done before it."""
+        k, t0 = self._progress
+        out = self._out
+        if len(out) > k:  # item k is done and the next has not started: nothing is running late
+            return len(out), 0.0, encode_all(out[: len(out)], check=True)
+        return k, time.monotonic() - t0, encode_all(out[:k], check=True)
+
+
+class ScorerActor:
+    """A Ray actor holding one scorer (code sandbox, reward model) built where its resources are."""
+
+    def __init__(self, path: list[str], factory: Any, cfg: RewardConfig) -> None:
+        _actor_setup(path)
+        make = load_ref(factory) if isinstance(factory, FnRef) else REWARDS.get(factory).factory
+        assert make is not None
+        self.scorer = make(cfg)
+
+    def ready(self) -> tuple[int, str]:
+        return os.getpid(), _node_id()
+
+    def run(self, items: list[tuple[Sample, str]], source: str) -> list[Any]:
+        samples = [s for s, _ in items]
+        responses = [r for _, r in items]
+        t0 = time.perf_counter()
+        try:
+            out = list(self.scorer.score_batch(samples, responses))
+            if len(out) != len(items):
+                raise RuntimeError(f"scorer {source} returned {len(out)} results for {len(items)} responses")
+        except Exception as e:
+            out = failures(len(items), Status.ERROR, f"{type(e).__name__}: {e}", source)
+        dt = (time.perf_counter() - t0) / max(1, len(items))
+        for r in out:
+            r.latency_s = r.latency_s or dt
+        return encode_all(out, check=True)
+
+
+@dataclass(eq=False)
+class _RaySlot:
+    index: int
+    actor: Any = None
+    pid: int = 0
+    node: str = ""
+    thread: threading.Thread | None = None
+    starts: int = 0
+    busy: int = 0
+    """Samples of the chunk running there (0 = idle)."""
+    history: list[int] = field(default_factory=list)
+
+
+class _RayPool:
+    """``concurrency`` actors of one kind; each driver thread takes the next chunk when its actor is idle."""
+
+    def __init__(self, owner: RayBackend, name: str, make: Callable[[], Any], concurrency: int) -> None:
+        self.owner = owner
+        self.name = name
+        self._make = make
+        self.q: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self.slots = [_RaySlot(i) for i in range(concurrency)]
+        for s in self.slots:
+            s.thread = threading.Thread(
+                target=self._loop, args=(s,), name=f"reward-ray-{name}-{s.index}", daemon=True
+            )
+            s.thread.start()
+
+    def _kill(self, slot: _RaySlot) -> None:
+        actor, slot.actor, slot.pid = slot.actor, None, 0
+        if actor is not None:
+            with contextlib.suppress(Exception):
+                self.owner.ray.kill(actor, no_restart=True)
+
+    def _start(self, slot: _RaySlot) -> None:
+        actor = self._make()
+        slot.actor = actor
+        slot.starts += 1
+        try:
+            slot.pid, slot.node = self.owner.ray.get(
+                actor.ready.remote(), timeout=self.owner.startup_timeout_s
+            )
+        except Exception as e:
+            self._kill(slot)
+            raise RuntimeError(
+                f"Ray reward actor did not start within {self.owner.startup_timeout_s:g} s: {type(e).__name__}"
+            ) from None
+        slot.history.append(slot.pid)
+
+    def _loop(self, slot: _RaySlot) -> None:
+        while True:
+            job = self.q.get()
+            if job is None or self.owner.closed:
+                break
+            slot.busy = job.n
+            try:
+                outcome = self._run(slot, job)
+            except BaseException as e:  # never leave the agent waiting
+                msg = f"ray backend failure: {type(e).__name__}: {e}"
+                outcome = Outcome(
+                    list(failures(job.n, Status.ERROR, msg, job.source)), died=list(range(job.n))
+                )
+            slot.busy = 0
+            if self.owner.closed:
+                break
+            node = slot.node or "?"
+            self.owner.node_done[node] = self.owner.node_done.get(node, 0) + job.n
+            self.owner.on_done(job, outcome)
+        self._kill(slot)
+
+    def _run(self, slot: _RaySlot, job: Job) -> Outcome:
+        ray = self.owner.ray
+        if slot.actor is None:
+            try:
+                self._start(slot)
+            except RuntimeError as e:
+                return Outcome(
+                    list(failures(job.n, Status.ERROR, str(e), job.source)), died=list(range(job.n))
+                )
+        if job.scorer:
+            ref = slot.actor.run.remote(job.items, job.source)
+        else:
+            assert job.entry.ref is not None
+            ref = slot.actor.run.remote(job.entry.ref, job.items, job.kwargs, job.source, job.batched)
+        t0 = time.monotonic()
+        wait = job.timeout_s
+        while True:
+            ready, _ = ray.wait([ref], timeout=wait)
+            if ready:
+                break
+            if job.batched:  # one call: its deadline is the call's
+                self._kill(slot)
+                out = _timeouts(job, job.n, "its actor was killed")
+                for r in out:
+                    r.latency_s = time.monotonic() - t0
+                return Outcome(list(out), whole=True)
+            try:  # which item is running, and for how long? (answered by the actor's second thread)
+                k, ran, done = ray.get(slot.actor.progress.remote(), timeout=min(5.0, job.timeout_s + 1.0))
+            except Exception:
+                self._kill(slot)
+                return Outcome(list(_timeouts(job, job.n, "its actor was killed")), whole=True)
+            if ran < job.timeout_s:
+                wait = job.timeout_s - ran
+                continue
+            self._kill(slot)
+            (hung,) = _timeouts(job, 1, "its actor was killed")
+            hung.latency_s = ran
+            results: list[RewardResult | None] = [decode(t, job.source) for t in done[:k]]
+            return Outcome(results + [hung] + [None] * (job.n - len(results) - 1))
+        try:
+            return Outcome([decode(t, job.source) for t in ray.get(ref)])
+        except ray.exceptions.RayActorError as e:  # the actor or its node died: which item is unknown
+            self._kill(slot)
+            msg = f"Ray reward actor died: {type(e).__name__}"
+            return Outcome(list(failures(job.n, Status.ERROR, msg, job.source)), died=list(range(job.n)))
+        except Exception as e:
+            return Outcome(list(failures(job.n, Status.ERROR, f"{type(e).__name__}: {e}", job.source)))
+
+    def close(self) -> None:
+        for _ in self.slots:
+            self.q.put(None)
+        for s in self.slots:
+            self._kill(s)  # interrupts a running job: its ray.wait returns at once
+        for s in self.slots:
+            if s.thread is not None:
+                s.thread.join(10.0)
+
+
+class RayBackend:
+    """Pools of Ray actors (module doc): one for reward functions, one per scorer in ``ray_scorers``."""
+
+    def __init__(self, args: BackendArgs) -> None:
+        import ray
+
+        a = args.cfg.agent
+        self.ray = ray
+        self.cfg = args.cfg
+        self.on_done = args.on_done
+        self.closed = False
+        self.startup_timeout_s = a.ray_startup_timeout_s
+        self.node_done: dict[str, int] = {}
+        self._started_ray = False
+        if not ray.is_initialized():
+            if a.ray_address:
+                ray.init(address=a.ray_address)
+            else:
+                ray.init(num_cpus=a.ray_local_cpus, include_dashboard=False)
+            self._started_ray = True
+        path = list(sys.path)
+        # max_concurrency=2: the second thread answers progress() while a chunk runs.
+        opts: dict[str, Any] = {"num_cpus": a.ray_num_cpus, "max_restarts": 0, "max_concurrency": 2}
+        if a.ray_resources:
+            opts["resources"] = dict(a.ray_resources)
+        cls = ray.remote(**opts)(RewardActor)
+        self.pools: dict[str, _RayPool] = {
+            "": _RayPool(self, "reward", lambda: cls.remote(path), args.concurrency)  # type: ignore[attr-defined]
+        }
+        for name, resources in a.ray_scorers.items():
+            entry = REWARDS.get(name)
+            assert entry.factory is not None
+            try:
+                factory: Any = ref_of(entry.factory)
+            except ConfigError:  # defined inside a function: the actor finds it by name
+                factory = entry.name
+            sopts: dict[str, Any] = {"num_cpus": a.ray_num_cpus, "max_restarts": 0}
+            if resources:
+                sopts["resources"] = dict(resources)
+            scls = ray.remote(**sopts)(ScorerActor)
+            self.pools[entry.name] = _RayPool(
+                self,
+                entry.name,
+                functools.partial(scls.remote, path, factory, args.cfg),  # type: ignore[attr-defined]
+                a.ray_scorer_concurrency,
+            )
+
+    @property
+    def slots(self) -> list[_RaySlot]:
+        return [s for p in self.pools.values() for s in p.slots]
+
+    @property
+    def pids(self) -> set[int]:
+        """Process ids of the live actors (for tests)."""
+        return {s.pid for s in self.slots if s.actor is not None and s.pid}
+
+    def all_pids(self) -> set[int]:
+        """Every actor process this backend started (for tests: none may outlive close)."""
+        return {p for s in self.slots for p in s.history}
+
+    def actor_nodes(self, pool: str = "") -> list[str]:
+        """Node ids of the live actors of a pool ("" = reward functions, else a scorer's name)."""
+        return [s.node for s in self.pools[pool].slots if s.actor is not None and s.pid]
+
+    def warmup(self) -> None:
+        for p in self.pools.values():
+            for s in p.slots:
+                if s.actor is None:
+                    p._start(s)
+
+    def describe(self) -> str:
+        parts = []
+        for p in self.pools.values():
+            ready = sum(1 for s in p.slots if s.actor is not None and s.pid)
+            starting = sum(1 for s in p.slots if s.actor is not None and not s.pid)
+            parts.append(f"{ready} of {len(p.slots)} {p.name} actors ready, {starting} starting")
+        return "ray backend, " + "; ".join(parts)
+
+    def stats(self) -> dict[str, float]:
+        m = {"agent/actor_starts": float(sum(s.starts for s in self.slots))}
+        busy: dict[str, int] = {}
+        for s in self.slots:
+            if s.node:
+                busy[s.node] = busy.get(s.node, 0) + s.busy
+        for node, n in busy.items():
+            m[f"agent/node_in_flight/{node[:8]}"] = float(n)
+        for node, n in list(self.node_done.items()):
+            m[f"agent/node_completed/{node[:8]}"] = float(n)
+        return m
+
+    def submit(self, job: Job) -> None:
+        self.pools[job.entry.name if job.scorer else ""].q.put(job)
+
+    def close(self) -> None:
+        self.closed = True
+        for p in self.pools.values():
+            p.close()
+        if self._started_ray:
+            with contextlib.suppress(Exception):
+                self.ray.shutdown()
+
+
+@register_backend("ray", default_concurrency=2, hosts_scorers=True, uses_ray=True)
+def _ray_backend(args: BackendArgs) -> Backend:
+    return RayBackend(args)

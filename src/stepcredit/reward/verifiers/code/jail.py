@@ -1,0 +1,181 @@
+"""The bubblewrap jail: its command line and mounts, the interpreter it runs, and the unprivileged uids claimed per sandbox."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import signal
+import stat
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+UID_BASE = 1_700_000
+"""Unprivileged uids used for runs when stepcredit runs as root (one per concurrent sandbox)."""
+UID_COUNT = 4096
+
+PYTHON_MOUNT = "/opt/stepcredit-python"
+"""Where an interpreter from outside ``/usr`` appears inside the sandbox (its host path stays hidden)."""
+
+
+def bwrap_command(
+    bwrap: str, python: str, host_dir: str, limits: dict[str, Any], *, tmpfs_mb: int
+) -> list[str]:
+    """The bubblewrap command that starts the runner in a fresh jail: ``solution.py`` and ``runner.py`` from
+    ``host_dir`` read-only under ``/box``, the runner's limits as its arguments."""
+    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
+    cmd += ["--as-pid-1", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
+    cmd += ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            cmd += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            cmd += ["--ro-bind", top, top]
+    python, mounts, env_extra = _python_mounts(python)
+    cmd += mounts
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    cmd += ["--size", str(tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    for name in ("solution.py", "runner.py"):
+        cmd += ["--ro-bind", os.path.join(host_dir, name), f"/box/{name}"]
+    cmd += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+    for k, v in {**env, **env_extra}.items():
+        cmd += ["--setenv", k, v]
+    order = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb", "timeout_s")
+    cmd += ["--", python, "-I", "-S", "-B", "/box/runner.py", *(str(limits[k]) for k in order)]
+    return cmd
+
+
+def _base_python() -> str:
+    exe = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(exe)
+
+
+def _default_python() -> str:
+    """The host's base interpreter if an unprivileged uid can reach it, else the system's python3."""
+    base = _base_python()
+    if os.geteuid() != 0 or _world_reachable(base):
+        return base
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(cand):
+            return os.path.realpath(cand)
+    return base
+
+
+def _world_reachable(path: str) -> bool:
+    # The run's uid is nobody's: every directory on the way needs o+x (e.g. /root is usually 0700).
+    p = os.path.realpath(path)
+    while True:
+        parent = os.path.dirname(p)
+        if parent == p:
+            return True
+        try:
+            if not os.stat(parent).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+        p = parent
+
+
+def _python_mounts(python: str) -> tuple[str, list[str], dict[str, str]]:
+    """The interpreter's path inside the sandbox, the bwrap mounts it needs, and extra environment.
+
+    An interpreter under /usr needs nothing more. Any other (pyenv, conda, a build under /home) is
+    relocated to PYTHON_MOUNT: only its executable and its ``lib`` directory, with site-packages and
+    dist-packages hidden, so nothing else of /home (or wherever it lives) is visible.
+    """
+    real = os.path.realpath(python)
+    if real.startswith("/usr/"):
+        return real, [], {}
+    prefix = os.path.dirname(os.path.dirname(real))
+    mounts = ["--ro-bind", real, f"{PYTHON_MOUNT}/bin/python3"]
+    lib = os.path.join(prefix, "lib")
+    if os.path.isdir(lib):
+        mounts += ["--ro-bind", lib, f"{PYTHON_MOUNT}/lib"]
+        for std in sorted(os.listdir(lib)):
+            for pkgs in ("site-packages", "dist-packages"):
+                if std.startswith("python") and os.path.isdir(os.path.join(lib, std, pkgs)):
+                    mounts += ["--tmpfs", f"{PYTHON_MOUNT}/lib/{std}/{pkgs}"]
+    # A shared libpython is found through the build's RUNPATH (its host path): point the loader here.
+    return f"{PYTHON_MOUNT}/bin/python3", mounts, {"LD_LIBRARY_PATH": f"{PYTHON_MOUNT}/lib"}
+
+
+def _uid_lock_dir() -> str:
+    """A directory only we can write: a world-writable /tmp with a predictable name would let any local
+    user pre-create it (or a symlink) and hand two runs the same uid."""
+    base = "/run" if os.path.isdir("/run") and os.access("/run", os.W_OK) else tempfile.gettempdir()
+    path = os.path.join(base, f"stepcredit-sandbox-uids-{os.geteuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise RuntimeError(
+            f"{path} is not a private directory of ours (owner {st.st_uid}, mode {st.st_mode:o})"
+        )
+    return path
+
+
+@contextlib.contextmanager
+def _claim_uid(root: bool) -> Iterator[int | None]:
+    """As root, an unprivileged uid nobody else uses for the run (an flock on a per-uid file)."""
+    if not root:
+        yield None
+        return
+    lock_dir = _uid_lock_dir()
+    start = (os.getpid() * 64 + threading.get_ident()) % UID_COUNT
+    for i in range(UID_COUNT):
+        uid = UID_BASE + (start + i) % UID_COUNT
+        fd = os.open(os.path.join(lock_dir, str(uid)), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            # No sweep here: a previous owner's runs died with it (bwrap's --die-with-parent), and the
+            # sweep after each run catches anything else.
+            yield uid
+        finally:
+            os.close(fd)
+        return
+    raise RuntimeError(f"no free sandbox uid in {UID_BASE}..{UID_BASE + UID_COUNT}")
+
+
+def uid_processes(uid: int) -> list[int]:
+    """Live (non-zombie) processes whose real uid is ``uid``."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                status = f.read()
+        except OSError:
+            continue
+        m = re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE)
+        zombie = re.search(r"^State:\s+Z", status, re.MULTILINE)
+        if m and int(m.group(1)) == uid and not zombie:
+            pids.append(int(name))
+    return pids
+
+
+def _sweep_uid(uid: int) -> int:
+    """Kill every process of ``uid``; return how many could not be killed within ~2 s (0 is normal).
+
+    After a run the namespace is already going down (its pid 1 is dead), so anything found here is
+    normally a process in the middle of dying; the uid belongs to this run alone, so killing is safe.
+    """
+    for _ in range(200):
+        pids = uid_processes(uid)
+        if not pids:
+            return 0
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    return len(uid_processes(uid))

@@ -1,0 +1,161 @@
+"""The math verifier's fast verdict: exact comparisons of normalised answers, sure without sympy or math-verify."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Any
+
+from stepcredit.reward.verifiers.latex import (
+    _DECIMAL_COMMA_RE,
+    Seq,
+    Union,
+    compare_structures,
+    const_value,
+    normalize,
+    numbers_equal,
+    parse_answer,
+    to_complex,
+    to_number,
+)
+
+
+# ------------------------------------------------------------------------------------ fast path
+def _percent_eq(gold: str, pred: str) -> bool:
+    """Whether one side is a percentage whose value over 100 is the other side ("50\\%" vs "0.5");
+    the plain reading (50 vs 50) is :func:`normalize`'s."""
+    for pct, other in ((pred, gold), (gold, pred)):
+        if "%" in pct:
+            pv, ov = to_number(normalize(pct)), to_number(normalize(other))
+            if pv is not None and ov is not None and numbers_equal((pv[0] / 100, pv[1]), ov):
+                return True
+    return False
+
+
+def _pred_readings(pred: str, gold: str) -> list[str]:
+    """A normalised prediction and, for "1000,99" against a gold number, its decimal-comma reading
+    (a list of two is the other reading; a gold list "1,5" is never read as 1.5)."""
+    if _DECIMAL_COMMA_RE.match(pred) and to_number(gold) is not None:
+        return [pred, pred.replace(",", ".")]
+    return [pred]
+
+
+def _terminating(x: Fraction) -> bool:
+    """Whether ``x`` has a finite decimal expansion (its denominator has no prime factor but 2 and 5)."""
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    return d == 1
+
+
+def _sure_different(gold: str, pred: str, g: str, p: str) -> bool:
+    """Whether two answers that are not equal are surely different: both read in full as exact numbers
+    (integers, fractions, terminating decimals, small arithmetic), one reading each, and far enough
+    apart that math-verify's float rounding (6 decimals) cannot make them equal.
+
+    Anything else (a decimal against a fraction or root it may approximate, percentages, a decimal
+    comma, lists, relations, expressions) is left to math-verify: an "incorrect" we are not sure of
+    is a wrong gradient in RL."""
+    if "%" in gold or "%" in pred:
+        return False
+    gv, pv = to_number(g), to_number(p)
+    if gv is None or pv is None:
+        return False
+    (x, xd), (y, yd) = gv, pv
+    if x == y:
+        return False
+    commas = re.search(r"\d\s*,\s*\d", gold) or re.search(r"\d\s*,\s*\d", pred)
+    if commas and not (x.denominator == 1 and y.denominator == 1):
+        return False  # "1,5" may be a decimal comma
+    if xd or yd:
+        # A decimal may approximate an exact value to the precision it is written with: decided
+        # only between values with finite expansions, and well apart.
+        if not (_terminating(x) and _terminating(y)):
+            return False
+        return abs(x - y) > Fraction(1, 10**5) * max(Fraction(1), abs(x), abs(y))
+    return True
+
+
+def _bracketed_many(x: Any) -> bool:
+    """A bracketed tuple, interval or set of at least two different elements, or a union of them."""
+    if isinstance(x, Union):
+        return True
+    return (
+        isinstance(x, Seq)
+        and x.open in ("(", "[", "{")
+        and x.close in (")", "]", "}")
+        and len(x.items) >= 2
+        and len({repr(i) for i in x.items}) >= 2
+    )
+
+
+def _number_vs_many(gold: str, pred: str, g: str, p: str) -> bool:
+    """Whether one side is one exact number and the other a tuple, interval or set of several
+    different elements (or a union): never equal (``4`` against ``(-\\sqrt{3}, \\sqrt{3})``). A
+    decimal comma ("1,5") and percentages are left to math-verify."""
+    if "%" in gold or "%" in pred:
+        return False
+    for num, raw, other, other_raw in ((g, gold, p, pred), (p, pred, g, gold)):
+        if to_number(num) is not None and not re.search(r"\d\s*,\s*\d", raw):
+            # "(1,000)" may be a number with a thousands separator
+            thousands = re.search(r"\d\s*,\s*\d{3}(?!\d)", other_raw)
+            return not thousands and _bracketed_many(parse_answer(other))
+    return False
+
+
+def _exact_const(s: str) -> complex | None:
+    """The value of an exact constant (integers, fractions, roots, powers, pi, ``i``) with no decimal
+    literal in it, else None."""
+    if "." in s:
+        return None
+    cv = const_value(s)
+    if cv is not None:
+        return None if cv[1] else cv[0]
+    c = to_complex(s)
+    return complex(float(c[0]), float(c[1])) if c is not None else None
+
+
+def _consts_differ(gold: str, pred: str, g: str, p: str) -> bool:
+    """Whether two exact constants (``3\\sqrt{13}`` and ``4``, ``\\pi`` and ``28``, ``6+9i`` and
+    ``-50``) surely differ: no decimal on either side (a decimal may approximate), no percentage,
+    degree sign or decimal comma, and values apart by more than 1e-6 relative (float error is
+    ~1e-15)."""
+    both = gold + pred
+    if "%" in both or "circ" in both or "degree" in both or re.search(r"\d\s*,\s*\d", both):
+        return False
+    x, y = _exact_const(g), _exact_const(p)
+    if x is None or y is None:
+        return False
+    return abs(x - y) > 1e-6 * max(1.0, abs(x), abs(y))
+
+
+def fast_verdict(gold: str, pred: str) -> bool | None:
+    """True/False when the answers can be compared without sympy and the verdict is sure, else None
+    (math-verify decides).
+
+    True (see :mod:`~stepcredit.reward.verifiers.latex`): equal normalised strings; exact numbers
+    (rationals, small arithmetic, Gaussian rationals with ``i``) and constant closed forms (roots, pi)
+    equal to 1e-12; assignments and chains by their last exact right-hand side; single-variable
+    inequalities either way round; tuples and intervals (ends must match), sets and lists of answers
+    (in any order), matrices in any environment; a percentage and its value.
+    False: only :func:`_sure_different` (two exact numbers, one reading each) and
+    :func:`_number_vs_many` (one exact number against a tuple, interval or set of several elements)
+    and :func:`_consts_differ` (two exact constants without decimals, far apart).
+    """
+    g, p = normalize(gold), normalize(pred)
+    if not g or not p:
+        return None
+    if g == p:
+        return True
+    readings = _pred_readings(p, g)
+    verdicts = [compare_structures(parse_answer(g), parse_answer(y)) for y in readings]
+    if any(v is True for v in verdicts) or _percent_eq(gold, pred):
+        return True
+    if len(readings) == 1 and (
+        _sure_different(gold, pred, g, p)
+        or _number_vs_many(gold, pred, g, p)
+        or _consts_differ(gold, pred, g, p)
+    ):
+        return False
+    return None

@@ -1,0 +1,618 @@
+"""The bridge to math-verify: its parser and grader called the way it reads answers, with verdicts known in advance."""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from fractions import Fraction
+from typing import Any
+
+from stepcredit.reward.verifiers.latex import (
+    _DECIMAL_COMMA_RE,
+    normalize,
+    to_number,
+)
+from stepcredit.reward.verifiers.math.extract import Anchor, _boxes, extract_gold
+from stepcredit.reward.verifiers.math.fast import _exact_const, fast_verdict
+
+READS_ANSWER_ALONE = (Anchor.BOXED, Anchor.BARE)
+"""Anchors whose answer math-verify reads on its own (one distinct box, a bare response), not in the response."""
+
+_USE_MV_TIMEOUTS = True
+"""math-verify's own SIGALRM timeouts; the pool worker switches them off (its parent kills it instead)."""
+
+
+def disable_math_verify_timeouts() -> None:
+    """Called in pool workers, where a hung verification is stopped by killing the worker."""
+    global _USE_MV_TIMEOUTS
+    _USE_MV_TIMEOUTS = False
+    try:  # silence its one-off "timeout is disabled" warning: the pool is the timeout
+        import math_verify.grader
+        import math_verify.parser
+
+        math_verify.parser.TIMEOUT_WARNING_SHOWN = True  # type: ignore[attr-defined]
+        math_verify.grader.TIMEOUT_WARNING_SHOWN = True  # type: ignore[attr-defined]
+    except ImportError:
+        pass
+
+
+def _mv_timeouts() -> bool:
+    # SIGALRM only works on the main thread; elsewhere math-verify raises unless they are off.
+    return _USE_MV_TIMEOUTS and threading.current_thread() is threading.main_thread()
+
+
+def _mv_parse(s: str) -> list[Any]:
+    from math_verify import parse
+
+    t = 5 if _mv_timeouts() else None
+    return list(parse(s, parsing_timeout=t))  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=4096)
+def _mv_parse_cached(s: str) -> tuple[Any, ...]:
+    """math-verify's default reading of ``s`` (``LatexExtractionConfig`` + ``ExprExtractionConfig``),
+    cached: a gold is read once per group of responses."""
+    return tuple(_mv_parse(s)) if s.strip() else ()
+
+
+_DELIMITED_RE = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox|####")
+
+
+def _fitted(s: str) -> str | None:
+    r"""The spelling math-verify reads best for an answer written without math delimiters: a plain
+    number as its normalised digits ("1,200" is 1200, not the set {1, 200}), other LaTeX inside
+    ``$...$`` (its documented use for gold answers: bare, ``2\sqrt{3}`` reads as 2); None when ``s``
+    has delimiters or anchors already (then its own reading is the fitted one)."""
+    s = s.strip()
+    if not s or _DELIMITED_RE.search(s) or len(s) > 400:
+        return None
+    n = normalize(s)
+    if to_number(n) is not None and not re.search(r"\d,\d", s.replace(" ", "")):
+        return n
+    return f"${s}$"
+
+
+def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
+    """True when ``math_verify.verify(g, p)`` is certainly False without running it: every pair of
+    readings is two different strings, a string and an expression, two different exact rationals, or
+    a number against a set, tuple or interval of several elements or a non-constant polynomial, or a
+    gold constant more than 1e-6 (relative) away from an exact rational or a decimal
+    (:func:`_const_sure_false`), or a gold rational against an equation whose last right side is
+    surely not it.
+
+    Why: ``verify`` runs ``sympy.simplify`` on each expression pair, most of the cost of a wrong
+    MATH answer. For two rationals ``a != b`` each of its comparisons (string, numeric, symbolic)
+    is False, so this skips work and never changes a verdict."""
+    import sympy
+
+    for a in g:
+        for b in p:
+            if isinstance(a, str) and isinstance(b, str):
+                if a.strip() == b.strip():
+                    return False
+            elif isinstance(a, str) or isinstance(b, str):
+                continue
+            elif isinstance(a, sympy.Rational) and isinstance(b, sympy.Rational):
+                if a == b:
+                    return False
+            elif _number_vs_other(a, b) or _number_vs_other(b, a):
+                continue
+            elif isinstance(b, sympy.Number) and _is_assignment(a):
+                # a gold assignment "x = 5" against a number is compared by its right side
+                # (math_verify.grader.sympy_expr_eq)
+                if not _mv_sure_false((_last_rhs(a),), (b,)):
+                    return False
+            elif isinstance(b, sympy.Rational) and _const_sure_false((a,), complex(b)):
+                # a gold constant ("2\sqrt{5}") far from an exact rational answer (see there)
+                continue
+            elif (
+                isinstance(b, sympy.Float)
+                and b.is_finite
+                and isinstance(a, sympy.Expr)
+                and not a.free_symbols
+                and _const_sure_false((a,), complex(b))
+            ):
+                # a gold constant far from a decimal answer: its numeric check rounds both to 6
+                # decimals, more than 1e-6 apart they differ; the symbolic one never cancels
+                continue
+            elif isinstance(a, sympy.Rational) and _is_equation(b):
+                # an equation (or a chain of them) against a gold number is compared by its last
+                # right side (math_verify.grader.sympy_expr_eq)
+                if not _mv_sure_false((a,), (_last_rhs(b),)):
+                    return False
+            else:
+                return False
+    return True
+
+
+def _grader_says(test: str, x: Any) -> bool:
+    """math-verify's own predicate ``math_verify.grader.<test>`` on ``x``; False where it is missing
+    (another layout) or cannot read ``x``: no shortcut then."""
+    try:
+        import math_verify.grader as grader
+
+        return bool(getattr(grader, test)(x))
+    except Exception:
+        return False
+
+
+def _is_assignment(x: Any) -> bool:
+    return _grader_says("is_assignment_relation", x)
+
+
+def _is_equation(x: Any) -> bool:
+    return _grader_says("is_equation", x)
+
+
+def _last_rhs(x: Any) -> Any:
+    from math_verify.grader import take_last_relation
+
+    return take_last_relation(x).rhs
+
+
+def _number_vs_other(a: Any, b: Any) -> bool:
+    """Whether math-verify's comparison of the number ``a`` with ``b`` is certainly False: ``b`` is a
+    set, tuple or interval of several elements or a union (its set comparison makes a number a
+    one-element set), or a polynomial that is not constant (``simplify(a - b)`` keeps its variables)."""
+    import sympy
+
+    if not isinstance(a, sympy.Number):
+        return False
+    try:
+        if isinstance(b, (sympy.FiniteSet, sympy.Tuple)):
+            return len(set(b.args)) >= 2
+        if isinstance(b, sympy.Interval):
+            return bool(b.start != b.end)
+        if isinstance(b, sympy.Union):
+            return True
+        if isinstance(b, sympy.Expr) and b.free_symbols and b.is_polynomial():
+            return not sympy.Poly(b).is_ground
+    except Exception:  # any doubt leaves it to verify
+        return False
+    return False
+
+
+def _mv_verify(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
+    from math_verify import verify
+
+    if not g or not p or _mv_sure_false(g, p):
+        return False
+    t = 5 if _mv_timeouts() else None
+    return bool(verify(list(g), list(p), timeout_seconds=t))  # type: ignore[arg-type]
+
+
+# A plain exact number as math-verify reads it without doubt: an integer, a decimal with a point, or
+# a fraction of two integers (``\frac``, ``\dfrac``, ``\tfrac``), with an optional minus sign.
+_PLAIN_NUMBER_RE = re.compile(
+    r"^\s*(?P<neg>-?)\s*(?:(?P<num>\d+(?:\.\d+)?|\.\d+)"
+    r"|\\[dt]?frac\s*\{\s*(?P<p>\d+)\s*\}\s*\{\s*(?P<q>[1-9]\d*)\s*\})\s*$"
+)
+# math-verify's reading of a LaTeX environment that ends in "= N" (latex2sympy_extended): the whole
+# chain is parsed; an equation (or a chain of them, an ``And``) against a gold that is no equation is
+# compared by its last right side (``math_verify.grader.sympy_expr_eq``), and a chain of three or more
+# parts that does not parse is cut to its last part (``parse_latex_cached``, ``get_last_eq``). So N is
+# what it compares, when the left side surely parses (one letter, a product of capital letters, or
+# exact arithmetic) or the chain has three parts or more; no comma, semicolon or other relation.
+_EQ_SPLIT_RE = re.compile(r"(?<![\\<!>])=")
+_CHAIN_PART_RE = re.compile(
+    r"(?:[0-9A-Za-z\s+\-*/^().!{}\[\]]|_[0-9A-Za-z]|\\(?:[dt]?frac|cdot|times|div|sqrt|left|right|pi)(?![A-Za-z]))*"
+)
+_SIMPLE_LHS_RE = re.compile(r"\s*(?:[a-zA-Z]|[A-Z]{2,3})\s*")
+
+
+def _chain_tail(content: str) -> str | None:
+    """The last part of a LaTeX environment's content when math-verify compares exactly that part with
+    a gold number (see above), the content itself when it has no "=", else None."""
+    c = content.strip()
+    stop = re.search(r"(?<![\\{])\b\d+(?:\.\d+)?\.$", c) is not None
+    if stop:
+        c = c[:-1]  # "$28.$", "$2.5.$": a closing full stop after digits, read as 28 and 2.5
+    elif c.endswith("."):
+        return None  # "$\frac{1}{2}.$" does not parse: math-verify would try another match
+    parts = _EQ_SPLIT_RE.split(c)
+    if len(parts) == 1:
+        return c
+    if stop and len(parts) == 2:
+        return None  # "$x = 5.$" does not parse whole, and two parts are not cut: another match is tried
+    if "==" in c or any(not p.strip() for p in parts):
+        return None
+    for part in parts[:-1]:
+        if not _CHAIN_PART_RE.fullmatch(part):
+            return None
+        # words would be rewritten by math-verify's normalisation ("or" -> ",", "inf", "percent")
+        if any(not w.isupper() for w in re.findall(r"[a-zA-Z]{2,}", re.sub(r"\\[a-zA-Z]+", " ", part))):
+            return None
+    if len(parts) == 2:
+        lhs = parts[0]
+        if not (_SIMPLE_LHS_RE.fullmatch(lhs) or to_number(normalize(lhs)) is not None):
+            return None  # a left side that may not parse: math-verify would try an earlier match
+    return parts[-1]
+
+
+def _plain_number(s: str) -> tuple[Fraction, bool] | None:
+    """The exact value of a plain number (``_PLAIN_NUMBER_RE``) and whether it was written as a decimal."""
+    m = _PLAIN_NUMBER_RE.match(s)
+    if m is None:
+        return None
+    sign = -1 if m.group("neg") else 1
+    if m.group("num") is not None:
+        return sign * Fraction(m.group("num")), "." in m.group("num")
+    return sign * Fraction(int(m.group("p")), int(m.group("q"))), False
+
+
+_MV_REGEX_MAX_CHARS = 4000
+"""Longest response text on which the fast path runs math-verify's extraction regexes inline. Some of
+them scan to the end of the text from every unclosed opener (``\\[`` without ``\\]``): quadratic in
+the worst case (0.6 s at 4,000 characters of openers, 12 s at 20,000), so longer texts go to the pool,
+where a hung reading is killed."""
+
+
+@functools.lru_cache(maxsize=1)
+def _mv_pattern_groups() -> tuple[tuple[tuple[Any, bool, Any], ...], ...]:
+    """math-verify's own extraction regexes for its default configuration (``LatexExtractionConfig`` +
+    ``ExprExtractionConfig``), grouped by priority, strongest first: (pattern, whether it is a LaTeX one,
+    the extraction target its ``extract_match`` takes)."""
+    try:
+        from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, get_extraction_regexes
+    except ImportError:  # another layout: no shortcut, math-verify decides everything it is asked
+        return ()
+    by_priority: dict[int, list[tuple[Any, bool, Any]]] = {}
+    for patterns, target in get_extraction_regexes((LatexExtractionConfig(), ExprExtractionConfig())):
+        is_latex = isinstance(target, LatexExtractionConfig)
+        for pattern, priority in patterns:
+            by_priority.setdefault(priority, []).append((pattern, is_latex, target))
+    return tuple(tuple(by_priority[k]) for k in sorted(by_priority))
+
+
+@functools.lru_cache(maxsize=64)
+def _mv_group_matches(text: str, index: int) -> tuple[tuple[Any, bool, Any], ...]:
+    """The matches of priority group ``index`` in ``text`` in the order math-verify tries them
+    (``extract_target_from_pred``: the match that ends last first, the earliest start on a tie, and
+    otherwise the order of its patterns). Cached for the last texts: the fast path's shortcut and the
+    slow path's reading (:func:`_mv_parse_text`) of one response run the regexes once."""
+    found = [
+        (m, is_latex, target)
+        for pattern, is_latex, target in _mv_pattern_groups()[index]
+        for m in pattern.finditer(text)
+    ]
+    return tuple(sorted(found, key=lambda x: (x[0].end(), -x[0].start()), reverse=True))
+
+
+def _mv_parse_text(text: str) -> list[Any]:
+    """``math_verify.parse(text)`` (its default configuration and timeout), on the regex matches the
+    fast path found already (:func:`_mv_group_matches`): its ``extract_target_from_pred`` step by
+    step, each priority group's matches in its order until one parses, plus the first match's text
+    (``fallback_mode="first_match"``); any error or timeout reads nothing, as in ``parse``.
+    ``test_parse_on_shared_matches_equals_parse`` holds the two equal. Texts past
+    :data:`_MV_REGEX_MAX_CHARS`, or a math-verify of another layout, go to ``parse`` itself."""
+    if len(text) > _MV_REGEX_MAX_CHARS or not _mv_pattern_groups():
+        return _mv_parse(text)
+    from math_verify.errors import TimeoutException
+    from math_verify.parser import extract_match
+    from math_verify.utils import timeout
+
+    def read() -> list[Any]:
+        found: list[Any] = []
+        fallbacks: list[str] = []
+        for index in range(len(_mv_pattern_groups())):
+            for m, _, target in _mv_group_matches(text, index):
+                got, fallback = extract_match(m, target)
+                if fallback:
+                    fallbacks.append(fallback)
+                if got is not None:
+                    found.append(got)
+                    break
+            if found:
+                break
+        return found + fallbacks[:1]
+
+    try:
+        return timeout(timeout_seconds=5 if _mv_timeouts() else None)(read)()
+    except (Exception, TimeoutException):
+        return []
+
+
+def _mv_first_number(text: str) -> tuple[Fraction | complex, bool, str, bool] | None:
+    """The answer ``math_verify.parse(text)`` returns, when it is certainly a plain number, found
+    without its LaTeX parser: the match it tries first (its own regexes; the strongest priority group
+    with a match; in it the match that ends last, the earliest start on a tie, as
+    ``extract_target_from_pred`` orders them) is one LaTeX environment or one number with nothing but
+    a plain number in it (no percent sign, no second environment, no thousands separator, no
+    expression), which its parser always reads, so that match is the answer, or a LaTeX environment
+    that math-verify compares as its last part (:func:`_chain_tail`). None in every other case.
+    An exact constant (:func:`_mv_const`) is read the same way, as a complex value.
+    (value, written as a decimal, the number as written, whether it ends a chain of equations)."""
+    for index in range(len(_mv_pattern_groups())):
+        ordered = _mv_group_matches(text, index)
+        if not ordered:
+            continue
+        m, is_latex, _ = ordered[0]
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        if any("percent" in k for k in groups):
+            return None
+        if is_latex:
+            latex = [(k, v) for k, v in groups.items() if "_latex" in k]
+            if len(latex) != 1 or latex[0][0].endswith("latexBoxed"):
+                return None
+            tail = _chain_tail(latex[0][1])
+            if tail is None:
+                return None
+            chain = tail != latex[0][1].strip().removesuffix(".")
+            content = tail
+        else:
+            if "expr" in groups or any(k.startswith("integer1") or k.startswith("decimal1") for k in groups):
+                return None
+            if "," in groups.get("decimal2", ""):
+                return None  # a decimal comma: left to math-verify
+            content = groups.get("integer2", "") + groups.get("decimal2", "") + groups.get("decimal3", "")
+            content = content or groups.get("integer3", "")
+            chain = False
+        got = _plain_number(content)
+        if got is not None:
+            return got[0], got[1], content.strip(), chain
+        const = _mv_const(content) if is_latex else None
+        return None if const is None else (const, False, content.strip(), chain)
+    return None
+
+
+# An exact constant math-verify's parser reads as its value: digits, roots, fractions, pi, products and
+# sums, integer powers; no letter (a variable, i, e), no decimal point, no percent or degree sign.
+_CONST_TEXT_RE = re.compile(r"(?:[0-9\s+\-(){}^]|\\(?:[dt]?frac|sqrt|pi|cdot|times|left|right)(?![a-zA-Z]))+")
+
+
+def _mv_const(content: str) -> complex | None:
+    """The value of an exact constant written in LaTeX (``3\\sqrt{13}``, ``-\\frac{\\pi}{6}``) when
+    both we and math-verify's parser read it surely (:data:`_CONST_TEXT_RE`), else None."""
+    if not _CONST_TEXT_RE.fullmatch(content) or content.count("{") != content.count("}"):
+        return None
+    return _exact_const(normalize(content))
+
+
+def _mv_sure_wrong(text: str, golds: list[str]) -> str | None:
+    """The number math-verify reads in ``text`` when its verdict against every gold is certainly
+    "incorrect", else None. :func:`_mv_first_number` is what it compares (a chain of equations by its
+    last right side, against a gold that is no equation). Against each gold, either :func:`fast_verdict`
+    is sure the two differ (two exact numbers apart by more than math-verify's float rounding can
+    bridge, a number against a tuple, interval or set of several elements, an exact constant far from
+    it), or, for an exact number that is no decimal, :func:`_mv_sure_false` is sure of it against
+    math-verify's own readings of the gold (:func:`_gold_readings`, parsed once per gold and cached: a
+    group shares its gold), the readings the slow path would compare. Golds that are worked solutions
+    are left to math-verify (it reads the whole solution too)."""
+    got = _mv_first_number(text)
+    if got is None:
+        return None
+    return got[2] if _number_surely_wrong(*got, golds) else None
+
+
+def _number_surely_wrong(
+    value: Fraction | complex, decimal: bool, written: str, chain: bool, golds: list[str]
+) -> bool:
+    """Whether math-verify's verdict on an answer it reads as the number ``value`` (``written``; the
+    last part of a chain of equations when ``chain``) is "incorrect" against every gold (see
+    :func:`_mv_sure_wrong`)."""
+    if not golds:
+        return False
+    for gold in golds:
+        if extract_gold(gold) != gold:
+            return False
+        if fast_verdict(gold, written) is False:
+            continue
+        if decimal:
+            return False
+        readings = _gold_readings(gold)
+        if not readings or not _mv_reads_as_number(readings, written, chain):
+            return False
+        if isinstance(value, complex):
+            if not _const_sure_false(readings, value):
+                return False
+            continue
+        import sympy
+
+        if not _mv_sure_false(readings, (sympy.Rational(value.numerator, value.denominator),)):
+            return False
+    return True
+
+
+def _const_sure_false(readings: tuple[Any, ...], value: complex) -> bool:
+    """Whether math-verify's comparison of every gold reading with an exact constant of this value is
+    certainly False (``math_verify.grader.sympy_expr_eq``): a gold assignment is compared by its right
+    side; a set, tuple or interval of several elements never equals a number; a constant more than
+    1e-6 (relative) away fails its numeric check (15 digits) and its symbolic one (a nonzero difference
+    never simplifies to zero); a non-constant polynomial keeps its variables. Texts were checked by
+    :func:`_mv_reads_as_number`. Anything else (relations, matrices, other expressions) is not sure."""
+    import sympy
+
+    for a in readings:
+        if isinstance(a, str):
+            continue
+        if isinstance(a, sympy.Basic) and a.has(sympy.UnevaluatedExpr):
+            return False  # a percentage (X * 1/100 unevaluated): compared by X where the other is an integer
+        try:
+            if _is_assignment(a):
+                a = _last_rhs(a)
+            if isinstance(a, (sympy.FiniteSet, sympy.Tuple)) and len(set(a.args)) >= 2:
+                continue
+            if (isinstance(a, sympy.Interval) and a.start != a.end) or isinstance(a, sympy.Union):
+                continue
+            if not isinstance(a, sympy.Expr) or isinstance(a, sympy.core.relational.Relational):
+                return False
+            if a.free_symbols:
+                if a.is_polynomial() and not sympy.Poly(a).is_ground:
+                    continue
+                return False
+            c = complex(a.evalf(30))
+        except Exception:  # any doubt leaves it to math-verify
+            return False
+        if not abs(c - value) > 1e-6 * max(1.0, abs(c), abs(value)):
+            return False
+    return True
+
+
+def _mv_reads_as_number(readings: tuple[Any, ...], written: str, chain: bool) -> bool:
+    """Whether math-verify compares a response whose answer is the number ``written`` with these gold
+    readings as that number alone: no gold reading is a text equal to the answer's (its string
+    comparison), and after a chain of equations no gold reading is a relation (it would compare the
+    chain, not its last part)."""
+    import sympy
+
+    for a in readings:
+        if isinstance(a, str):
+            t = re.sub(r"\s+", "", a)
+            if t == re.sub(r"\s+", "", written) or _plain_number(t.strip("$").removesuffix(".")) is not None:
+                return False
+        elif chain and isinstance(a, (sympy.core.relational.Relational, sympy.And)):
+            return False
+    return True
+
+
+def _reads_whole(parsed: tuple[Any, ...], s: str) -> bool:
+    """Whether math-verify's reading of ``s`` matched all of it (its string fallback is ``s`` itself)."""
+    text = [x for x in parsed if isinstance(x, str)]
+    return bool(text) and re.sub(r"\s+", "", text[-1]) == re.sub(r"\s+", "", s)
+
+
+# A fraction, or a tuple, interval or union of intervals of integers, fractions, infinities and
+# multiples or fractions of pi, maybe after "x \\in", as MATH writes them: "\\frac{4}{9}", "(8,-2)",
+# "\\left( 3, \\frac{\\pi}{2} \\right)", "(-\\infty, 0]", "x \\in [-2,7]", "(2,12) \\cup (12,102)". math-verify's LaTeX parser takes 20-50 ms on a set (its grammar's set rules
+# fall back to full-context prediction), most of the cost of a gold answer's reading;
+# :func:`_set_reading` builds the same reading directly.
+_SET_ELEM = r"\s*(?:-?\d+|-?\\frac\{\d+\}\{[1-9]\d*\}|-?\\infty|-?\d*\\pi|-?\\frac\{\\pi\}\{[1-9]\d*\})\s*"
+_SET_GROUP_RE = re.compile(rf"([(\[])({_SET_ELEM}(?:,{_SET_ELEM})+)([)\]])")
+_SET_TEXT_RE = re.compile(
+    rf"\s*(?:(?P<var>[a-df-hj-z])\s*\\in(?![a-zA-Z])\s*)?"
+    rf"{_SET_GROUP_RE.pattern}(?:\s*\\cup\s*{_SET_GROUP_RE.pattern})*\s*"
+)
+_FRAC_TEXT_RE = re.compile(r"\s*-?\\frac\{\d+\}\{[1-9]\d*\}\s*")
+_SET_VALUE_RE = re.compile(
+    r"(-?)(?:(\d+)|\\frac\{(\d+)\}\{(\d+)\}|(\\infty)|(\d*)\\pi|\\frac\{\\pi\}\{(\d+)\})"
+)
+
+
+_OPEN_END = {"(": True, ")": True, "[": False, "]": False}
+"""An interval's bracket -> whether that end is open."""
+
+
+def _set_reading(s: str) -> tuple[Any, ...] | None:
+    """math-verify's reading of ``$s$`` (``parse``: the expression, then the text it matched, with
+    ``\\left``/``\\right`` dropped and ``\\dfrac``/``\\tfrac`` spelt ``\\frac`` as its normalisation does)
+    for a fraction of integers, or a tuple, interval or union of intervals of integers, such
+    fractions, infinities and multiples or fractions of pi, maybe after ``x \\in``
+    (:data:`_SET_TEXT_RE`), built without its parser; None for anything else. latex2sympy_extended's rules, which the test ``test_set_reading_equals_math_verify`` checks
+    against its parser on generated and MATH-500 answers: a fraction is the rational it equals; two
+    elements in brackets are an interval (open at a parenthesis), except an empty one with both ends
+    alike ("(3,1)", "[3,1]"), which is the tuple; more elements are a tuple; a union is built left to
+    right, unevaluated, a tuple in it becoming the set of its elements; ``x \\in S`` is the unevaluated
+    equation of the real symbol x and S."""
+    t = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", re.sub(r"\\(?:left|right)(?![a-zA-Z])", "", s)).strip()
+    if _FRAC_TEXT_RE.fullmatch(t):
+        return _set_value(t), t
+    whole = _SET_TEXT_RE.fullmatch(t)
+    if whole is None:
+        return None
+    import sympy
+
+    var = whole.group("var")
+    parts: list[Any] = []
+    for m in _SET_GROUP_RE.finditer(t, whole.start(2) if var else 0):
+        left, body, right = m.groups()
+        items = [_set_value(x) for x in body.split(",")]
+        if len(items) > 2:
+            if (left, right) not in (("(", ")"), ("[", "]")):
+                return None  # "(1,2,3]": not a form this reader knows
+            parts.append(sympy.Tuple(*items))
+            continue
+        a, b = items
+        lo, ro = _OPEN_END[left], _OPEN_END[right]
+        if (lo and ro and b <= a) or (not lo and not ro and b < a):
+            parts.append(sympy.Tuple(a, b))
+        else:
+            parts.append(sympy.Interval(a, b, left_open=lo, right_open=ro))
+    acc = parts[0]
+    for nxt in parts[1:]:
+        acc, nxt = (sympy.FiniteSet(*x) if isinstance(x, sympy.Tuple) else x for x in (acc, nxt))
+        acc = sympy.Union(acc, nxt, evaluate=False)
+    if var:  # "x \\in [a, b]": an equation of the (real) variable and the set
+        acc = sympy.Eq(sympy.Symbol(var, real=True), acc, evaluate=False)
+    return acc, t
+
+
+def _set_value(x: str) -> Any:
+    """An element of :data:`_SET_TEXT_RE` as latex2sympy reads it: an Integer, a Rational, +-oo, or
+    ``k\\pi`` / ``\\frac{\\pi}{q}`` (with a sign) as its unevaluated product."""
+    import sympy
+
+    m = _SET_VALUE_RE.fullmatch(x.strip())
+    assert m is not None  # the caller matched the grammar
+    neg = bool(m.group(1))
+    if m.group(2) is not None:
+        return sympy.Integer(-int(m.group(2)) if neg else int(m.group(2)))
+    if m.group(3) is not None:
+        return sympy.Rational(-int(m.group(3)) if neg else int(m.group(3)), int(m.group(4)))
+    if m.group(5) is not None:
+        return -sympy.oo if neg else sympy.oo
+    # multiples and fractions of pi stay unevaluated products, as latex2sympy builds them
+    if m.group(7) is not None:
+        factors: list[Any] = [sympy.Pow(sympy.Integer(int(m.group(7))), sympy.Integer(-1), evaluate=False)]
+    elif m.group(6):
+        factors = [sympy.Integer(int(m.group(6)))]
+    else:
+        factors = []
+    factors = [sympy.Integer(-1), *factors] if neg else factors
+    return sympy.Mul(*factors, sympy.pi, evaluate=False) if factors else sympy.pi
+
+
+@functools.lru_cache(maxsize=4096)
+def _fitted_readings(fit: str) -> tuple[Any, ...]:
+    """math-verify's reading of a fitted gold (:func:`_fitted`), built directly where
+    :func:`_set_reading` knows the form, else parsed (cached: a group shares its gold)."""
+    if fit.startswith("$") and fit.endswith("$"):
+        direct = _set_reading(fit[1:-1])
+        if direct is not None:
+            return direct
+    return _mv_parse_cached(fit)
+
+
+def _gold_readings(gold: str) -> tuple[Any, ...]:
+    """math-verify's readings of a gold answer: its default reading (``parse(gold)``) when that reads
+    the whole gold, else (a bare ``2\\sqrt{3}`` reads as 2) the fitted one (:func:`_fitted`: inside
+    ``$...$``, its documented use for LaTeX golds, or plain digits); a worked solution both as
+    math-verify reads it and as its extracted answer; "2,5" both ways (it may be a decimal comma)."""
+    raw = _mv_parse_cached(gold)
+    answer = extract_gold(gold)
+    if answer != gold:
+        fit = _fitted(answer)
+        return raw + (_fitted_readings(fit) if fit else _mv_parse_cached(answer))
+    if _reads_whole(raw, gold):
+        return raw
+    fit = _fitted(gold)
+    if fit is None:
+        return raw
+    if _DECIMAL_COMMA_RE.match(gold.strip()):
+        return _fitted_readings(fit) + raw
+    return _fitted_readings(fit) or raw
+
+
+def math_verify_verdict(
+    gold: str, text: str, pred: str | None, how: Anchor
+) -> tuple[bool | None, str | None]:
+    r"""math-verify's verdict on the response ``text`` against ``gold`` and the answer it read; None when
+    it read nothing in the response.
+
+    The response is read as math-verify reads it by default (``parse(text)``: its own extraction, the
+    same configuration ``LatexExtractionConfig`` + ``ExprExtractionConfig``), except where the answer
+    is unambiguous and math-verify's default reading of it is known to be lossy: one distinct
+    ``\boxed{}`` (read as ``$\boxed{...}$``; bare, ``\boxed{2m}`` reads as 2) and a response that is
+    only a bare answer. The gold is read by :func:`_gold_readings`; any reading that matches counts."""
+    g = _gold_readings(gold)
+    if how in READS_ANSWER_ALONE and pred is not None and len({normalize(b) for b in _boxes(text)}) <= 1:
+        fit = f"$\\boxed{{{pred}}}$" if how == Anchor.BOXED else _fitted(pred)
+        if fit is not None:
+            p = _mv_parse_cached(fit)
+            if p:
+                return _mv_verify(g, p), pred
+    p = tuple(_mv_parse_text(text))
+    if not p:
+        return None, None
+    got = next((x for x in p if isinstance(x, str)), None)
+    return _mv_verify(g, p), got

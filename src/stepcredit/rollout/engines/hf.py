@@ -1,0 +1,110 @@
+"""The ``hf`` engine: the trainer's own model generates with our decode loop
+(:func:`stepcredit.rollout.sampling.decode`). Nothing to sync, nothing to put to sleep."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from stepcredit.rollout.batching import hf_generate, left_pad
+from stepcredit.rollout.engines import Completion, SamplingSpec, cut_at_stop
+from stepcredit.rollout.sampling import decode
+
+if TYPE_CHECKING:
+    from stepcredit.config import Config
+    from stepcredit.types import Batch, Sample
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Draw from a stream seeded with ``seed``, leaving the global random state as it was (None: the
+    global stream itself, as every rollout draws)."""
+    if seed is None:
+        yield
+        return
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+class HFEngine:
+    """Generation by the model it is given (the trainer's policy)."""
+
+    external = False
+
+    def generate(self, model: Any, tok: Any, samples: list[Sample], **kwargs: Any) -> Batch:
+        return hf_generate(model, tok, samples, **kwargs)
+
+    @torch.no_grad()
+    def sample(
+        self,
+        model: Any,
+        tok: Any,
+        contexts: Sequence[Sequence[int]],
+        spec: SamplingSpec,
+        *,
+        budgets: Sequence[int] | None = None,
+        want_logprobs: bool = False,
+        want_entropy: bool = False,
+    ) -> list[Completion]:
+        rows = [list(c) for c in contexts for _ in range(spec.n)]
+        limits = [min(b, spec.max_tokens) for b in budgets for _ in range(spec.n)] if budgets else None
+        width = max(limits) if limits else spec.max_tokens
+        dev = next(model.parameters()).device
+        ids, mask = left_pad(rows, tok.pad_token_id)
+        ent = torch.zeros(len(rows), width, device=dev) if want_entropy else None
+        logp = torch.zeros(len(rows), width, dtype=torch.float32, device=dev) if want_logprobs else None
+        was_training = model.training
+        model.eval()
+        with seeded(spec.seed, dev):
+            resp = decode(
+                model,
+                ids.to(dev),
+                mask.to(dev),
+                max_new_tokens=width,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+                temperature=spec.temperature,
+                top_p=spec.top_p,
+                entropy_BT=ent,
+                logp_BT=logp,
+                limit_B=None if limits is None else torch.tensor(limits, dtype=torch.long, device=dev),
+            ).cpu()
+        if was_training:
+            model.train()
+        ent_cpu = ent.cpu() if ent is not None else None
+        logp_cpu = logp.cpu() if logp is not None else None
+        out = []
+        for r in range(len(rows)):
+            row = resp[r, : limits[r] if limits else width].tolist()
+            if tok.eos_token_id in row:
+                row = row[: row.index(tok.eos_token_id) + 1]
+            row = row[: cut_at_stop(row, tok, spec.stop)]
+            out.append(
+                Completion(
+                    row,
+                    logp_cpu[r, : len(row)].tolist() if logp_cpu is not None else [],
+                    ent_cpu[r, : len(row)].tolist() if ent_cpu is not None else [],
+                )
+            )
+        return out
+
+    def sync(self, model: Any) -> None:
+        """The engine runs the trainer's model itself: always current."""
+
+    def sleep(self) -> None:
+        """Nothing of its own to free."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+HF_ENGINE = HFEngine()
+
+
+def build_hf(cfg: Config, model: Any, tok: Any) -> HFEngine:
+    return HF_ENGINE
