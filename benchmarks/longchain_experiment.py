@@ -104,6 +104,17 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "mid_tree_treerl": ("midchain_tree", ["process.treerl=true", "algorithm.advantage=vineppo"]),
+    # wider fan-out at the same 8 leaves (SPO-tree compares 4-6 children per node: 2 x 4 instead of
+    # 2 x 2 x 2), branching where the next token is uncertain (TreeRL's entropy rule), with TreeRL's credit
+    "mid_tree_treerl_wide": (
+        "midchain_tree",
+        [
+            "process.treerl=true",
+            "algorithm.advantage=vineppo",
+            "rollout.tree.branching=[2,4]",
+            "rollout.tree.branch_at=entropy",
+        ],
+    ),
     "mid_oracle_cost_return": (
         "midchain",
         [*_ORACLE, "process.step_cost=0.1", "process.step_cost_as=return"],
