@@ -653,7 +653,16 @@ def main() -> None:
         est = estimators_json(runs, args.seeds, per_step, args.steps, args.baseline)
         est["validation"] = val_label
         args.estimators_json.parent.mkdir(parents=True, exist_ok=True)
-        args.estimators_json.write_text(json.dumps(est, indent=1) + "\n")
+
+        # strict JSON: an undefined statistic (t with a zero SE, fewer than 2 seeds) is null, not NaN
+        def strict(x: Any) -> Any:
+            if isinstance(x, dict):
+                return {k: strict(v) for k, v in x.items()}
+            if isinstance(x, list):
+                return [strict(v) for v in x]
+            return None if isinstance(x, float) and not math.isfinite(x) else x
+
+        args.estimators_json.write_text(json.dumps(strict(est), indent=1, allow_nan=False) + "\n")
         print(f"\npaired t-tests against {args.baseline} (wrote {args.estimators_json}):")
         for v, e in est["variants"].items():
             for key, tt in e.get("vs_baseline", {}).items():
