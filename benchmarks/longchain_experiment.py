@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -80,6 +81,44 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # free on accuracy, and does it carry over to the tree's own node values?
     "mid_oracle_cost25": ("midchain", [*_ORACLE, "process.step_cost=0.25"]),
     "mid_tree_cost25": ("midchain_tree", ["process.step_cost=0.25"]),
+    # issue 38: estimators the policy computes for itself, in the oracle's credit path (grpo_vineppo):
+    # one greedy continuation per episode end (process.mc_prefixes=0: every prefix) with the difference
+    # credit and with the oracle's blame-only shape (V_0 := 1, credits sum to R - 1); TreeRL's tree credit
+    # (1/sqrt(leaves) weighting, leave-one-out root) with VinePPO's step advantage; and the step cost
+    # charged as a return (process.step_cost_as=return) with the oracle
+    "mid_greedy": (
+        "midchain_process",
+        [
+            "process.value_estimator=greedy_continuation",
+            "process.mc_prefixes=0",
+            "algorithm.advantage=grpo_vineppo",
+        ],
+    ),
+    "mid_greedy_blame": (
+        "midchain_process",
+        [
+            "process.value_estimator=greedy_continuation",
+            "process.mc_prefixes=0",
+            "process.credit=blame",
+            "algorithm.advantage=grpo_vineppo",
+        ],
+    ),
+    "mid_tree_treerl": ("midchain_tree", ["process.treerl=true", "algorithm.advantage=vineppo"]),
+    # wider fan-out at the same 8 leaves (SPO-tree compares 4-6 children per node: 2 x 4 instead of
+    # 2 x 2 x 2), branching where the next token is uncertain (TreeRL's entropy rule), with TreeRL's credit
+    "mid_tree_treerl_wide": (
+        "midchain_tree",
+        [
+            "process.treerl=true",
+            "algorithm.advantage=vineppo",
+            "rollout.tree.branching=[2,4]",
+            "rollout.tree.branch_at=entropy",
+        ],
+    ),
+    "mid_oracle_cost_return": (
+        "midchain",
+        [*_ORACLE, "process.step_cost=0.1", "process.step_cost_as=return"],
+    ),
     "grpo": ("longchain", []),
     "fa": (
         "longchain_process",
@@ -276,6 +315,109 @@ def _final_samples(run: Path) -> dict[str, float]:
     }
 
 
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta function (Numerical Recipes 6.4, Lentz)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularised incomplete beta function."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    lnb = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lnb) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lnb) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """Two-sided p of Student's t with ``df`` degrees of freedom: I_{df/(df+t^2)}(df/2, 1/2)."""
+    if not math.isfinite(t):
+        return 0.0 if t == t else float("nan")
+    return _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(q: float, df: int) -> float:
+    """The ``q`` quantile (q > 0.5) of Student's t, by bisection on :func:`t_two_sided_p`."""
+    lo, hi = 0.0, 1e3
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > 2 * (1 - q) else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paired_test(variant: list[float], baseline: list[float]) -> dict[str, float]:
+    """Paired t-test (seed by seed) of ``variant - baseline``: the mean difference, its standard error,
+    t, degrees of freedom, two-sided p and the 95 % interval (scipy.stats.ttest_rel's numbers)."""
+    d = [v - b for v, b in zip(variant, baseline, strict=True) if v == v and b == b]
+    n = len(d)
+    mean = statistics.mean(d) if d else float("nan")
+    se = statistics.stdev(d) / math.sqrt(n) if n > 1 else float("nan")
+    df = n - 1
+    if n < 2:
+        t = p = float("nan")
+    elif se == 0:
+        t = math.copysign(math.inf, mean) if mean else float("nan")
+        p = 0.0 if mean else float("nan")
+    else:
+        t = mean / se
+        p = t_two_sided_p(t, df)
+    half = t_quantile(0.975, df) * se if n > 1 else float("nan")
+    return {"n": n, "mean_diff": mean, "se": se, "t": t, "df": df, "p": p, "ci95": [mean - half, mean + half]}
+
+
+def estimators_json(
+    runs: dict[str, list[Path]], seeds: list[int], per_step: int, steps: int, baseline: str
+) -> dict[str, Any]:
+    """Issue 38's summary: per variant the seeds, final accuracies and samples to reach the baseline's
+    final mean accuracy (lists in seed order; a seed that never reaches it counts as the whole budget,
+    ``steps x per_step``), and paired t-tests of both against the baseline."""
+    finals: dict[str, list[float]] = {}
+    curves: dict[str, list[list[tuple[float, float, float]]]] = {}
+    for v, rs in runs.items():
+        curves[v] = [_curve(_rows(r), per_step) for r in rs]
+        finals[v] = [c[-1][2] if c else float("nan") for c in curves[v]]
+    target = _mean(finals[baseline])
+    budget = float(steps * per_step)
+    out: dict[str, Any] = {
+        "baseline": baseline,
+        "target_accuracy": target,
+        "budget_samples": budget,
+        "variants": {},
+    }
+    for v in runs:
+        reach = [next((x for x, _, a in c if x > 0 and a >= target), budget) for c in curves[v]]
+        out["variants"][v] = {
+            "oracle": any("step_oracle" in o for o in VARIANTS[v][1]),
+            "seeds": seeds,
+            "final": finals[v],
+            "samples_to_target": reach,
+        }
+    base = out["variants"][baseline]
+    for v, e in out["variants"].items():
+        if v != baseline:
+            e["vs_baseline"] = {
+                "final": paired_test(e["final"], base["final"]),
+                "samples_to_target": paired_test(e["samples_to_target"], base["samples_to_target"]),
+            }
+    return out
+
+
 def summarize(runs: dict[str, list[Path]], per_step: int, baseline: str = "grpo") -> dict[str, Any]:
     curves = {v: [_curve(_rows(r), per_step) for r in rs] for v, rs in runs.items()}
     mean_curve: dict[str, list[tuple[float, float, float]]] = {}
@@ -428,6 +570,9 @@ def main() -> None:
     ap.add_argument("--summarize-only", action="store_true", help="do not run, only read the run dirs")
     ap.add_argument("--png", type=Path)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--estimators-json", type=Path, help="write issue 38's paired summary (docs/results/estimators.json)"
+    )
     ap.add_argument("overrides", nargs="*", metavar="key=value")
     args = ap.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
@@ -504,6 +649,27 @@ def main() -> None:
             f"{s['val_wasted_after_sft']:>7.3f}->{s['val_wasted_final']:<5.3f}"
             f"{s['val_tokens_after_sft']:>9.1f}->{s['val_tokens_final']:<5.1f}{s['overlong_frac']:>14.3f}"
         )
+    if args.estimators_json:
+        est = estimators_json(runs, args.seeds, per_step, args.steps, args.baseline)
+        est["validation"] = val_label
+        args.estimators_json.parent.mkdir(parents=True, exist_ok=True)
+
+        # strict JSON: an undefined statistic (t with a zero SE, fewer than 2 seeds) is null, not NaN
+        def strict(x: Any) -> Any:
+            if isinstance(x, dict):
+                return {k: strict(v) for k, v in x.items()}
+            if isinstance(x, list):
+                return [strict(v) for v in x]
+            return None if isinstance(x, float) and not math.isfinite(x) else x
+
+        args.estimators_json.write_text(json.dumps(strict(est), indent=1, allow_nan=False) + "\n")
+        print(f"\npaired t-tests against {args.baseline} (wrote {args.estimators_json}):")
+        for v, e in est["variants"].items():
+            for key, tt in e.get("vs_baseline", {}).items():
+                print(
+                    f"{v:<24}{key:<18} diff {tt['mean_diff']:+.4f} +- {tt['se']:.4f}  t = {tt['t']:.2f}"
+                    f"  df = {tt['df']}  p = {tt['p']:.3f}  95 % CI [{tt['ci95'][0]:+.4f}, {tt['ci95'][1]:+.4f}]"
+                )
     if args.png:
         plot(summary, runs, per_step, args.png, val_label, task)
         print(f"wrote {args.png}")

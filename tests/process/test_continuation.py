@@ -177,3 +177,57 @@ def test_the_probe_samples_v0_even_with_mc_v0_group() -> None:
     mc = out.estimators["monte_carlo"]
     assert mc.all.v_before == 0.75 and mc.all.v_after == 0.0  # corrupted: V_0 sampled, V_1 its reward 0
     assert out.n_solvable == 1 and mc.solvable is not None and mc.solvable.argmin == 1.0
+
+
+def test_greedy_continuation_equals_a_greedy_decode_of_a_real_model(
+    model_factory: Callable[..., tuple[Any, Any]], batch_factory: Callable[..., Batch]
+) -> None:
+    # A real (random, sharpened) 2-layer model, two prompts of different lengths so the batched
+    # generate left-pads. Reference: for every episode end, an unbatched argmax decode written out by
+    # hand (no cache, no padding) from prompt + prefix, stopped at eos or after mc_max_new_tokens; the
+    # verifier sees prefix + continuation. The complete response's last prefix is the whole response,
+    # scored as it is. The estimator must score exactly those texts, in one verifier call, and return
+    # their scores as the values.
+    model, tok = model_factory("llama", "eager", seed=3)
+    rows = [("q", RESPONSE, "7"), ("a longer prompt", "So 2 + 2 = 4. So 4 + 4 = 8.", "8")]
+    batch = batch_factory(tok, rows)
+    texts_seen: list[list[str]] = []
+
+    def verifier(samples: Any, texts: Any) -> list[float]:
+        texts_seen.append(list(texts))
+        return [float(sum(map(ord, t)) % 7) for t in texts]  # any deterministic function of the text
+
+    cfg = ProcessConfig(value_estimator="greedy_continuation", mc_max_new_tokens=6)
+    got = compute_prefix_values(model, tok, batch, cfg, score_fn=verifier)
+
+    def greedy_text(prompt_ids: list[int], head: list[int]) -> str:
+        ids = list(prompt_ids) + list(head)
+        cont: list[int] = []
+        with torch.no_grad():
+            for _ in range(cfg.mc_max_new_tokens):
+                nxt = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+                if nxt == tok.eos_token_id:
+                    break
+                ids.append(nxt)
+                cont.append(nxt)
+        return tok.decode(list(head) + cont, skip_special_tokens=True)
+
+    want_values, want_texts = [], set()
+    for b in range(len(batch)):
+        prompt = batch.prompt_ids_BP[b][batch.prompt_mask_BP[b]].tolist()
+        resp = batch.response_ids_BT[b][batch.response_mask_BT[b]].tolist()
+        content = resp[:-1]  # without the eos
+        lens = [0] + [min(e + 1, len(content)) for e in got.episode_ends[b]]
+        row = []
+        for n in lens:
+            text = (
+                tok.decode(resp, skip_special_tokens=True)
+                if n >= len(content)
+                else greedy_text(prompt, resp[:n])
+            )
+            want_texts.add(text)
+            row.append(float(sum(map(ord, text)) % 7))
+        want_values.append(row)
+    assert len(texts_seen) == 1 and set(texts_seen[0]) == want_texts
+    assert got.values == want_values
+    assert all(len(v) == len(e) + 1 >= 3 for v, e in zip(got.values, got.episode_ends, strict=True))

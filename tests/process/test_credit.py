@@ -84,3 +84,119 @@ def test_process_channel_uses_the_credit_form(batch_factory: Callable[..., Batch
 def test_unknown_credit_form_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"process\.credit.*min_form"):
         check_config(Config(process=ProcessConfig(credit="minimum")))
+
+
+def test_step_cost_as_a_return_by_hand() -> None:
+    # U = 1.0, -0.5, 1.0, -0.25 (V above), c = 0.25, n = 4 steps pay.
+    # return: step i pays the cost of itself and every later step, c (n - i): 1.0, 0.75, 0.5, 0.25
+    cfg = ProcessConfig(step_cost=0.25, step_cost_as="return")
+    assert step_credits(V, cfg) == [0.0, -1.25, 0.5, -0.5]
+    # it is the reverse cumulative sum of the token form's per-step charges
+    no_cost = step_credits(V, ProcessConfig())
+    token = [a - b for a, b in zip(no_cost, step_credits(V, ProcessConfig(step_cost=0.25)), strict=True)]
+    ret = [a - b for a, b in zip(no_cost, step_credits(V, cfg), strict=True)]
+    assert ret == [sum(token[i:]) for i in range(len(token))]
+    # last_episode=zero: the last step pays nothing and n = 3: charges 0.75, 0.5, 0.25, 0
+    cfg0 = ProcessConfig(step_cost=0.25, step_cost_as="return", last_episode="zero")
+    assert step_credits(V, cfg0) == [0.25, -1.0, 0.75, 0.0]
+    # outcome: the credits pay nothing (the outcome score does, below)
+    assert step_credits(V, ProcessConfig(step_cost=0.25, step_cost_as="outcome")) == no_cost
+    with pytest.raises(ConfigError, match=r"process\.step_cost_as"):
+        ProcessConfig(step_cost_as="tokens")  # type: ignore[arg-type]
+
+
+def test_step_cost_as_a_return_reaches_grpo_vineppo_tokens() -> None:
+    from stepcredit.advantages import AdvantageInputs, compute_advantages
+    from stepcredit.config import AlgorithmConfig
+
+    # one response, 2 steps ending at tokens 1 and 3, V = [0.5, 0.5, 1.0] (R = 1, alone in its group:
+    # GRPO's singleton rule gives A^o = (1 - 0) / 1 = 1). c = 0.1 as a return: c_1 = 0 - 0.2, c_2 = 0.5 - 0.1.
+    # norm_by_std=False: every token of step j gets A^o + c_j: 0.8, 0.8, 1.4, 1.4
+    cfg = ProcessConfig(enabled=True, step_cost=0.1, step_cost_as="return")
+    mask_BT = torch.ones(1, 4, dtype=torch.bool)
+    process_BT, pmask_BT = process_channel([[1, 3]], [[0.5, 0.5, 1.0]], mask_BT, cfg)
+    out = compute_advantages(
+        AlgorithmConfig(advantage="grpo_vineppo", norm_by_std=False),
+        AdvantageInputs(
+            outcome_BT=torch.tensor([[0.0, 0.0, 0.0, 1.0]]),
+            mask_BT=mask_BT,
+            group_B=torch.tensor([0]),
+            process_BT=process_BT,
+            process_mask_BT=pmask_BT,
+        ),
+    )
+    assert out.adv_BT[0].tolist() == pytest.approx([0.8, 0.8, 1.4, 1.4])
+
+
+def test_step_cost_on_the_outcome_before_group_normalisation() -> None:
+    from stepcredit.process import step_cost_outcome_B
+    from stepcredit.reward import with_failure_policy
+    from stepcredit.trainer.update import reward_channels
+    from stepcredit.types import RewardResult, Sample
+
+    ends = [[1, 3], [1, 3, 5, 7], []]
+    cfg = ProcessConfig(enabled=True, step_cost=0.1, step_cost_as="outcome")
+    assert step_cost_outcome_B(ends, cfg).tolist() == pytest.approx([0.2, 0.4, 0.0])
+    assert step_cost_outcome_B(ends, ProcessConfig(enabled=True, step_cost=0.1)).tolist() == [0.0] * 3
+    # Through the trainer's reward channels: two right responses of one group (R = 1) with 2 and 4
+    # episodes, and a third response without episodes (not a process row): outcome scores
+    # 1 - 0.2 = 0.8, 1 - 0.4 = 0.6 and 1 at the last token; the process channel carries the plain
+    # differences (V = 0.5, 1, 1, ...: 0.5 at the first step, 0 after), no cost.
+    B, T = 3, 8
+    batch = Batch(
+        samples=[Sample(prompt=({"role": "user", "content": "q"},), ground_truth="1")] * B,
+        group_B=torch.tensor([0, 0, 1]),
+        prompt_ids_BP=torch.ones(B, 1, dtype=torch.long),
+        prompt_mask_BP=torch.ones(B, 1, dtype=torch.bool),
+        response_ids_BT=torch.ones(B, T, dtype=torch.long),
+        response_mask_BT=torch.ones(B, T, dtype=torch.bool),
+        behaviour_logp_BT=torch.zeros(B, T),
+        texts=["a"] * B,
+        truncated_B=torch.zeros(B, dtype=torch.bool),
+        rewards=[RewardResult(1.0)] * B,
+        episode_ends=ends,
+        prefix_values=[[0.5, 1.0, 1.0], [0.5, 1.0, 1.0, 1.0, 1.0], []],
+    )
+    full = from_cfg(process=cfg)
+    _, ch = reward_channels(with_failure_policy(batch, full.reward), full)
+    assert ch.outcome_BT[:, -1].tolist() == pytest.approx([0.8, 0.6, 1.0])
+    assert ch.process_BT is not None
+    assert ch.process_BT[0].tolist() == [0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert ch.process_BT[1].tolist() == [0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def from_cfg(**kw: object) -> Config:
+    from dataclasses import replace
+
+    return replace(Config(), **kw)  # type: ignore[arg-type]
+
+
+def test_step_cost_as_return_needs_an_estimator_that_reads_credit_as_advantage() -> None:
+    from stepcredit.advantages import check_config as check_advantages
+    from stepcredit.config import AlgorithmConfig
+
+    cfg = ProcessConfig(enabled=True, value_estimator="monte_carlo", step_cost=0.1, step_cost_as="return")
+    with pytest.raises(ConfigError, match=r"process\.step_cost_as.*grpo_process"):
+        check_advantages(from_cfg(process=cfg, algorithm=AlgorithmConfig(advantage="grpo_process")))
+    check_advantages(from_cfg(process=cfg, algorithm=AlgorithmConfig(advantage="grpo_vineppo")))
+
+
+def test_blame_credit_by_hand() -> None:
+    from stepcredit.process import blame_credit
+
+    # Estimated values of a right response (R = 1) that dipped: V = [0.5, 0.25, 1.0, 1.0].
+    # difference: 0.25 - 0.5 = -0.25, 0.75, 0 (sum R - V_0 = 0.5: the outcome advantage again)
+    # blame: V_0 := 1: 0.25 - 1 = -0.75, 0.75, 0 (sum R - 1 = 0: a right response is charged nothing)
+    right = [0.5, 0.25, 1.0, 1.0]
+    assert step_credits(right, ProcessConfig()) == [-0.25, 0.75, 0.0]
+    assert blame_credit(right) == [-0.75, 0.75, 0.0]
+    # a wrong response (R = 0) whose value never moved until the last step: all the blame there
+    wrong = [0.5, 1.0, 1.0, 0.0]
+    assert blame_credit(wrong) == [0.0, 0.0, -1.0] and sum(blame_credit(wrong)) == 0.0 - 1.0
+    # exact oracle values (V_0 = 1 already) give the same credits under both forms
+    oracle = [1.0, 1.0, 0.0, 1.0, 1.0]
+    assert blame_credit(oracle) == step_credits(oracle, ProcessConfig()) == [0.0, -1.0, 1.0, 0.0]
+    # registered, with clip, scale and the last-episode rule like the other forms
+    cfg = ProcessConfig(credit="blame", clip=0.5, scale=2.0, last_episode="zero")
+    assert step_credits(wrong, cfg) == [0.0, 0.0, 0.0] and "blame" in CREDIT_FORMS
+    assert step_credits(right, ProcessConfig(credit="blame", clip=0.5, scale=2.0)) == [-1.0, 1.0, 0.0]

@@ -56,6 +56,10 @@ FACTORS: dict[str, list[Any]] = {
     "length_penalty": [False, True],
     # LoRA adapters (model.lora.rank=8): the reference is the policy with them off
     "lora": [False, True],
+    # how step credit is formed and the step cost charged: plain (the process level's own); blame
+    # (process.credit=blame, with a step cost on the outcome: process.step_cost_as=outcome); treerl
+    # (TreeRL's tree credit, process.treerl, with a step cost as a return: process.step_cost_as=return)
+    "credit": ["plain", "blame", "treerl"],
 }
 
 
@@ -63,6 +67,13 @@ def allowed(run: dict[str, Any]) -> bool:
     """Combinations that cannot work are refused at start-up (tested below), not run here."""
     if run.get("process") == "tree" and run.get("rollout_mode") == "flat":
         return False  # tree values need a tree rollout (refused at start-up, tested below)
+    if run.get("credit", "plain") != "plain" and run.get("process") == "off":
+        return False  # credit forms need process rewards
+    # TreeRL's credit needs tree values (refused at start-up otherwise: tests/process), and the cost as a
+    # return an estimator that reads a step's credit as its advantage (not gae's critic)
+    tree_only = run.get("process", "tree") != "tree" or run.get("rollout_mode") == "flat" or run.get("critic")
+    if run.get("credit") == "treerl" and tree_only:
+        return False
     if run.get("off_policy") and "loss" in run:
         return bool(LOSSES.get(run["loss"]).corrects_staleness)
     return True
@@ -144,8 +155,12 @@ def config(run: dict[str, Any], **over: Any) -> Any:
             "mc_max_new_tokens": 8,
             "mc_v0": "sample" if run["process"] == "mc_sample_v0" else "group",
             # the oracle's level also charges every step a cost (process.step_cost)
-            "step_cost": 0.05 if run["process"] == "step_oracle" else 0.0,
+            "step_cost": 0.05 if run["process"] == "step_oracle" or run["credit"] != "plain" else 0.0,
         }
+        if run["credit"] == "blame":
+            d["process"].update(credit="blame", step_cost_as="outcome")
+        if run["credit"] == "treerl":
+            d["process"].update(treerl=True, step_cost_as="return")
         d["algorithm"]["advantage"] = (
             run["process"]
             if vine
@@ -203,6 +218,10 @@ def test_switches_compose(run: dict[str, Any], tmp_path: Path) -> None:
     moved = run["off_policy"] or run["ppo_epochs"] > 1 or run["mini_batch"]
     trained = [r for r in steps if r["samples/trained"] > 0]
     stepped = any(r.get("grad_norm", 0.0) > 0 for r in trained)  # an optimiser step really happened
+    if not (run["ppo_epochs"] > 1 or run["mini_batch"]) and not steps[1]["samples/trained"]:
+        # off-policy alone moves the policy only between steps: no proximal pass unless step 2 trained
+        # (dynamic sampling can drop all of its groups)
+        stepped = False
     if run["loss"] == "decoupled_ppo" and moved and not run["critic"] and stepped:
         # the proximal pass ran and the behaviour weights pi_prox / pi_behav moved away from 1
         assert any(r["proximal"] > 0 for r in trained)

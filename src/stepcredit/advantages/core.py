@@ -207,6 +207,15 @@ def check_config(cfg: Config) -> None:
                 f"config key process.last_episode: algorithm.advantage={name} gets the outcome through the "
                 "last step's utility; set it to utility"
             )
+    if cfg.process.enabled and cfg.process.step_cost and not est.needs_reward_values:
+        from stepcredit.process.utility import STEP_COST_FORMS
+
+        if STEP_COST_FORMS[cfg.process.step_cost_as].cost_to_go:
+            ok = ", ".join(n for n in ESTIMATORS if ESTIMATORS.get(n).needs_reward_values)
+            raise ConfigError(
+                f"config key process.step_cost_as: {cfg.process.step_cost_as} writes each step's cost-to-go into its credit, "
+                f"but {name!r} sums the step credits into returns itself; use token or outcome, or one of: {ok}"
+            )
     if est.process_std_normalised and cfg.algorithm.norm_by_std and cfg.process.scale != 1.0:
         raise ConfigError(
             f"config key process.scale: {name!r} divides step rewards by their group std, so "

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
 from stepcredit.config.checks import _check
+
+StepCostAs = Literal["token", "return", "outcome"]
+"""Where ``process.step_cost`` is charged (``stepcredit.process.STEP_COST_FORMS``)."""
 
 
 # --------------------------------------------------------------------------------------- process
@@ -83,11 +87,23 @@ class ProcessConfig:
     credit: str = "difference"
     """How values become step credit (``stepcredit.process.CREDIT_FORMS``): ``difference`` (U_i = V_i -
     V_(i-1)), ``min_form`` (PURE: a step's return is the min of the future U, not their sum) or
-    ``watermark`` (MIG: only progress above the best value so far counts). ``clip`` applies to all."""
+    ``watermark`` (MIG: only progress above the best value so far counts) or ``blame`` (the exact
+    oracle's shape: differences from V_0 := 1, so they sum to R - 1; for values that are chances in
+    [0, 1]). ``clip`` applies to all."""
     step_cost: float = 0.0
     """Subtracted from every step's credit after the credit form: a step must move the value by more than
     this to earn credit, so a step that changes nothing (a restatement, a wasted episode) gets -step_cost.
     The step-level counterpart of a length penalty; 0 = off."""
+    treerl: bool = False
+    """Tree values (``value_estimator=tree``): each segment's credit is TreeRL's (Hou et al. 2025,
+    arXiv:2506.11902) instead of ``credit``'s: (global + local advantage) / sqrt(leaves sharing the
+    segment), with a leave-one-out root value per leaf. Pair with ``algorithm.advantage=vineppo``."""
+    step_cost_as: StepCostAs = "token"
+    """How the step cost is charged: ``token`` (-c on every step's credit: under token-mean aggregation
+    a near-constant shift with about zero expected gradient), ``return`` (step i pays the cost of itself
+    and every later step, -c x (steps from i to the end), as a return; for estimators that read a step's
+    credit as its advantage, ``vineppo``/``grpo_vineppo``) or ``outcome`` (-c x episodes on the outcome
+    score before its group normalisation; the step credits pay nothing)."""
 
     def __post_init__(self) -> None:
         _check(
@@ -106,6 +122,11 @@ class ProcessConfig:
         )
         _check(self.clip >= 0, "process.clip", "must be >= 0 (0 disables clipping)")
         _check(self.step_cost >= 0, "process.step_cost", "must be >= 0 (0 disables it)")
+        _check(
+            self.step_cost_as in typing.get_args(StepCostAs),
+            "process.step_cost_as",
+            "token, return or outcome",
+        )
         _check(self.last_episode in ("utility", "zero"), "process.last_episode", "utility or zero")
         _check(self.max_tokens_per_forward >= 1, "process.max_tokens_per_forward", "must be >= 1")
         _check(self.mc_samples >= 1, "process.mc_samples", "must be >= 1")

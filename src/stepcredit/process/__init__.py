@@ -31,12 +31,15 @@ from stepcredit.process.stage import (
     prefix_request,
     prefix_values,
 )
-from stepcredit.process.tree import outcome_values, tree_values
+from stepcredit.process.tree import outcome_values, tree_credits, tree_values
 from stepcredit.process.utility import (
     CREDIT_FORMS,
+    STEP_COST_FORMS,
+    blame_credit,
     marginal_utilities,
     min_form_credit,
     process_channel,
+    step_cost_outcome_B,
     step_credits,
     watermark_credit,
 )
@@ -51,6 +54,7 @@ from stepcredit.process.values import (
 
 __all__ = [
     "CREDIT_FORMS",
+    "STEP_COST_FORMS",
     "STRATEGIES",
     "VALUE_ESTIMATORS",
     "PrefixRequest",
@@ -60,6 +64,7 @@ __all__ = [
     "ValueQuery",
     "answer_suffix",
     "batch_token_ids",
+    "blame_credit",
     "build_requests",
     "check_config",
     "check_data",
@@ -79,8 +84,10 @@ __all__ = [
     "resolve_force_prompt",
     "score_each",
     "segment_episodes",
+    "step_cost_outcome_B",
     "step_credits",
     "token_char_spans",
+    "tree_credits",
     "tree_values",
     "watermark_credit",
 ]

@@ -149,6 +149,12 @@ def check_config(cfg: Config) -> None:
             f"config key process.credit: unknown {p.credit!r} (valid: {', '.join(CREDIT_FORMS.names())})"
         )
     spec = VALUE_ESTIMATORS.get(p.value_estimator)
+    if p.enabled and p.treerl and not spec.from_outcomes:
+        ok = ", ".join(n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).from_outcomes)
+        raise ConfigError(
+            f"config key process.treerl: TreeRL's credit needs a tree rollout's node values; "
+            f"process.value_estimator={p.value_estimator} has none (use {ok} with rollout.mode=tree)"
+        )
     if p.enabled and spec.generates and p.mc_samples * p.mc_max_new_tokens > 1 << 20:
         raise ConfigError(
             "config key process.mc_samples: mc_samples * mc_max_new_tokens is unreasonably large"

@@ -68,6 +68,55 @@ def outcome_values(
     return [v if ends else [] for v, ends in zip(values, episode_ends, strict=True)]
 
 
+def tree_credits(
+    group_B: Sequence[int],
+    tree_nodes: Sequence[Sequence[int]],
+    episode_ends: Sequence[Sequence[int]],
+    score_B: Sequence[float],
+    valid_B: Sequence[bool],
+    cfg: ProcessConfig,
+) -> list[list[float]] | None:
+    """TreeRL's segment credit per response (``process.treerl``), or None (the credit form's, from
+    :func:`outcome_values`). Hou et al. 2025, arXiv:2506.11902, eq. 3-5, with the leaves as the rows:
+
+        G(s_n) = V(s_n) - V(root)            global advantage
+        L(s_n) = V(s_n) - V(parent(s_n))     local advantage
+        c(s_n) = (G(s_n) + L(s_n)) / sqrt(|L(s_n)|)
+
+    for the segment that ends at node s_n (the last one ends at the leaf, V(leaf) = its outcome and
+    |L| = 1). A shared segment sits in the row of every leaf below it, so the 1/sqrt weight keeps it
+    from counting |L| times. V(node) is the mean outcome of the valid leaves below it; V(root) is
+    leave-one-out in each leaf's row (the mean of the group's other valid leaves, the RLOO baseline of
+    Ahmadian et al. 2024, so a leaf's own outcome never sits in its baseline; a group with one valid leaf
+    keeps the plain mean). Invalid leaves count nowhere and get 0."""
+    if not cfg.treerl:
+        return None
+    values = tree_values(group_B, tree_nodes, score_B, valid_B)
+    ok_B = [bool(ok) and math.isfinite(float(s)) for s, ok in zip(score_B, valid_B, strict=True)]
+    leaves: dict[tuple[int, int], int] = {}
+    total: dict[int, float] = {}
+    count: dict[int, int] = {}
+    for g, ns, s, ok in zip(group_B, tree_nodes, score_B, ok_B, strict=True):
+        if ok:
+            for n in ns:
+                leaves[(g, n)] = leaves.get((g, n), 0) + 1
+            total[g] = total.get(g, 0.0) + float(s)
+            count[g] = count.get(g, 0) + 1
+    out: list[list[float]] = []
+    for g, ns, ends, v, s, ok in zip(group_B, tree_nodes, episode_ends, values, score_B, ok_B, strict=True):
+        if not ends or not ok:
+            out.append([0.0] * len(ends))
+            continue
+        root = (total[g] - float(s)) / (count[g] - 1) if count[g] > 1 else v[0]
+        shared = [leaves[(g, n)] for n in ns[1:]] + [1]  # leaves below the end node of each segment
+        row, parent = [], root
+        for i, k in enumerate(shared, start=1):
+            row.append(((v[i] - root) + (v[i] - parent)) / math.sqrt(k))
+            parent = v[i]
+        out.append(row)
+    return out
+
+
 @register_value_estimator(
     "tree", needs_verifier=True, generates=True, terminal_is_reward=True, from_outcomes=True
 )

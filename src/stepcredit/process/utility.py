@@ -17,12 +17,14 @@ step to the outcome reward alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, get_args
 
 import torch
 
 from stepcredit.config import ProcessConfig
+from stepcredit.config.credit import StepCostAs
 from stepcredit.registry import Registry
 
 
@@ -105,17 +107,80 @@ def watermark_credit(
     return out
 
 
+@dataclass(frozen=True)
+class StepCostForm:
+    """One way of charging ``process.step_cost`` (``process.step_cost_as``)."""
+
+    charge: Callable[[int, int, float], float]
+    """(step index i, steps that pay n, cost c) -> what step i's credit loses (0 for i >= n)."""
+    on_outcome: bool
+    """The outcome score pays c x episodes before its group normalisation (:func:`step_cost_outcome_B`)."""
+    cost_to_go: bool = False
+    """A step's charge is already the return of the costs from it on: only for advantage estimators that
+    read a step's credit as its advantage (``needs_reward_values``); one that sums credits into returns
+    (``grpo_process``) would count every cost again."""
+
+
+STEP_COST_FORMS: dict[str, StepCostForm] = {
+    # -c on each step: with every token of a response shifted alike, token-mean aggregation sees a
+    # baseline whose expected gradient is about zero (measured -0.23/token at c = 0.1: inert)
+    "token": StepCostForm(lambda i, n, c: c if i < n else 0.0, on_outcome=False),
+    # the cost's return: step i pays for itself and every step after it, sum_{j=i}^{n-1} c = c (n - i),
+    # as grpo_process sums its step rewards; a long response's early steps pay most
+    "return": StepCostForm(lambda i, n, c: c * (n - i) if i < n else 0.0, on_outcome=False, cost_to_go=True),
+    # the credits pay nothing; the outcome score pays c x episodes (step_cost_outcome_B)
+    "outcome": StepCostForm(lambda i, n, c: 0.0, on_outcome=True),
+}
+assert set(STEP_COST_FORMS) == set(get_args(StepCostAs))
+
+
+@CREDIT_FORMS.register("blame")
+def blame_credit(
+    values: Sequence[float], *, clip: float = 0.0, scale: float = 1.0, zero_last: bool = False
+) -> list[float]:
+    """The exact oracle's shape for any value: differences from V_0 := 1 instead of the estimated V_0.
+
+        c_1 = scale * clip(V_1 - 1),   c_i = scale * clip(V_i - V_(i-1))  (i > 1)
+
+    With exact step values (``step_oracle``) V_0 is 1 and the credits sum to R - 1: a right response is
+    charged nothing overall, a wrong one -1 on the steps that lost the value (blame only). The estimated
+    forms start from an estimated V_0 (a group mean for trees and Monte Carlo), so their credits sum to
+    R - mean(group) and repeat the outcome advantage GRPO already carries; this form keeps only the
+    drops (and the recoveries after them) and leaves the outcome to its own channel.
+    """
+    return marginal_utilities([1.0, *list(values)[1:]], clip=clip, scale=scale, zero_last=zero_last)
+
+
 def step_credits(values: Sequence[float], cfg: ProcessConfig) -> list[float]:
     """[c_1, ..., c_S] of one response by the configured credit form, clip, scale and last-episode rule,
-    less ``step_cost`` per step (every step pays it, the last one too unless ``last_episode="zero"``
-    leaves it to the outcome)."""
+    less its share of ``step_cost`` by ``step_cost_as`` (every step pays, the last one too unless
+    ``last_episode="zero"`` leaves it to the outcome)."""
     credits = CREDIT_FORMS.get(cfg.credit)(
         values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero"
     )
+    return charge_step_cost(credits, cfg)
+
+
+def charge_step_cost(credits: Sequence[float], cfg: ProcessConfig) -> list[float]:
+    """``credits`` less their share of ``process.step_cost`` by ``process.step_cost_as``."""
+    out = [float(c) for c in credits]
     if cfg.step_cost:
-        n = len(credits) - 1 if cfg.last_episode == "zero" else len(credits)
-        credits = [c - cfg.step_cost if i < n else c for i, c in enumerate(credits)]
-    return credits
+        n = len(out) - 1 if cfg.last_episode == "zero" else len(out)
+        charge = STEP_COST_FORMS[cfg.step_cost_as].charge
+        out = [c - charge(i, n, cfg.step_cost) for i, c in enumerate(out)]
+    return out
+
+
+def step_cost_outcome_B(episode_ends: Sequence[Sequence[int]], cfg: ProcessConfig) -> torch.Tensor:
+    """What each response's outcome score loses to the step cost before its group normalisation:
+    c x (its number of episodes) with ``step_cost_as=outcome``, else 0 (float32, one per response).
+
+    Charged on the outcome, the cost is a length term that GRPO's group normalisation compares across
+    the group: a response with more episodes than its siblings gets a lower advantage on every token."""
+    n_B = torch.tensor([len(e) for e in episode_ends], dtype=torch.float32)
+    if not (cfg.enabled and cfg.step_cost and STEP_COST_FORMS[cfg.step_cost_as].on_outcome):
+        return torch.zeros_like(n_B)
+    return cfg.step_cost * n_B
 
 
 def process_channel(
@@ -123,6 +188,8 @@ def process_channel(
     prefix_values: Sequence[Sequence[float]],
     response_mask_BT: torch.Tensor,
     cfg: ProcessConfig,
+    *,
+    credits: Sequence[Sequence[float]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The process channel: (process_BT float32, process_mask_BT bool) on a right-padded response layout.
 
@@ -131,7 +198,9 @@ def process_channel(
     ``process_mask_BT`` is True at the episode ends that carry a c_i. Ends outside the response or on
     tokens ``response_mask_BT`` does not count carry nothing. A row with no episodes (a padding row of
     verl's batch, a domain without process rewards) gets an all-zero channel. The one version used by
-    the trainer and the verl plugin.
+    the trainer and the verl plugin. ``credits`` (one list per row, one credit per episode): step credits
+    computed elsewhere (TreeRL's tree credit, :func:`stepcredit.process.tree.tree_credits`), placed
+    instead of the credit form's; the step cost is charged on them all the same.
     """
     mask_BT = response_mask_BT.bool()
     B, T = mask_BT.shape
@@ -144,7 +213,8 @@ def process_channel(
             continue
         if len(values) != len(ends) + 1:
             raise ValueError(f"row {b}: {len(ends)} episodes need {len(ends) + 1} values, got {len(values)}")
-        for e, c in zip(ends, step_credits(values, cfg), strict=True):
+        row = step_credits(values, cfg) if credits is None else charge_step_cost(credits[b], cfg)
+        for e, c in zip(ends, row, strict=True):
             if 0 <= e < T:
                 process_BT[b, e] = c
                 steps_BT[b, e] = True

@@ -25,7 +25,13 @@ from stepcredit.losses import compute_policy_loss
 from stepcredit.losses.kl import apply_kl_penalty
 from stepcredit.models import token_logprobs
 from stepcredit.ops import last_token_index, masked_mean
-from stepcredit.process import VALUE_ESTIMATORS, outcome_values, process_channel
+from stepcredit.process import (
+    VALUE_ESTIMATORS,
+    outcome_values,
+    process_channel,
+    step_cost_outcome_B,
+    tree_credits,
+)
 from stepcredit.reward import (
     RunningStats,
     Scored,
@@ -149,6 +155,10 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
         cfg=cfg.postprocess,
         max_new_tokens=cfg.rollout.max_new_tokens,
     )
+    if cfg.process.enabled and batch.episode_ends is not None:
+        # process.step_cost_as=outcome: c x episodes off the real verdicts, before group normalisation
+        cost_B = step_cost_outcome_B(batch.episode_ends, cfg.process).to(score_B)
+        score_B = torch.where(verdict_B.to(score_B.device), score_B - cost_B, score_B)
     score_B, valid_B = process_outcomes(
         score_B,
         valid_B,
@@ -168,21 +178,21 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
     process_BT = process_mask_BT = None
     if cfg.process.enabled:
         values = batch.prefix_values
+        credits = None  # the credit form's, from the values
         if VALUE_ESTIMATORS.get(cfg.process.value_estimator).from_outcomes and batch.episode_ends is not None:
             assert batch.tree_nodes is not None and batch.rewards is not None
             rewards = batch.rewards
             # the leaves' verified outcomes: a failed reward (whatever score the failure policy gives it)
             # is not a sample of the policy's value; a truncated leaf is (its outcome is what it earned)
-            values = outcome_values(
-                batch.group_B.tolist(),
-                batch.tree_nodes,
-                batch.episode_ends,
-                [r.score for r in rewards],
-                [r.ok for r in rewards],
-            )
+            leaves = (batch.group_B.tolist(), batch.tree_nodes, batch.episode_ends)
+            score, ok = [r.score for r in rewards], [r.ok for r in rewards]
+            values = outcome_values(*leaves, score, ok)
+            credits = tree_credits(*leaves, score, ok, cfg.process)  # process.treerl (None: off)
         if batch.episode_ends is None or values is None:
             raise ValueError("process rewards are enabled but the batch has no V(prefix) values")
-        process_BT, process_mask_BT = process_channel(batch.episode_ends, values, mask_BT, cfg.process)
+        process_BT, process_mask_BT = process_channel(
+            batch.episode_ends, values, mask_BT, cfg.process, credits=credits
+        )
     return batch, Channels(
         outcome_BT, process_BT, process_mask_BT, score_B, valid_B, length_penalty_B, verdict_B
     )
