@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error
+# expect: ok program_error
 # tests: solve
 # Answers with objects that equal everything: a plain class, an int subclass, a fake __class__, nested in a list.
 import sys

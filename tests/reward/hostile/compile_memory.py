@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: error
+# expect: program_error
 # tests: solve
 # Compiling it raises MemoryError (__DEEP_NEG__ is replaced by thousands of unary operators): the program's fault.
 

@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: error
+# expect: program_error
 # tests: solve
 # Compiling it raises RecursionError (__DEEP_NOT__ is replaced by thousands of unary operators): the program's fault.
 

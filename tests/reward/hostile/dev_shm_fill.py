@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: error
+# expect: program_error
 chunk = b"x" * (1 << 20)
 with open("/dev/shm/fill", "wb") as f:
     while True:

@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error timeout
+# expect: ok program_error program_timeout
 # tests: solve
 # Ends the case early and 'successfully': os._exit(0) in solve, exec of a succeeding process, exits from threads and atexit hooks.
 import atexit

@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error
+# expect: ok program_error
 # tests: {"assert_case": ["assert solve() == 42"]}
 # Tries to read the runner's nonce back from stdin and print it as if the tests had passed.
 import os

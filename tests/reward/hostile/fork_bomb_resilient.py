@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: error timeout
+# expect: program_error program_timeout
 # Keeps forking, swallowing every failure, so only the deadline ends it.
 import os
 

@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error
+# expect: ok program_error
 # tests: solve
 # Walks every frame, the gc heap and the runner's globals for a nonce, expected values or the assert text and answers with what it finds.
 import gc

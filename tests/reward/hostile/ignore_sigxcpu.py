@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: timeout
+# expect: program_timeout
 # Ignores the soft CPU-limit signal and spins: the hard CPU limit or the wall clock must stop it.
 import signal
 

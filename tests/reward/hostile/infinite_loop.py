@@ -1,4 +1,4 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: timeout
+# expect: program_timeout
 while True:
     pass

@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error
+# expect: ok program_error
 # kill(-1) and a brute-force sweep of pids: only the sandbox's own processes can be reached.
 import os
 import signal

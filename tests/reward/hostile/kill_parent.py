@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error
+# expect: ok program_error
 import os
 import signal
 import time

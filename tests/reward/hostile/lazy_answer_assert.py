@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error
+# expect: ok program_error
 # tests: {"assert_case": ["assert solve(3) == [42]", "assert list(solve(5)) == [99]"]}
 # Answers with lazy objects (a generator, a map with side effects) instead of values.
 def solve(x=0):

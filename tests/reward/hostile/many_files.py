@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: error
+# expect: program_error
 i = 0
 while True:
     with open(f"f{i}.txt", "w") as f:

@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: error
+# expect: program_error
 # __PORT__ is a listener the test opened on the host's 127.0.0.1.
 import socket
 

@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error
+# expect: ok program_error
 # tests: {"assert_case": ["assert solve() == 42"]}
 # Tries to neutralise the test by replacing builtins and raising SystemExit(0) from an atexit hook.
 import atexit

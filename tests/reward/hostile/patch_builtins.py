@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error
+# expect: ok program_error
 # tests: solve
 # Patches builtins, json/marshal and os.write, and forges protocol lines on every descriptor.
 import builtins

@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error
+# expect: ok program_error
 # tests: {"fn_name": "solve", "inputs": [[3], [5]], "outputs": [[42], {"a": 99}]}
 # Answers with containers that contain themselves, to hang or crash the encoder of answers.
 def solve(x=0):

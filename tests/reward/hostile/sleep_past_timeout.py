@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: timeout
+# expect: program_timeout
 import time
 
 time.sleep(3600)

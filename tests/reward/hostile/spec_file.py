@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error
+# expect: ok program_error
 # tests: solve
 # Reads every file it can reach in the sandbox (spec, runner, /proc of pid 1) for expected values.
 import glob

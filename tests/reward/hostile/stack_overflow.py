@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: error timeout
+# expect: program_error program_timeout
 import sys
 
 sys.setrecursionlimit(10**8)

@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error timeout
+# expect: ok program_error program_timeout
 # tests: {"inputs": ["first", "second"], "outputs": ["PWNED", "PWNED"]}
 # Leaves a detached child behind in the first case to write into the next case's output and files.
 import os

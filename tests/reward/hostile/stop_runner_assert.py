@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: ok error timeout
+# expect: ok program_error program_timeout
 # tests: {"assert_case": ["assert solve(3) == 42", "assert solve(5) == 99"]}
 # Stops or kills the runner (pid 1) and every process it can see, then reads pid 1's memory.
 import ctypes

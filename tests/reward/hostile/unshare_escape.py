@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: error
+# expect: program_error
 # Tries to gain capabilities in a nested user namespace, then to mount or chroot.
 import ctypes
 import os

@@ -1,5 +1,5 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
-# expect: error
+# expect: program_error
 # __CANARY__ is a file on the host the program must not change.
 import os
 
