@@ -26,12 +26,15 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from stepcredit.config import RewardConfig
 from stepcredit.errors import DataError
 from stepcredit.reward.run.health import format_counts
 from stepcredit.types import RewardResult, Sample, Status
+
+if TYPE_CHECKING:
+    from stepcredit.reward import Rewarder
 
 CHUNK = 512
 """Rows scored per call of the rewarder (bounds memory on big files)."""
@@ -175,6 +178,88 @@ def _annotate(row: dict[str, Any], res: RewardResult) -> dict[str, Any]:
     return out
 
 
+@dataclasses.dataclass
+class _Tally:
+    """What the summary reports: statuses overall and per source, the scores of the scored rows, and
+    how many lines were malformed."""
+
+    counts: Counter[str] = dataclasses.field(default_factory=Counter)
+    by_source: dict[str, Counter[str]] = dataclasses.field(default_factory=dict)
+    scores: list[float] = dataclasses.field(default_factory=list)
+    n_bad: int = 0
+
+    def add(self, res: RewardResult) -> None:
+        self.counts[res.status.value] += 1
+        self.by_source.setdefault(res.source or "?", Counter())[res.status.value] += 1
+        if res.ok:
+            self.scores.append(res.score)
+
+
+_Row = tuple[int, dict[str, Any], Sample | None, str]
+"""A line of the input: its number, the row as read, the parsed sample (None if malformed), the response."""
+
+
+def _flush(rewarder: Rewarder, batch: list[_Row], out: TextIO, tally: _Tally) -> None:
+    """Score the parsed rows of ``batch`` in one call (a malformed row gets its parse error as an
+    ``error`` result) and write every row back in input order."""
+    good = [(s, r) for _, _, s, r in batch if s is not None]
+    results = iter(rewarder.score_batch([s for s, _ in good], [r for _, r in good]))
+    for _, row, s, _ in batch:
+        res = next(results) if s is not None else RewardResult.failure(Status.ERROR, row.pop("_error"))
+        tally.add(res)
+        out.write(json.dumps(_annotate(row, res), ensure_ascii=False, default=str) + "\n")
+    batch.clear()
+
+
+def _score_lines(inp: Path, rewarder: Rewarder, out: TextIO, tally: _Tally) -> None:
+    """Score ``inp`` line by line in chunks of ``CHUNK`` rows; a malformed line is reported on stderr
+    and written back as an ``error`` row."""
+    batch: list[_Row] = []
+    with inp.open() as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row, sample, resp = parse_row(line, f"{inp}:{i}")
+                batch.append((i, row, sample, resp))
+            except DataError as e:
+                tally.n_bad += 1
+                print(f"stepcredit score: {e}", file=sys.stderr)
+                batch.append((i, {"line": i, "raw": line.rstrip("\n"), "_error": str(e)}, None, ""))
+            if len(batch) >= CHUNK:
+                _flush(rewarder, batch, out, tally)
+    _flush(rewarder, batch, out, tally)
+
+
+def _score_file(inp: Path, out_path: Path, rewarder: Rewarder) -> _Tally:
+    """Score ``inp`` into ``out_path`` through a temp file renamed into place, so the output is never
+    half-written; the rewarder is closed in any case."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
+    tally = _Tally()
+    try:
+        with os.fdopen(fd, "w") as out:
+            _score_lines(inp, rewarder, out, tally)
+        os.replace(tmp, out_path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        rewarder.close()
+    return tally
+
+
+def _print_summary(tally: _Tally, out_path: Path) -> None:
+    total = sum(tally.counts.values())
+    print(f"scored {total} rows -> {out_path}" + (f" ({tally.n_bad} malformed)" if tally.n_bad else ""))
+    for st in Status:
+        if tally.counts[st.value]:
+            print(f"  {st.value:<14}{tally.counts[st.value]:>8}")
+    for source, c in sorted(tally.by_source.items()):
+        print(f"  source {source}: {format_counts(dict(c))}")
+    print(*score_summary(tally.scores), sep="\n")
+
+
 def run(args: argparse.Namespace) -> int:
     from stepcredit.reward import build_rewarder
 
@@ -184,62 +269,11 @@ def run(args: argparse.Namespace) -> int:
     cfg = reward_config(args)
     rewarder = build_rewarder(cfg)  # a missing custom function fails here, before any output
     out_path = Path(args.out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
-    counts: Counter[str] = Counter()
-    by_source: dict[str, Counter[str]] = {}
-    scores: list[float] = []
-    n_bad = 0
-    try:
-        with os.fdopen(fd, "w") as out, inp.open() as f:
-            batch: list[tuple[int, dict[str, Any], Sample | None, str]] = []
-
-            def flush() -> None:
-                good = [(s, r) for _, _, s, r in batch if s is not None]
-                results = iter(rewarder.score_batch([s for s, _ in good], [r for _, r in good]))
-                for _, row, s, _ in batch:
-                    res = (
-                        next(results)
-                        if s is not None
-                        else RewardResult.failure(Status.ERROR, row.pop("_error"))
-                    )
-                    counts[res.status.value] += 1
-                    by_source.setdefault(res.source or "?", Counter())[res.status.value] += 1
-                    if res.ok:
-                        scores.append(res.score)
-                    out.write(json.dumps(_annotate(row, res), ensure_ascii=False, default=str) + "\n")
-                batch.clear()
-
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row, sample, resp = parse_row(line, f"{inp}:{i}")
-                    batch.append((i, row, sample, resp))
-                except DataError as e:
-                    n_bad += 1
-                    print(f"stepcredit score: {e}", file=sys.stderr)
-                    batch.append((i, {"line": i, "raw": line.rstrip("\n"), "_error": str(e)}, None, ""))
-                if len(batch) >= CHUNK:
-                    flush()
-            flush()
-        os.replace(tmp, out_path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    finally:
-        rewarder.close()
-    total = sum(counts.values())
-    print(f"scored {total} rows -> {out_path}" + (f" ({n_bad} malformed)" if n_bad else ""))
-    for st in Status:
-        if counts[st.value]:
-            print(f"  {st.value:<14}{counts[st.value]:>8}")
-    for source, c in sorted(by_source.items()):
-        print(f"  source {source}: {format_counts(dict(c))}")
-    print(*score_summary(scores), sep="\n")
-    if n_bad and not args.skip_bad_rows:
+    tally = _score_file(inp, out_path, rewarder)
+    _print_summary(tally, out_path)
+    if tally.n_bad and not args.skip_bad_rows:
         print(
-            f"stepcredit score: error: {n_bad} malformed row(s), listed above (written back with status "
+            f"stepcredit score: error: {tally.n_bad} malformed row(s), listed above (written back with status "
             f"error); fix them or pass --skip-bad-rows",
             file=sys.stderr,
         )

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from stepcredit.config.checks import _check
 from stepcredit.config.judge_template import check_judge_template
 from stepcredit.errors import ConfigError
 
-
 # ---------------------------------------------------------------------------------------- reward
+SANDBOX_NEEDS_URL: dict[str, bool] = {"local": False, "sandbox_fusion": True}
+"""The values of ``reward.sandbox.backend`` -> whether it calls a service at ``reward.sandbox.url``."""
+
+RewardModelChannel = Literal["outcome"]
+"""Where a reward model's score goes (``reward.reward_model.channel``); ``outcome`` is the only one."""
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
     """The code sandbox (data_source/ability ``code``): limits of one run of one test case."""
@@ -49,11 +55,9 @@ class SandboxConfig:
 
     def __post_init__(self) -> None:
         _check(self.timeout_s > 0, "reward.sandbox.timeout_s", "must be > 0")
+        _check(self.backend in SANDBOX_NEEDS_URL, "reward.sandbox.backend", "local or sandbox_fusion")
         _check(
-            self.backend in ("local", "sandbox_fusion"), "reward.sandbox.backend", "local or sandbox_fusion"
-        )
-        _check(
-            self.backend != "sandbox_fusion" or self.url.startswith(("http://", "https://")),
+            not SANDBOX_NEEDS_URL[self.backend] or self.url.startswith(("http://", "https://")),
             "reward.sandbox.url",
             "an http(s):// URL of the service's /run_code endpoint (backend sandbox_fusion)",
         )
@@ -128,7 +132,7 @@ class RewardModelConfig:
     """Model directory (AutoModelForSequenceClassification or AutoModelForTokenClassification, one label)."""
     kind: Literal["auto", "sequence", "token"] = "auto"
     """``sequence``, ``token`` or ``auto`` (from the model's architecture name)."""
-    channel: str = "outcome"
+    channel: RewardModelChannel = "outcome"
     """``outcome`` (the score at the last valid token) is the only channel: a token model's per-token
     scores are on its own tokenizer and nothing maps them onto the policy's tokens; step credit comes
     from ``process.*`` (values from the policy itself)."""
@@ -148,7 +152,7 @@ class RewardModelConfig:
             self.kind in ("auto", "sequence", "token"), "reward.reward_model.kind", "auto, sequence or token"
         )
         _check(
-            self.channel == "outcome",
+            self.channel in get_args(RewardModelChannel),
             "reward.reward_model.channel",
             "outcome (per-token reward-model scores are not mapped onto the policy's tokens; use process.*)",
         )
@@ -289,6 +293,24 @@ class BreakerConfig:
 
 
 @dataclass(frozen=True)
+class FailurePolicy:
+    """What a failed reward (timeout, error, sandbox error) does to its response and its group."""
+
+    scored: bool
+    """The failure gets ``reward.failure_score`` and counts (else it is masked: score 0, not valid)."""
+    drops_group: bool
+    """Every response of the failure's group is dropped from the step."""
+
+
+FAILURE_POLICIES: dict[str, FailurePolicy] = {
+    "mask": FailurePolicy(scored=False, drops_group=False),
+    "score": FailurePolicy(scored=True, drops_group=False),
+    "drop_group": FailurePolicy(scored=False, drops_group=True),
+}
+"""The values of ``reward.failure_policy`` (and of its per-source overrides)."""
+
+
+@dataclass(frozen=True)
 class RewardConfig:
     failure_policy: str = "mask"
     """What a reward that could not be computed does: ``mask`` (no loss, not in baselines),
@@ -322,13 +344,13 @@ class RewardConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.failure_policy in ("mask", "score", "drop_group"),
+            self.failure_policy in FAILURE_POLICIES,
             "reward.failure_policy",
             "mask, score or drop_group",
         )
         for src, pol in self.failure_policy_by_source.items():
             _check(
-                pol in ("mask", "score", "drop_group"),
+                pol in FAILURE_POLICIES,
                 f"reward.failure_policy_by_source.{src}",
                 "mask, score or drop_group",
             )

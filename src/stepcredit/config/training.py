@@ -137,7 +137,7 @@ class TrainerConfig:
     """Write TensorBoard events when tensorboard is installed."""
     wandb: bool = False
     """Log every step's scalars and the config to Weights & Biases (the ``wandb`` extra)."""
-    wandb_mode: str = "offline"
+    wandb_mode: Literal["offline", "online"] = "offline"
     """``offline`` (files under ``RUN_DIR/wandb``, no network; ``wandb sync`` uploads them later) or
     ``online``."""
     wandb_project: str = "stepcredit"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +92,9 @@ def _load_tokenizer(path: str, gguf_file: str) -> Any:
 
 def load_policy(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
     """(model, tokenizer) for ``cfg.path``: ``tiny`` builds the built-in model (deterministic by seed)."""
-    if cfg.path == "tiny":
-        model, tok = build_tiny(cfg.tiny, seed=seed, attn_implementation=cfg.attn_implementation)
+    build = _BUILT_IN.get(cfg.path)
+    if build is not None:
+        model, tok = build(cfg, seed)
     else:
         # a run directory loads its final model (the one resolver: models/resolve.py)
         path = str(packaged_dir(cfg.path)) if cfg.path in PACKAGED else str(model_directory(cfg.path))
@@ -102,9 +104,14 @@ def load_policy(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
         model, tok = _load_hf(
             path, cfg.gguf_file, dtype="float32", attn_implementation=cfg.attn_implementation
         )
-    if cfg.dtype == "bfloat16":
-        use_bf16_autocast(model)
+    _COMPUTE_DTYPES[cfg.dtype](model)
     return model, tok
+
+
+_BUILT_IN: dict[str, Callable[[ModelConfig, int], tuple[Any, Any]]] = {
+    "tiny": lambda cfg, seed: build_tiny(cfg.tiny, seed=seed, attn_implementation=cfg.attn_implementation),
+}
+"""``model.path`` names of models built here rather than loaded -> ``(cfg, seed) -> (model, tokenizer)``."""
 
 
 def _autocast_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -123,6 +130,13 @@ def use_bf16_autocast(model: Any) -> None:
     import types
 
     model.forward = types.MethodType(_autocast_forward, model)
+
+
+_COMPUTE_DTYPES: dict[str, Callable[[Any], None]] = {
+    "float32": lambda model: None,  # the stored dtype is the compute dtype
+    "bfloat16": use_bf16_autocast,
+}
+"""``model.dtype`` -> what it does to a loaded float32 model."""
 
 
 def _load_hf(path: str, gguf_file: str, *, dtype: str, attn_implementation: str) -> tuple[Any, Any]:

@@ -59,17 +59,31 @@ def trl_columns(samples: Sequence[Sample]) -> dict[str, list[Any]]:
     return cols
 
 
+def _standard_inputs(samples: Sequence[Sample], responses: Sequence[str]) -> tuple[list[Any], list[Any]]:
+    """TRL's ``standard`` format: the prompt's last message's text and the response, as strings."""
+    return [s.prompt[-1]["content"] if s.prompt else "" for s in samples], list(responses)
+
+
+def _conversational_inputs(
+    samples: Sequence[Sample], responses: Sequence[str]
+) -> tuple[list[Any], list[Any]]:
+    """TRL's ``conversational`` format: the prompt's chat messages and the response as one assistant message."""
+    prompts = [[dict(m) for m in s.prompt] for s in samples]
+    return prompts, [[{"role": "assistant", "content": r}] for r in responses]
+
+
+_TRL_INPUTS: dict[str, Callable[[Sequence[Sample], Sequence[str]], tuple[list[Any], list[Any]]]] = {
+    "standard": _standard_inputs,
+    "conversational": _conversational_inputs,
+}
+"""``reward.custom.trl_format`` -> how a batch is passed to a TRL reward function."""
+
+
 def trl_inputs(
     samples: Sequence[Sample], responses: Sequence[str], *, fmt: str
 ) -> tuple[list[Any], list[Any]]:
     """``(prompts, completions)`` in TRL's ``standard`` (strings) or ``conversational`` (messages) format."""
-    if fmt == "conversational":
-        prompts: list[Any] = [[dict(m) for m in s.prompt] for s in samples]
-        completions: list[Any] = [[{"role": "assistant", "content": r}] for r in responses]
-    else:
-        prompts = [s.prompt[-1]["content"] if s.prompt else "" for s in samples]
-        completions = list(responses)
-    return prompts, completions
+    return _TRL_INPUTS[fmt](samples, responses)
 
 
 def combine(

@@ -16,13 +16,14 @@ before they are used (as ROLL's ``RunningMoments``), and saved in checkpoints.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 
 from stepcredit.config import OutcomeProcessConfig, PostprocessConfig, RewardConfig
+from stepcredit.config.reward import FAILURE_POLICIES
 from stepcredit.types import Batch, RewardResult, Status
 
 
@@ -58,13 +59,13 @@ def apply_failure_policy(results: Sequence[RewardResult], group_B: Any, cfg: Rew
         if r.ok:
             score_B[i] = r.score
             continue
-        policy = cfg.failure_policy_by_source.get(r.source, cfg.failure_policy)
-        if policy == "score":
+        policy = FAILURE_POLICIES[cfg.failure_policy_by_source.get(r.source, cfg.failure_policy)]
+        if policy.scored:
             score_B[i] = cfg.failure_score
         else:
             valid_B[i] = False
-            if policy == "drop_group":
-                dropped.add(int(group[i]))
+        if policy.drops_group:
+            dropped.add(int(group[i]))
     keep_B = torch.ones(B, dtype=torch.bool)
     if dropped:
         keep_B = ~torch.isin(group, torch.tensor(sorted(dropped), dtype=torch.long))
@@ -196,15 +197,19 @@ def normalize_outcomes(
         return torch.zeros_like(score_B)
     v = x[valid_B]
     g_mean, g_std = _group_mean_std(score_B, valid_B, group_B) if "group" in (mean, std) else (x, x)
-    stats = {
-        "batch": (v.mean().expand_as(x), v.std(unbiased=False).expand_as(x)),
-        "group": (g_mean, g_std),
-        "running": (torch.full_like(x, running[0]), torch.full_like(x, running[1])),
+    mu = {
+        "batch": v.mean().expand_as(x),
+        "group": g_mean,
+        "running": torch.full_like(x, running[0]),
+        "none": torch.zeros_like(x),
     }
-    mu = stats[mean][0] if mean != "none" else torch.zeros_like(x)
-    out = x - mu
-    if std != "none":
-        out = out / (stats[std][1] + eps)
+    sigma = {  # the divisor, eps included; ``none`` divides by exactly 1
+        "batch": v.std(unbiased=False).expand_as(x) + eps,
+        "group": g_std + eps,
+        "running": torch.full_like(x, running[1]) + eps,
+        "none": torch.ones_like(x),
+    }
+    out = (x - mu[mean]) / sigma[std]
     return torch.where(valid_B, out, torch.zeros_like(out)).to(score_B.dtype)
 
 
@@ -261,13 +266,13 @@ def zero_signal_groups(
         by_group.setdefault(int(g), [])
         if ok:
             by_group[int(g)].append(float(s))
-    drop = set()
-    for g, xs in by_group.items():
-        if not xs:
-            drop.add(g)
-        elif criterion == "std":
-            if max(xs) - min(xs) <= 1e-9:
-                drop.add(g)
-        elif not mean_low < sum(xs) / len(xs) < mean_high:
-            drop.add(g)
-    return drop
+    no_signal = _NO_SIGNAL[criterion]
+    return {g for g, xs in by_group.items() if not xs or no_signal(xs, mean_low, mean_high)}
+
+
+_NO_SIGNAL: dict[str, Callable[[list[float], float, float], bool]] = {
+    "std": lambda xs, low, high: max(xs) - min(xs) <= 1e-9,
+    "mean_bounds": lambda xs, low, high: not low < sum(xs) / len(xs) < high,
+}
+"""``postprocess.dynamic_sampling.criterion`` -> whether a group's valid scores (xs, not empty) carry
+no signal, given (mean_low, mean_high)."""

@@ -28,6 +28,13 @@ LENGTH_PENALTIES: Registry[PenaltyFn] = Registry("length penalty form")
 """``fn(length_B, *, max_len, buffer_len) -> penalty_B`` in [-1, 0] (``none`` adds nothing)."""
 
 
+@LENGTH_PENALTIES.register("none")
+def no_penalty(length_B: torch.Tensor, *, max_len: int, buffer_len: int) -> torch.Tensor:
+    """The identity form: adds 0. A domain with this form is skipped altogether (no buffer check, no
+    ``reward/overlong_*`` metrics), which is why callers test for this entry itself."""
+    return torch.zeros_like(length_B, dtype=torch.float32)
+
+
 @LENGTH_PENALTIES.register("overlong")
 def overlong_penalty(length_B: torch.Tensor, *, max_len: int, buffer_len: int) -> torch.Tensor:
     """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, eq. 13), with L_max =
@@ -68,13 +75,13 @@ def shape_lengths(
     out = score_B
     for d in dict.fromkeys(domain_B):
         c = cfg.for_domain(d).length_penalty
-        if c.form == "none":
+        fn = LENGTH_PENALTIES.get(c.form)
+        if fn is no_penalty:
             continue
         rows = torch.tensor([x == d for x in domain_B], dtype=torch.bool) & verdict_B.bool()
         if added_B is None:
             added_B = torch.zeros_like(score_B, dtype=torch.float32)
             out = score_B.clone()
-        fn = LENGTH_PENALTIES.get(c.form)
         pen = c.penalty_factor * fn(
             length_B[rows], max_len=resolved_max_len(c, max_new_tokens), buffer_len=c.buffer_len
         )
@@ -104,11 +111,11 @@ def check_config(cfg: Config) -> None:
     for name, oc in entries.items():
         c = oc.length_penalty
         key = f"postprocess.{name}.length_penalty"
-        if c.form == "none":
-            continue
         if c.form not in LENGTH_PENALTIES:
-            valid = ", ".join(["none", *LENGTH_PENALTIES.names()])
+            valid = ", ".join(LENGTH_PENALTIES.names())
             raise ConfigError(f"config key {key}.form: unknown form {c.form!r} (valid: {valid})")
+        if LENGTH_PENALTIES.get(c.form) is no_penalty:
+            continue
         max_len = resolved_max_len(c, cfg.rollout.max_new_tokens)
         if not 1 <= c.buffer_len <= max_len:
             raise ConfigError(

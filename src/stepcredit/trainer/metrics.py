@@ -332,7 +332,7 @@ def _wandb_run(run_dir: Path, cfg: TrainerConfig, config: dict[str, Any], *, res
         name=run_dir.name,
         id=run_id,
         dir=str(run_dir),
-        mode="online" if cfg.wandb_mode == "online" else "offline",
+        mode=cfg.wandb_mode,  # offline or online, validated by the config
         config=config,
         resume="allow",
         settings=wandb.Settings(console="off", silent=True),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,12 +152,17 @@ def frozen_copy(model: Any, state: dict[str, Any] | None = None) -> Any:
     return ref
 
 
+_DEVICE_ALIASES: dict[str, Callable[[], str]] = {
+    "auto": lambda: "cuda" if torch.cuda.is_available() else "cpu",
+}
+"""``trainer.device`` values that are not torch device names -> the device they pick (when asked)."""
+
+
 def resolve_device(name: str) -> torch.device:
     """``trainer.device``: ``auto`` is the GPU when there is one, else the CPU; asking for a GPU that
     is not there fails at start-up with one line."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
+    alias = _DEVICE_ALIASES.get(name)
+    dev = torch.device(alias() if alias is not None else name)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
             f"config key trainer.device: {name!r} but torch sees no CUDA device (use cpu or auto)"

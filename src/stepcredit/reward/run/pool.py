@@ -302,7 +302,7 @@ def _serve_chunk(
         nonlocal sent, last
         now = time.monotonic()
         if len(out) > sent and now - last >= flush_s:
-            _send(conn, ("part", job_id, sent), out[sent:])
+            _send(conn, (False, job_id, sent), out[sent:])
             sent, last = len(out), now
         if progress is not None:
             PROGRESS.pack_into(progress, 0, k, now)
@@ -320,10 +320,12 @@ def _serve_chunk(
         out = failures(len(items), Status.ERROR, f"{type(e).__name__}: {e}", source)
     else:
         run_items(fn, items, kwargs, source=source, batched=batched, out=out, started=started)
-    _send(conn, ("done", job_id, sent), out[sent:])
+    _send(conn, (True, job_id, sent), out[sent:])  # final: the job is over
 
 
 def _send(conn: Any, head: tuple[Any, ...], rs: list[RewardResult]) -> None:
+    """Send ``(final, job_id, first, encoded results)``: ``final`` is True on a job's last message (the
+    parent then returns its results), False on a partial flush."""
     try:
         conn.send((*head, encode_all(rs)))
     except (pickle.PicklingError, TypeError, AttributeError):  # an unpicklable info dict: that item alone
@@ -446,7 +448,7 @@ class _Slot:
             left = started + limit(k) - time.monotonic()
             if left > 0 and self.conn.poll(left):
                 try:
-                    kind, got_id, first, enc = self.conn.recv()
+                    final, got_id, first, enc = self.conn.recv()
                 except (EOFError, OSError):
                     # The worker died under item k (the progress says which): that item is re-submitted
                     # by the caller, the items after it simply run again.
@@ -476,7 +478,7 @@ class _Slot:
                     continue
                 for j, t in enumerate(enc):
                     results[first + j] = decode(t, job.source)
-                if kind == "done":
+                if final:
                     return Outcome(results)
                 continue
             k, started = PROGRESS.unpack_from(self.progress, 0)

@@ -392,7 +392,7 @@ def ifeval_compute_score(
     n = len(verdicts)
     share = {m: sum(v[m] for v in verdicts) / n for m in MODES}
     all_met = {m: float(all(v[m] for v in verdicts)) for m in MODES}
-    score = share[mode] if credit == "share" else all_met[mode]
+    score = {"share": share, "all": all_met}[credit][mode]
     return RewardResult(
         score=score,
         status=Status.OK if response.strip() else Status.UNPARSEABLE,

@@ -412,14 +412,19 @@ _register_rollout()
 _gloo_default()
 
 
+_NAMED_PLUGIN_POLICIES: dict[str, set[str] | None] = {"auto": None, "none": set()}
+"""verl's plugin policies that are not a list of names -> the plugins they allow (None: every one)."""
+
+
 def _load_deferred_plugins() -> None:
     """verl's own plugin loading (verl/__init__.py), for the case where it was held back above."""
     from importlib.metadata import entry_points
 
     policy = (_PLUGINS_POLICY or "auto").strip().lower()
-    if policy == "none":
-        return
-    allowed = None if policy == "auto" else {n.strip() for n in policy.split(",") if n.strip()}
+    if policy in _NAMED_PLUGIN_POLICIES:
+        allowed = _NAMED_PLUGIN_POLICIES[policy]
+    else:  # a comma-separated list of plugin names
+        allowed = {n.strip() for n in policy.split(",") if n.strip()}
     for ep in entry_points(group="verl.plugins"):
         if allowed is None or ep.name in allowed:
             try:

@@ -386,26 +386,33 @@ class Runner:
                 os.close(fd)
         c = _Case(self, pid, t0, in_w, msg.get("stdin", "").encode("utf-8"), out_r, err_r, rep_r)
         try:
-            if mode == "eval":
-                if c.wait_line() is None:
-                    return self.send(c.done())
-                self.send({"op": "ready"})
-                while True:
-                    req = self.recv()
-                    if req is None or req.get("op") == "end":
-                        return self.send(c.done())
-                    frame = marshal.dumps(req["r"])
-                    _write_all(req_w, len(frame).to_bytes(4, "big") + frame)
-                    line = c.wait_line()
-                    if line is None:
-                        return self.send(c.done())
-                    self.send({"op": "reply", "r": line.decode("utf-8", "replace")})
-            c.wait_exit()
+            match mode:
+                case "eval":
+                    self._relay(c, req_w)
+                case _:  # stdio, calls: the child runs to its end on its own
+                    c.wait_exit()
             self.send(c.done())
         finally:
             c.close()
             if req_w >= 0:
                 os.close(req_w)
+
+    def _relay(self, c, req_w):
+        """A live test (mode ``eval``): once the child is ready, pass each of the host's requests to it
+        and its one-line reply back, until the host ends, the child stops answering or it exits."""
+        if c.wait_line() is None:
+            return
+        self.send({"op": "ready"})
+        while True:
+            req = self.recv()
+            if req is None or req.get("op") == "end":
+                return
+            frame = marshal.dumps(req["r"])
+            _write_all(req_w, len(frame).to_bytes(4, "big") + frame)
+            line = c.wait_line()
+            if line is None:
+                return
+            self.send({"op": "reply", "r": line.decode("utf-8", "replace")})
 
 
 class _Case:
