@@ -24,5 +24,5 @@ def make_executor(cfg: SandboxConfig) -> Executor:
 
 @functools.lru_cache(maxsize=8)
 def get_sandbox(cfg: SandboxConfig) -> Executor:
-    """One shared executor per configuration in this process (its concurrency bound is per process)."""
+    """A new executor for ``cfg`` on every call (none is cached; its concurrency bound holds per executor)."""
     return make_executor(cfg)
