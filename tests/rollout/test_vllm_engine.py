@@ -221,6 +221,7 @@ def test_tree_values_and_off_policy_with_vllm(tmp_path: Path) -> None:
         *FAST,
         "rollout.engine=vllm",
         "rollout.mode=tree",
+        "rollout.max_new_tokens=48",  # responses long enough to have episode ends to branch at
         "process.enabled=true",
         "process.value_estimator=monte_carlo",
         "process.mc_samples=2",
