@@ -70,9 +70,15 @@ class OptimConfig:
     """Clip the global gradient norm to this value (0 disables)."""
     warmup_steps: int = 10
     """RL steps over which the learning rate rises linearly from lr/warmup_steps to lr."""
+    schedule: str = "constant"
+    """Learning-rate schedule of the RL phase after the warm-up (``stepcredit.trainer.schedule.
+    LR_SCHEDULES``): ``constant``, or ``cosine`` (decay to ``min_lr_ratio`` x lr at ``trainer.steps``)."""
+    min_lr_ratio: float = 0.1
+    """The cosine schedule's floor, as a fraction of ``lr``."""
 
     def __post_init__(self) -> None:
         _check(self.lr > 0, "optim.lr", "must be > 0")
+        _check(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "between 0 and 1")
         _check(len(self.betas) == 2, "optim.betas", "two numbers")
 
 

@@ -50,6 +50,7 @@ from stepcredit.trainer.metrics import (
 from stepcredit.trainer.progress import Progress
 from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_runner, uses_tools
 from stepcredit.trainer.sampling import step_stream
+from stepcredit.trainer.schedule import LR_SCHEDULES
 from stepcredit.trainer.sft import run_sft
 from stepcredit.trainer.state import TrainState, build_state, resolve_device
 from stepcredit.trainer.update import Prepared, train_on, update
@@ -312,6 +313,10 @@ def check_config(cfg: Config) -> None:
             f"nodes of a rollout whose responses share prefixes; use rollout.mode={ok}, not {cfg.rollout.mode!r}"
         )
     backends.check_config(cfg.reward)
+    if cfg.optim.schedule not in LR_SCHEDULES:
+        raise ConfigError(
+            f"config key optim.schedule: unknown schedule {cfg.optim.schedule!r} (valid: {', '.join(LR_SCHEDULES)})"
+        )
     if cfg.pipeline.one_step_off_policy and not losses.LOSSES.get(cfg.loss.name).corrects_staleness:
         ok = ", ".join(n for n in losses.LOSSES if losses.LOSSES.get(n).corrects_staleness)
         raise ConfigError(

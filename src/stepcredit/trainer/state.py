@@ -29,6 +29,7 @@ from stepcredit.models.lora import (
 from stepcredit.reward import RunningStats
 from stepcredit.trainer.critic import Critic, build_critic
 from stepcredit.trainer.metrics import ZeroPassTracker
+from stepcredit.trainer.schedule import lr_factor
 
 
 @dataclass
@@ -55,8 +56,16 @@ class TrainState:
     zero_pass: ZeroPassTracker = field(default_factory=ZeroPassTracker)
 
     def set_lr(self, step: int) -> None:
-        """Linear warm-up: Adam's first steps move every weight by ~lr whatever the gradient's size."""
-        lr = self.cfg.optim.lr * min(1.0, step / max(1, self.cfg.optim.warmup_steps))
+        """Linear warm-up (Adam's first steps move every weight by ~lr whatever the gradient's size)
+        times ``optim.schedule``."""
+        o = self.cfg.optim
+        lr = o.lr * lr_factor(
+            step,
+            total=self.cfg.trainer.steps,
+            warmup=o.warmup_steps,
+            schedule=o.schedule,
+            min_ratio=o.min_lr_ratio,
+        )
         for g in self.opt.param_groups:
             g["lr"] = lr
 
