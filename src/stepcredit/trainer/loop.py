@@ -154,6 +154,7 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
             breaker.update([r for b in arrived for r in b.rewards or []], step=step)
             state.step = step
             last = _step_row(state, current.batch, arrived, counts, prepared, agent.metrics(), t_step)
+            last["optim/lr"] = state.opt.param_groups[0]["lr"]
             if cfg.trainer.val_every > 0 and (step % cfg.trainer.val_every == 0 or step == cfg.trainer.steps):
                 last.update(validation(step))
             log_row(log, bar, last, t_step)
