@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from stepcredit.cli.main import main
 from stepcredit.reward import Rewarder
 from stepcredit.trainer import validate as val_mod
 from stepcredit.types import Sample
@@ -49,3 +52,28 @@ def test_per_tag_accuracy_matches_a_manual_count(monkeypatch: pytest.MonkeyPatch
         k.startswith("val/status/") and k != "val/status/ok" for k in m
     )
     assert [row["status"] for row in rows] == ["ok"] * 6
+
+
+def test_sampled_validation_uses_common_random_numbers(tmp_path: Path, tiny_train: list[str]) -> None:
+    """Sampled validation draws from its own generator seeded by (seed, step): validating more often
+    leaves the training run's random stream alone, and the same step is scored with the same draws."""
+    common = [
+        *tiny_train,
+        "sft.steps=2",
+        "trainer.steps=4",
+        "trainer.save_every=0",
+        "rollout.val_temperature=1.0",
+    ]
+    common += ["data.val_size=16"]
+    rows = {}
+    for every in (1, 2):
+        out = tmp_path / f"every{every}"
+        assert main(["train", *common, f"trainer.val_every={every}", "--out", str(out)]) == 0
+        rows[every] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    by_step = {e: {r["step"]: r for r in rs if "reward/mean" in r} for e, rs in rows.items()}
+    assert by_step[1].keys() == by_step[2].keys() == {1, 2, 3, 4}
+    for step in (1, 2, 3, 4):  # the same training samples whatever the validation schedule
+        assert by_step[1][step]["reward/mean"] == by_step[2][step]["reward/mean"]
+    for step in (2, 4):  # the same validation answers at the steps both validated
+        assert by_step[1][step]["val/accuracy_sampled"] == by_step[2][step]["val/accuracy_sampled"]
+        assert by_step[1][step]["val/response_length/mean"] == by_step[2][step]["val/response_length/mean"]

@@ -212,16 +212,22 @@ def _validate(
     cfg = state.cfg
     if cfg.trainer.val_every <= 0:
         return {}
-    metrics, rows = validate(
-        state.model,
-        state.tok,
-        val_set,
-        rewarder,
-        max_new_tokens=cfg.rollout.max_new_tokens,
-        temperature=cfg.rollout.val_temperature,
-        tools=cfg.rollout.tools if uses_tools(cfg) else None,
-        run_tools=tool_runner(cfg, rewarder) if uses_tools(cfg) else None,
-    )
+    # Common random numbers: sampled validation (rollout.val_temperature > 0) draws from a generator
+    # seeded by (trainer.seed, step) in a fork of the RNG, so two variants of one seed are scored with
+    # the same random numbers (their paired difference loses most of the sampling noise), and
+    # validating does not move the training run's random stream (val_every changes nothing else).
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.trainer.seed * 1_000_003 + step)
+        metrics, rows = validate(
+            state.model,
+            state.tok,
+            val_set,
+            rewarder,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            temperature=cfg.rollout.val_temperature,
+            tools=cfg.rollout.tools if uses_tools(cfg) else None,
+            run_tools=tool_runner(cfg, rewarder) if uses_tools(cfg) else None,
+        )
     if not rows:
         return metrics
     kind = "sampled" if cfg.rollout.val_temperature > 0 else "greedy"
