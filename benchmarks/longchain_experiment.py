@@ -119,6 +119,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
         "midchain",
         [*_ORACLE, "process.step_cost=0.1", "process.step_cost_as=return"],
     ),
+    # the same cost charged as a return with the tree's own node values (the estimator's counterpart)
+    "mid_tree_cost_return": ("midchain_tree", ["process.step_cost=0.1", "process.step_cost_as=return"]),
     "grpo": ("longchain", []),
     "fa": (
         "longchain_process",

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from stepcredit.config import LoRAConfig, ModelConfig, TinyModelConfig
+from stepcredit.cli.common import load_preset
+from stepcredit.config import LoRAConfig, ModelConfig, TinyModelConfig, from_dict
 from stepcredit.errors import ConfigError
 from stepcredit.models import build_tiny, load_policy, token_logprobs, use_bf16_autocast
 from stepcredit.models.lora import (
@@ -23,7 +24,7 @@ from stepcredit.models.lora import (
     merged_state_dict,
 )
 
-SMOKE = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)  # configs/smoke.yaml
+SMOKE = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)  # a small model for the maths
 
 
 def _policy(rank: int = 8, **kw: object) -> tuple[torch.nn.Module, torch.nn.Module, object]:
@@ -44,21 +45,24 @@ def _ids() -> torch.Tensor:
 
 
 def test_only_adapters_train_and_under_5_percent_on_the_smoke_preset() -> None:
-    # rank 1 on all seven projections of each of the 2 blocks: q, k, v, o map 32 -> 32, so r * (32 + 32)
-    # = 64 each; gate and up map 32 -> 64 and down 64 -> 32, r * (32 + 64) = 96 each; per block
-    # 4 * 64 + 3 * 96 = 544, in all 1,088 beside the model's 24,000 weights: 4.3 %
-    model, _ = build_tiny(SMOKE, seed=0)
+    # the smoke preset with model.lora.rank=8, as `stepcredit train --preset smoke model.lora.rank=8` builds
+    # it: adapters on q_proj and v_proj (64 -> 64) of each of the 2 blocks, r * (64 + 64) = 1,024 each,
+    # 4,096 in all beside the model's 88,960 weights: 4.4 %
+    data = load_preset("smoke")
+    data["model"]["lora"] = {**data["model"].get("lora", {}), "rank": 8}
+    cfg = from_dict(data)
+    model, _ = build_tiny(cfg.model.tiny, seed=0)
     n_base = sum(p.numel() for p in model.parameters())
     for p in model.parameters():
         p.grad = torch.ones_like(p)  # as SFT's last step leaves them
-    policy = attach_lora(model, LoRAConfig(rank=1))
+    policy = attach_lora(model, cfg.model.lora)
     trainable = [p for p in policy.parameters() if p.requires_grad]
     assert all(p.grad is None for p in base_parameters(policy))  # no stale gradient in the clipped norm
     assert {id(p) for p in trainable} == {id(p) for p in adapter_parameters(policy)}
     n_train = sum(p.numel() for p in trainable)
-    assert (n_base, n_train) == (24_000, 1_088)
+    assert (n_base, n_train) == (88_960, 4_096)
     assert n_train / (n_base + n_train) < 0.05
-    # rank 8 at that width (32) is 8,704 weights, 27 % of all: the share is under 5 % at the widths
+    # with the default target modules (all seven projections) the share is under 5 % at the widths
     # LoRA is for, e.g. SmolLM2-135M's shape (576 wide, 30 blocks; built on the meta device, no weights)
     from transformers import LlamaConfig, LlamaForCausalLM
 
