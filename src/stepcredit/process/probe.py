@@ -562,7 +562,10 @@ def _estimator_figures(
     mean_next = sum(r["argmin_next"] for r in rows.values()) / len(ok)
     chance_next = sum(r["chance_next"] for r in rows.values()) / len(ok)
     credits = {}
+    probability = VALUE_ESTIMATORS.get(name).success_probability
     for form in credit_forms:
+        if CREDIT_FORMS.get(form).needs_success_probability and not probability:
+            continue  # blame on log-probabilities compares them with 1: a number with no meaning
         by_case = {
             i: credit_indicators(values[2 * i], values[2 * i + 1], cases[i], form=form, clip=cfg.clip)
             for i in ok

@@ -118,7 +118,12 @@ def tree_credits(
 
 
 @register_value_estimator(
-    "tree", needs_verifier=True, generates=True, terminal_is_reward=True, from_outcomes=True
+    "tree",
+    needs_verifier=True,
+    generates=True,
+    terminal_is_reward=True,
+    from_outcomes=True,
+    success_probability=True,
 )
 def tree(
     model: Any,
