@@ -249,38 +249,51 @@ VinePPO's value, as the ``midchain_process`` preset) for the same step credit.""
 
 
 def tree_cost(cfg: Any, model: str, mon: Monitor, args: argparse.Namespace) -> dict[str, Any]:
-    """Seconds per training step (the mean over steps 2..K of ``--tree-steps`` K, step 1 warms up) and
-    generated tokens per response of each side of :data:`TREE_SIDES`, the sides alternated
-    (flat, tree, monte_carlo, flat, ...) ``--repeats`` times; medians."""
+    """:func:`step_cost_of_sides` of :data:`TREE_SIDES` with ``--tree-steps`` steps per side, and the
+    ratios ``tree_vs_flat``, ``monte_carlo_vs_flat``."""
+    out = step_cost_of_sides(cfg, model, mon, TREE_SIDES, steps=args.tree_steps, repeats=args.repeats,
+                             threads=args.threads)  # fmt: skip
+    out["tree_vs_flat"] = out["tree_step_s"] / out["flat_step_s"]
+    out["monte_carlo_vs_flat"] = out["monte_carlo_step_s"] / out["flat_step_s"]
+    return out
+
+
+def step_cost_of_sides(
+    cfg: Any, model: str, mon: Monitor, sides: dict[str, list[str]], *, steps: int, repeats: int, threads: int
+) -> dict[str, Any]:
+    """Seconds per training step (the mean over steps 2..K of K ``steps``, step 1 warms up), seconds of
+    the process stage per step (``time/process_s``, 0 without process rewards) and generated tokens per
+    response of each side (config overrides of ``cfg`` from the saved ``model``), the sides alternated
+    (first, second, ..., first, ...) ``repeats`` times; medians, and each side's spread."""
     from stepcredit.cli.common import apply_overrides
     from stepcredit.config import from_dict, to_dict
     from stepcredit.trainer import train
 
     base = to_dict(cfg)
     common = [
-        f"model.path={model}", "sft.steps=0", f"trainer.steps={args.tree_steps}", "trainer.val_every=0",
+        f"model.path={model}", "sft.steps=0", f"trainer.steps={steps}", "trainer.val_every=0",
         "trainer.save_every=0", "trainer.progress=false", "trainer.tensorboard=false",
-        f"trainer.threads={args.threads}",
+        f"trainer.threads={threads}",
     ]  # fmt: skip
-    step_s: dict[str, list[float]] = {k: [] for k in TREE_SIDES}
-    gen: dict[str, list[float]] = {k: [] for k in TREE_SIDES}
+    step_s: dict[str, list[float]] = {k: [] for k in sides}
+    process_s: dict[str, list[float]] = {k: [] for k in sides}
+    gen: dict[str, list[float]] = {k: [] for k in sides}
 
     def side(name: str) -> None:
-        c = from_dict(apply_overrides(copy.deepcopy(base), [*common, *TREE_SIDES[name]]))
+        c = from_dict(apply_overrides(copy.deepcopy(base), [*common, *sides[name]]))
         with tempfile.TemporaryDirectory() as d:
             train(c, Path(d))
             rows = [json.loads(line) for line in (Path(d) / "metrics.jsonl").read_text().splitlines()]
-        steps = [r for r in rows if r.get("step", 0) > 1]
-        step_s[name].append(statistics.mean(r["time/step_s"] for r in steps))
-        gen[name].append(statistics.mean(r["rollout/generated_tokens_per_response"] for r in steps))
+        timed = [r for r in rows if r.get("step", 0) > 1 and "time/step_s" in r]
+        step_s[name].append(statistics.mean(r["time/step_s"] for r in timed))
+        process_s[name].append(statistics.mean(r.get("time/process_s", 0.0) for r in timed))
+        gen[name].append(statistics.mean(r["rollout/generated_tokens_per_response"] for r in timed))
 
-    mon.alternate({k: functools.partial(side, k) for k in TREE_SIDES}, repeats=args.repeats)
-    med = {k: statistics.median(v) for k, v in step_s.items()}
-    out: dict[str, Any] = {f"{k}_step_s": med[k] for k in TREE_SIDES}
+    mon.alternate({k: functools.partial(side, k) for k in sides}, repeats=repeats)
+    out: dict[str, Any] = {f"{k}_step_s": statistics.median(v) for k, v in step_s.items()}
     out |= {f"{k}_step_s_spread": [min(v), max(v)] for k, v in step_s.items()}
+    out |= {f"{k}_process_s": statistics.median(v) for k, v in process_s.items()}
     out |= {f"{k}_generated_tokens_per_response": statistics.median(v) for k, v in gen.items()}
-    out["tree_vs_flat"] = med["tree"] / med["flat"]
-    out["monte_carlo_vs_flat"] = med["monte_carlo"] / med["flat"]
     return out
 
 

@@ -252,9 +252,13 @@ class FakeActor:
         return meta
 
 
-def test_stepcredit_sync_advantage_stage_on_fake_transfer_queue(model_tok: Any, monkeypatch: Any) -> None:
+@pytest.mark.parametrize("step_cost", [{}, {"step_cost": 0.25, "step_cost_as": "outcome"}])
+def test_stepcredit_sync_advantage_stage_on_fake_transfer_queue(
+    model_tok: Any, monkeypatch: Any, step_cost: dict[str, Any]
+) -> None:
     # The GPU-only glue of the stepcredit_sync trainer on CPU: TransferQueue and the actor worker group
-    # replaced by fakes; the advantages it writes back must equal stepcredit's own trainer path.
+    # replaced by fakes; the advantages it writes back must equal stepcredit's own trainer path (with
+    # process.step_cost_as=outcome too: the outcome pays c x episodes before the group normalisation).
     from omegaconf import OmegaConf
     from transfer_queue import KVBatchMeta
 
@@ -262,7 +266,7 @@ def test_stepcredit_sync_advantage_stage_on_fake_transfer_queue(model_tok: Any, 
 
     model, tok = model_tok
     sc = {
-        "process": {"enabled": True, "strategy": "packed", "clip": 0.5},
+        "process": {"enabled": True, "strategy": "packed", "clip": 0.5, **step_cost},
         "reward": {"failure_policy": "mask"},
     }
     cfg = from_dict({**sc, "algorithm": {"advantage": "grpo_process", "process_weight": 0.5}})
@@ -334,3 +338,6 @@ def test_the_verl_trainer_refuses_process_settings_it_cannot_serve() -> None:
     # VinePPO's step advantages need continuation values, which verl's advantage stage cannot compute
     with pytest.raises(ConfigError, match=r"algorithm\.adv_estimator: stepcredit_vineppo"):
         check_process_config(sc(), "stepcredit_vineppo")
+    # TreeRL's credit needs tree rollouts, which verl does not make
+    with pytest.raises(ConfigError, match=r"stepcredit\.process\.treerl: .*verl does not make"):
+        check_process_config(sc(treerl=True), "stepcredit_grpo_process")

@@ -231,3 +231,28 @@ def test_greedy_continuation_equals_a_greedy_decode_of_a_real_model(
     assert len(texts_seen) == 1 and set(texts_seen[0]) == want_texts
     assert got.values == want_values
     assert all(len(v) == len(e) + 1 >= 3 for v, e in zip(got.values, got.episode_ends, strict=True))
+
+
+def test_greedy_continuation_trains_through_the_cli_and_composes(tmp_path: Any) -> None:
+    # process.value_estimator=greedy_continuation at every episode end (mc_prefixes=0) in training, with
+    # the settings it composes with: blame credit (its values are chances of success), the step cost on
+    # the outcome, and grpo_vineppo (its last value is the reward: terminal_is_reward)
+    import json
+
+    from stepcredit.cli.main import main
+
+    out = tmp_path / "run"
+    argv = ["train", "--preset", "smoke", "--out", str(out), "trainer.steps=2", "trainer.threads=1"]
+    argv += ["trainer.val_every=0", "trainer.save_every=0", "sft.steps=2", "rollout.max_new_tokens=24"]
+    argv += ["process.enabled=true", "process.value_estimator=greedy_continuation", "process.mc_prefixes=0"]
+    argv += ["process.mc_max_new_tokens=8", "process.min_episode_tokens=1", "process.credit=blame"]
+    argv += ["process.step_cost=0.05", "process.step_cost_as=outcome", "algorithm.advantage=grpo_vineppo"]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r.get("step", 0) > 0 and "time/process_s" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert r["time/process_s"] > 0 and r["process/unscored_rows"] == 0
+        assert r["process/episodes_per_response"] >= 1  # a credit at every episode end
+        # blame credits of {0, 1} values with V_0 := 1 lie in [-1, 1]
+        assert 0.0 <= r["process/u_abs_mean"] <= 1.0

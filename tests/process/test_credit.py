@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -200,3 +202,56 @@ def test_blame_credit_by_hand() -> None:
     cfg = ProcessConfig(credit="blame", clip=0.5, scale=2.0, last_episode="zero")
     assert step_credits(wrong, cfg) == [0.0, 0.0, 0.0] and "blame" in CREDIT_FORMS
     assert step_credits(right, ProcessConfig(credit="blame", clip=0.5, scale=2.0)) == [-1.0, 1.0, 0.0]
+
+
+def test_blame_refuses_values_that_are_not_chances_of_success(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """blame compares V with a certain success (V_0 := 1): on forced-answer log-probabilities (<= 0, a
+    likelihood on the answer's own scale) its credits would charge every response about 1 - mean log p
+    at its first step. Refused at start-up, from the registries' metadata, in one line naming both keys."""
+    from stepcredit.cli.main import main
+    from stepcredit.config import from_dict
+    from stepcredit.process import VALUE_ESTIMATORS, register_value_estimator
+
+    # the metadata, not the names: the probabilities are exactly the estimators that say so
+    assert not VALUE_ESTIMATORS.get("forced_answer_logprob").success_probability
+    for name in ("monte_carlo", "greedy_continuation", "tree", "step_oracle"):
+        assert VALUE_ESTIMATORS.get(name).success_probability
+    assert CREDIT_FORMS.get("blame").needs_success_probability
+    assert not any(
+        CREDIT_FORMS.get(f).needs_success_probability for f in ("difference", "min_form", "watermark")
+    )
+
+    def cfg(**process: object) -> Any:
+        return from_dict({"process": {"enabled": True, **process}})
+
+    with pytest.raises(
+        ConfigError, match=r"process\.credit=blame and process\.value_estimator=forced_answer"
+    ):
+        check_config(cfg(credit="blame"))
+    for ok in ("monte_carlo", "greedy_continuation", "step_oracle"):
+        check_config(cfg(credit="blame", value_estimator=ok))
+    check_config(cfg(credit="difference"))  # the other forms read any values
+    check_config(from_dict({"process": {"credit": "blame"}}))  # process rewards off: nothing is read
+
+    # a new estimator says what its values are; one that does not is not taken for a probability
+    @register_value_estimator("_test_share", needs_verifier=False, generates=False)
+    def share(model, tokenizer, requests, cfg, *, score_fn=None, body=None):  # type: ignore[no-untyped-def]
+        return [[0.5] * len(r.prefix_lens) for r in requests]
+
+    try:
+        with pytest.raises(ConfigError, match="_test_share does not give"):
+            check_config(cfg(credit="blame", value_estimator="_test_share"))
+    finally:
+        VALUE_ESTIMATORS._items.pop("_test_share")
+
+    # through the command line: exit code 2, one line on stderr naming the keys, before any model loads
+    out = tmp_path / "run"
+    code = main(
+        ["train", "--preset", "smoke", "process.enabled=true", "process.credit=blame", "--out", str(out)]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "process.credit=blame" in err[0] and "process.value_estimator=forced_answer_logprob" in err[0]
+    assert not (out / "checkpoints").exists()

@@ -209,10 +209,17 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
     assert summary["solvable_by"] == "monte_carlo" and 0 <= summary["n_solvable"] <= 3
     assert summary["not_correct"] == 0  # every clean solution is verified correct before it is corrupted
     # every registered credit form is scored beside each estimator; difference is the table's plain U
-    from stepcredit.process import CREDIT_FORMS
+    from stepcredit.process import CREDIT_FORMS, VALUE_ESTIMATORS
 
-    for m in summary["estimators"].values():
-        assert set(m["credits"]) == set(CREDIT_FORMS.names())
+    for name, m in summary["estimators"].items():
+        # a form that compares V with a certain success is scored only on values that are chances of it
+        spec = VALUE_ESTIMATORS.get(name)
+        forms = {
+            f
+            for f in CREDIT_FORMS
+            if spec.success_probability or not CREDIT_FORMS.get(f).needs_success_probability
+        }
+        assert set(m["credits"]) == forms and ("blame" in forms) == spec.success_probability
         assert m["credits"]["difference"]["all"]["argmin"] == pytest.approx(m["argmin"])
         assert m["credits"]["difference"]["all"]["lower"] == pytest.approx(m["lower"])
         # three traces: an interval around the hit rate, and too few traces for a verdict either way

@@ -15,7 +15,9 @@ the cost per trace, then per estimator the hit rate's Wilson 95 % interval, its 
 a one-line verdict (signal / no signal / too few traces); a second table repeats the locating figures for each credit form (``--credits``:
 the step credit c_i that form writes into the process channel, e.g. PURE's min-form or MIG's
 watermark), so the form a run uses can be chosen from it. Trailing ``key=value`` arguments override
-the config (e.g. ``process.mc_samples=8``). With ``--json`` the last line is the summary as JSON.
+the config (e.g. ``process.mc_samples=8``). With ``--json`` the last line is the summary as JSON. With
+``--grow-trees`` the ``tree`` estimator values each trace by a tree grown over it (the trace is one of
+its leaves) with the config's tree rollout settings, e.g. ``rollout.tree.branch_at=entropy rollout.n=8``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", type=Path, help="the raw GSM8K/MATH-500 directory (default: ../shared/data)")
     p.add_argument("--png", type=Path, metavar="FILE", help="write a bar chart of the figures")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    p.add_argument(
+        "--grow-trees",
+        action="store_true",
+        help="tree values from a tree grown over each trace with the config's rollout.n, rollout.tree.* "
+        "(branch_at=entropy too), temperature and max_new_tokens, as a tree run gives them (default: "
+        "Monte Carlo continuations at every episode end)",
+    )
     p.add_argument(
         "--preset",
         help="config preset for data and process settings (default: the run's, a packaged model's, or default)",
@@ -236,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
         report = probe(
             model, tok, solutions, cfg.process, estimators, score_fn=rewarder.verifier_fn(),
             deltas=deltas, seed=args.seed, credit_forms=forms,
+            tree_rollout=cfg.rollout if args.grow_trees else None,
         )  # fmt: skip
     print(_table(report))
     if args.png is not None:

@@ -6,6 +6,8 @@ attention mask, output objects, cache bookkeeping), not the products. :func:`lla
 same modules' weights through the same operations in the same order as ``LlamaForCausalLM.forward``
 with ``sdpa`` attention (so the logits are the same up to floating-point ties;
 ``tests/models/test_decode_step.py``), reading and writing the keys and values of a prefilled cache.
+A LoRA policy (``model.lora``: a peft wrapper) takes the same path through its base model, whose
+adapted linear layers add the adapters in their own forward.
 """
 
 from __future__ import annotations
@@ -19,20 +21,41 @@ _LLAMA_STEP_SETTINGS = (("_attn_implementation", "sdpa"), ("hidden_act", "silu")
 """Model config values :func:`llama_step` is written for (the attention kernel and the MLP's activation)."""
 
 
-def supports_llama_step(model: Any) -> bool:
-    """Can :func:`llama_step` stand in for ``model``'s forward pass? A plain ``LlamaForCausalLM``
-    (float32 or bfloat16 weights, no autocast wrapper) with sdpa attention and no biases."""
+def _llama_inside(model: Any) -> Any | None:
+    """The ``LlamaForCausalLM`` whose modules compute ``model``'s forward, or None: ``model`` itself, or
+    the base model of a peft LoRA wrapper (``model.lora``). LoRA's ``W x + (alpha / r) B A x`` (its
+    dropout, a disabled or merged adapter) is each adapted linear layer's own forward, which
+    :func:`llama_step` calls like any module; the wrapper's forward only passes its arguments on. Other
+    peft methods (prompt tuning: virtual tokens before the input) change the forward: left to it."""
     from transformers import LlamaForCausalLM
 
-    if type(model) is not LlamaForCausalLM or "forward" in vars(model):
+    if "forward" in vars(model):  # an autocast wrapper (use_bf16_autocast) must run
+        return None
+    if hasattr(model, "peft_config") and callable(getattr(model, "get_base_model", None)):
+        from peft.tuners.lora import LoraModel
+
+        if not isinstance(getattr(model, "base_model", None), LoraModel) or model.training:
+            return None
+        model = model.get_base_model()
+        if "forward" in vars(model):
+            return None
+    return model if type(model) is LlamaForCausalLM else None
+
+
+def supports_llama_step(model: Any) -> bool:
+    """Can :func:`llama_step` stand in for ``model``'s forward pass? A plain ``LlamaForCausalLM``
+    (float32 or bfloat16 weights, no autocast wrapper), bare or with peft LoRA adapters, with sdpa
+    attention and no biases."""
+    inner = _llama_inside(model)
+    if inner is None:
         return False
-    cfg = model.config
+    cfg = inner.config
     return bool(
         all(getattr(cfg, key, None) == want for key, want in _LLAMA_STEP_SETTINGS)
         and not getattr(cfg, "attention_bias", False)
         and not getattr(cfg, "mlp_bias", False)
         and getattr(cfg, "pretraining_tp", 1) == 1
-        and not model.training
+        and not inner.training
     )
 
 
@@ -83,7 +106,9 @@ def llama_step(
 
 
 def fast_step(model: Any) -> Callable[..., torch.Tensor] | None:
-    """:func:`llama_step` bound to ``model`` when it supports it, else None."""
+    """:func:`llama_step` bound to ``model`` (a LoRA wrapper's base model, whose adapted layers carry
+    the adapters) when it supports it, else None."""
     if not supports_llama_step(model):
         return None
-    return lambda ids_B1, pos_B1, mask_BW, cache: llama_step(model, ids_B1, pos_B1, mask_BW, cache)
+    inner = _llama_inside(model)
+    return lambda ids_B1, pos_B1, mask_BW, cache: llama_step(inner, ids_B1, pos_B1, mask_BW, cache)

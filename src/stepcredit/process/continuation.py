@@ -171,7 +171,9 @@ def _need_verifier(name: str, score_fn: ScoreFn | None) -> ScoreFn:
     return score_fn
 
 
-@register_value_estimator("monte_carlo", needs_verifier=True, generates=True, terminal_is_reward=True)
+@register_value_estimator(
+    "monte_carlo", needs_verifier=True, generates=True, terminal_is_reward=True, success_probability=True
+)
 def monte_carlo(
     model: Any,
     tokenizer: Any,
@@ -201,7 +203,13 @@ def monte_carlo(
     )
 
 
-@register_value_estimator("greedy_continuation", needs_verifier=True, generates=True, terminal_is_reward=True)
+@register_value_estimator(
+    "greedy_continuation",
+    needs_verifier=True,
+    generates=True,
+    terminal_is_reward=True,
+    success_probability=True,
+)
 def greedy_continuation(
     model: Any,
     tokenizer: Any,

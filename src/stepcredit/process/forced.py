@@ -462,7 +462,10 @@ def forced_answer_values(
         return STRATEGIES.get(strategy)(model, queries, max_tokens_per_forward, body)
 
 
-@register_value_estimator("forced_answer_logprob", needs_verifier=False, generates=False)
+# a mean log-probability (<= 0, on the answer's own scale), not a chance of success: blame cannot read it
+@register_value_estimator(
+    "forced_answer_logprob", needs_verifier=False, generates=False, success_probability=False
+)
 def forced_answer_logprob(
     model: Any,
     tokenizer: Any,

@@ -22,7 +22,12 @@ from stepcredit.types import RolloutCache
 
 
 @register_value_estimator(
-    "step_oracle", needs_verifier=True, generates=False, terminal_is_reward=True, needs_step_values=True
+    "step_oracle",
+    needs_verifier=True,
+    generates=False,
+    terminal_is_reward=True,
+    needs_step_values=True,
+    success_probability=True,
 )
 def step_oracle(
     model: Any,

@@ -21,7 +21,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
-from stepcredit.config import ArithConfig, ProcessConfig
+from stepcredit.config import ArithConfig, ProcessConfig, RolloutConfig
 from stepcredit.errors import DataError
 from stepcredit.process import prefix_request
 from stepcredit.process.diagnostics import prompt_ids
@@ -479,8 +479,14 @@ def run_probe(
     *,
     score_fn: ScoreFn | None,
     credit_forms: Sequence[str] = (),
+    tree_rollout: RolloutConfig | None = None,
 ) -> ProbeReport:
     """Value every case with every estimator (each over the whole set at once) and summarise.
+
+    ``tree_rollout``: estimators whose values come from a tree rollout's outcomes (``from_outcomes``:
+    ``tree``) value each trace by a tree of this shape and branch rule grown over it
+    (:func:`stepcredit.process.tree.grown_tree_values`: ``rollout.tree.branch_at=entropy`` too), as a
+    tree run would; None: by their function on fixed traces (continuations at every episode end).
 
     Per estimator: the locating figures of plain U (:func:`case_indicators`) and, for every form of
     ``credit_forms`` (with ``cfg.clip``), of its step credits (:func:`credit_indicators`), each with
@@ -492,8 +498,17 @@ def run_probe(
     # come from continuations, not from the other trace's reward (process.mc_v0=group)
     cfg = replace(cfg, mc_v0="sample")
     requests = [r for c in cases for r in (c.clean, c.corrupt)]
-    values, seconds = _value_all(model, tokenizer, requests, cfg, estimators, score_fn)
-    reference = next((n for n in estimators if VALUE_ESTIMATORS.get(n).needs_verifier), None)
+    values, seconds = _value_all(model, tokenizer, requests, cfg, estimators, score_fn, tree_rollout)
+    # a tree grown over the trace counts the trace's own outcome in its V_0: no judge of solvability
+    reference = next(
+        (
+            n
+            for n in estimators
+            if VALUE_ESTIMATORS.get(n).needs_verifier
+            and not (VALUE_ESTIMATORS.get(n).from_outcomes and tree_rollout is not None)
+        ),
+        None,
+    )
     solvable = (
         {i for i in range(len(cases)) if values[reference][2 * i][0] > 0} if reference is not None else set()
     )
@@ -523,8 +538,11 @@ def _value_all(
     cfg: ProcessConfig,
     estimators: Sequence[str],
     score_fn: ScoreFn | None,
+    tree_rollout: RolloutConfig | None = None,
 ) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
     import torch
+
+    from stepcredit.process.tree import grown_tree_values
 
     values: dict[str, list[list[float]]] = {}
     seconds: dict[str, float] = {}
@@ -535,9 +553,14 @@ def _value_all(
             spec = VALUE_ESTIMATORS.get(name)
             t0 = time.perf_counter()
             with torch.no_grad():
-                values[name] = spec(
-                    model, tokenizer, requests, cfg, score_fn=score_fn if spec.needs_verifier else None
-                )
+                if spec.from_outcomes and tree_rollout is not None:
+                    if score_fn is None:
+                        raise DataError(f"probe: {name} values grown trees' leaves with a verifier")
+                    values[name] = grown_tree_values(model, tokenizer, requests, cfg, tree_rollout, score_fn)
+                else:
+                    values[name] = spec(
+                        model, tokenizer, requests, cfg, score_fn=score_fn if spec.needs_verifier else None
+                    )
             seconds[name] = time.perf_counter() - t0
     finally:
         if was_training:
@@ -562,7 +585,10 @@ def _estimator_figures(
     mean_next = sum(r["argmin_next"] for r in rows.values()) / len(ok)
     chance_next = sum(r["chance_next"] for r in rows.values()) / len(ok)
     credits = {}
+    probability = VALUE_ESTIMATORS.get(name).success_probability
     for form in credit_forms:
+        if CREDIT_FORMS.get(form).needs_success_probability and not probability:
+            continue  # blame on log-probabilities compares them with 1: a number with no meaning
         by_case = {
             i: credit_indicators(values[2 * i], values[2 * i + 1], cases[i], form=form, clip=cfg.clip)
             for i in ok
@@ -678,10 +704,12 @@ def probe(
     deltas: Sequence[int] = (-2, -1, 1, 2),
     seed: int = 0,
     credit_forms: Sequence[str] = (),
+    tree_rollout: RolloutConfig | None = None,
 ) -> ProbeReport:
     """The signal probe on ``solutions`` (sample, correct solution text): one wrong step injected into
     each (drawn with ``seed`` from ``deltas``), the clean solutions the verifier ``score_fn`` does not
-    score correct left out, then :func:`run_probe`. DataError when nothing is left to probe."""
+    score correct left out, then :func:`run_probe` (``tree_rollout``: see there). DataError when nothing
+    is left to probe."""
     if not deltas or 0 in deltas:
         raise DataError(f"probe: deltas {list(deltas)} must be non-zero integers")
     cases, used = build_cases(tokenizer, solutions, cfg, deltas=deltas, rng=random.Random(seed))
@@ -700,5 +728,6 @@ def probe(
         estimators,
         score_fn=score_fn,
         credit_forms=credit_forms,
+        tree_rollout=tree_rollout,
     )
     return replace(report, skipped=len(solutions) - len(cases), not_correct=len(cases) - len(keep))

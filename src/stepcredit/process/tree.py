@@ -15,12 +15,16 @@ V(child) - V(parent) and the utilities telescope to R - mean(group): the VinePPO
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
 
-from stepcredit.config import ProcessConfig
+import torch
+
+from stepcredit.config import ProcessConfig, RolloutConfig
 from stepcredit.process.continuation import continuation_values
+from stepcredit.process.segment import segment_episodes
 from stepcredit.process.values import PrefixRequest, ScoreFn, register_value_estimator
 from stepcredit.types import RolloutCache
 
@@ -118,7 +122,12 @@ def tree_credits(
 
 
 @register_value_estimator(
-    "tree", needs_verifier=True, generates=True, terminal_is_reward=True, from_outcomes=True
+    "tree",
+    needs_verifier=True,
+    generates=True,
+    terminal_is_reward=True,
+    from_outcomes=True,
+    success_probability=True,
 )
 def tree(
     model: Any,
@@ -149,3 +158,112 @@ def tree(
         max_tokens_per_forward=cfg.max_tokens_per_forward,
         v0_from_group=cfg.mc_v0 == "group",
     )
+
+
+# ------------------------------------------------------------------ tree values of given traces (probe)
+def trunk_values(
+    path: Sequence[tuple[int, int]],
+    node_values: Sequence[float],
+    prefix_lens: Sequence[int],
+    *,
+    reward_at: int | None,
+) -> list[float]:
+    """V at each of a trace's prefix lengths from the tree grown over it (the trace is a leaf of it).
+
+    ``path``: the trace's (node id, branch point = prefix length) from the root (point 0) down;
+    ``node_values``: V of those nodes then the trace's own outcome R (:func:`tree_values`' row). A prefix
+    of length L takes the value of the deepest node on the path with point <= L, the most the tree knows
+    about it; so the change V(child) - V(parent) falls on the episode that holds the child's branch point
+    (the token before it, where a tree rollout's own credit sits). ``reward_at``: from this prefix index
+    on the value is R (the whole response of a trace that ended by itself), None for none."""
+    out = []
+    for i, n in enumerate(prefix_lens):
+        if reward_at is not None and i >= reward_at:
+            out.append(float(node_values[-1]))
+            continue
+        deepest = max(j for j, (_, point) in enumerate(path) if point <= n)
+        out.append(float(node_values[deepest]))
+    return out
+
+
+def token_entropies(
+    model: Any, prompt_ids: Sequence[int], response_ids: Sequence[int], temperature: float
+) -> list[float]:
+    """Entropy (nats) of the policy's next-token distribution at each response token, after
+    ``temperature``: what the sampler records for a token it draws (``rollout.sampling``), here for a
+    token that was given."""
+    dev = next(model.parameters()).device
+    ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=dev)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+    logp = torch.log_softmax(logits / max(temperature, 1e-6), dim=-1)
+    return (-(logp.exp() * logp).sum(-1)).tolist()
+
+
+def grown_tree_values(
+    model: Any,
+    tokenizer: Any,
+    requests: Sequence[PrefixRequest],
+    cfg: ProcessConfig,
+    rollout: RolloutConfig,
+    score_fn: ScoreFn,
+) -> list[list[float]]:
+    """[V_0, ..., V_S] of each request's trace as a tree rollout values it: a tree of ``rollout``'s shape
+    (``rollout.branching()``, ``rollout.tree.branch_at`` (``entropy`` too), its quantile, temperature and
+    length limit) is grown over each trace, the trace being its first leaf (it branches where the rule
+    says, from its own prefix and entropies), the leaves are scored in one verifier call, and
+    :func:`tree_values` gives the nodes on the trace's path their mean leaf outcome, mapped onto the trace's
+    episodes by :func:`trunk_values`. The probe's ``--grow-trees``: the values a ``tree`` run would give the
+    trace, rather than Monte Carlo continuations at every episode end."""
+    from stepcredit.rollout.tree import BRANCH_RULES, Leaf, grow_trees
+
+    if not requests:
+        return []
+    needs_entropy = BRANCH_RULES.get(rollout.tree.branch_at).needs_entropy
+    trunks = [
+        Leaf(
+            i,
+            list(r.response_ids),
+            token_entropies(model, r.prompt_ids, r.response_ids, rollout.temperature)
+            if needs_entropy
+            else [],
+            [(0, 0)],
+        )
+        for i, r in enumerate(requests)
+    ]
+    trees = grow_trees(
+        model,
+        tokenizer,
+        [list(r.prompt_ids) for r in requests],
+        branching=rollout.branching(),
+        max_new_tokens=rollout.max_new_tokens,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        branch_at=rollout.tree.branch_at,
+        boundaries=functools.partial(segment_episodes, tokenizer=tokenizer, cfg=cfg),
+        entropy_quantile=rollout.tree.entropy_quantile,
+        trunks=trunks,
+    )
+    leaves = [(g, leaf) for g, tree in enumerate(trees) for leaf in tree]
+    texts = [tokenizer.decode(leaf.ids, skip_special_tokens=True) for _, leaf in leaves]
+    scores = [float(x) for x in score_fn([requests[g].sample for g, _ in leaves], texts)]
+    if len(scores) != len(texts):
+        raise ValueError(f"the verifier returned {len(scores)} scores for {len(texts)} texts")
+    values = tree_values(
+        [g for g, _ in leaves],
+        [[node for node, _ in leaf.path] for _, leaf in leaves],
+        scores,
+        [math.isfinite(x) for x in scores],
+    )
+    first = {id(leaf): b for b, (_, leaf) in enumerate(leaves)}
+    out = []
+    for r, trunk in zip(requests, trunks, strict=True):
+        whole = r.complete and r.prefix_lens[-1] >= len(r.response_ids) - 1
+        row = values[first[id(trunk)]]
+        if not math.isfinite(scores[first[id(trunk)]]):
+            out.append([math.nan] * len(r.prefix_lens))  # the trace itself could not be scored
+            continue
+        out.append(
+            trunk_values(trunk.path, row, r.prefix_lens, reward_at=len(r.prefix_lens) - 1 if whole else None)
+        )
+    return out

@@ -34,7 +34,35 @@ class CreditForm(Protocol):
     ) -> list[float]: ...
 
 
-CREDIT_FORMS: Registry[CreditForm] = Registry("credit form")
+@dataclass(frozen=True)
+class CreditFormSpec:
+    """A registered credit form: the function and what the values it reads must be."""
+
+    fn: CreditForm
+    """``form(values, *, clip, scale, zero_last) -> [c_1, ..., c_S]``."""
+    needs_success_probability: bool = False
+    """It compares V with a certain success (V = 1), so V must be a probability of success in [0, 1]
+    on the outcome's scale (the value estimator's ``success_probability``)."""
+
+    def __call__(
+        self, values: Sequence[float], *, clip: float = 0.0, scale: float = 1.0, zero_last: bool = False
+    ) -> list[float]:
+        return self.fn(values, clip=clip, scale=scale, zero_last=zero_last)
+
+
+CREDIT_FORMS: Registry[CreditFormSpec] = Registry("credit form")
+
+
+def register_credit_form(
+    name: str, *, needs_success_probability: bool = False
+) -> Callable[[CreditForm], CreditForm]:
+    """Decorator: add ``fn`` to :data:`CREDIT_FORMS` with what it needs of the values."""
+
+    def deco(fn: CreditForm) -> CreditForm:
+        CREDIT_FORMS.add(name, CreditFormSpec(fn, needs_success_probability=needs_success_probability))
+        return fn
+
+    return deco
 
 
 def _clip_scale(u: float, clip: float, scale: float) -> float:
@@ -56,10 +84,10 @@ def marginal_utilities(
     return out
 
 
-CREDIT_FORMS.add("difference", marginal_utilities)
+register_credit_form("difference")(marginal_utilities)
 
 
-@CREDIT_FORMS.register("min_form")
+@register_credit_form("min_form")
 def min_form_credit(
     values: Sequence[float], *, clip: float = 0.0, scale: float = 1.0, zero_last: bool = False
 ) -> list[float]:
@@ -85,7 +113,7 @@ def min_form_credit(
     return [g[t] - g[t + 1] for t in range(len(u))]
 
 
-@CREDIT_FORMS.register("watermark")
+@register_credit_form("watermark")
 def watermark_credit(
     values: Sequence[float], *, clip: float = 0.0, scale: float = 1.0, zero_last: bool = False
 ) -> list[float]:
@@ -134,7 +162,8 @@ STEP_COST_FORMS: dict[str, StepCostForm] = {
 assert set(STEP_COST_FORMS) == set(get_args(StepCostAs))
 
 
-@CREDIT_FORMS.register("blame")
+# V_0 := 1 is a certain success: only values that are chances of success in [0, 1] can be compared with it
+@register_credit_form("blame", needs_success_probability=True)
 def blame_credit(
     values: Sequence[float], *, clip: float = 0.0, scale: float = 1.0, zero_last: bool = False
 ) -> list[float]:

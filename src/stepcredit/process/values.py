@@ -94,6 +94,10 @@ class ValueEstimatorSpec:
     tree rollout's node values: :func:`stepcredit.process.tree.tree_values`), not from ``fn`` at
     rollout time; ``fn`` values fixed traces (probe, explain). Needs a rollout mode that
     ``shares_prefixes``."""
+    success_probability: bool = False
+    """Every V is a probability of success in [0, 1] on the outcome's scale (a mean verifier score, an
+    exact step value), not a likelihood or a score on its own scale (a forced answer's log-probability):
+    credit forms that compare V with a certain success (``blame``'s V_0 := 1) need it."""
 
     def __call__(
         self,
@@ -119,6 +123,7 @@ def register_value_estimator(
     terminal_is_reward: bool = False,
     from_outcomes: bool = False,
     needs_step_values: bool = False,
+    success_probability: bool = False,
 ) -> Callable[[ValueEstimator], ValueEstimator]:
     """Decorator: add ``fn`` to :data:`VALUE_ESTIMATORS` with its capabilities."""
 
@@ -132,6 +137,7 @@ def register_value_estimator(
                 terminal_is_reward=terminal_is_reward,
                 from_outcomes=from_outcomes,
                 needs_step_values=needs_step_values,
+                success_probability=success_probability,
             ),
         )
         return fn

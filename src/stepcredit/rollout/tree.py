@@ -173,23 +173,33 @@ def grow_trees(
     branch_at: str,
     boundaries: Boundaries,
     entropy_quantile: float = 0.9,
+    trunks: list[Leaf] | None = None,
 ) -> list[list[Leaf]]:
-    """The leaves of one tree per prompt (prod(branching) each, in creation order)."""
+    """The leaves of one tree per prompt (prod(branching) each, in creation order).
+
+    ``trunks`` (one per prompt): a fixed response that is the first of its tree's first-level leaves in
+    place of a sampled one (its ``ids``, and its ``entropy`` for rules that read it); it branches like
+    any leaf and is updated in place. The probe grows trees over given traces this way."""
     rule = BRANCH_RULES.get(branch_at)
     want_entropy = rule.needs_entropy
-    first = _sample(
-        model,
-        tok,
-        [p for p in prompt_ids for _ in range(branching[0])],
-        [max_new_tokens] * (len(prompt_ids) * branching[0]),
-        temperature=temperature,
-        top_p=top_p,
-        want_entropy=want_entropy,
+    k = branching[0] - (1 if trunks is not None else 0)  # sampled first-level leaves per prompt
+    first = (
+        _sample(
+            model,
+            tok,
+            [p for p in prompt_ids for _ in range(k)],
+            [max_new_tokens] * (len(prompt_ids) * k),
+            temperature=temperature,
+            top_p=top_p,
+            want_entropy=want_entropy,
+        )
+        if k > 0
+        else []
     )
-    trees: list[list[Leaf]] = [[] for _ in prompt_ids]
+    trees: list[list[Leaf]] = [[t] for t in trunks] if trunks is not None else [[] for _ in prompt_ids]
     next_node = [1] * len(prompt_ids)  # node 0 is each tree's root
     for j, (ids, ent, n, lp) in enumerate(first):
-        p = j // branching[0]
+        p = j // k
         trees[p].append(Leaf(p, ids, ent, [(0, 0)], n, lp))
     level1 = [leaf for tree in trees for leaf in tree]
     every = sorted(x for leaf in level1 for x in leaf.entropy)

@@ -11,19 +11,23 @@ per-token log-probs of the probe's response are exactly the answer tokens that s
 This module holds the two pure halves around that call: :func:`plan_probes` (episodes and probes,
 by stepcredit's own :func:`~stepcredit.process.build_requests`) and :func:`values_from_logprobs`. The
 values become U_i at episode ends on verl's right-padded [B, T] layout by the trainer's own
-:func:`stepcredit.process.process_channel`.
+:func:`stepcredit.process.process_channel`; ``process.step_cost_as=outcome`` charges verl's outcome as
+stepcredit's trainer charges its own (:func:`outcome_less_step_cost`). :func:`check_process_config` is
+the start-up refusal of what verl's advantage stage cannot serve. None of it imports verl.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from stepcredit.config import ProcessConfig
-from stepcredit.process import build_requests, request_suffixes
+from stepcredit.config import Config, ProcessConfig
+from stepcredit.errors import ConfigError
+from stepcredit.ops import last_token_index
+from stepcredit.process import VALUE_ESTIMATORS, build_requests, request_suffixes, step_cost_outcome_B
 from stepcredit.types import Sample
 
 
@@ -125,3 +129,85 @@ def probe_cost(
         "probe": sum(len(p.context_ids) + len(p.answer_ids) for p in probes),
         "packed": sequence + sum(head[p.row] + len(p.answer_ids) for p in probes),
     }
+
+
+def outcome_less_step_cost(
+    scores_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    episode_ends: Sequence[Sequence[int]],
+    verdict_B: torch.Tensor,
+    cfg: ProcessConfig,
+) -> torch.Tensor:
+    """verl's outcome channel (the score on each response's last token) less ``process.step_cost`` x
+    episodes on the rows with a real verdict, as stepcredit's trainer charges its outcome
+    (``process.step_cost_as=outcome``, :func:`stepcredit.process.step_cost_outcome_B`) before the
+    estimator's group normalisation; a new tensor (``scores_BT`` itself when nothing is charged). A row
+    whose reward failed is never charged: its score is the failure policy's, not an outcome."""
+    cost_B = step_cost_outcome_B(episode_ends, cfg).to(scores_BT.device)
+    cost_B = torch.where(verdict_B.to(scores_BT.device).bool(), cost_B, torch.zeros_like(cost_B))
+    if not bool(cost_B.any()):
+        return scores_BT
+    out_BT = scores_BT.clone()
+    last_B = last_token_index(response_mask_BT.bool())
+    rows = torch.arange(out_BT.shape[0], device=out_BT.device)
+    out_BT[rows, last_B] -= cost_B.to(out_BT.dtype)
+    return out_BT
+
+
+def _forward_only(estimator: str) -> bool:
+    """Can verl's advantage stage compute it: forward passes of the actor only (no generation, no
+    verifier, no tree rollout's outcomes, no task-specific exact step values)?"""
+    spec = VALUE_ESTIMATORS.get(estimator)
+    return not (spec.generates or spec.needs_verifier or spec.from_outcomes or spec.needs_step_values)
+
+
+def check_process_config(sc: Config, est: str, algorithm: Any = None) -> None:
+    """Start-up refusals of settings verl's advantage stage cannot serve, and stepcredit's own start-up
+    checks of the process and estimator settings (one line, key named; ConfigError).
+
+    ``sc``: stepcredit's config from verl's ``stepcredit`` subtree; ``est``: verl's
+    ``algorithm.adv_estimator``; ``algorithm``: verl's ``algorithm`` config (its estimator settings are
+    checked against the process settings as stepcredit's trainer checks them). Whether a critic runs is
+    left to verl (``verl_advantages`` says so at the first step when an estimator needs values)."""
+    from stepcredit import advantages, process
+    from stepcredit.advantages import ESTIMATORS
+    from stepcredit.integrations.verl.config import algorithm_config
+    from stepcredit.integrations.verl.estimators import PREFIX
+
+    p = sc.process
+    if p.enabled and not est.startswith(PREFIX):
+        raise ConfigError(
+            f"verl config: stepcredit.process.enabled needs a stepcredit estimator "
+            f"(algorithm.adv_estimator={PREFIX}grpo_process, ...), got {est!r}"
+        )
+    if p.enabled and p.treerl:
+        # TreeRL's credit is read off a tree rollout's leaves; verl's rollout samples flat groups
+        raise ConfigError(
+            "verl config key stepcredit.process.treerl: TreeRL's credit needs tree rollouts "
+            "(stepcredit's rollout.mode=tree), which verl does not make; set it to false"
+        )
+    # Inside verl only the actor's forward passes are at hand: no generation, no verifier.
+    usable = [n for n in VALUE_ESTIMATORS.names() if _forward_only(n)]
+    if p.enabled and p.value_estimator in VALUE_ESTIMATORS and not _forward_only(p.value_estimator):
+        raise ConfigError(
+            f"verl config key stepcredit.process.value_estimator: "
+            f"{p.value_estimator} generates, needs the verifier, a tree rollout or exact step values, "
+            f"which verl's advantage stage cannot give; use one of {', '.join(usable)}"
+        )
+    name = est[len(PREFIX) :]
+    if p.enabled and name in ESTIMATORS and ESTIMATORS.get(name).needs_reward_values:
+        raise ConfigError(
+            f"verl config key algorithm.adv_estimator: {est} reads step rewards as changes of a value "
+            "that ends at the reward (continuation values), which verl's advantage stage cannot compute"
+        )
+    if not p.enabled:
+        return
+    # the checks stepcredit's own trainer runs (unknown names, the credit form against the values, the
+    # step cost's form against the estimator), with verl's estimator in stepcredit's place
+    try:
+        process.check_config(sc)
+        if name in ESTIMATORS:
+            algo = replace(algorithm_config(name, algorithm), use_critic=True)
+            advantages.check_config(replace(sc, algorithm=algo))
+    except ConfigError as e:
+        raise ConfigError(f"verl config, under stepcredit: {e}") from None

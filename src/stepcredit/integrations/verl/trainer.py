@@ -52,19 +52,19 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.utils.padding import response_from_nested, response_to_nested
 
-from stepcredit.advantages import ESTIMATORS
-from stepcredit.errors import ConfigError
 from stepcredit.integrations.verl.config import get, stepcredit_config, to_plain
 from stepcredit.integrations.verl.estimators import PREFIX, group_ids, verl_advantages
 from stepcredit.integrations.verl.process import (
     ValueProbe,
+    check_process_config,
+    outcome_less_step_cost,
     plan_probes,
     probe_batch_size,
     probe_cost,
     values_from_logprobs,
 )
 from stepcredit.integrations.verl.reward_manager import result_of, reward_config
-from stepcredit.process import VALUE_ESTIMATORS, process_channel
+from stepcredit.process import process_channel
 from stepcredit.reward import apply_failure_policy
 
 logger = logging.getLogger(__name__)
@@ -88,45 +88,17 @@ def _nested(xs: list[torch.Tensor]) -> torch.Tensor:
     return torch.nested.as_nested_tensor(xs, layout=torch.jagged)
 
 
-def _forward_only(estimator: str) -> bool:
-    """Can verl's advantage stage compute it: forward passes of the actor only (no generation, no
-    verifier, no tree rollout's outcomes, no task-specific exact step values)?"""
-    spec = VALUE_ESTIMATORS.get(estimator)
-    return not (spec.generates or spec.needs_verifier or spec.from_outcomes or spec.needs_step_values)
-
-
-def check_process_config(sc: Any, est: str) -> None:
-    """Start-up refusals of process settings verl's advantage stage cannot serve (one line, key named)."""
-    if sc.process.enabled and not est.startswith(PREFIX):
-        raise ConfigError(
-            f"verl config: stepcredit.process.enabled needs a stepcredit estimator "
-            f"(algorithm.adv_estimator={PREFIX}grpo_process, ...), got {est!r}"
-        )
-    # Inside verl only the actor's forward passes are at hand: no generation, no verifier.
-    usable = [n for n in VALUE_ESTIMATORS.names() if _forward_only(n)]
-    if sc.process.enabled and not _forward_only(sc.process.value_estimator):
-        raise ConfigError(
-            f"verl config key stepcredit.process.value_estimator: "
-            f"{sc.process.value_estimator} generates, needs the verifier, a tree rollout or exact step values, "
-            f"which verl's advantage stage cannot give; use one of {', '.join(usable)}"
-        )
-    name = est[len(PREFIX) :]
-    if sc.process.enabled and name in ESTIMATORS and ESTIMATORS.get(name).needs_reward_values:
-        raise ConfigError(
-            f"verl config key algorithm.adv_estimator: {est} reads step rewards as changes of a value "
-            "that ends at the reward (continuation values), which verl's advantage stage cannot compute"
-        )
-
-
 @register_trainer(NAME)
 class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
     """verl's ``sync`` trainer whose advantage stage is stepcredit's (see the module docstring)."""
 
     def __init__(self, config: Any) -> None:
+        # refused before verl builds its workers: a bad setting costs one line, not a cluster start
+        sc = stepcredit_config(config)
+        check_process_config(sc, str(config.algorithm.adv_estimator), config.algorithm)
         super().__init__(config)
-        self.sc = stepcredit_config(config)
+        self.sc = sc
         self.sc_reward = reward_config(config)
-        check_process_config(self.sc, str(config.algorithm.adv_estimator))
 
     # ------------------------------------------------------------------------------ advantage
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
@@ -168,11 +140,21 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
         valid_B &= ~torch.tensor(padding)
         metrics["stepcredit/reward_valid_frac"] = float(valid_B.float().mean())
 
-        # 2. the process channel from V(prefix) under the current actor
+        # 2. the process channel from V(prefix) under the current actor; with step_cost_as=outcome the
+        # outcome pays c x episodes on real verdicts before the estimator's group normalisation, as in
+        # stepcredit's trainer (trainer/update.py:reward_channels)
         process_BT = process_mask_BT = None
         if self.sc.process.enabled:
-            process_BT, process_mask_BT = self._process_channel(
+            process_BT, process_mask_BT, ends = self._process_channel(
                 side, data.batch["response_mask"], padding, metrics
+            )
+            verdict_B = torch.tensor([r.ok for r in results], dtype=torch.bool) & ~torch.tensor(padding)
+            data.batch["token_level_scores"] = outcome_less_step_cost(
+                data.batch["token_level_scores"],
+                data.batch["response_mask"],
+                ends,
+                verdict_B,
+                self.sc.process,
             )
 
         # 3. verl's in-reward KL penalty and rollout correction, as in verl's own stage
@@ -219,7 +201,9 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
     # ------------------------------------------------------------------------ process rewards
     def _process_channel(
         self, side: Any, response_mask_BT: torch.Tensor, padding: list[bool], metrics: dict
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+        """(process_BT, process_mask_BT, episode ends per row: [] for padding and rows without a gold
+        answer)."""
         prompts = [p.tolist() for p in _rows(side["prompts"])]
         responses = [r.tolist() for r in _rows(side["responses"])]
         answers = [str((to_plain(rm) or {}).get("ground_truth", "")) for rm in _rows(side["reward_model"])]
@@ -250,7 +234,7 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
         if bool(mask_BT.any()):
             metrics["stepcredit/utility_mean"] = float(process_BT[mask_BT].mean())
             metrics["stepcredit/utility_abs_mean"] = float(process_BT[mask_BT].abs().mean())
-        return process_BT, mask_BT
+        return process_BT, mask_BT, ends
 
     def _answer_logprobs(self, probes: list[ValueProbe]) -> list[torch.Tensor]:
         """Log-probs of each probe's answer tokens under the current actor (one batched call)."""
