@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from stepcredit.cli.main import COMMANDS, build_parser
 
@@ -360,3 +363,34 @@ def test_bpe_ratio_as_the_readme_says() -> None:
         n_char = sum(len(char(t)["input_ids"]) for t in texts)
         n_bpe = sum(len(bpe(t)["input_ids"]) for t in texts)
         assert f"{n_char / n_bpe:.1f}x" == stated and stated in readme
+
+
+# ------------------------------------------------------------------------------ data and config blocks
+def test_readme_score_rows_score_as_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the README's example rows for `stepcredit score` (verl's and TRL's layouts) are read and scored
+    from stepcredit.cli.main import main
+
+    section = (ROOT / "README.md").read_text().split("### Scoring a file", 1)[1]
+    rows = code_blocks(section, "json")[0]
+    inp, out = tmp_path / "rows.jsonl", tmp_path / "scored.jsonl"
+    inp.write_text(rows)
+    assert main(["score", "--in", str(inp), "--out", str(out), "--workers", "1"]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(g["status"], g["score"], g["extracted"]) for g in got] == [("ok", 1.0, "18")] * 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_yaml_blocks_are_valid_config(page: Path) -> None:
+    # a YAML block in the docs is a piece of config: merged onto the default preset, the tree accepts it
+    from stepcredit.cli.common import load_preset
+    from stepcredit.config import from_dict
+
+    def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+        out = dict(base)
+        for k, v in extra.items():
+            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        return out
+
+    for block in code_blocks(page.read_text(), "yaml"):
+        from_dict(merge(load_preset("default"), yaml.safe_load(block)))
