@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from stepcredit.cli.main import COMMANDS, build_parser
 
@@ -131,13 +134,263 @@ def test_the_checker_sees_a_wrong_flag() -> None:
     assert wrong_commands("```\nstepcredit eval --model tiny --data arith --n 4\n```") == []
 
 
-def test_config_doc_lists_every_value_estimator(capsys: pytest.CaptureFixture[str]) -> None:
-    # `stepcredit config` prints each field's docstring; the estimator list there is written by hand
+def test_readme_synopsis_shows_every_flag() -> None:
+    # each subcommand's synopsis line(s) name every option its parser accepts (help and version aside)
+    # whole lines: alternatives (``--preset NAME | --config FILE``) and the comment ("# or --from-run DIR")
+    lines = [ln.split() for ln in synopsis((ROOT / "README.md").read_text()).splitlines()]
+    missing = {}
+    for cmd, parser in SUBCOMMANDS.items():
+        shown = " ".join(" ".join(w) for w in lines if w[:2] == ["stepcredit", cmd])
+        flags = {f for f in _flags(parser) if f.startswith("--") and f != "--help"}
+        absent = sorted(f for f in flags if not re.search(rf"{re.escape(f)}(?![\w-])", shown))
+        if absent:
+            missing[cmd] = absent
+    assert not missing, f"flags missing from the README synopsis: {missing}"
+
+
+# ------------------------------------------------------------------------------ config keys, names
+DOC_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# verl's own config keys, which the README's VeRL section names beside ours: not keys of our tree
+VERL_KEYS = {
+    "algorithm.adv_estimator",
+    "algorithm.stepcredit",
+    "reward.reward_manager.name",
+    "reward.custom_reward_function",
+    "trainer.v1.trainer_mode",
+}
+FILE_SUFFIXES = {"py", "md", "yaml", "json", "jsonl", "parquet", "png", "sh", "txt", "html"}
+
+
+def _config_keys() -> set[str]:
+    from stepcredit.config import all_keys
+
+    return set(all_keys())
+
+
+def _is_config_key(key: str, keys: set[str]) -> bool:
+    """A leaf, a section (``reward.sandbox``), or a key under a mapping-valued field
+    (``postprocess.domains.ifeval.clip``, ``reward.kwargs.ifeval.credit``)."""
+    return key in keys or any(k.startswith(key + ".") or key.startswith(k + ".") for k in keys)
+
+
+def _module_file(dotted: str) -> Path | None:
+    """The source file of a ``stepcredit...`` module or package, if there is one."""
+    base = ROOT / "src" / Path(*dotted.split("."))
+    return next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()), None)
+
+
+def _top_level_names(source: Path) -> set[str]:
+    """Names a module defines or imports at its top level (read, not imported)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for tgt in targets for n in ast.walk(tgt) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _importable(dotted: str) -> bool:
+    """``stepcredit.a.b.C``: a module, or an attribute reached from the longest module prefix. A module
+    whose optional dependency is missing here (the verl plugin in a venv without verl) is read instead
+    of imported."""
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        source = _module_file(".".join(parts[:i]))
+        if source is None:
+            continue
+        rest = parts[i:]
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            return not rest or rest[0] in _top_level_names(source)
+        # longer prefixes with a file of their own were tried first: what is left are attributes
+        for attr in rest:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def _doc_text(page: Path) -> str:
+    """Code blocks and inline code of a page: where keys and names are written."""
+    text = page.read_text()
+    inline = [span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", FENCE.sub("", text))]
+    return "\n".join(code_blocks(text) + inline)
+
+
+def wrong_names(text: str) -> list[str]:
+    """Dotted config keys (``rollout.mode=tree``, ``process.credit``) and ``stepcredit.x.y`` names in a
+    text that are neither a key of the config tree nor something importable from the package."""
+    keys = _config_keys()
+    sections = sorted({k.split(".")[0] for k in keys})
+    bad = []
+    alternatives = "|".join(sections)
+    dotted = re.compile(rf"(?<![\w./-])((?:stepcredit\.)?(?:{alternatives})(?:\.[A-Za-z_]\w*)+)(=?)")
+    for m in dotted.finditer(text):
+        name, assigned = m.group(1), m.group(2)
+        if name.rsplit(".", 1)[-1] in FILE_SUFFIXES or name in VERL_KEYS:
+            continue
+        bare = name.removeprefix("stepcredit.")
+        if _is_config_key(bare, keys):  # verl's ``stepcredit.process.enabled`` is our ``process.enabled``
+            continue
+        if not assigned and _importable("stepcredit." + bare):
+            continue
+        bad.append(name + assigned)
+    for m in re.finditer(r"(?<![\w./-])(stepcredit(?:\.[A-Za-z_]\w*)+)", text):
+        tail = m.group(1).removeprefix("stepcredit.")
+        if tail.split(".")[0] not in sections and not _importable(m.group(1)):
+            bad.append(m.group(1))
+    return sorted(set(bad))
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_documented_keys_and_names_exist(page: Path) -> None:
+    """Every dotted config key a page shows is a key of the tree, and every ``stepcredit.x.y`` (or
+    ``process.CREDIT_FORMS``-style) name it cites can be imported."""
+    bad = wrong_names(_doc_text(page))
+    assert not bad, f"{page.name}: {bad}"
+
+
+def test_the_name_checker_sees_a_wrong_key() -> None:
+    text = "`rollout.mode=tree` `reward.custom.style=trl` `process.CREDIT_FORMS` `stepcredit.process.enabled=true`"
+    assert wrong_names(text) == []
+    text = "`rollout.modes=tree` `reward.custom_style=trl` `process.CREDIT_FORM` `stepcredit.reward.no_such`"
+    assert wrong_names(text) == [
+        "process.CREDIT_FORM",
+        "reward.custom_style=",
+        "rollout.modes=",
+        "stepcredit.reward.no_such",
+    ]
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_documented_presets_exist(page: Path) -> None:
+    from stepcredit.cli.common import preset_names
+
+    named = set(re.findall(r"--preset[ =]([a-z][\w]*)", _doc_text(page)))
+    assert named - {"NAME"} <= set(preset_names()), (
+        f"{page.name}: no preset {sorted(named - set(preset_names()))}"
+    )
+
+
+def test_readme_lists_every_preset() -> None:
+    from stepcredit.cli.common import preset_names
+
+    section = (ROOT / "README.md").read_text().split("Presets:", 1)[1].split("\n\n", 1)[0]
+    missing = [p for p in preset_names() if f"`{p}`" not in section]
+    assert not missing, f"presets the README's list omits: {missing}"
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_documented_files_exist(page: Path) -> None:
+    # a path in backticks (`reward/verifiers/code/cases.py`, `tests/models/test_lora.py`) names a file of
+    # the repository, relative to its root or to the package
+    paths = re.findall(
+        r"`([\w.-]+(?:/[\w.-]+)+\.(?:py|yaml|md|sh|json|jsonl))(?:::\w+|:\w+)?`", page.read_text()
+    )
+    bases = [ROOT, ROOT / "src" / "stepcredit", ROOT / "src"]
+    missing = sorted({p for p in paths if not any((b / p).exists() for b in bases)})
+    assert not missing, f"{page.name}: no such file {missing}"
+
+
+# ------------------------------------------------------------------------------ `stepcredit config`
+def _field_docs(out: str) -> dict[str, str]:
+    """``dotted key -> its doc`` from the output of ``stepcredit config`` (comment lines above a key)."""
+    docs: dict[str, str] = {}
+    path: list[tuple[int, str]] = []
+    comment: list[str] = []
+    for line in out.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment.append(stripped.lstrip("# "))
+            continue
+        m = re.match(r"^( *)([\w-]+):", line)
+        if not m:
+            comment = []
+            continue
+        depth = len(m.group(1))
+        path = [(d, k) for d, k in path if d < depth] + [(depth, m.group(2))]
+        docs[".".join(k for _, k in path)] = " ".join(comment)
+        comment = []
+    return docs
+
+
+def test_config_docs_list_every_registered_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """A field whose doc cites a registry (``stepcredit.process.VALUE_ESTIMATORS``) and lists its
+    entries lists all of them: the lists are written by hand, the registries grow."""
+    import stepcredit.trainer.loop  # noqa: F401  (every registry filled: rollout modes, tools, estimators)
     from stepcredit.cli.main import main
-    from stepcredit.process import VALUE_ESTIMATORS
 
     assert main(["config"]) == 0
-    out = capsys.readouterr().out
-    doc = out[: out.index("  value_estimator:")].rsplit("  enabled:", 1)[1]
-    missing = [name for name in VALUE_ESTIMATORS if f"``{name}``" not in doc]
-    assert not missing, f"process.value_estimator's doc misses {missing}"
+    docs = _field_docs(capsys.readouterr().out)
+    cited = {}
+    for key, doc in docs.items():
+        for ref in re.findall(r"``(stepcredit\.[\w.]+\.[A-Z][A-Z_]+)``", doc):
+            module, _, name = ref.rpartition(".")
+            registry = getattr(__import__(module, fromlist=[name]), name)
+            listed = set(re.findall(r"``([\w-]+)``", doc))
+            if listed & set(registry):  # the doc lists entries: all of them
+                cited[key] = sorted(set(registry) - listed)
+    assert "process.value_estimator" in cited and "rollout.mode" in cited  # the check reads the docs
+    assert not any(cited.values()), (
+        f"docs that miss registered names: { {k: v for k, v in cited.items() if v} }"
+    )
+
+
+def test_bpe_ratio_as_the_readme_says() -> None:
+    # README, "What the default job does": the BPE tokenizer writes the default arith rows in 3.1x fewer
+    # tokens than characters (reference solutions) and 4.5x (questions); a count, not a timing
+    from stepcredit.config import ArithConfig
+    from stepcredit.data.arith import make_rows
+    from stepcredit.models.tiny import build_tokenizer
+
+    rows = make_rows(ArithConfig(), 1000, seed=0, split="train")
+    char, bpe = build_tokenizer("char"), build_tokenizer("bpe")
+    readme = (ROOT / "README.md").read_text()
+    for texts, stated in (
+        ([r["extra_info"]["solution"] for r in rows], "3.1x"),
+        ([r["prompt"][0]["content"] for r in rows], "4.5x"),
+    ):
+        n_char = sum(len(char(t)["input_ids"]) for t in texts)
+        n_bpe = sum(len(bpe(t)["input_ids"]) for t in texts)
+        assert f"{n_char / n_bpe:.1f}x" == stated and stated in readme
+
+
+# ------------------------------------------------------------------------------ data and config blocks
+def test_readme_score_rows_score_as_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the README's example rows for `stepcredit score` (verl's and TRL's layouts) are read and scored
+    from stepcredit.cli.main import main
+
+    section = (ROOT / "README.md").read_text().split("### Scoring a file", 1)[1]
+    rows = code_blocks(section, "json")[0]
+    inp, out = tmp_path / "rows.jsonl", tmp_path / "scored.jsonl"
+    inp.write_text(rows)
+    assert main(["score", "--in", str(inp), "--out", str(out), "--workers", "1"]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(g["status"], g["score"], g["extracted"]) for g in got] == [("ok", 1.0, "18")] * 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_yaml_blocks_are_valid_config(page: Path) -> None:
+    # a YAML block in the docs is a piece of config: merged onto the default preset, the tree accepts it
+    from stepcredit.cli.common import load_preset
+    from stepcredit.config import from_dict
+
+    def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+        out = dict(base)
+        for k, v in extra.items():
+            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        return out
+
+    for block in code_blocks(page.read_text(), "yaml"):
+        from_dict(merge(load_preset("default"), yaml.safe_load(block)))

@@ -270,8 +270,9 @@ class RolloutConfig:
     """Temperature for validation (0 = greedy)."""
     mode: str = "flat"
     """How a prompt's group is sampled (``stepcredit.rollout.ROLLOUT_MODES``): ``flat`` (n independent
-    responses) or ``tree`` (n leaves of a tree that branches at step boundaries, whose node values are
-    free Monte Carlo estimates of V(prefix): ``process.value_estimator=tree``)."""
+    responses), ``tree`` (n leaves of a tree that branches at step boundaries, whose node values are
+    free Monte Carlo estimates of V(prefix): ``process.value_estimator=tree``) or ``tools`` (multi-turn
+    responses whose turns call the tools of ``rollout.tools``; docs/tools.md)."""
     tree: TreeConfig = field(default_factory=TreeConfig)
     """The tree's shape (``rollout.mode=tree``)."""
     tools: ToolsConfig = field(default_factory=ToolsConfig)

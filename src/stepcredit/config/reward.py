@@ -35,7 +35,8 @@ class SandboxConfig:
     max_procs: int = 32
     """Processes and threads the program may run at once (RLIMIT_NPROC, counted inside its namespace)."""
     output_limit_kb: int = 1024
-    """Cap on stdout and on stderr; a program that writes more is stopped (status ``error``)."""
+    """Cap on stdout and on stderr; a program that writes more is stopped (the case fails, the
+    program's status is ``program_error``)."""
     concurrency: int = 2
     """Sandboxes that run at once in one process (with ``sandbox_fusion``: requests in flight at once)."""
     scoring: str = "fraction"

@@ -106,7 +106,7 @@ class PipelineConfig:
     """Passes over each batch."""
     one_step_off_policy: bool = False
     """Generate step t+1 while step t's rewards are computed and its updates run (data 1 step stale;
-    needs a loss that corrects for it, ``loss.name=decoupled_ppo``)."""
+    needs a loss registered as correcting for it: ``loss.name=decoupled_ppo`` or ``topr``)."""
     max_staleness: int = 1
     """Largest allowed policy lag (in RL steps) of a batch; a staler batch is regenerated."""
 
