@@ -60,6 +60,8 @@ FACTORS: dict[str, list[Any]] = {
     # (process.credit=blame, with a step cost on the outcome: process.step_cost_as=outcome); treerl
     # (TreeRL's tree credit, process.treerl, with a step cost as a return: process.step_cost_as=return)
     "credit": ["plain", "blame", "treerl"],
+    # the RL learning rate constant or decaying along a cosine (optim.schedule)
+    "lr_schedule": ["constant", "cosine"],
 }
 
 
@@ -74,6 +76,8 @@ def allowed(run: dict[str, Any]) -> bool:
     tree_only = run.get("process", "tree") != "tree" or run.get("rollout_mode") == "flat" or run.get("critic")
     if run.get("credit") == "treerl" and tree_only:
         return False
+    if run.get("credit") == "blame" and run.get("process") == "forced_answer_logprob":
+        return False  # blame needs values that are chances of success (refused at start-up: tests/process)
     if run.get("off_policy") and "loss" in run:
         return bool(LOSSES.get(run["loss"]).corrects_staleness)
     return True
@@ -125,7 +129,7 @@ def config(run: dict[str, Any], **over: Any) -> Any:
             "mode": "flat" if run["rollout_mode"] == "flat" else "tree",
             "tree": {"branch_at": "entropy" if run["rollout_mode"] == "tree_entropy" else "episode"},
         },
-        "optim": {"lr": 1e-3, "warmup_steps": 0},
+        "optim": {"lr": 1e-3, "warmup_steps": 0, "schedule": run.get("lr_schedule", "constant")},
         "loss": {"name": run["loss"], "kl_coef": 0.05, "kl_in_reward": run["kl_in_reward"]},
         "pipeline": {
             "mini_batch": run["mini_batch"],
