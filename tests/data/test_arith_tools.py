@@ -108,3 +108,17 @@ def test_step_value_by_hand() -> None:
     assert (
         execute_call(ToolCall("calculator", {"expression": "4100+7"}), offered=["calculator"]).text == "4107"
     )
+
+
+def test_direct_variant_is_the_same_problems_answered_without_a_tool() -> None:
+    cfg = DataConfig(task="arith_tools", train_size=5, val_size=2)
+    tools = load_task(cfg)
+    direct = load_task(DataConfig(task="arith_tools_direct", train_size=5, val_size=2))
+    with build_rewarder() as rewarder:
+        for a_split, b_split in zip(tools, direct, strict=True):
+            for a, b in zip(a_split, b_split, strict=True):
+                assert a.prompt == b.prompt and a.ground_truth == b.ground_truth
+                assert a.data_source == b.data_source == "arith_tools"  # the same reward and oracle
+                assert b.extra_info["solution"] == f"The answer is\n{a.ground_truth}"
+                assert "solution_observations" not in b.extra_info
+                assert rewarder.score(b, b.extra_info["solution"]).score == 1.0

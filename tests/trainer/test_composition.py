@@ -400,8 +400,13 @@ def test_tree_values_need_a_tree_rollout(tmp_path: Path) -> None:
     # a tool rollout is not a tree either: the same one line
     with pytest.raises(
         ConfigError, match=r"rollout\.mode: process\.value_estimator=tree .* rollout\.mode=tree"
-    ):
+    ) as refused:
         train(config({**run, "rollout_mode": "tools"}), tmp_path)
+    assert "\n" not in str(refused.value)
+    # TreeRL's tree credit on tool rollouts: refused at start-up, in one line
+    with pytest.raises(ConfigError) as refused:
+        train(config({**run, "rollout_mode": "tools", "process": "tree", "credit": "treerl"}), tmp_path)
+    assert "\n" not in str(refused.value)
     with pytest.raises(
         ConfigError, match=r"rollout\.tree\.branching: the product .* \(6\) must equal rollout\.n \(4\)"
     ):

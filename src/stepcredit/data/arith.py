@@ -322,6 +322,11 @@ def tool_trace(p: ToolProblem) -> tuple[str, list[tuple[int, int]]]:
     return text + f"The answer is\n{states[-1]}", spans
 
 
+def direct_trace(answer: str) -> str:
+    """The trace of the same problem answered without a tool (the answer in the traces' own form)."""
+    return f"The answer is\n{answer}"
+
+
 def make_tool_rows(cfg: ArithConfig, n: int, *, seed: int, split: str) -> list[dict[str, Any]]:
     """``n`` rows of the tool task in the verl schema (the SFT target is ``extra_info["solution"]``,
     its result blocks' character spans ``extra_info["solution_observations"]``)."""
