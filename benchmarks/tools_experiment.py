@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -201,8 +202,18 @@ def main() -> None:
     else:
         runs = run_all(args)
     out = summarize(runs, args.seeds)
-    if args.json:
-        print(json.dumps(out, default=str))
+    if args.json:  # strict JSON: nan (no call, one seed) as null
+        print(json.dumps(_strict(out), default=str))
+
+
+def _strict(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_strict(v) for v in x]
+    return x
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def test_rows_are_deterministic_and_need_a_multiplication() -> None:
     assert a != make_tool_rows(CFG, 20, seed=1, split="val")
     for r in a:
         q = r["prompt"][0]["content"]
-        boxes, per_box = map(int, re.search(r" (\d+) boxes of (\d+)\?", q).groups())
+        boxes, per_box = map(int, re.search(r"has (\d+) boxes with (\d+) ", q).groups())
         assert 12 <= boxes <= 99 and 102 <= per_box <= 999  # a 2-digit by 3-digit product
         states = tool_chain_of(q)
         assert states[0] == boxes * per_box and all(10_000 <= s <= 99_999 for s in states)  # 5 digits
@@ -47,36 +47,31 @@ def test_traces_replay_through_the_calculator() -> None:
         assert [sol[a:b] for a, b in spans] == re.findall(r"\n```output\n\d+\n```\n", sol)
 
 
-def test_every_copied_number_sits_a_fixed_distance_before_its_copy() -> None:
-    # every number the policy writes is a copy (of the question's operands, or of a result), and with
-    # one token per character each sits the same number of tokens before its copy in every problem with
-    # as many steps: the positional copies a tiny model learns in a few hundred SFT steps
-    tok = build_tokenizer("char")
-    distances: dict[int, set[tuple[int, ...]]] = {}
-    for r in make_tool_rows(CFG, 60, seed=3, split="train"):
+def test_copied_numbers_keep_their_tokens() -> None:
+    # every number the policy writes is a copy, with the same BPE tokens as where it is copied from:
+    # the first call's operands from the question; later totals and the answer from the result blocks
+    tok = build_tokenizer("bpe")
+
+    def toks(text: str) -> list[str]:
+        return tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
+
+    def has(seq: list[str], sub: list[str]) -> bool:
+        return any(seq[i : i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+
+    for r in make_tool_rows(CFG, 30, seed=3, split="train"):
         q, sol = r["prompt"][0]["content"], r["extra_info"]["solution"]
-        prompt = tok.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True)
-        text = prompt + sol
-        assert len(tok(text, add_special_tokens=False)["input_ids"]) == len(tok(prompt)["input_ids"]) + len(
-            sol
-        )
-        boxes, per_box = re.search(r" (\d+) boxes of (\d+)\?", q).groups()
-        amounts = re.findall(r" will \w+ (\d+) ", q)
-        calls = [m.start(1) + len(prompt) for m in re.finditer(r"```calculator\n(.*?)\n```", sol)]
-        results = [m.start(1) + len(prompt) for m in re.finditer(r"```output\n(\d+)\n", sol)]
-        answer = len(text) - len(r["reward_model"]["ground_truth"])
-        src = [prompt.index(f" {boxes} boxes") + 1, prompt.index(f" {per_box}?") + 1]
-        dst = [calls[0] + 1, calls[0] + 1 + len(boxes) + 3]  # " 68 * 692"
-        assert text[dst[0] : dst[0] + 2] == boxes and text[dst[1] : dst[1] + 3] == per_box
-        for j, n in enumerate(amounts):  # call j + 1: "<result j> <sign> <amount j>"
-            src += [results[j], prompt.index(f" {n} ") + 1]
-            dst += [calls[j + 1], calls[j + 1] + 5 + 3]
-            assert text[dst[-1] : dst[-1] + 3] == n
-        src.append(results[-1])
-        dst.append(answer)
-        assert all(text[s : s + 2] == text[d : d + 2] for s, d in zip(src, dst, strict=True))
-        distances.setdefault(len(amounts), set()).add(tuple(d - s for s, d in zip(src, dst, strict=True)))
-    assert sorted(distances) == [0, 1, 2] and all(len(d) == 1 for d in distances.values()), distances
+        q_toks, sol_toks = toks(q), toks(sol)
+        calls = re.findall(r"```calculator\n(.*?)\n```", sol)
+        results = re.findall(r"```output\n(\d+)\n", sol)
+        boxes, per_box = calls[0].split(" * ")
+        assert has(q_toks, toks(boxes)) and has(q_toks, toks(" " + per_box)) and has(sol_toks, toks(boxes))
+        for result in results:  # after a newline, a number is one token per digit
+            assert has(sol_toks, ["\n", *result, "\n"])
+        for call, prev in zip(calls[1:], results, strict=False):
+            total, _, n = call.split(" ")
+            assert total == prev and has(sol_toks, ["\n", *prev, toks(" " + _)[0]])
+            assert has(q_toks, toks(" " + n)) and has(sol_toks, toks(" " + n))
+        assert sol_toks[-len(results[-1]) - 1 :] == ["\n", *results[-1]]
 
 
 def test_task_step_values_and_reward() -> None:
@@ -95,7 +90,7 @@ def test_task_step_values_and_reward() -> None:
 
 
 def test_step_value_by_hand() -> None:
-    q = "Ann will sell 40 coins. Ann will find 7 coins. How many coins will Ann have then, starting with 12 boxes of 345?"
+    q = "Ann has 12 boxes with 345 pens each. Then sells 40 pens. Then gets 7 more pens. How many pens now?"
     # s_1 = 12 * 345 = 4140, s_2 = 4140 - 40 = 4100, s_3 = 4100 + 7 = 4107
     assert tool_chain_of(q) == [4140, 4100, 4107]
     call = "```calculator\n{}\n```\n"

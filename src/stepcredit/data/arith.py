@@ -238,20 +238,16 @@ def step_value(question: str, prefix: str) -> float:
 
 # ------------------------------------------------------------------------------ the tool variant
 TOOLS_DATA_SOURCE = "arith_tools"
-_BOX_RE = re.compile(r" (\d+) boxes of (\d+)\?")
-_TOOL_OP_RE = re.compile(r" will (\w+) (\d+) ")
+_BOX_RE = re.compile(r" has (\d+) boxes with (\d+) ")
+# an operation's amount is followed by a space ("Then sells 317 eggs."), never by the full stop, so the
+# BPE tokenizer writes it with the same tokens in the question and in the call that copies it
+_TOOL_THEN_RE = re.compile(r"Then ([^.\d]*?)(\d+)[ .]")
 _CALL_RE = re.compile(r"```calculator\n(.*?)\n```", re.DOTALL)
 _TOOL_ANSWER_RE = re.compile(r"answer is\s*(-?\d+)")
 _TOOL_MIN, _TOOL_MAX = 10_000, 99_999
 """The range of every running total (5 digits)."""
 _TOOL_OBSERVATION = "\n```output\n{}\n```\n"
 """How the ``fenced`` convention appends a result (:data:`stepcredit.tools.PARSERS`), as the traces write it."""
-# Every field of a question has a fixed width (3-letter names, 5-letter items, 4-letter verbs, 2-digit
-# boxes, 3-digit amounts, 5-digit totals), so with one token per character each number the policy
-# copies sits a fixed number of tokens before its copy (see tool_trace)
-_TOOL_NAMES = [n for n in _NAMES if len(n) == 3]
-_TOOL_ITEMS = [i for i in _ITEMS if len(i) == 5]
-_TOOL_VERBS = {"-": ("sell", "lose"), "+": ("find", "earn")}
 
 
 @dataclass(frozen=True)
@@ -264,7 +260,6 @@ class ToolProblem:
     boxes: int
     per_box: int
     ops: tuple[tuple[str, int, str], ...]
-    """(sign, amount, verb) per operation, in the order they apply."""
 
     @property
     def states(self) -> list[int]:
@@ -275,31 +270,31 @@ class ToolProblem:
 
     @property
     def question(self) -> str:
-        """The operations first, the boxes last: "Oli will sell 317 rocks. How many rocks will Oli have
-        then, starting with 68 boxes of 692?" (the first call's operands end the question: the nearer
-        a copied number, the sooner a tiny model learns to copy it)."""
-        parts = [f"{self.name} will {verb} {n} {self.item}." for _, n, verb in self.ops]
-        then = " then" if self.ops else ""
-        parts.append(
-            f"How many {self.item} will {self.name} have{then}, starting with {self.boxes} boxes of {self.per_box}?"
-        )
+        parts = [f"{self.name} has {self.boxes} boxes with {self.per_box} {self.item} each."]
+        parts += [f"Then {phrase} {self.item}." for _, _, phrase in self.ops]
+        parts.append(f"How many {self.item} now?")
         return " ".join(parts)
 
 
 def make_tool_problem(rng: random.Random, cfg: ArithConfig) -> ToolProblem:
     """2-digit boxes times 3-digit items per box, then ``min_steps - 1`` to ``max_steps - 1`` additions
-    or subtractions of 3 digits. Every running total has exactly 5 digits (32 * 316 >= 10,000;
-    99 * 999 < 100,000; an operation that would leave that range changes sign)."""
-    name, item = rng.choice(_TOOL_NAMES), rng.choice(_TOOL_ITEMS)
+    or subtractions of up to 3 digits. Every running total has exactly 5 digits (32 * 316 >= 10,000;
+    99 * 999 < 100,000; an operation that would leave that range changes sign), so a number copied
+    from a result block into the next call or the answer sits the same number of tokens back."""
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
     boxes, per_box = rng.randint(32, 99), rng.randint(316, 999)
     value, ops = boxes * per_box, []
     for _ in range(rng.randint(cfg.min_steps, cfg.max_steps) - 1):
-        n = rng.randint(100, 999)
-        sign = "-" if rng.random() < 0.5 else "+"
-        if (sign == "-" and value - n < _TOOL_MIN) or (sign == "+" and value + n > _TOOL_MAX):
-            sign = "+" if sign == "-" else "-"
-        value += _SIGN[sign] * n
-        ops.append((sign, n, rng.choice(_TOOL_VERBS[sign])))
+        n = rng.randint(10, 999)
+        sub = rng.random() < 0.5
+        if (sub and value - n < _TOOL_MIN) or (not sub and value + n > _TOOL_MAX):
+            sub = not sub
+        if sub:
+            ops.append(("-", n, rng.choice(_SUB).format(n=n)))
+            value -= n
+        else:
+            ops.append(("+", n, rng.choice(_ADD).format(n=n)))
+            value += n
     return ToolProblem(name, item, boxes, per_box, tuple(ops))
 
 
@@ -310,11 +305,10 @@ def tool_trace(p: ToolProblem) -> tuple[str, list[tuple[int, int]]]:
 
     Every number the policy writes is a copy, written so that the tokenizer gives it the same tokens
     as where it is copied from: the first call's operands as in the question (after a space), a later
-    call's running total and the answer as in the result block (after a newline). With the fixed-width
-    questions and one token per character (the ``tools`` preset's ``model.tiny.tokenizer=char``), each
-    copy's source sits a fixed number of tokens back. The tiny model learns such positional copies in
-    300 SFT steps; it did not learn copies whose source moves with the question's wording, nor BPE's
-    "▁23" "0" "8" "4." for a result's "2" "3" "0" "8" "4" (0 % validation accuracy either way).
+    call's running total and the answer as in the result block (after a newline, one digit per token).
+    A tiny model learns to copy tokens; mapping the question's "▁23" token to the result's "2" "3", or
+    a result's digits to "▁23" "0" "8" "4." in "The answer is 23084.", is a digit lookup it did not
+    learn in 300 SFT steps (0 % validation accuracy with the older format).
     """
     states, text, spans = p.states, "", []
     exprs = [f" {p.boxes} * {p.per_box}"] + [
@@ -366,8 +360,9 @@ def tool_chain_of(question: str) -> list[int]:
     if m is None:
         raise ValueError(f"not an arith_tools question: {question[:60]!r}")
     states = [int(m.group(1)) * int(m.group(2))]
-    for verb, n in _TOOL_OP_RE.findall(question):
-        states.append(states[-1] + (-int(n) if verb in _TOOL_VERBS["-"] else int(n)))
+    for phrase, n in _TOOL_THEN_RE.findall(question):
+        sign = "-" if phrase.strip().startswith(_SUB_VERBS) else "+"
+        states.append(states[-1] + int(n) if sign == "+" else states[-1] - int(n))
     return states
 
 
