@@ -153,3 +153,55 @@ def test_explain_names_the_estimator_and_shows_outcome_credit_and_advantage(
     report = last_json(capsys.readouterr().out)
     assert report["outcome"] == 0.0
     assert all(a == 0.0 for e in report["episodes"] for a in e["advantage"])
+
+
+TOOL_PROMPT = "Ann has 12 boxes with 345 pens each. Then sells 40 pens. How many pens now?"
+CALL_1, RESULT_1 = "```calculator\n 12 * 345\n```", "\n```output\n4140\n```\n"
+CALL_2, RESULT_2 = "```calculator\n4140 - 40\n```", "\n```output\n4100\n```\n"
+TOOL_RESPONSE = CALL_1 + RESULT_1 + CALL_2 + RESULT_2 + "The answer is\n4100"
+
+
+def test_explain_shows_turns_calls_and_untrained_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "turns.html"
+    argv = ["explain", "--model", "tiny", "--prompt", TOOL_PROMPT, "--response", TOOL_RESPONSE]
+    assert main([*argv, "--answer", "4100", "--html", str(page), "--json"]) == 0
+    out = capsys.readouterr().out
+    report = last_json(out)
+    eps = report["episodes"]
+    # three turns: each call ends one (the segmenter's episode end), the result opens the next
+    assert report["turns"] == 3 and len(eps) == 3
+    assert [e["observation"] for e in eps] == ["", RESULT_1, RESULT_2]
+    assert [e["text"] for e in eps] == [CALL_1, RESULT_1 + CALL_2, RESULT_2 + "The answer is\n4100"]
+    assert [e["tool_call"] for e in eps] == [
+        'calculator {"expression": " 12 * 345"}',
+        'calculator {"expression": "4140 - 40"}',
+        "",
+    ]
+    # the results get no advantage: the tiny model's tokenizer has one token per character, so each
+    # turn's advantages are exactly its own characters (the call or the answer), none for its result
+    assert [len(e["advantage"]) for e in eps] == [len(e["text"]) - len(e["observation"]) for e in eps]
+    assert [e["token_end"] - e["token_start"] + 1 for e in eps] == [len(e["text"]) for e in eps]
+    values = [report["v0"]] + [e["value"] for e in eps]
+    for i, e in enumerate(eps, 1):  # each turn's credit: U_i = V_i - V_(i-1)
+        assert e["utility"] == pytest.approx(values[i] - values[i - 1], abs=1e-6)
+    assert report["outcome"] == 1.0
+    # the table: a "result ... not trained" row before the turn it opens, and each turn's call
+    table = out.splitlines()
+    assert sum("result" in line and "not trained" in line for line in table) == 2
+    assert sum("-> calls calculator" in line for line in table) == 2
+    assert any(line.startswith("turns: 3") for line in table)
+    # the page: each result marked as not trained, each turn coloured by its credit with its call
+    doc = page.read_text()
+    assert doc.count('<span class="obs" title="tool result: attended to, never trained on') == 2
+    assert doc.count('class="ep"') == 3 and doc.count("calls calculator") == 2
+    assert "<th>tool result (not trained)</th>" in doc and "3 turns" in doc and "V after each turn" in doc
+
+
+def test_a_plain_response_has_no_turns(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["explain", "--model", "tiny", "--prompt", PROMPT, "--response", RESPONSE, "--answer", "7"]
+    assert main([*argv, "--json"]) == 0
+    report = last_json(capsys.readouterr().out)
+    assert report["turns"] == 0
+    assert all(e["observation"] == "" and e["tool_call"] == "" for e in report["episodes"])

@@ -8,6 +8,7 @@ import re
 from stepcredit.config import ArithConfig, DataConfig
 from stepcredit.data import STEP_VALUES, load_task
 from stepcredit.data.arith import make_tool_rows, tool_chain_of, tool_step_value
+from stepcredit.models.tiny import build_tokenizer
 from stepcredit.reward import build_rewarder
 from stepcredit.tools import PARSERS, TOOLS, ToolCall, execute_call
 
@@ -23,7 +24,7 @@ def test_rows_are_deterministic_and_need_a_multiplication() -> None:
         boxes, per_box = map(int, re.search(r"has (\d+) boxes with (\d+) ", q).groups())
         assert 12 <= boxes <= 99 and 102 <= per_box <= 999  # a 2-digit by 3-digit product
         states = tool_chain_of(q)
-        assert states[0] == boxes * per_box and min(states) >= 0
+        assert states[0] == boxes * per_box and all(10_000 <= s <= 99_999 for s in states)  # 5 digits
         assert r["reward_model"]["ground_truth"] == str(states[-1])
         assert 1 <= r["extra_info"]["steps"] == len(states) <= 3
 
@@ -40,7 +41,37 @@ def test_traces_replay_through_the_calculator() -> None:
             text = text[found.end + len(fenced.observation(obs.text)) :]
             assert not obs.error
         assert replay + text == r["extra_info"]["solution"]
-        assert text.startswith("The answer is ")
+        assert text == "The answer is\n" + r["reward_model"]["ground_truth"]
+        # the recorded result spans are exactly the result blocks
+        sol, spans = r["extra_info"]["solution"], r["extra_info"]["solution_observations"]
+        assert [sol[a:b] for a, b in spans] == re.findall(r"\n```output\n\d+\n```\n", sol)
+
+
+def test_copied_numbers_keep_their_tokens() -> None:
+    # every number the policy writes is a copy, with the same BPE tokens as where it is copied from:
+    # the first call's operands from the question; later totals and the answer from the result blocks
+    tok = build_tokenizer("bpe")
+
+    def toks(text: str) -> list[str]:
+        return tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
+
+    def has(seq: list[str], sub: list[str]) -> bool:
+        return any(seq[i : i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+
+    for r in make_tool_rows(CFG, 30, seed=3, split="train"):
+        q, sol = r["prompt"][0]["content"], r["extra_info"]["solution"]
+        q_toks, sol_toks = toks(q), toks(sol)
+        calls = re.findall(r"```calculator\n(.*?)\n```", sol)
+        results = re.findall(r"```output\n(\d+)\n", sol)
+        boxes, per_box = calls[0].split(" * ")
+        assert has(q_toks, toks(boxes)) and has(q_toks, toks(" " + per_box)) and has(sol_toks, toks(boxes))
+        for result in results:  # after a newline, a number is one token per digit
+            assert has(sol_toks, ["\n", *result, "\n"])
+        for call, prev in zip(calls[1:], results, strict=False):
+            total, _, n = call.split(" ")
+            assert total == prev and has(sol_toks, ["\n", *prev, toks(" " + _)[0]])
+            assert has(q_toks, toks(" " + n)) and has(sol_toks, toks(" " + n))
+        assert sol_toks[-len(results[-1]) - 1 :] == ["\n", *results[-1]]
 
 
 def test_task_step_values_and_reward() -> None:
@@ -55,11 +86,11 @@ def test_task_step_values_and_reward() -> None:
             assert len(ends) == s.extra_info["steps"] + 1
             assert [fn(s, sol[:k]) for k in ends] == [1.0] * len(ends)
             assert rewarder.score(s, sol).score == 1.0
-            assert rewarder.score(s, sol.replace("The answer is ", "The answer is 1")).score == 0.0
+            assert rewarder.score(s, sol.replace("The answer is\n", "The answer is\n1")).score == 0.0
 
 
 def test_step_value_by_hand() -> None:
-    q = "Ann has 12 boxes with 345 pens each. Then sells 40. Then gets 7 more. How many pens now?"
+    q = "Ann has 12 boxes with 345 pens each. Then sells 40 pens. Then gets 7 more pens. How many pens now?"
     # s_1 = 12 * 345 = 4140, s_2 = 4140 - 40 = 4100, s_3 = 4100 + 7 = 4107
     assert tool_chain_of(q) == [4140, 4100, 4107]
     call = "```calculator\n{}\n```\n"
@@ -70,9 +101,24 @@ def test_step_value_by_hand() -> None:
     assert tool_step_value(q, call.format("12*345") + call.format("4140+40")) == 0.0  # wrong sign
     assert tool_step_value(q, call.format("12*")) == 0.0  # not an expression
     assert tool_step_value(q, "The answer is 4107.") == 1.0
+    assert tool_step_value(q, "The answer is\n4107") == 1.0  # the traces' form
     assert tool_step_value(q, call.format("12*345") + "The answer is 4140.") == 0.0
     # a tool result cut mid-way is not a call yet
     assert tool_step_value(q, "```calculator\n12*3") == 1.0
     assert (
         execute_call(ToolCall("calculator", {"expression": "4100+7"}), offered=["calculator"]).text == "4107"
     )
+
+
+def test_direct_variant_is_the_same_problems_answered_without_a_tool() -> None:
+    cfg = DataConfig(task="arith_tools", train_size=5, val_size=2)
+    tools = load_task(cfg)
+    direct = load_task(DataConfig(task="arith_tools_direct", train_size=5, val_size=2))
+    with build_rewarder() as rewarder:
+        for a_split, b_split in zip(tools, direct, strict=True):
+            for a, b in zip(a_split, b_split, strict=True):
+                assert a.prompt == b.prompt and a.ground_truth == b.ground_truth
+                assert a.data_source == b.data_source == "arith_tools"  # the same reward and oracle
+                assert b.extra_info["solution"] == f"The answer is\n{a.ground_truth}"
+                assert "solution_observations" not in b.extra_info
+                assert rewarder.score(b, b.extra_info["solution"]).score == 1.0

@@ -30,11 +30,11 @@ def test_oracle_values_turns_of_a_response(tok: Any) -> None:
     row = make_tool_rows(ArithConfig(min_steps=2, max_steps=2), 1, seed=3, split="train")[0]
     s = row_to_sample(row, "t:0")
     good = row["extra_info"]["solution"]
-    first = good.split("```calculator\n")[1].split("\n")[0]  # "a*b"
-    a, b = first.split("*")
+    first = good.split("```calculator\n")[1].split("\n")[0]  # " a * b"
+    a, b = first.split(" * ")
     # a slip in the first call (a wrong operand) whose result is ignored: the second call adds to the
     # true product as in the good trace, so the answer is right
-    wrong_first = f"{a}*{int(b) + 1}"
+    wrong_first = f"{a} * {int(b) + 1}"
     bad = good.replace(first, wrong_first, 1)
     obs = PARSERS.get("fenced").observation
     cfg = ProcessConfig(enabled=True, value_estimator="step_oracle")
@@ -61,8 +61,8 @@ def test_oracle_values_turns_of_a_response(tok: Any) -> None:
     assert step_credits(values[1], cfg) == [-1.0, 1.0, 0.0]
     # and a third trace that carries the wrong product on: 0 from the slip to the (wrong) answer
     s1 = int(a) * int(b)
-    carried = bad.replace(f"{s1}+", f"{int(a) * (int(b) + 1)}+").replace(
-        f"{s1}-", f"{int(a) * (int(b) + 1)}-"
+    carried = bad.replace(f"{s1} +", f"{int(a) * (int(b) + 1)} +").replace(
+        f"{s1} -", f"{int(a) * (int(b) + 1)} -"
     )
     _, (req,) = build_requests([s], [[1]], [tok(carried)["input_ids"] + [tok.eos_token_id]], tok, cfg)
     assert step_oracle(None, tok, [req], cfg, score_fn=lambda xs, ts: [0.0])[0] == [1.0, 0.0, 0.0, 0.0]

@@ -3,7 +3,8 @@
 Factors (levels): the mini-batch pipeline (off / 8 responses), one-step off-policy, process rewards
 (off / forced-answer / Monte Carlo values), dynamic sampling, the critic with GAE, two domains
 (arith + code in the sandbox), KL in the reward, PPO epochs (1 / 2), every registered loss, the
-overlong length penalty and LoRA adapters.
+overlong length penalty, LoRA adapters, and the rollout mode (flat, tree, tree branching at entropy,
+multi-turn tool calls: turns are the process channel's steps).
 A greedy pairwise covering array (every pair of levels of every two factors appears in some run) is
 built once, deterministically; each run is 2 RL steps of a tiny model.
 
@@ -25,7 +26,33 @@ import pytest
 
 from stepcredit.config import from_dict
 from stepcredit.losses import LOSSES
+from stepcredit.tools import PARSERS, ParsedCall, ToolCall, ToolParser
 from stepcredit.trainer import train
+
+# A tiny model that trained 2 SFT steps never writes a fenced calculator call, so the tools level uses
+# a convention under which a random model calls a tool in about half its turns: a turn of at least 3
+# characters whose first character has an even code is a call of the (real) calculator, ending there;
+# its result is appended as "\n~42~\n" (a marker no other test's text holds: the segmenter reads every
+# registered convention's result starts).
+TEST_PARSER = "composition_every_other_turn"
+
+
+def _find_call(text: str, tools: Any) -> ParsedCall | None:
+    if len(text) < 3 or ord(text[0]) % 2:
+        return None
+    return ParsedCall(ToolCall("calculator", {"expression": "6*7"}), 3)
+
+
+PARSERS.add(
+    TEST_PARSER,
+    ToolParser(
+        find=_find_call,
+        observation=lambda result: f"\n~{result}~\n",
+        observation_starts=lambda text: [i for i in range(len(text)) if text.startswith("\n~", i)],
+    ),
+    override=True,
+)
+TREE_MODES = ("tree", "tree_entropy")
 
 FACTORS: dict[str, list[Any]] = {
     "loss": LOSSES.names(),
@@ -44,7 +71,8 @@ FACTORS: dict[str, list[Any]] = {
         "step_oracle",  # exact arith step values (the oracle) with grpo_vineppo and a step cost
     ],
     # tree_entropy: a tree that branches at high-entropy tokens (rollout.tree.branch_at=entropy)
-    "rollout_mode": ["flat", "tree", "tree_entropy"],
+    # tools: multi-turn rollouts that call the calculator (rollout.mode=tools, task arith_tools)
+    "rollout_mode": ["flat", "tree", "tree_entropy", "tools"],
     "mini_batch": [0, 8],
     "off_policy": [False, True],
     "dynamic_sampling": [False, True],
@@ -67,13 +95,17 @@ FACTORS: dict[str, list[Any]] = {
 
 def allowed(run: dict[str, Any]) -> bool:
     """Combinations that cannot work are refused at start-up (tested below), not run here."""
-    if run.get("process") == "tree" and run.get("rollout_mode") == "flat":
+    if run.get("process") == "tree" and run.get("rollout_mode", "tree") not in TREE_MODES:
         return False  # tree values need a tree rollout (refused at start-up, tested below)
     if run.get("credit", "plain") != "plain" and run.get("process") == "off":
         return False  # credit forms need process rewards
     # TreeRL's credit needs tree values (refused at start-up otherwise: tests/process), and the cost as a
     # return an estimator that reads a step's credit as its advantage (not gae's critic)
-    tree_only = run.get("process", "tree") != "tree" or run.get("rollout_mode") == "flat" or run.get("critic")
+    tree_only = (
+        run.get("process", "tree") != "tree"
+        or run.get("rollout_mode", "tree") not in TREE_MODES
+        or run.get("critic")
+    )
     if run.get("credit") == "treerl" and tree_only:
         return False
     if run.get("credit") == "blame" and run.get("process") == "forced_answer_logprob":
@@ -126,7 +158,7 @@ def config(run: dict[str, Any], **over: Any) -> Any:
             "prompts_per_step": 4,
             "n": 4,
             "max_new_tokens": 16,
-            "mode": "flat" if run["rollout_mode"] == "flat" else "tree",
+            "mode": "tree" if run["rollout_mode"] in TREE_MODES else run["rollout_mode"],
             "tree": {"branch_at": "entropy" if run["rollout_mode"] == "tree_entropy" else "episode"},
         },
         "optim": {"lr": 1e-3, "warmup_steps": 0, "schedule": run.get("lr_schedule", "constant")},
@@ -148,6 +180,10 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         "reward": {"agent": {"backend": "thread"}},
         "trainer": {"steps": 2, "val_every": 0, "save_every": 0, "progress": False, "tensorboard": False},
     }
+    if run["rollout_mode"] == "tools":
+        # results count in the length budget: room for two calls and their results
+        d["rollout"].update(max_new_tokens=28, tools={"parser": TEST_PARSER, "max_turns": 2})
+        d["data"]["task"] = "arith_tools"
     if run["process"] != "off":
         vine = run["process"] in ("vineppo", "grpo_vineppo")
         mc = vine or run["process"] == "mc_sample_v0"
@@ -239,6 +275,10 @@ def test_switches_compose(run: dict[str, Any], tmp_path: Path) -> None:
         assert all(-1.0 <= r["reward/overlong_penalty_mean"] <= 0.0 for r in shaped)
     else:
         assert all("reward/overlong_frac" not in r for r in steps)
+    if run["rollout_mode"] == "tools":  # tools were called (about every other turn) and turns counted
+        assert any(r["tools/calls_per_response"] > 0 for r in steps)
+        for r in steps:
+            assert r["tools/turns_per_response"] == pytest.approx(1 + r["tools/calls_per_response"])
     if run["process"] != "off":  # values were computed for step 1's batch (and step 2's unless off-policy)
         assert math.isfinite(steps[0]["time/process_s"]) and steps[0]["process/unscored_rows"] == 0
     # the export: the model directory, or with LoRA the adapters and the base they apply to
@@ -321,6 +361,38 @@ def test_resume_after_an_interrupted_off_policy_run_continues_exactly(tmp_path: 
         assert (x is None and y is None) or math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-7), (key, x, y)
 
 
+def test_resume_after_an_interrupted_tool_run_continues_exactly(tmp_path: Path) -> None:
+    """Checkpoint/resume of multi-turn tool rollouts with one-step off-policy: the checkpoint holds the
+    tool batch generated ahead for step 3 (its result tokens marked), and step 3 is the same."""
+    run = {
+        **RUNS[0],
+        "rollout_mode": "tools",
+        "off_policy": True,
+        "loss": "decoupled_ppo",
+        "dynamic_sampling": False,
+        "critic": False,
+        "process": "step_oracle",
+        "credit": "plain",
+        "lora": False,
+        "multi_domain": False,
+    }
+    over = {"trainer__steps": 3, "trainer__save_every": 1}
+    train(config(run, **over), tmp_path / "full")
+    train(config(run, **over, trainer__stop_after_steps=2), tmp_path / "part")
+    train(config(run, **over), tmp_path / "part", resume=tmp_path / "part")
+    a = {r["step"]: r for r in rows(tmp_path / "full")}
+    b = {r["step"]: r for r in rows(tmp_path / "part")}
+    assert sorted(b) == [0, 1, 2, 3] and b[3]["staleness"] == 1.0
+    # step 2's row counts the tool calls of the batch generated ahead for step 3 (off-policy)
+    assert a[2]["tools/calls_per_response"] > 0
+    for key in ("reward/mean", "response_length/mean"):
+        assert a[3][key] == b[3][key], key  # the same turns, results included
+    # the results stay out of the loss after the resume (a batch that lost its observation mask
+    # would train on them: another loss and gradient)
+    for key in ("loss", "grad_norm", "adv/abs_mean", "kl"):
+        assert math.isclose(a[3][key], b[3][key], rel_tol=1e-4, abs_tol=1e-7), (key, a[3][key], b[3][key])
+
+
 def test_tree_values_need_a_tree_rollout(tmp_path: Path) -> None:
     from stepcredit.errors import ConfigError
 
@@ -329,6 +401,16 @@ def test_tree_values_need_a_tree_rollout(tmp_path: Path) -> None:
         ConfigError, match=r"rollout\.mode: process\.value_estimator=tree .* rollout\.mode=tree"
     ):
         train(config(run), tmp_path)
+    # a tool rollout is not a tree either: the same one line
+    with pytest.raises(
+        ConfigError, match=r"rollout\.mode: process\.value_estimator=tree .* rollout\.mode=tree"
+    ) as refused:
+        train(config({**run, "rollout_mode": "tools"}), tmp_path)
+    assert "\n" not in str(refused.value)
+    # TreeRL's tree credit on tool rollouts: refused at start-up, in one line
+    with pytest.raises(ConfigError) as refused:
+        train(config({**run, "rollout_mode": "tools", "process": "tree", "credit": "treerl"}), tmp_path)
+    assert "\n" not in str(refused.value)
     with pytest.raises(
         ConfigError, match=r"rollout\.tree\.branching: the product .* \(6\) must equal rollout\.n \(4\)"
     ):

@@ -12,7 +12,10 @@ override ``process.*``, ``algorithm.*`` and ``reward.*`` settings (e.g. ``proces
 the run's ``config.yaml`` (``--from-run``, or ``--model RUN_DIR``) or a packaged model's preset is read
 first; without either the advantage is the ``process`` preset's (``grpo_process``). With ``--json`` the last line is the :class:`Explanation`
 (``{"value_estimator", "outcome", "v0", "episodes": [{"start", "end", "text", "value", "utility",
-"advantage"}, ...], ...}``; ``start``/``end`` are character offsets into the response, end exclusive).
+"advantage", "observation", "tool_call"}, ...], "turns", ...}``; ``start``/``end`` are character offsets
+into the response, end exclusive). A response whose turns called tools is shown per turn: each turn's
+call, the tool result that opens the next turn (marked: attended to, never trained on, no advantage)
+and each turn's credit.
 """
 
 from __future__ import annotations
@@ -109,11 +112,22 @@ def _legend(r: Explanation) -> list[str]:
     adv = r.advantage_note or (
         f"{r.advantage_estimator} (process_weight {r.process_weight:g}), for a group of this one response"
     )
-    return [
+    lines = [
         f"value estimator: {r.value_estimator}; V = {r.value_unit}",
         f"credit form: {r.credit}; outcome: {outcome} ({r.outcome_status}) against the gold answer {r.answer!r}",
         f"advantage: {adv}",
     ]
+    if r.turns:
+        lines.append(
+            f"turns: {r.turns} (each tool call ends a turn, an episode; the tool's result opens the next "
+            "turn and is never trained on: no credit, no advantage)"
+        )
+    return lines
+
+
+def _short(text: str, n: int = 60) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def _table(r: Explanation) -> str:
@@ -123,10 +137,16 @@ def _table(r: Explanation) -> str:
         f"{0:>3} {'(empty)':>11} {r.v0:>9.4f} {'':>9} {'':>17}",
     ]
     for i, e in enumerate(r.episodes, 1):
-        text = e.text.replace("\n", "\\n")
-        text = text if len(text) <= 60 else text[:57] + "..."
+        text = e.text[len(e.observation) :] if e.text.startswith(e.observation) else e.text
+        if e.observation:
+            lines.append(
+                f"{'':>3} {'result':>11} {'':>9} {'':>9} {'not trained':>17}  {_short(e.observation)}"
+            )
         span = f"{e.token_start}-{e.token_end}"
-        lines.append(f"{i:>3} {span:>11} {e.value:>9.4f} {e.utility:>+9.4f} {_adv(e.advantage):>17}  {text}")
+        call = f"  -> calls {_short(e.tool_call, 50)}" if e.tool_call else ""
+        lines.append(
+            f"{i:>3} {span:>11} {e.value:>9.4f} {e.utility:>+9.4f} {_adv(e.advantage):>17}  {_short(text)}{call}"
+        )
     lines.append(
         "legend: V = value after the episode (V_0: empty response); c (U) = the episode's step credit, "
         "paid at its last token (default U_i = V_i - V_(i-1)); A per token = the advantage its tokens get "
@@ -179,16 +199,43 @@ def render_html(r: Explanation, prompt: Any) -> str:
     curve (SVG) and a table of V, credit and per-token advantage."""
     eps = r.episodes
     scale = max((abs(e.utility) for e in eps), default=0.0)
+    unit = "turn" if r.turns else "episode"
+
+    def own(e: Any) -> str:  # the episode's text without the tool result that opens it
+        return e.text[len(e.observation) :] if e.text.startswith(e.observation) else e.text
+
+    def obs(e: Any) -> str:
+        if not e.observation:
+            return ""
+        return (
+            f'<span class="obs" title="tool result: attended to, never trained on (no credit, no advantage)">'
+            f"{html.escape(e.observation)}</span>"
+        )
+
     spans = "".join(
-        f'<span class="ep" style="background:{_colour(e.utility, scale)}" '
-        f'title="episode {i}: V={e.value:.4f}  c={e.utility:+.4f}  A={_adv(e.advantage)}">'
-        f"<sup>{i}</sup>{html.escape(e.text)}</span>"
+        f'{obs(e)}<span class="ep" style="background:{_colour(e.utility, scale)}" '
+        f'title="{unit} {i}: V={e.value:.4f}  c={e.utility:+.4f}  A={_adv(e.advantage)}'
+        f'{html.escape("  calls " + e.tool_call, quote=True) if e.tool_call else ""}">'
+        f"<sup>{i}</sup>{html.escape(own(e))}</span>"
         for i, e in enumerate(eps, 1)
     )
+    turn_cols = "<th>tool result (not trained)</th><th>tool call</th>" if r.turns else ""
     rows = "".join(
         f"<tr><td>{i}</td><td>{e.value:.4f}</td><td>{e.utility:+.4f}</td>"
-        f"<td>{html.escape(' '.join(f'{a:+.3f}' for a in e.advantage) or '-')}</td><td>{html.escape(e.text)}</td></tr>"
+        f"<td>{html.escape(' '.join(f'{a:+.3f}' for a in e.advantage) or '-')}</td>"
+        + (
+            f'<td class="obs">{html.escape(e.observation)}</td><td>{html.escape(e.tool_call)}</td>'
+            if r.turns
+            else ""
+        )
+        + f"<td>{html.escape(own(e))}</td></tr>"
         for i, e in enumerate(eps, 1)
+    )
+    turns_note = (
+        f"<p>{r.turns} turns: each tool call ends a turn; the tool's result (grey, in italics) "
+        "opens the next turn and is attended to but never trained on: no credit, no advantage.</p>"
+        if r.turns
+        else ""
     )
     legend = "<br>".join(html.escape(line) for line in _legend(r))
     prompt_text = prompt if isinstance(prompt, str) else json.dumps(prompt)
@@ -198,6 +245,7 @@ def render_html(r: Explanation, prompt: Any) -> str:
 body {{ font-family: sans-serif; max-width: 900px; margin: 2em auto; color: #222; }}
 .resp {{ white-space: pre-wrap; font-family: monospace; line-height: 1.7; border: 1px solid #ddd; padding: 1em; }}
 .ep {{ border-radius: 3px; padding: 1px 0; }}
+.obs {{ color: #666; background: #e8e8e8; font-style: italic; }}
 sup {{ color: #666; font-size: 0.7em; margin-right: 2px; }}
 table {{ border-collapse: collapse; font-size: 0.9em; }} td, th {{ border: 1px solid #ddd; padding: 3px 6px; }}
 td:last-child {{ white-space: pre-wrap; font-family: monospace; }}
@@ -208,11 +256,11 @@ td:last-child {{ white-space: pre-wrap; font-family: monospace; }}
 V<sub>0</sub> = {r.v0:.4f} (empty response); V<sub>i</sub> = value after episode i; c<sub>i</sub> = the step
 credit episode i pays at its last token (default U<sub>i</sub> = V<sub>i</sub> &minus; V<sub>i&minus;1</sub>);
 A = the advantage of each of its tokens. Green episodes got positive credit, red ones negative.</p>
-<div class="resp">{spans}</div>
-<h3>V after each episode</h3>
+{turns_note}<div class="resp">{spans}</div>
+<h3>V after each {unit}</h3>
 {_svg([r.v0] + [e.value for e in eps])}
-<h3>Episodes</h3>
-<table><tr><th>#</th><th>V</th><th>c (U)</th><th>A per token</th><th>text</th></tr>{rows}</table>
+<h3>{unit.capitalize()}s</h3>
+<table><tr><th>#</th><th>V</th><th>c (U)</th><th>A per token</th>{turn_cols}<th>text</th></tr>{rows}</table>
 </body></html>
 """
 

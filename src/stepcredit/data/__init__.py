@@ -66,6 +66,27 @@ def _arith_tools(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
     return conv(train, "train"), conv(val, "val")
 
 
+@TASKS.register("arith_tools_direct")
+def _arith_tools_direct(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
+    """``arith_tools``'s problems and answers with traces that answer at once, without a tool call: the
+    "without tools" side of the tools experiment (run with a plain ``rollout.mode``)."""
+    train, val = _arith_tools(cfg)
+
+    def direct(samples: list[Sample]) -> list[Sample]:
+        return [
+            s.with_(
+                uid=s.uid.replace("arith_tools:", "arith_tools_direct:"),
+                extra_info={
+                    **{k: v for k, v in s.extra_info.items() if k != "solution_observations"},
+                    "solution": arith.direct_trace(str(s.ground_truth)),
+                },
+            )
+            for s in samples
+        ]
+
+    return direct(train), direct(val)
+
+
 @STEP_VALUES.register(arith.TOOLS_DATA_SOURCE)
 def _arith_tools_step_value(sample: Sample, prefix: str) -> float:
     question = next(m["content"] for m in reversed(sample.prompt) if m["role"] == "user")

@@ -239,7 +239,15 @@ def step_value(question: str, prefix: str) -> float:
 # ------------------------------------------------------------------------------ the tool variant
 TOOLS_DATA_SOURCE = "arith_tools"
 _BOX_RE = re.compile(r" has (\d+) boxes with (\d+) ")
+# an operation's amount is followed by a space ("Then sells 317 eggs."), never by the full stop, so the
+# BPE tokenizer writes it with the same tokens in the question and in the call that copies it
+_TOOL_THEN_RE = re.compile(r"Then ([^.\d]*?)(\d+)[ .]")
 _CALL_RE = re.compile(r"```calculator\n(.*?)\n```", re.DOTALL)
+_TOOL_ANSWER_RE = re.compile(r"answer is\s*(-?\d+)")
+_TOOL_MIN, _TOOL_MAX = 10_000, 99_999
+"""The range of every running total (5 digits)."""
+_TOOL_OBSERVATION = "\n```output\n{}\n```\n"
+"""How the ``fenced`` convention appends a result (:data:`stepcredit.tools.PARSERS`), as the traces write it."""
 
 
 @dataclass(frozen=True)
@@ -263,20 +271,25 @@ class ToolProblem:
     @property
     def question(self) -> str:
         parts = [f"{self.name} has {self.boxes} boxes with {self.per_box} {self.item} each."]
-        parts += [f"Then {phrase}." for _, _, phrase in self.ops]
+        parts += [f"Then {phrase} {self.item}." for _, _, phrase in self.ops]
         parts.append(f"How many {self.item} now?")
         return " ".join(parts)
 
 
 def make_tool_problem(rng: random.Random, cfg: ArithConfig) -> ToolProblem:
     """2-digit boxes times 3-digit items per box, then ``min_steps - 1`` to ``max_steps - 1`` additions
-    or subtractions of up to 3 digits (every running total stays >= 0)."""
+    or subtractions of up to 3 digits. Every running total has exactly 5 digits (32 * 316 >= 10,000;
+    99 * 999 < 100,000; an operation that would leave that range changes sign), so a number copied
+    from a result block into the next call or the answer sits the same number of tokens back."""
     name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
-    boxes, per_box = rng.randint(12, 99), rng.randint(102, 999)
+    boxes, per_box = rng.randint(32, 99), rng.randint(316, 999)
     value, ops = boxes * per_box, []
     for _ in range(rng.randint(cfg.min_steps, cfg.max_steps) - 1):
         n = rng.randint(10, 999)
-        if rng.random() < 0.5 and n <= value:
+        sub = rng.random() < 0.5
+        if (sub and value - n < _TOOL_MIN) or (not sub and value + n > _TOOL_MAX):
+            sub = not sub
+        if sub:
             ops.append(("-", n, rng.choice(_SUB).format(n=n)))
             value -= n
         else:
@@ -285,24 +298,44 @@ def make_tool_problem(rng: random.Random, cfg: ArithConfig) -> ToolProblem:
     return ToolProblem(name, item, boxes, per_box, tuple(ops))
 
 
-def tool_trace(p: ToolProblem) -> str:
-    """The SFT trace: one fenced ``calculator`` call per operation, each followed by its result block
-    (as the ``fenced`` tool-call convention appends it), then "The answer is N."."""
-    states, out = p.states, []
-    exprs = [f"{p.boxes}*{p.per_box}"] + [f"{states[i]}{sign}{n}" for i, (sign, n, _) in enumerate(p.ops)]
+def tool_trace(p: ToolProblem) -> tuple[str, list[tuple[int, int]]]:
+    """The SFT trace and the character spans of its result blocks (never trained on): one fenced
+    ``calculator`` call per operation, each followed by its result block (as the ``fenced``
+    convention appends it), then "The answer is" and the last result on its own line.
+
+    Every number the policy writes is a copy, written so that the tokenizer gives it the same tokens
+    as where it is copied from: the first call's operands as in the question (after a space), a later
+    call's running total and the answer as in the result block (after a newline, one digit per token).
+    A tiny model learns to copy tokens; mapping the question's "▁23" token to the result's "2" "3", or
+    a result's digits to "▁23" "0" "8" "4." in "The answer is 23084.", is a digit lookup it did not
+    learn in 300 SFT steps (0 % validation accuracy with the older format).
+    """
+    states, text, spans = p.states, "", []
+    exprs = [f" {p.boxes} * {p.per_box}"] + [
+        f"{states[i]} {sign} {n}" for i, (sign, n, _) in enumerate(p.ops)
+    ]
     for expr, value in zip(exprs, states, strict=True):
-        out.append(f"```calculator\n{expr}\n```\n```output\n{value}\n```\n")
-    out.append(f"The answer is {states[-1]}.")
-    return "".join(out)
+        text += f"```calculator\n{expr}\n```"
+        obs = _TOOL_OBSERVATION.format(value)
+        spans.append((len(text), len(text) + len(obs)))
+        text += obs
+    return text + f"The answer is\n{states[-1]}", spans
+
+
+def direct_trace(answer: str) -> str:
+    """The trace of the same problem answered without a tool (the answer in the traces' own form)."""
+    return f"The answer is\n{answer}"
 
 
 def make_tool_rows(cfg: ArithConfig, n: int, *, seed: int, split: str) -> list[dict[str, Any]]:
-    """``n`` rows of the tool task in the verl schema (the SFT target is ``extra_info["solution"]``)."""
+    """``n`` rows of the tool task in the verl schema (the SFT target is ``extra_info["solution"]``,
+    its result blocks' character spans ``extra_info["solution_observations"]``)."""
     salt = {"train": 0, "val": 1_000_003, "test": 2_000_029}.get(split, 3_000_017)
     rng = random.Random(seed * 7_919 + salt + 17)
     rows = []
     for i in range(n):
         p = make_tool_problem(rng, cfg)
+        trace, spans = tool_trace(p)
         rows.append(
             {
                 "data_source": TOOLS_DATA_SOURCE,
@@ -313,7 +346,8 @@ def make_tool_rows(cfg: ArithConfig, n: int, *, seed: int, split: str) -> list[d
                     "split": split,
                     "index": i,
                     "steps": len(p.ops) + 1,
-                    "solution": tool_trace(p),
+                    "solution": trace,
+                    "solution_observations": [list(s) for s in spans],
                 },
             }
         )
@@ -326,7 +360,7 @@ def tool_chain_of(question: str) -> list[int]:
     if m is None:
         raise ValueError(f"not an arith_tools question: {question[:60]!r}")
     states = [int(m.group(1)) * int(m.group(2))]
-    for phrase, n, _ in _THEN_RE.findall(question):
+    for phrase, n in _TOOL_THEN_RE.findall(question):
         sign = "-" if phrase.strip().startswith(_SUB_VERBS) else "+"
         states.append(states[-1] + int(n) if sign == "+" else states[-1] - int(n))
     return states
@@ -336,7 +370,7 @@ def tool_step_value(question: str, prefix: str) -> float:
     """The exact value of a multi-turn prefix under an ideal continuation (the calculator is exact, so
     a call is worth what it computes, before its result is read):
 
-    * a final "The answer is N": 1 iff N is the answer;
+    * a final "The answer is N" (N on the same or the next line): 1 iff N is the answer;
     * else the j-th ``calculator`` call: 1 iff its expression's value is s_j (s_k for calls past the
       k-th), 0 for a wrong or unreadable expression;
     * a prefix with no call yet: 1.
@@ -345,7 +379,7 @@ def tool_step_value(question: str, prefix: str) -> float:
     from stepcredit.tools.builtin import calculate
 
     states = tool_chain_of(question)
-    answers = _ANSWER_RE.findall(prefix)
+    answers = _TOOL_ANSWER_RE.findall(prefix)
     if answers:
         return float(int(answers[-1]) == states[-1])
     calls = _CALL_RE.findall(prefix)

@@ -157,6 +157,14 @@ class ToolParser:
     observation_starts: Callable[[str], list[int]] = field(default=lambda text: [])
     """Character offsets where an appended result starts in a text: a turn ends just before each
     (the segmenter's turn boundaries; a plain response, with no results in it, has none)."""
+    observation_spans: Callable[[str], list[tuple[int, int]]] = field(default=lambda text: [])
+    """(start, end) character spans of the appended results in a text (what ``stepcredit explain``
+    marks as not trained on)."""
+
+
+def _spans(pattern: str) -> Callable[[str], list[tuple[int, int]]]:
+    rx = re.compile(pattern, re.DOTALL)
+    return lambda text: [m.span() for m in rx.finditer(text)]
 
 
 PARSERS: Registry[ToolParser] = Registry("tool-call parser")
@@ -188,6 +196,7 @@ PARSERS.add(
         observation=lambda result: f"\n<tool_response>\n{result}\n</tool_response>\n",
         stop=("</tool_call>",),
         observation_starts=lambda text: [m.start() for m in re.finditer("\n<tool_response>\n", text)],
+        observation_spans=_spans(r"\n<tool_response>\n.*?\n</tool_response>\n"),
     ),
 )
 
@@ -212,6 +221,7 @@ PARSERS.add(
         find=_fenced_find,
         observation=lambda result: f"\n```output\n{result}\n```\n",
         observation_starts=lambda text: [m.start() for m in re.finditer("\n```output\n", text)],
+        observation_spans=_spans(r"\n```output\n.*?\n```\n"),
     ),
 )
 

@@ -6,10 +6,16 @@ after each episode; the credit form turns them into step credits c_i (U_i = V_i 
 the verifier scores the whole response (the outcome); and the configured advantage estimator turns the
 outcome and the process channel into each token's advantage, as in training for a group of this one
 response (verl's rule for a single response: group mean 0, std 1, so the outcome term is the score).
+
+A response whose turns called tools (results appended in any registered convention,
+:data:`stepcredit.tools.PARSERS`) is explained per turn: each turn ends at its call, the segmenter's
+episode end, and the result that opens the next turn is attended to but never trained on, so its tokens
+get no advantage, as in training (``Batch.observation_BT``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -22,7 +28,9 @@ from stepcredit.config import Config
 from stepcredit.errors import UserError
 from stepcredit.process import VALUE_ESTIMATORS, ValueEstimatorSpec, prefix_request, process_channel
 from stepcredit.process.diagnostics import describe_episodes, prompt_ids
+from stepcredit.process.segment import token_char_spans
 from stepcredit.reward import Rewarder
+from stepcredit.tools import PARSERS, TOOLS
 from stepcredit.types import Sample
 
 
@@ -56,7 +64,11 @@ class ExplainedEpisode:
     utility: float
     """c_i: its step credit as the process channel gets it (credit form, clip, scale, last-episode rule)."""
     advantage: list[float]
-    """The advantage of each of its tokens."""
+    """The advantage of each of its trained tokens (a tool result's tokens have none)."""
+    observation: str = ""
+    """The tool result that opens the episode ("" for none): attended to, never trained on."""
+    tool_call: str = ""
+    """The tool call the episode ends with, ``name {arguments}`` ("" when no result follows it)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,8 @@ class Explanation:
     """The gold answer."""
     response: str
     """The response explained."""
+    turns: int = 0
+    """Turns of a response that called tools (its results + 1; each call ends a turn); 0 for a plain one."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the outcome's nan as None)."""
@@ -95,13 +109,32 @@ class Explanation:
         return out
 
 
+def tool_results(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, convention) of every tool result appended in ``text``, in order."""
+    return sorted(
+        (a, b, name) for name in PARSERS.names() for a, b in PARSERS.get(name).observation_spans(text)
+    )
+
+
+def _call_text(text: str, convention: str) -> str:
+    """The first complete call in ``text`` under ``convention``, as ``name {arguments}``."""
+    found = PARSERS.get(convention).find(text, {n: TOOLS.get(n) for n in TOOLS.names()})
+    if found is None:
+        return ""
+    call = found.call
+    args = "(malformed: " + call.error + ")" if call.arguments is None else json.dumps(call.arguments)
+    return f"{call.name} {args}"
+
+
 def _advantages(
-    cfg: Config, outcome: float, ends: list[int], values: list[float], T: int
+    cfg: Config, outcome: float, ends: list[int], values: list[float], trained_T: list[bool]
 ) -> list[float] | None:
-    """Per-token advantage of a group of this one response; None for an estimator that needs a critic."""
+    """Per-token advantage of a group of this one response (0 where ``trained_T`` is False: a tool
+    result's tokens); None for an estimator that needs a critic."""
     if ESTIMATORS.get(cfg.algorithm.advantage).needs_values:
         return None
-    mask_BT = torch.ones(1, T, dtype=torch.bool)
+    T = len(trained_T)
+    mask_BT = torch.tensor([trained_T], dtype=torch.bool)
     outcome_BT = torch.zeros(1, T)
     outcome_BT[0, -1] = 0.0 if math.isnan(outcome) else outcome
     process_BT, steps_BT = process_channel([ends], [values], mask_BT, cfg.process)
@@ -150,11 +183,28 @@ def explain(
         if was_training:
             model.train()
     result = rewarder.score_batch([sample], [response])[0]
-    adv = _advantages(replace(cfg, process=pcfg), result.score, ends, values, len(r_ids))
-    episodes = [
-        ExplainedEpisode(**e, advantage=adv[e["token_start"] : e["token_end"] + 1] if adv is not None else [])
-        for e in describe_episodes(r_ids, tok, ends, values, pcfg)
-    ]
+    text, spans = token_char_spans(r_ids, tok)
+    results = tool_results(text)
+    # a token inside an appended result is not trained on (a token across its edge is the policy's)
+    trained = [not any(a <= s and e <= b and s < e for a, b, _ in results) for s, e in spans]
+    adv = _advantages(replace(cfg, process=pcfg), result.score, ends, values, trained)
+    episodes = []
+    for e in describe_episodes(r_ids, tok, ends, values, pcfg):
+        lo, hi = e["token_start"], e["token_end"] + 1
+        opening = [(a, b) for a, b, _ in results if e["start"] <= a < e["end"]]
+        after = [name for a, _, name in results if a == e["end"]]  # a result right after: a call ended it
+        episodes.append(
+            ExplainedEpisode(
+                **e,
+                advantage=[x for x, t in zip(adv[lo:hi], trained[lo:hi], strict=True) if t]
+                if adv is not None
+                else [],
+                observation="".join(text[a:b] for a, b in opening),
+                tool_call=_call_text(text[max([e["start"], *(b for _, b in opening)]) : e["end"]], after[0])
+                if after
+                else "",
+            )
+        )
     return Explanation(
         value_estimator=pcfg.value_estimator,
         value_unit=value_unit(spec),
@@ -168,4 +218,5 @@ def explain(
         advantage_note="" if adv is not None else f"{cfg.algorithm.advantage} needs a critic's values",
         answer=answer,
         response=response,
+        turns=len(results) + 1 if results else 0,
     )

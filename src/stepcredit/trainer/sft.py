@@ -1,4 +1,5 @@
-"""Supervised warm-up: next-token loss on the task's reference traces (response tokens only).
+"""Supervised warm-up: next-token loss on the task's reference traces (response tokens only; a tool
+trace's results are attended to but never trained on).
 
 The RL phase needs a policy whose pass rate is neither 0 nor 1; a few hundred SFT steps on the
 ``arith`` traces give the tiny model the answer format and some arithmetic.
@@ -18,17 +19,40 @@ from stepcredit.errors import DataError
 from stepcredit.rollout import left_pad, render_prompts
 from stepcredit.types import Sample
 
+Pair = tuple[list[int], list[int], list[bool]]
+"""(prompt ids, response ids + eos, per response token: trained on)."""
 
-def sft_pairs(tok: Any, samples: list[Sample]) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, response ids + eos) for every sample that carries ``extra_info['solution']``."""
+
+def _response_ids(tok: Any, solution: str, observations: Any) -> tuple[list[int], list[bool]]:
+    """The solution's tokens and which are trained on: the character spans in ``observations``
+    (tool results) are tokenized on their own, as the tool rollout appends them, and not trained on."""
+    spans = sorted((int(a), int(b)) for a, b in (observations or ()))
+    ids: list[int] = []
+    trained: list[bool] = []
+    at = 0
+    for a, b in [*spans, (len(solution), len(solution))]:
+        if not 0 <= at <= a <= b <= len(solution):
+            raise DataError(f"sft: solution_observations span {[a, b]} is not inside the solution's text")
+        for text, train in ((solution[at:a], True), (solution[a:b], False)):
+            got = tok(text, add_special_tokens=False)["input_ids"] if text else []
+            ids += got
+            trained += [train] * len(got)
+        at = b
+    return [*ids, tok.eos_token_id], [*trained, True]
+
+
+def sft_pairs(tok: Any, samples: list[Sample]) -> list[Pair]:
+    """One :data:`Pair` for every sample that carries ``extra_info['solution']``; a tool trace's
+    results (``extra_info['solution_observations']``: character spans of the solution) are never
+    trained on, exactly as the tool rollout leaves them out of ``response_mask_BT``."""
     prompts = render_prompts(tok, samples)
     out = []
     for s, p in zip(samples, prompts, strict=True):
         sol = s.extra_info.get("solution")
         if not isinstance(sol, str) or not sol:
             continue
-        r = tok(sol, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        out.append((p, r))
+        r, trained = _response_ids(tok, sol, s.extra_info.get("solution_observations"))
+        out.append((p, r, trained))
     if not out:
         raise DataError(
             "sft: no training row has extra_info.solution to imitate (set sft.steps=0 to skip SFT)"
@@ -36,16 +60,24 @@ def sft_pairs(tok: Any, samples: list[Sample]) -> list[tuple[list[int], list[int
     return out
 
 
-def sft_batch(pairs: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, ...]:
-    """Left-padded prompt + right-padded response, and the loss mask over response tokens."""
-    p_ids, p_mask = left_pad([p for p, _ in pairs], pad_id)
-    T = max(len(r) for _, r in pairs)
+def sft_batch(pairs: list[Pair], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Left-padded prompt + right-padded response, its attention mask, and the loss mask over the
+    response's trained tokens (results are attended to, not trained on)."""
+    p_ids, p_mask = left_pad([p for p, _, _ in pairs], pad_id)
+    T = max(len(r) for _, r, _ in pairs)
     r_ids = torch.full((len(pairs), T), pad_id, dtype=torch.long)
     r_mask = torch.zeros((len(pairs), T), dtype=torch.bool)
-    for i, (_, r) in enumerate(pairs):
+    loss_mask = torch.zeros((len(pairs), T), dtype=torch.bool)
+    for i, (_, r, trained) in enumerate(pairs):
         r_ids[i, : len(r)] = torch.tensor(r)
         r_mask[i, : len(r)] = True
-    return torch.cat([p_ids, r_ids], 1), torch.cat([p_mask, r_mask], 1), r_mask
+        loss_mask[i, : len(r)] = torch.tensor(trained, dtype=torch.bool)
+    return torch.cat([p_ids, r_ids], 1), torch.cat([p_mask, r_mask], 1), loss_mask
+
+
+def sft_loss(logp_BT: torch.Tensor, loss_mask_BT: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood over the trained response tokens."""
+    return -(logp_BT * loss_mask_BT).sum() / loss_mask_BT.sum().clamp(min=1)
 
 
 def run_sft(
@@ -80,9 +112,9 @@ def run_sft(
             rng.shuffle(extra)
             order.extend(extra)
         idx, order = order[: cfg.batch_size], order[cfg.batch_size :]
-        ids, mask, r_mask = (x.to(dev) for x in sft_batch([pairs[i] for i in idx], tok.pad_token_id))
-        logp, _ = token_logprobs(model, ids, mask.long(), n_response=r_mask.shape[1])
-        loss = -(logp * r_mask).sum() / r_mask.sum()
+        ids, mask, loss_mask = (x.to(dev) for x in sft_batch([pairs[i] for i in idx], tok.pad_token_id))
+        logp, _ = token_logprobs(model, ids, mask.long(), n_response=loss_mask.shape[1])
+        loss = sft_loss(logp, loss_mask)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
