@@ -11,8 +11,9 @@ from typing import Any
 
 import torch
 
+from stepcredit.cli.common import load_preset
 from stepcredit.cli.main import main
-from stepcredit.config import ModelConfig, TinyModelConfig
+from stepcredit.config import ModelConfig, TinyModelConfig, from_dict
 from stepcredit.models import load_policy, token_logprobs
 
 TINY = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
@@ -51,7 +52,7 @@ def test_a_bf16_run_trains(tmp_path: Path) -> None:
     assert len(rl) == 2
     for r in rl:
         assert math.isfinite(r["pg_loss"]) and math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0
-    smoke = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+    smoke = from_dict(load_preset("smoke")).model.tiny  # the preset's model, as the run built it
     start, _ = load_policy(ModelConfig(tiny=smoke), seed=0)
     trained, _ = load_policy(ModelConfig(path=str(out / "checkpoints" / "final" / "model")))
     moved = [not torch.equal(p, q) for p, q in zip(start.parameters(), trained.parameters(), strict=True)]

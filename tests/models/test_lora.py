@@ -24,7 +24,9 @@ from stepcredit.models.lora import (
     merged_state_dict,
 )
 
-SMOKE = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)  # a small model for the maths
+SMOKE = TinyModelConfig(
+    hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64
+)  # a small model for the maths
 
 
 def _policy(rank: int = 8, **kw: object) -> tuple[torch.nn.Module, torch.nn.Module, object]:

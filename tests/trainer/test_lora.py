@@ -27,6 +27,12 @@ FAST = [
     "data.val_size=8",
     "rollout.max_new_tokens=24",
     "trainer.save_every=1",
+    # the smoke model of before 781b5d4 (32 wide), with adapters on all seven projections: after 4 SFT
+    # steps some of its answers score, so the adapters get a gradient (the 64-wide one scores none yet)
+    "model.tiny.hidden_size=32",
+    "model.tiny.num_heads=1",
+    "model.tiny.intermediate_size=64",
+    "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]",
 ]
 # optim.lr 1e-3: adapters need a larger step than full fine-tuning's (at smoke's 4e-6 they barely move)
 LORA = ["model.lora.rank=8", "optim.lr=1e-3"]
