@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _harness import Monitor, emit
 from longchain_experiment import paired_test
 
 VARIANTS: dict[str, tuple[str, list[str]]] = {
@@ -197,13 +198,17 @@ def main() -> None:
         raise SystemExit(f"--variants: unknown {bad[0]!r} (valid: {', '.join(VARIANTS)})")
     for v in set(VARIANTS) - set(variants):
         del VARIANTS[v]
+    mon = Monitor()  # the machine's load around the runs: seconds per step only from a valid run
     if args.summarize_only:
+        mon.invalidate("--summarize-only: seconds per step were measured when the runs ran, not here")
         runs = {v: [args.out / f"{v}-s{s}" for s in args.seeds] for v in VARIANTS}
     else:
-        runs = run_all(args)
+        with mon.side(f"{args.parallel} runs at a time"):
+            runs = run_all(args)
     out = summarize(runs, args.seeds)
-    if args.json:  # strict JSON: nan (no call, one seed) as null
-        print(json.dumps(_strict(out), default=str))
+    settings = {"seeds": args.seeds, "steps": args.steps, "parallel": args.parallel, "threads": args.threads}
+    # strict JSON: nan (no call, one seed) as null; the verdict line, then the JSON last with --json
+    emit(_strict(mon.finish({"benchmark": "tools_experiment", **out}, {"run": settings})), args.json)
 
 
 def _strict(x: Any) -> Any:
