@@ -176,6 +176,22 @@ def test_generate_through_the_bound_engine(policy: Any) -> None:
     ]
 
 
+def test_a_batch_larger_than_one_default_scheduler_step_samples(policy: Any) -> None:
+    # 64 prompts x 2 of ~90 tokens each: more prompt tokens (~11,000) than vLLM's default step budget
+    # (4,096), which split a seeded prompt across steps and failed on the CPU ("CPU Generator does not
+    # use offset"); the engine's budget takes the whole batch's prompts in one step
+    model, tok, engine = policy
+    rows = make_rows(ArithConfig(), 64, seed=1, split="train")
+    samples = [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]
+    engines.bind(model, engine)
+    try:
+        b = generate(model, tok, samples, n=2, max_new_tokens=8, temperature=1.0)
+    finally:
+        engines.unbind(model)
+    assert len(b) == 128 and int(b.prompt_mask_BP.sum()) > 4096
+    assert b.engine_logp_BT is not None and bool(torch.isfinite(b.engine_logp_BT[b.response_mask_BT]).all())
+
+
 FAST = [
     "--preset",
     "smoke",  # its model's head size (32) is one vLLM's CPU kernels have: the preset runs as it is

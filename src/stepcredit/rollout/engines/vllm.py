@@ -48,6 +48,10 @@ def _env_defaults(kv_cache_gib: int) -> None:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
+_CPU_BATCH_TOKENS = 1 << 17
+"""Tokens one CPU scheduler step may take (vLLM's default, 4,096, splits a 48-prompt batch)."""
+
+
 def _check_cpu_head_size(config: Any) -> None:
     """vLLM's CPU attention kernels exist for a fixed set of head sizes: fail at start-up, not at the
     first generation."""
@@ -105,6 +109,10 @@ class VLLMEngine:
                     logprobs_mode="processed_logprobs",
                     max_logprobs=1,
                     **({"max_model_len": max_model_len} if max_model_len else {}),
+                    # vLLM's CPU sampler cannot resume a seeded request's generator at an offset, which a
+                    # prompt split across scheduler steps (chunked prefill) needs: a budget that takes a
+                    # whole batch's prompts in one step keeps every prompt in one piece
+                    **({"max_num_batched_tokens": _CPU_BATCH_TOKENS} if self.device.type == "cpu" else {}),
                 )
             except (ValueError, RuntimeError, NotImplementedError) as e:
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]
