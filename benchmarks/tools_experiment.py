@@ -28,15 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from _harness import Monitor, emit
-from longchain_experiment import paired_test
+from longchain_experiment import _cli, _launch, paired_test
 
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "turn": ("tools", []),
@@ -58,11 +56,6 @@ COMPARISONS = (("tools on vs off", "grpo", "direct"), ("turn credit vs outcome G
 """(name, variant, baseline): the paired differences reported."""
 
 
-def _cli() -> list[str]:
-    exe = Path(sys.executable).with_name("stepcredit")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "stepcredit.cli.main"]
-
-
 def _rows(run: Path) -> list[dict[str, Any]]:
     f = run / "metrics.jsonl"
     if not f.exists():
@@ -74,13 +67,6 @@ def _done(run: Path, steps: int) -> bool:
     return any(r.get("step") == steps and "val/accuracy" in r for r in _rows(run))
 
 
-def _launch(cmd: list[str], log: Path, threads: int) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    log.parent.mkdir(parents=True, exist_ok=True)
-    print("+", " ".join(cmd), flush=True)
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
-
-
 def run_all(args: argparse.Namespace) -> dict[str, list[Path]]:
     """Train the SFT models that are missing, then every (variant, seed) run not done yet."""
     threads = args.threads * args.parallel
@@ -90,6 +76,7 @@ def run_all(args: argparse.Namespace) -> dict[str, list[Path]]:
             continue
         cmd = [*_cli(), "sft", "--preset", "tools", "--out", str(model.parent), *extra]
         cmd += [f"trainer.threads={threads}", *args.sft_overrides]
+        print("+", " ".join(cmd), flush=True)
         if _launch(cmd, args.out / f"sft-{name}.log", threads).wait() != 0:
             raise SystemExit(f"SFT failed: see {args.out / f'sft-{name}.log'}")
     runs: dict[str, list[Path]] = {}
@@ -111,6 +98,7 @@ def run_all(args: argparse.Namespace) -> dict[str, list[Path]]:
     while todo or live:
         while todo and len(live) < args.parallel:
             cmd, run = todo.pop(0)
+            print("+", " ".join(cmd), flush=True)
             live.append((_launch(cmd, run.with_suffix(".log"), args.threads), run))
         time.sleep(1)
         for p, run in list(live):

@@ -48,6 +48,12 @@ class Registry(Generic[T]):
                 f"unknown {self.kind} {name!r}{hint} (valid: {', '.join(sorted(self._items))})"
             ) from None
 
+    def require(self, name: str, key: str) -> None:
+        """Start-up check of a config value naming an entry: a ConfigError naming the key and the
+        valid names when ``name`` is not registered."""
+        if name not in self._items:
+            raise ConfigError(f"config key {key}: unknown {name!r} (valid: {', '.join(self.names())})")
+
     def __contains__(self, name: object) -> bool:
         return name in self._items
 

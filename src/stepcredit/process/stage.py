@@ -135,19 +135,9 @@ def compute_prefix_values(
 def check_config(cfg: Config) -> None:
     """Start-up checks of the process settings that need the registries (ConfigError on a bad one)."""
     p = cfg.process
-    if p.value_estimator not in VALUE_ESTIMATORS:
-        raise ConfigError(
-            f"config key process.value_estimator: unknown {p.value_estimator!r} "
-            f"(valid: {', '.join(VALUE_ESTIMATORS.names())})"
-        )
-    if p.strategy not in STRATEGIES:
-        raise ConfigError(
-            f"config key process.strategy: unknown {p.strategy!r} (valid: {', '.join(STRATEGIES.names())})"
-        )
-    if p.credit not in CREDIT_FORMS:
-        raise ConfigError(
-            f"config key process.credit: unknown {p.credit!r} (valid: {', '.join(CREDIT_FORMS.names())})"
-        )
+    VALUE_ESTIMATORS.require(p.value_estimator, "process.value_estimator")
+    STRATEGIES.require(p.strategy, "process.strategy")
+    CREDIT_FORMS.require(p.credit, "process.credit")
     spec = VALUE_ESTIMATORS.get(p.value_estimator)
     if p.enabled and p.treerl and not spec.from_outcomes:
         ok = ", ".join(n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).from_outcomes)

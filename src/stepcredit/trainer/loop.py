@@ -320,10 +320,7 @@ def check_config(cfg: Config) -> None:
             f"nodes of a rollout whose responses share prefixes; use rollout.mode={ok}, not {cfg.rollout.mode!r}"
         )
     backends.check_config(cfg.reward)
-    if cfg.optim.schedule not in LR_SCHEDULES:
-        raise ConfigError(
-            f"config key optim.schedule: unknown schedule {cfg.optim.schedule!r} (valid: {', '.join(LR_SCHEDULES)})"
-        )
+    LR_SCHEDULES.require(cfg.optim.schedule, "optim.schedule")
     if cfg.pipeline.one_step_off_policy and not losses.LOSSES.get(cfg.loss.name).corrects_staleness:
         ok = ", ".join(n for n in losses.LOSSES if losses.LOSSES.get(n).corrects_staleness)
         raise ConfigError(
