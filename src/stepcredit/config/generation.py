@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from stepcredit.config.checks import _check
 
@@ -247,8 +248,17 @@ class ToolsConfig:
     modules: tuple[str, ...] = ()
     """Python modules (``pkg.mod``) or files (``path/to/tools.py``) imported at start-up, so that their
     ``@register_tool`` / ``register_http_tool`` calls run before ``names`` is checked."""
+    render: Literal["auto", "template", "convention"] = "auto"
+    """How a result is appended: ``template`` (the chat template's own tool turn; a start-up error when
+    the tokenizer's template cannot render tool calls and tool messages), ``convention`` (the parser's
+    text) or ``auto`` (the template where it can, else the convention)."""
 
     def __post_init__(self) -> None:
+        _check(
+            self.render in ("auto", "template", "convention"),
+            "rollout.tools.render",
+            "auto, template or convention",
+        )
         _check(self.max_turns >= 1, "rollout.tools.max_turns", "must be >= 1")
         _check(self.max_result_chars >= 16, "rollout.tools.max_result_chars", "must be >= 16")
         _check(len(self.names) >= 1, "rollout.tools.names", "name at least one tool")

@@ -33,6 +33,7 @@ from stepcredit.rollout import ROLLOUT_MODES, RolloutModeSpec
 from stepcredit.rollout.batching import finish_batch, left_pad
 from stepcredit.rollout.engines import SamplingSpec, engine_for
 from stepcredit.tools import PARSERS, TOOLS, Observation, ToolCall, ToolParser, execute_call, schemas
+from stepcredit.tools.templates import tool_turn_text, tool_turns
 from stepcredit.types import Batch, Sample
 
 ToolRunner = Callable[[Sequence[ToolCall], Sequence[Mapping[str, Any] | None]], list[Observation]]
@@ -64,9 +65,10 @@ class _Row:
 
 
 def render_tool_prompts(tok: Any, samples: list[Sample], names: Sequence[str]) -> list[list[int]]:
-    """Chat prompts with the offered tools' schemas where the template renders tools (Hermes-style
-    templates list them in the system turn); other templates get the plain prompt."""
-    tools = schemas(names) if "tools" in str(getattr(tok, "chat_template", "") or "") else None
+    """Chat prompts with the offered tools' schemas where the template prints them (Hermes-style
+    templates list them in the system turn; :func:`stepcredit.tools.templates.tool_turns` probes it);
+    other templates get the plain prompt."""
+    tools = schemas(names) if tool_turns(tok).schemas else None
     out = []
     for s in samples:
         text = tok.apply_chat_template(
@@ -74,6 +76,30 @@ def render_tool_prompts(tok: Any, samples: list[Sample], names: Sequence[str]) -
         )
         out.append(tok(text, add_special_tokens=False)["input_ids"])
     return out
+
+
+_RENDER: dict[str, tuple[bool, bool]] = {
+    "auto": (True, False),
+    "template": (True, True),
+    "convention": (False, False),
+}
+"""``rollout.tools.render`` -> (use the template's tool turn where it renders one, refuse a template
+that cannot)."""
+
+
+def check_tool_template(tok: Any, tools: ToolsConfig) -> bool:
+    """Are results appended as the chat template's own tool turn? The start-up check of
+    ``rollout.tools.render=template``: a ConfigError naming the key when ``tok``'s template cannot
+    render a tool call and a tool message."""
+    wanted, required = _RENDER[tools.render]
+    turns = tool_turns(tok)
+    if required and not turns.renders:
+        raise ConfigError(
+            f"config key rollout.tools.render: 'template' needs a chat template that renders tool calls "
+            f"and tool messages, and the model's does not ({turns.why_not}); use render=auto or "
+            "render=convention, or give the model a template with tools (stepcredit.tools.hermes_template)"
+        )
+    return wanted and turns.renders
 
 
 def _cut_at(tok: Any, ids: list[int], end: int) -> int:
@@ -88,10 +114,38 @@ def _cut_at(tok: Any, ids: list[int], end: int) -> int:
     return lo
 
 
-def _observation_ids(tok: Any, text: str) -> list[int]:
-    # a tool that prints the eos (or any special token's) string must not end the response for the policy
-    special = set(getattr(tok, "all_special_ids", []) or [])
-    return [i for i in tok(text, add_special_tokens=False)["input_ids"] if i not in special]
+def _observation_ids(
+    tok: Any, result: str, *, parser: ToolParser, tools: ToolsConfig, prompt: Sequence[Mapping[str, Any]]
+) -> list[int]:
+    """The tokens appended after a call for its ``result``: the chat template's own tool turn where it
+    renders one (``rollout.tools.render``; :func:`stepcredit.tools.templates.tool_turn_text`: the
+    template's end of the call's turn, the tool turn and the next assistant header), else the
+    convention's text (``parser.observation``).
+
+    A tool that prints the eos (or any special token's) string must not end the response or write the
+    template's markup: special tokens are dropped from the convention's tokens, and special-token
+    strings from the result before the template renders it. The template's own markup keeps its
+    special tokens except the eos: a response ends at its first eos (the batch cuts it there), so where
+    the template's end of turn is the eos (ChatML models: SmolLM2, Qwen) those tokens are left out."""
+    if not check_tool_template(tok, tools):
+        special = set(getattr(tok, "all_special_ids", []) or [])
+        ids = tok(parser.observation(result), add_special_tokens=False)["input_ids"]
+        return [i for i in ids if i not in special]
+    for s in _special_strings(tok):
+        result = result.replace(s, "")
+    offered = schemas(tools.names) if tool_turns(tok).schemas else None
+    # the call is not passed down here, so the tool message carries the first offered tool's name:
+    # Hermes/ChatML tool turns do not print it (a template that does would show that name)
+    text = tool_turn_text(tok, result, prompt=prompt, call=tools.names[0], tools=offered)
+    return [i for i in tok(text, add_special_tokens=False)["input_ids"] if i != tok.eos_token_id]
+
+
+def _special_strings(tok: Any) -> list[str]:
+    """Every special token's text: the named ones and the added tokens marked special (a tokenizer's
+    turn markup, e.g. ``<|im_start|>``, is often only the latter), longest first."""
+    found = set(getattr(tok, "all_special_tokens", []) or [])
+    found.update(t.content for t in (getattr(tok, "added_tokens_decoder", {}) or {}).values() if t.special)
+    return sorted((s for s in found if s), key=len, reverse=True)
 
 
 @torch.no_grad()
@@ -164,7 +218,9 @@ def tool_generate(
             r.calls += 1
             if res.error:
                 r.errors.append(res.error)
-            obs = _observation_ids(tok, parser.observation(res.text))[: max_new_tokens - len(r.ids)]
+            obs = _observation_ids(tok, res.text, parser=parser, tools=tc, prompt=r.sample.prompt)[
+                : max_new_tokens - len(r.ids)
+            ]
             r.ids += obs
             r.obs += [True] * len(obs)
             if len(r.ids) >= max_new_tokens:

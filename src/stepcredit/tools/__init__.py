@@ -1,5 +1,5 @@
 """Tools a policy calls inside a multi-turn rollout: declarations, parsed calls, parsers, execution
-(:mod:`.core`), and the built-in ``calculator`` and ``python`` tools (:mod:`.builtin`), registered on import.
+(:mod:`.core`), chat templates' tool turns (:mod:`.templates`), and the built-in ``calculator`` and ``python`` tools (:mod:`.builtin`), registered on import.
 """
 
 from stepcredit.tools import builtin  # noqa: F401  (registers calculator and python)
@@ -17,6 +17,7 @@ from stepcredit.tools.core import (
     register_tool,
     schemas,
 )
+from stepcredit.tools.templates import ToolTurns, hermes_template, tool_turn_text, tool_turns
 
 __all__ = [
     "PARSERS",
@@ -27,8 +28,12 @@ __all__ = [
     "ToolError",
     "ToolParser",
     "ToolSpec",
+    "ToolTurns",
     "execute_call",
+    "hermes_template",
     "register_http_tool",
     "register_tool",
     "schemas",
+    "tool_turn_text",
+    "tool_turns",
 ]

@@ -38,6 +38,7 @@ from stepcredit.reward import Rewarder, build_agent, build_rewarder, shaping
 from stepcredit.reward.run import backends
 from stepcredit.reward.run.health import CircuitBreaker, probe_routes
 from stepcredit.rollout import ROLLOUT_MODES, engines
+from stepcredit.rollout.tools import check_tool_template
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import (
     MetricsLogger,
@@ -78,6 +79,8 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
     _start_run(cfg, run_dir)
     train_set, val_set, stream = build_data(cfg.data, seed=cfg.trainer.seed)
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
+    if uses_tools(cfg):  # rollout.tools.render=template with a template that cannot render tool turns
+        check_tool_template(tok, cfg.rollout.tools)
     model.to(resolve_device(cfg.trainer.device))  # the reference, critic, rollout and values follow it
     ckpt = _resume_state(resume) if resume is not None else None
     with contextlib.ExitStack() as closing:
