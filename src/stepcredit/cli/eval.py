@@ -6,6 +6,11 @@ directory, ``tiny``, a packaged model); without ``--preset``/``--config`` the mo
 used (its run's ``config.yaml``, a packaged model's preset). Responses that hit the token limit are
 counted, warned about and, unless ``--score-truncated``, not scored (status ``truncated``).
 
+With ``rollout.mode=tools`` (a preset, a config or an override) the responses call tools as in the
+trainer's validation (the same tool rollout, calls through the reward layer), and the tool counters
+(calls and failed calls per response, failures by kind) are printed under the table and kept in the
+JSON line's ``tools``.
+
 Writes every sample to a JSONL file, prints a summary table and, as its last line, one JSON object.
 """
 
@@ -39,8 +44,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data",
         default="arith",
-        help=f"{', '.join(data_names())} (arith: the config's validation split; the others: their test "
-        "split) or a verl-style .jsonl/.parquet file",
+        help=f"{VAL}, {', '.join(data_names())} ({VAL}: the validation split of the config's own data.task, "
+        "what the trainer validates on, e.g. arith_tools for --preset tools; arith: the arith task's "
+        "validation split; the others: their test split) or a verl-style .jsonl/.parquet file",
     )
     p.add_argument("--n", type=int, default=1, help="samples per prompt (k of pass@k and maj@k)")
     p.add_argument(
@@ -60,19 +66,26 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+VAL = "val"
+"""``--data val``: the validation split of the config's own ``data.task`` (the trainer's validation set)."""
+
+
 def load_eval_samples(cfg: Config, data: str, data_dir: Path | None) -> list[Sample]:
-    """The prompts of ``--data``: the config's ``arith`` validation split (what the trainer
-    validates on), a registered dataset's eval split (``data.prepare.DATASETS``), or a verl-style file."""
+    """The prompts of ``--data``: the config's own task's validation split (``val``, what the trainer
+    validates on), the ``arith`` validation split, a registered dataset's eval split
+    (``data.prepare.DATASETS``), or a verl-style file."""
     from stepcredit.data import load_task, read_samples, row_to_sample
     from stepcredit.data.prepare import ARITH, DATASETS, dataset_rows
 
+    if data == VAL:
+        return load_task(cfg.data)[1]
     if data == ARITH:
         return load_task(replace(cfg.data, task=ARITH))[1]
     if data in DATASETS:
         rows, path = dataset_rows(data, src=data_dir)
         return [row_to_sample(r, f"{path}:{i + 1}", tag=data) for i, r in enumerate(rows)]
     if not Path(data).exists():
-        raise UserError(f"--data {data}: not one of {', '.join(data_names())} and no such file")
+        raise UserError(f"--data {data}: not one of {VAL}, {', '.join(data_names())} and no such file")
     return read_samples(data)
 
 
@@ -89,19 +102,32 @@ def run(args: argparse.Namespace) -> int:
 
     from stepcredit.models import load_policy
     from stepcredit.reward import build_rewarder
-    from stepcredit.rollout import engines
+    from stepcredit.rollout import ROLLOUT_MODES, engines
+    from stepcredit.rollout.tools import check_tool_template
     from stepcredit.trainer.evaluate import evaluate
+    from stepcredit.trainer.rollout import tool_runner, uses_tools
 
     torch.set_num_threads(cfg.trainer.threads)
+    # rollout.mode=tools: answers call tools as in the trainer's validation (the mode's own start-up
+    # check imports rollout.tools.modules and checks the names and the parser)
+    tools = cfg.rollout.tools if uses_tools(cfg) else None
+    check = ROLLOUT_MODES.get(cfg.rollout.mode).check
+    if tools is not None and check is not None:
+        check(cfg)
     samples = load_eval_samples(cfg, args.data, args.data_dir)[: args.limit or None]
     if not samples:
         raise UserError(f"--data {args.data}: no prompts to evaluate")
-    print(f"model {model_ref.spec} ({model_ref.kind}); settings from {source}; max_new_tokens {max_new}")
+    with_tools = "" if tools is None else f"; tools {','.join(tools.names)} ({tools.parser})"
+    print(
+        f"model {model_ref.spec} ({model_ref.kind}); settings from {source}; max_new_tokens {max_new}{with_tools}"
+    )
     t_load = time.perf_counter()
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
+    if tools is not None:  # render=template with a template that cannot render tool turns: one line
+        check_tool_template(tok, tools)
     engines.bind(model, engines.build_engine(cfg, model, tok))  # rollout.engine generates, as in training
     load_s = time.perf_counter() - t_load
-    stem = args.data if args.data in data_names() else Path(args.data).stem
+    stem = args.data if args.data in (VAL, *data_names()) else Path(args.data).stem
     out = args.out or Path("eval") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -116,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
             report = evaluate(
                 model, tok, samples, rewarder, n=args.n, temperature=temperature, max_new_tokens=max_new,
                 batch_size=args.batch_size, seed=cfg.trainer.seed if args.seed is None else args.seed,
-                score_truncated=args.score_truncated, on_rows=write,
+                score_truncated=args.score_truncated, on_rows=write, tools=tools,
+                run_tools=None if tools is None else tool_runner(cfg, rewarder),
             )  # fmt: skip
         tmp.replace(out)
     except BaseException:
@@ -126,10 +153,24 @@ def run(args: argparse.Namespace) -> int:
         bar(None)
     report = replace(report, extra={"model": model_ref.spec, "data": args.data, "settings": source})
     _print_table(report.table, report.status, out)
+    if report.tools:
+        _print_tools(report.tools)
     if report.truncated:
         _warn_truncated(report.truncated, report.prompts * report.n, max_new, report.score_truncated)
     print(json.dumps({**report.to_dict(), "load_s": load_s, "out": str(out)}))
     return 0
+
+
+def _print_tools(counters: dict[str, float]) -> None:
+    kinds = {k.removeprefix("tools/failed_"): v for k, v in counters.items() if k.startswith("tools/failed_")}
+    kinds.pop("calls_per_response", None)
+    why = ", ".join(f"{k} {int(v)}" for k, v in kinds.items())
+    print(
+        f"tools: {counters['tools/calls_per_response']:.3f} calls per response, "
+        f"{counters['tools/failed_calls_per_response']:.3f} failed calls per response"
+        + (f" ({why})" if why else "")
+    )
+    sys.stdout.flush()
 
 
 def _warn_truncated(k: int, total: int, max_new: int, scored: bool) -> None:

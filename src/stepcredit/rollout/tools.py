@@ -54,6 +54,36 @@ def run_in_process(offered: Sequence[str], max_chars: int) -> ToolRunner:
 
 
 @dataclass
+class CountingRunner:
+    """A runner that counts the calls it ran and the failed ones by kind (``stepcredit eval``'s tool
+    counters; every executed call goes through the runner, so nothing is missed)."""
+
+    run: ToolRunner
+    calls: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+
+    def __call__(
+        self, calls: Sequence[ToolCall], kwargs: Sequence[Mapping[str, Any] | None]
+    ) -> list[Observation]:
+        got = self.run(calls, kwargs)
+        self.calls += len(got)
+        for o in got:
+            if o.error:
+                self.failed[o.error] = self.failed.get(o.error, 0) + 1
+        return got
+
+    def counters(self, responses: int) -> dict[str, float]:
+        """``tools/calls_per_response``, ``tools/failed_calls_per_response`` and ``tools/failed_<kind>``
+        (sums), as the trainer logs them."""
+        n = max(1, responses)
+        return {
+            "tools/calls_per_response": self.calls / n,
+            "tools/failed_calls_per_response": sum(self.failed.values()) / n,
+            **{f"tools/failed_{k}": float(v) for k, v in sorted(self.failed.items())},
+        }
+
+
+@dataclass
 class _Row:
     prompt: list[int]
     sample: Sample
