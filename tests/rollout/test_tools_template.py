@@ -13,9 +13,10 @@ import torch
 
 import stepcredit.rollout.tools as rt
 from stepcredit.cli import main as cli
-from stepcredit.config import ModelConfig, TinyModelConfig, ToolsConfig
+from stepcredit.config import ModelConfig, ProcessConfig, TinyModelConfig, ToolsConfig
 from stepcredit.errors import ConfigError
 from stepcredit.models import load_policy
+from stepcredit.process.segment import segment_episodes
 from stepcredit.rollout.engines import Completion
 from stepcredit.tools import hermes_template, schemas, tool_turn_text, tool_turns
 from stepcredit.types import Sample
@@ -125,6 +126,12 @@ def test_observation_is_the_templates_tool_turn(policy: Any, monkeypatch: pytest
     prompt = b.prompt_ids_BP[0][b.prompt_mask_BP[0]].tolist()
     assert prompt + resp == after + ids(tok, "The answer is 144.") + [tok.eos_token_id]
     assert b.texts[0].startswith(CALL + "<tool_response>\n144\n</tool_response>")
+    # turns are still the episodes: the first ends at the call's last token, not inside the markup
+    assert segment_episodes(resp, tok, ProcessConfig()) == [n_call - 1, len(resp) - 1]
+    # what `stepcredit explain` marks as the result: from the call's end through </tool_response>
+    text = tok.decode(resp, skip_special_tokens=False)
+    [(a, z)] = rt.PARSERS.get("hermes").observation_spans(text)
+    assert (a, text[a:z]) == (len(CALL), "<|end|><|user|><tool_response>\n144\n</tool_response>")
 
 
 def test_eos_end_of_turn_is_left_out(policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,6 +148,8 @@ def test_eos_end_of_turn_is_left_out(policy: Any, monkeypatch: pytest.MonkeyPatc
     obs = b.response_ids_BT[0][b.observation_BT[0]].tolist()
     assert obs == want and tok.eos_token_id not in obs
     assert not b.truncated_B[0] and b.texts[0].endswith("The answer is 144.")
+    resp = b.response_ids_BT[0][b.attention_BT()[0]].tolist()
+    assert segment_episodes(resp, tok, ProcessConfig())[0] == len(ids(tok, CALL)) - 1
 
 
 def test_result_cannot_write_markup_and_convention_is_kept(policy: Any) -> None:

@@ -189,14 +189,21 @@ def _hermes_find(text: str, tools: Mapping[str, ToolSpec]) -> ParsedCall | None:
     return ParsedCall(ToolCall(name, args), m.end())
 
 
+# A result starts right after the call it answers: with the convention's text that is where
+# "\n<tool_response>\n" starts, and with a chat template's tool turn (docs/tools.md) it is where the
+# template's markup starts (its end of turn, then a tool or user turn holding <tool_response>), so
+# turns end at the call's last token either way.
+_HERMES_ANSWERED = re.compile(r"</tool_call>(?=(?:(?!<tool_call>).)*?<tool_response>)", re.DOTALL)
+
 PARSERS.add(
     "hermes",
     ToolParser(
         find=_hermes_find,
         observation=lambda result: f"\n<tool_response>\n{result}\n</tool_response>\n",
         stop=("</tool_call>",),
-        observation_starts=lambda text: [m.start() for m in re.finditer("\n<tool_response>\n", text)],
-        observation_spans=_spans(r"\n<tool_response>\n.*?\n</tool_response>\n"),
+        observation_starts=lambda text: [m.end() for m in _HERMES_ANSWERED.finditer(text)],
+        # from the call's end through </tool_response> (a template's markup after it is not included)
+        observation_spans=_spans(r"(?<=</tool_call>)(?:(?!<tool_call>).)*?</tool_response>\n?"),
     ),
 )
 
