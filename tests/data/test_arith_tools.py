@@ -89,6 +89,33 @@ def test_task_step_values_and_reward() -> None:
             assert rewarder.score(s, sol.replace("The answer is\n", "The answer is\n1")).score == 0.0
 
 
+def test_reward_wants_the_computed_number_not_an_expression() -> None:
+    """The math verifier (like math-verify) evaluates an extracted expression; on this task such an
+    answer skips the computation the tool is for, so it is wrong (a verdict, not a failure)."""
+    from stepcredit.reward.verifiers.math.score import math_compute_score
+
+    train, _ = load_task(DataConfig(task="arith_tools", train_size=1, val_size=1))
+    s = train[0]
+    truth = str(s.ground_truth)
+    a, b = tool_chain_of(s.prompt[-1]["content"])[0], 1
+    hack = f"The answer is {a} * {b} + {int(truth) - a}"
+    assert math_compute_score("arith", hack, truth, {}).score == 1.0  # what the math verifier says
+    cases = {
+        f"The answer is\n{truth}": 1.0,
+        f"The answer is {truth}.": 1.0,
+        f"The answer is {truth} eggs": 1.0,
+        f"The answer is\n{int(truth) + 1}": 0.0,
+        f"The answer is {truth} - 0": 0.0,
+        hack: 0.0,
+    }
+    with build_rewarder() as rewarder:
+        for text, want in cases.items():
+            got = rewarder.score(s, text)
+            assert (got.score, got.status.value) == (want, "ok"), text
+        got = rewarder.score(s, "no final phrase")
+        assert (got.score, got.status.value) == (0.0, "unparseable")
+
+
 def test_step_value_by_hand() -> None:
     q = "Ann has 12 boxes with 345 pens each. Then sells 40 pens. Then gets 7 more pens. How many pens now?"
     # s_1 = 12 * 345 = 4140, s_2 = 4140 - 40 = 4100, s_3 = 4100 + 7 = 4107

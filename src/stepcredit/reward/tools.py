@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,8 +26,28 @@ from stepcredit.types import RewardResult, Sample, Status
 TOOL_STYLE = "tool"
 """The row style (and reward name) of a tool call (style routing comes before ``reward.custom``)."""
 
-# the tool task's answers are checked like arith's ("The answer is N."): the math verifier
-REWARDS.register("arith_tools")(REWARDS.get("math"))
+_FINAL_RE = re.compile(r"answer is\b", re.IGNORECASE)
+_INTEGER_RE = re.compile(r"(-?\d+)(?:\s+[A-Za-z]+)?")  # "47056" or "47056 eggs"
+
+
+@register_reward("arith_tools", fast=None, isolate=False)
+def integer_answer(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any) -> RewardResult:
+    """The tool task's verdict: what follows the last "answer is" must be an integer literal equal to
+    the ground truth (a trailing unit word and full stop allowed). The math verifier (like math-verify) evaluates an
+    expression it extracts, so "The answer is 68 * 692" would score 1 on a task whose point is that the
+    model computes it (with the calculator, or in its head on the no-tool side): an unevaluated product
+    is a wrong answer here, not an unparseable one."""
+    found = list(_FINAL_RE.finditer(solution_str))
+    if not found:
+        return RewardResult(score=0.0, status=Status.UNPARSEABLE, info={"how": "no 'answer is'"})
+    tail = solution_str[found[-1].end() :].strip().removesuffix(".").strip()
+    try:
+        want = int(str(ground_truth).strip())
+    except ValueError:
+        return RewardResult.failure(Status.ERROR, f"arith_tools ground truth is not an integer: {ground_truth!r}")
+    m = _INTEGER_RE.fullmatch(tail)
+    ok = m is not None and int(m.group(1)) == want
+    return RewardResult(score=float(ok), status=Status.OK, extracted=tail[:64], info={"how": "integer"})
 
 
 @register_reward(TOOL_STYLE)
