@@ -53,12 +53,22 @@ def run_in_process(offered: Sequence[str], max_chars: int) -> ToolRunner:
 
 
 @dataclass
-class _Row:
+class ToolRow:
+    """One multi-turn response as the turn loop (:func:`run_turns`) grows it: its own state, mutated
+    by the loop only."""
+
     prompt: list[int]
     sample: Sample
+    limit: int
+    """Most response tokens (results included): the length budget."""
     ids: list[int] = field(default_factory=list)
+    """Response tokens so far (the policy's and the results')."""
     obs: list[bool] = field(default_factory=list)
+    """Per token of ``ids``: a result's token (never trained on)."""
     calls: int = 0
+    """Calls executed so far (the turn limit counts them)."""
+    pending: ToolCall | None = None
+    """A call that ends ``ids`` and has not run yet: the loop runs it before sampling the next turn."""
     errors: list[str] = field(default_factory=list)
     done: bool = False
 
@@ -94,6 +104,107 @@ def _observation_ids(tok: Any, text: str) -> list[int]:
     return [i for i in tok(text, add_special_tokens=False)["input_ids"] if i not in special]
 
 
+def run_turns(
+    model: Any,
+    tok: Any,
+    rows: Sequence[ToolRow],
+    tools: ToolsConfig,
+    run_tools: ToolRunner,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> dict[str, float]:
+    """The turn loop of a tool rollout, from each row's state (an empty response, or a prefix of one
+    with its results, perhaps ending at a ``pending`` call): run the pending calls of every row at once
+    and append their results, then sample the next turn of every active row at once (cut at its first
+    call), until every row ends: with eos, at its length budget ``limit`` (results count), or at a call
+    past ``tools.max_turns`` (not run). The rows are grown in place; returns the loop's counters
+    (``tools/turn_limit_reached``, ``rollout/generated_tokens``)."""
+    tc = tools
+    parser: ToolParser = PARSERS.get(tc.parser)
+    offered = {n: TOOLS.get(n) for n in tc.names}
+    counts = {"tools/turn_limit_reached": 0.0, "rollout/generated_tokens": 0.0}
+    for r in rows:
+        if r.pending is not None and r.calls >= tc.max_turns:
+            # a call past the limit ends its response unexecuted, as when the loop found it
+            counts["tools/turn_limit_reached"] += 1
+            r.pending, r.done = None, True
+        if len(r.ids) >= r.limit:
+            r.pending, r.done = None, True  # no room for a result, nor for another turn
+    while True:
+        calls = [r for r in rows if r.pending is not None]
+        if calls:
+            results = run_tools(
+                [r.pending for r in calls if r.pending is not None],
+                [r.sample.extra_info.get("tools_kwargs") for r in calls],
+            )
+            for r, res in zip(calls, results, strict=True):
+                r.calls += 1
+                r.pending = None
+                if res.error:
+                    r.errors.append(res.error)
+                obs = _observation_ids(tok, parser.observation(res.text))[: r.limit - len(r.ids)]
+                r.ids += obs
+                r.obs += [True] * len(obs)
+                if len(r.ids) >= r.limit:
+                    r.done = True
+        active = [r for r in rows if not r.done]
+        if not active:
+            return counts
+        budget = [r.limit - len(r.ids) for r in active]
+        # the run's engine samples each turn (for every active response at once); a convention whose
+        # calls end in a fixed string stops there, the others are cut at the call below
+        spec = SamplingSpec(temperature=temperature, top_p=top_p, max_tokens=max(budget), stop=parser.stop)
+        turns = engine_for(model).sample(model, tok, [r.prompt + r.ids for r in active], spec, budgets=budget)
+        for r, done in zip(active, turns, strict=True):
+            got = list(done.ids)
+            text = tok.decode(got, skip_special_tokens=True)
+            found = parser.find(text, offered)
+            if found is not None:
+                got = got[: _cut_at(tok, got, found.end)]
+            if found is not None and r.calls >= tc.max_turns:
+                # the policy wanted another call past the limit: the response ends there, unexecuted
+                counts["tools/turn_limit_reached"] += 1
+                found = None
+            if found is not None:
+                r.pending = found.call
+            else:
+                r.done = True
+            r.ids += got
+            r.obs += [False] * len(got)
+            counts["rollout/generated_tokens"] += len(got)
+            if len(r.ids) >= r.limit:
+                r.done = True  # out of budget (a call cut at the limit is not run: no room for its result)
+                r.pending = None
+
+
+def resume_row(
+    tok: Any, prompt: list[int], sample: Sample, ids: Sequence[int], tools: ToolsConfig, *, limit: int
+) -> ToolRow:
+    """A row of the turn loop that goes on from ``ids``, a prefix of a tool rollout's response (its
+    results kept as they are): the calls so far are its results (``tools.parser``'s result blocks), and
+    a call that ends the prefix's last turn (an episode end: the last token of a call, before its
+    result) is ``pending``, so :func:`run_turns` runs it and appends its result before the next turn.
+    ``obs`` marks the prefix's tokens False: a continuation is scored, never trained on."""
+    parser: ToolParser = PARSERS.get(tools.parser)
+    text = tok.decode(list(ids), skip_special_tokens=True)
+    spans = parser.observation_spans(text)
+    last = text[spans[-1][1] :] if spans else text  # the prefix's last turn
+    found = parser.find(last, {n: TOOLS.get(n) for n in tools.names})
+    # a call followed by more of the policy's text was not cut at (a trace, not a rollout): no call runs
+    pending = found.call if found is not None and not last[found.end :].strip() else None
+    return ToolRow(list(prompt), sample, limit, list(ids), [False] * len(ids), len(spans), pending)
+
+
+def default_runner(tools: ToolsConfig, run_tools: ToolRunner | None) -> ToolRunner:
+    """``run_tools``, or (library use without a reward agent) a runner in this process; every name
+    and the parser must be registered (one line listing the registered ones otherwise)."""
+    for name in tools.names:
+        TOOLS.get(name)
+    PARSERS.get(tools.parser)
+    return run_tools or run_in_process(tools.names, tools.max_result_chars)
+
+
 @torch.no_grad()
 def tool_generate(
     model: Any,
@@ -115,60 +226,13 @@ def tool_generate(
     (observations included in ``rollout/response_tokens``, not in ``rollout/generated_tokens``), tool
     calls, turns, failed calls by kind and turn limits reached."""
     tc = tools
-    for name in tc.names:
-        TOOLS.get(name)  # an unknown tool: one line listing the registered ones
-    parser: ToolParser = PARSERS.get(tc.parser)
-    offered = {n: TOOLS.get(n) for n in tc.names}
-    runner = run_tools or run_in_process(tc.names, tc.max_result_chars)
+    runner = default_runner(tc, run_tools)
     was_training = model.training
     model.eval()
     dev = next(model.parameters()).device
     prompts = render_tool_prompts(tok, samples, tc.names)
-    rows = [_Row(prompts[i // n], samples[i // n]) for i in range(len(samples) * n)]
-    counts = {"tools/turn_limit_reached": 0.0, "rollout/generated_tokens": 0.0}
-    for turn in range(tc.max_turns + 1):
-        active = [r for r in rows if not r.done]
-        if not active:
-            break
-        budget = [max_new_tokens - len(r.ids) for r in active]
-        # the run's engine samples each turn (for every active response at once); a convention whose
-        # calls end in a fixed string stops there, the others are cut at the call below
-        spec = SamplingSpec(temperature=temperature, top_p=top_p, max_tokens=max(budget), stop=parser.stop)
-        turns = engine_for(model).sample(model, tok, [r.prompt + r.ids for r in active], spec, budgets=budget)
-        calls: list[tuple[_Row, ToolCall]] = []
-        for r, done in zip(active, turns, strict=True):
-            got = list(done.ids)
-            text = tok.decode(got, skip_special_tokens=True)
-            found = parser.find(text, offered)
-            if found is not None:
-                got = got[: _cut_at(tok, got, found.end)]
-            if found is not None and turn == tc.max_turns:
-                # the policy wanted another call past the limit: the response ends there, unexecuted
-                counts["tools/turn_limit_reached"] += 1
-                found = None
-            if found is not None:
-                calls.append((r, found.call))
-            else:
-                r.done = True
-            r.ids += got
-            r.obs += [False] * len(got)
-            counts["rollout/generated_tokens"] += len(got)
-            if len(r.ids) >= max_new_tokens:
-                r.done = True  # out of budget (a call cut at the limit is not run: no room for its result)
-                if found is not None:
-                    calls.pop()
-        if not calls:
-            continue
-        results = runner([c for _, c in calls], [r.sample.extra_info.get("tools_kwargs") for r, _ in calls])
-        for (r, _), res in zip(calls, results, strict=True):
-            r.calls += 1
-            if res.error:
-                r.errors.append(res.error)
-            obs = _observation_ids(tok, parser.observation(res.text))[: max_new_tokens - len(r.ids)]
-            r.ids += obs
-            r.obs += [True] * len(obs)
-            if len(r.ids) >= max_new_tokens:
-                r.done = True
+    rows = [ToolRow(prompts[i // n], samples[i // n], max_new_tokens) for i in range(len(samples) * n)]
+    counts = run_turns(model, tok, rows, tc, runner, temperature=temperature, top_p=top_p)
     T = max(1, max(len(r.ids) for r in rows))
     resp = torch.full((len(rows), T), tok.pad_token_id, dtype=torch.long)
     obs_BT = torch.zeros((len(rows), T), dtype=torch.bool)
@@ -207,7 +271,7 @@ def tool_generate(
     return batch, counts
 
 
-def tool_counters(rows: Sequence[_Row]) -> dict[str, float]:
+def tool_counters(rows: Sequence[ToolRow]) -> dict[str, float]:
     """Sums over the responses: calls, turns (calls + the final turn), failed calls and each failure kind."""
     out = {
         "tools/calls": float(sum(r.calls for r in rows)),
