@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,10 +19,10 @@ import torch
 
 import stepcredit.reward.tools  # noqa: F401  (registers the arith_tools verifier)
 import stepcredit.rollout.tools as rt
-from stepcredit.config import ProcessConfig, ToolsConfig
-from stepcredit.models import build_tokenizer
+from stepcredit.config import ProcessConfig, TinyModelConfig, ToolsConfig
+from stepcredit.models import build_tiny, build_tokenizer
 from stepcredit.process import VALUE_ESTIMATORS, prefix_values, score_each
-from stepcredit.process.values import ToolTurns
+from stepcredit.process.values import PrefixRequest, ToolTurns
 from stepcredit.reward.base import REWARDS
 from stepcredit.rollout.engines import Completion
 from stepcredit.tools import Observation, ToolCall, register_tool
@@ -254,10 +255,11 @@ def test_tool_failures_in_continuations_are_observations(
 
 
 def test_every_continuation_estimator_takes_tools() -> None:
-    # the registry says which estimators continue tool rollouts with tools; of the others, forced answers
-    # and exact values sample nothing, and tree values come from a tree rollout (refused with tools)
-    takes = {n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).continues_with_tools}
-    assert takes == {"monte_carlo", "greedy_continuation"}
+    # the registry says which estimators see a call's result (continuations with tools, the forced answer
+    # after the result); of the others, exact values sample nothing, and tree values come from a tree
+    # rollout (refused with tools)
+    takes = {n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).takes_tools}
+    assert takes == {"monte_carlo", "greedy_continuation", "forced_answer_logprob"}
     others = [VALUE_ESTIMATORS.get(n) for n in VALUE_ESTIMATORS if n not in takes]
     assert all(not spec.generates or spec.from_outcomes for spec in others)
 
@@ -269,3 +271,21 @@ def test_resume_row_finds_calls_so_far_and_the_pending_call(tok: Any) -> None:
     # a call followed by more of the policy's text (a trace, not cut at the call) is not pending
     assert rt.resume_row(tok, [1], SAMPLE, ids(tok, text + " then"), TOOLS, limit=500).pending is None
     assert rt.resume_row(tok, [1], SAMPLE, ids(tok, "So "), TOOLS, limit=500).calls == 0
+
+
+@pytest.mark.parametrize("strategy", ["packed", "naive"])
+def test_a_forced_answer_at_a_call_is_forced_after_its_result(strategy: str) -> None:
+    model, tok = build_tiny(TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
+    cfg = ProcessConfig(value_estimator="forced_answer_logprob", strategy=strategy)
+    n_call, n_obs = len(ids(tok, CALL)), len(ids(tok, RESULT.format(22944)))
+    resp = ids(tok, RIGHT)
+    req = PrefixRequest(SAMPLE, ids(tok, PROMPT), resp, [0, n_call, len(resp) - 1], "22944", complete=True)
+    forced = VALUE_ESTIMATORS.get("forced_answer_logprob")
+    with torch.no_grad():
+        got = forced(model, tok, [req], cfg, tools=ToolTurns(TOOLS, 200))
+        plain = forced(model, tok, [req], cfg)
+        # the reference: the same estimator without tools on prefixes that hold the call and its result
+        ref = forced(model, tok, [replace(req, prefix_lens=[0, n_call + n_obs, len(resp) - 1])], cfg)
+    assert got == ref
+    # only the prefix that ends at the call moved: the forced answer now reads 22944 there
+    assert got[0][0] == plain[0][0] and got[0][2] == plain[0][2] and got[0][1] != plain[0][1]

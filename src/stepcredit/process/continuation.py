@@ -227,7 +227,7 @@ def _need_verifier(name: str, score_fn: ScoreFn | None) -> ScoreFn:
     generates=True,
     terminal_is_reward=True,
     success_probability=True,
-    continues_with_tools=True,
+    takes_tools=True,
 )
 def monte_carlo(
     model: Any,
@@ -267,7 +267,7 @@ def monte_carlo(
     generates=True,
     terminal_is_reward=True,
     success_probability=True,
-    continues_with_tools=True,
+    takes_tools=True,
 )
 def greedy_continuation(
     model: Any,

@@ -108,8 +108,9 @@ def prefix_values(
     force-answer suffixes to run. ``score_fn(samples, texts) -> scores`` is the batched verifier; pass
     it whenever ``VALUE_ESTIMATORS.get(cfg.value_estimator).needs_verifier`` (``monte_carlo``,
     ``greedy_continuation``): without it those raise a ConfigError. ``tools``: the responses are a
-    tool rollout's (``rollout.mode=tools``), and an estimator that ``continues_with_tools`` continues
-    them as tool rollouts (:mod:`stepcredit.process.continuation`); the others ignore it.
+    tool rollout's (``rollout.mode=tools``), and an estimator that ``takes_tools`` values a prefix that
+    ends at a call after the call's result (:attr:`ValueEstimatorSpec.takes_tools`); the others
+    ignore it.
     """
     ends, requests = build_requests(samples, prompt_ids, response_ids, tokenizer, cfg)
     estimator = VALUE_ESTIMATORS.get(cfg.value_estimator)

@@ -6,8 +6,8 @@ generate?) as metadata, under one signature::
 
     estimator(model, tokenizer, requests, cfg, *, score_fn=None, body=None) -> list[list[float]]
 
-(an estimator registered with ``continues_with_tools`` also takes ``tools``: on a tool rollout its
-continuations run as tool rollouts). They return new values and never write into their inputs. The built-in ones live apart:
+(an estimator registered with ``takes_tools`` also takes ``tools``: on a tool rollout its values see
+each call's result). They return new values and never write into their inputs. The built-in ones live apart:
 
 * :mod:`stepcredit.process.forced` - ``forced_answer_logprob``, the mean log-probability of the gold
   answer forced after the prefix (three execution strategies with the same numbers);
@@ -89,7 +89,7 @@ class ValueEstimator(Protocol):
 
 
 class ToolValueEstimator(Protocol):
-    """A :class:`ValueEstimator` that also takes ``tools`` (registered with ``continues_with_tools``)."""
+    """A :class:`ValueEstimator` that also takes ``tools`` (registered with ``takes_tools``)."""
 
     def __call__(
         self,
@@ -129,9 +129,10 @@ class ValueEstimatorSpec:
     """Every V is a probability of success in [0, 1] on the outcome's scale (a mean verifier score, an
     exact step value), not a likelihood or a score on its own scale (a forced answer's log-probability):
     credit forms that compare V with a certain success (``blame``'s V_0 := 1) need it."""
-    continues_with_tools: bool = False
-    """Its continuations of a tool rollout's prefixes run as tool rollouts: it takes ``tools``
-    (:class:`ToolTurns`), which the caller passes on a tool rollout."""
+    takes_tools: bool = False
+    """It takes ``tools`` (:class:`ToolTurns`), which the caller passes on a tool rollout, so that its
+    value of a prefix that ends at a call sees the call's result: continuations run as tool rollouts
+    (``monte_carlo``, ``greedy_continuation``), a forced answer is forced after the result."""
 
     def __call__(
         self,
@@ -144,7 +145,7 @@ class ValueEstimatorSpec:
         body: RolloutCache | None = None,
         tools: ToolTurns | None = None,
     ) -> list[list[float]]:
-        if self.continues_with_tools:
+        if self.takes_tools:
             fn = cast(ToolValueEstimator, self.fn)
             return fn(model, tokenizer, requests, cfg, score_fn=score_fn, body=body, tools=tools)
         return self.fn(model, tokenizer, requests, cfg, score_fn=score_fn, body=body)
@@ -162,7 +163,7 @@ def register_value_estimator(
     from_outcomes: bool = False,
     needs_step_values: bool = False,
     success_probability: bool = False,
-    continues_with_tools: bool = False,
+    takes_tools: bool = False,
 ) -> Callable[[ValueEstimator], ValueEstimator]:
     """Decorator: add ``fn`` to :data:`VALUE_ESTIMATORS` with its capabilities."""
 
@@ -177,7 +178,7 @@ def register_value_estimator(
                 from_outcomes=from_outcomes,
                 needs_step_values=needs_step_values,
                 success_probability=success_probability,
-                continues_with_tools=continues_with_tools,
+                takes_tools=takes_tools,
             ),
         )
         return fn
