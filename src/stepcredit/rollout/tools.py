@@ -69,7 +69,8 @@ class ToolRow:
     """Calls executed so far (the turn limit counts them)."""
     pending: ToolCall | None = None
     """A call that ends ``ids`` and has not run yet: the loop runs it before sampling the next turn."""
-    errors: list[str] = field(default_factory=list)
+    outcomes: list[str] = field(default_factory=list)
+    """Per call run so far: its failure's kind, "" when the tool answered."""
     done: bool = False
 
 
@@ -141,8 +142,7 @@ def run_turns(
             for r, res in zip(calls, results, strict=True):
                 r.calls += 1
                 r.pending = None
-                if res.error:
-                    r.errors.append(res.error)
+                r.outcomes.append(res.error)
                 obs = _observation_ids(tok, parser.observation(res.text))[: r.limit - len(r.ids)]
                 r.ids += obs
                 r.obs += [True] * len(obs)
@@ -196,6 +196,54 @@ def resume_row(
     return ToolRow(list(prompt), sample, limit, list(ids), [False] * len(ids), len(spans), pending)
 
 
+def tool_batch(
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    rows: Sequence[ToolRow],
+    *,
+    n: int,
+    temperature: float,
+    group_offset: int,
+    policy_version: int,
+    with_logprobs: bool,
+    keep_cache: bool,
+) -> Batch:
+    """The batch of finished rows (``n`` per sample, each sample's contiguous): results' tokens marked
+    in ``observation_BT``, out of ``response_mask_BT``, with behaviour log-prob 0."""
+    dev = next(model.parameters()).device
+    T = max(1, max(len(r.ids) for r in rows))
+    resp = torch.full((len(rows), T), tok.pad_token_id, dtype=torch.long)
+    obs_BT = torch.zeros((len(rows), T), dtype=torch.bool)
+    for b, r in enumerate(rows):
+        resp[b, : len(r.ids)] = torch.tensor(r.ids, dtype=torch.long)
+        obs_BT[b, : len(r.obs)] = torch.tensor(r.obs, dtype=torch.bool)
+    p_ids, p_mask = left_pad([r.prompt for r in rows], tok.pad_token_id)
+    batch = finish_batch(
+        model,
+        tok,
+        samples,
+        n=n,
+        p_ids=p_ids.to(dev),
+        p_mask=p_mask.to(dev),
+        resp=resp.to(dev),
+        temperature=temperature,
+        group_offset=group_offset,
+        with_logprobs=with_logprobs,
+        policy_version=policy_version,
+        keep_cache=keep_cache,
+    )
+    Tb = batch.response_ids_BT.shape[1]
+    obs_BT = obs_BT[:, :Tb] & batch.response_mask_BT  # finish_batch cut at eos: nothing after it counts
+    logp = batch.behaviour_logp_BT
+    return replace(
+        batch,
+        response_mask_BT=batch.response_mask_BT & ~obs_BT,
+        observation_BT=obs_BT,
+        behaviour_logp_BT=None if logp is None else torch.where(obs_BT, 0.0, logp),
+    )
+
+
 def default_runner(tools: ToolsConfig, run_tools: ToolRunner | None) -> ToolRunner:
     """``run_tools``, or (library use without a reward agent) a runner in this process; every name
     and the parser must be registered (one line listing the registered ones otherwise)."""
@@ -229,42 +277,23 @@ def tool_generate(
     runner = default_runner(tc, run_tools)
     was_training = model.training
     model.eval()
-    dev = next(model.parameters()).device
     prompts = render_tool_prompts(tok, samples, tc.names)
     rows = [ToolRow(prompts[i // n], samples[i // n], max_new_tokens) for i in range(len(samples) * n)]
     counts = run_turns(model, tok, rows, tc, runner, temperature=temperature, top_p=top_p)
-    T = max(1, max(len(r.ids) for r in rows))
-    resp = torch.full((len(rows), T), tok.pad_token_id, dtype=torch.long)
-    obs_BT = torch.zeros((len(rows), T), dtype=torch.bool)
-    for b, r in enumerate(rows):
-        resp[b, : len(r.ids)] = torch.tensor(r.ids, dtype=torch.long)
-        obs_BT[b, : len(r.obs)] = torch.tensor(r.obs, dtype=torch.bool)
-    p_ids, p_mask = left_pad([r.prompt for r in rows], tok.pad_token_id)
-    batch = finish_batch(
+    batch = tool_batch(
         model,
         tok,
         samples,
+        rows,
         n=n,
-        p_ids=p_ids.to(dev),
-        p_mask=p_mask.to(dev),
-        resp=resp.to(dev),
         temperature=temperature,
         group_offset=group_offset,
-        with_logprobs=with_logprobs,
         policy_version=policy_version,
+        with_logprobs=with_logprobs,
         keep_cache=keep_cache,
     )
     if was_training:
         model.train()
-    Tb = batch.response_ids_BT.shape[1]
-    obs_BT = obs_BT[:, :Tb] & batch.response_mask_BT  # finish_batch cut at eos: nothing after it counts
-    logp = batch.behaviour_logp_BT
-    batch = replace(
-        batch,
-        response_mask_BT=batch.response_mask_BT & ~obs_BT,
-        observation_BT=obs_BT,
-        behaviour_logp_BT=None if logp is None else torch.where(obs_BT, 0.0, logp),
-    )
     counts.update(tool_counters(rows))
     counts["rollout/responses"] = float(len(rows))
     counts["rollout/response_tokens"] = float(sum(len(r.ids) for r in rows))
@@ -276,10 +305,10 @@ def tool_counters(rows: Sequence[ToolRow]) -> dict[str, float]:
     out = {
         "tools/calls": float(sum(r.calls for r in rows)),
         "tools/turns": float(sum(r.calls + 1 for r in rows)),
-        "tools/failed_calls": float(sum(len(r.errors) for r in rows)),
+        "tools/failed_calls": float(sum(1 for r in rows for kind in r.outcomes if kind)),
     }
     for r in rows:
-        for kind in r.errors:
+        for kind in filter(None, r.outcomes):
             out[f"tools/failed_{kind}"] = out.get(f"tools/failed_{kind}", 0.0) + 1.0
     return out
 
