@@ -32,6 +32,7 @@ from stepcredit.errors import ConfigError
 from stepcredit.rollout import ROLLOUT_MODES, RolloutModeSpec
 from stepcredit.rollout.batching import finish_batch, left_pad
 from stepcredit.rollout.engines import SamplingSpec, engine_for
+from stepcredit.rollout.tree import BRANCH_RULES, Boundaries, BranchContext, Leaf, leaf_segments
 from stepcredit.tools import PARSERS, TOOLS, Observation, ToolCall, ToolParser, execute_call, schemas
 from stepcredit.types import Batch, Sample
 
@@ -383,6 +384,162 @@ def check_tools(cfg: Config) -> None:
                 )
 
 
+def branch_row(tok: Any, row: ToolRow, point: int, tools: ToolsConfig) -> ToolRow:
+    """A new row that goes on from ``row``'s first ``point`` tokens (a branch of a tool tree): the
+    results, their marks and the outcomes of the calls in that prefix are kept, and a call that ends
+    there is pending (the branch runs it again, as a continuation does)."""
+    child = resume_row(tok, row.prompt, row.sample, row.ids[:point], tools, limit=row.limit)
+    child.obs = row.obs[:point]
+    # the calls so far are the prefix's results (each one run of result tokens)
+    child.calls = sum(1 for t in range(point) if child.obs[t] and (t == 0 or not child.obs[t - 1]))
+    child.outcomes = row.outcomes[: child.calls]
+    return child
+
+
+@torch.no_grad()
+def tool_tree_generate(
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    cfg: RolloutConfig,
+    *,
+    boundaries: Boundaries,
+    group_offset: int = 0,
+    policy_version: int = 0,
+    with_logprobs: bool = True,
+    keep_cache: bool = False,
+    run_tools: ToolRunner | None = None,
+) -> tuple[Batch, dict[str, float]]:
+    """A tree of tool rollouts per prompt (``rollout.mode=tools_tree``): :mod:`stepcredit.rollout.tree`'s
+    construction (``rollout.n`` leaves, ``rollout.tree.branching``, the ``branch_at`` rule) with every
+    response a tool rollout (:func:`run_turns`). The segmenter's episode ends of a tool response are its
+    calls' ends, so ``branch_at=episode`` branches at turn boundaries: a branch goes on from the prefix
+    that ends at a call, runs that call again and samples the turns after it, so the mean outcome of the
+    leaves below a node is a Monte Carlo value of the turn's prefix under the policy with the tools. The
+    batch carries ``tree_ends`` / ``tree_nodes`` (what ``process.value_estimator=tree`` reads) and the
+    results' marks; the counters count each response's calls (a shared prefix's in every leaf) and the
+    tokens generated (a shared prefix's once)."""
+    tc = cfg.tools
+    runner = default_runner(tc, run_tools)
+    rule = BRANCH_RULES.get(cfg.tree.branch_at)
+    branching = cfg.branching()
+    was_training = model.training
+    model.eval()
+    prompts = render_tool_prompts(tok, samples, tc.names)
+    counts: dict[str, float] = {}
+
+    def grow(rows: list[ToolRow]) -> None:
+        got = run_turns(model, tok, rows, tc, runner, temperature=cfg.temperature, top_p=cfg.top_p)
+        for key, v in got.items():
+            counts[key] = counts.get(key, 0.0) + v
+
+    first = [
+        ToolRow(prompts[p], samples[p], cfg.max_new_tokens)
+        for p in range(len(samples))
+        for _ in range(branching[0])
+    ]
+    grow(first)
+    trees: list[list[tuple[Leaf, ToolRow]]] = [[] for _ in samples]
+    for j, row in enumerate(first):
+        p = j // branching[0]
+        trees[p].append((Leaf(p, row.ids, [], [(0, 0)]), row))
+    level1 = [leaf for tree in trees for leaf, _ in tree]
+    ctx = BranchContext(
+        boundaries=boundaries,
+        mean_ends=sum(len(boundaries(leaf.ids)) for leaf in level1) / max(1, len(level1)),
+        entropy_threshold=0.0,  # the check refuses rules that read entropies: tool turns record none
+    )
+    next_node = [1] * len(samples)  # node 0 is each tree's root
+    for b in branching[1:]:
+        if b == 1:  # one child per node: nothing branches, no node to value
+            continue
+        jobs: list[tuple[Leaf, ToolRow, int]] = []
+        for tree in trees:
+            for leaf, row in list(tree):
+                point = rule.fn(leaf, ctx)
+                leaf.path.append((next_node[leaf.prompt], point))
+                next_node[leaf.prompt] += 1
+                jobs += [(leaf, row, point)] * (b - 1)
+        children = [branch_row(tok, row, point, tc) for _, row, point in jobs]
+        grow(children)
+        for (parent, _, _), child in zip(jobs, children, strict=True):
+            trees[parent.prompt].append((Leaf(parent.prompt, child.ids, [], list(parent.path)), child))
+    pairs = [pair for tree in trees for pair in tree]
+    rows = [row for _, row in pairs]
+    batch = tool_batch(
+        model,
+        tok,
+        samples,
+        rows,
+        n=cfg.n,
+        temperature=cfg.temperature,
+        group_offset=group_offset,
+        policy_version=policy_version,
+        with_logprobs=with_logprobs,
+        keep_cache=keep_cache,
+    )
+    if was_training:
+        model.train()
+    segments = [leaf_segments(leaf) for leaf, _ in pairs]
+    batch.tree_ends = [e for e, _ in segments]
+    batch.tree_nodes = [n for _, n in segments]
+    counts.update(tool_counters(rows))
+    counts["rollout/responses"] = float(len(rows))
+    counts["rollout/response_tokens"] = float(sum(len(r.ids) for r in rows))
+    counts["tree/branch_points"] = float(sum(len(n) - 1 for n in batch.tree_nodes))
+    counts["tree/depth"] = float(len(branching) * len(rows))
+    return batch, counts
+
+
+@dataclass(frozen=True)
+class ToolTreeRollout(ToolRollout):
+    """The registered mode ``tools_tree``: :func:`tool_tree_generate` with the run's tool runner."""
+
+    def with_runner(self, runner: ToolRunner) -> ToolTreeRollout:
+        return ToolTreeRollout(runner)
+
+    def __call__(
+        self,
+        model: Any,
+        tok: Any,
+        samples: list[Sample],
+        cfg: RolloutConfig,
+        *,
+        group_offset: int,
+        policy_version: int,
+        with_logprobs: bool,
+        keep_cache: bool,
+        boundaries: Callable[[list[int]], list[int]],
+    ) -> tuple[Batch, dict[str, float]]:
+        """One tree of ``rollout.n`` tool-rollout leaves per prompt (:func:`tool_tree_generate`)."""
+        return tool_tree_generate(
+            model,
+            tok,
+            samples,
+            cfg,
+            boundaries=boundaries,
+            group_offset=group_offset,
+            policy_version=policy_version,
+            with_logprobs=with_logprobs,
+            keep_cache=keep_cache,
+            run_tools=self.run_tools,
+        )
+
+
+def check_tool_tree(cfg: Config) -> None:
+    """:func:`check_tools`, and a branch rule that reads the prefix only (tool turns record no entropies)."""
+    check_tools(cfg)
+    if BRANCH_RULES.get(cfg.rollout.tree.branch_at).needs_entropy:
+        ok = ", ".join(n for n in BRANCH_RULES if not BRANCH_RULES.get(n).needs_entropy)
+        raise ConfigError(
+            f"config key rollout.tree.branch_at: rollout.mode=tools_tree records no token entropies, which "
+            f"{cfg.rollout.tree.branch_at} reads; use {ok} (it branches at turn boundaries)"
+        )
+
+
 # registered here rather than in the package's __init__ (this module imports it); the trainer imports
 # this module, and hands the mode the run's tool runner (``ToolRollout.with_runner``)
 ROLLOUT_MODES.add("tools", RolloutModeSpec(ToolRollout(), shares_prefixes=False, check=check_tools))
+ROLLOUT_MODES.add(
+    "tools_tree", RolloutModeSpec(ToolTreeRollout(), shares_prefixes=True, check=check_tool_tree)
+)
