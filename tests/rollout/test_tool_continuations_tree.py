@@ -146,7 +146,8 @@ def test_a_tool_tree_refuses_an_entropy_rule() -> None:
         ROLLOUT_MODES.get("tools_tree").check(cfg)  # type: ignore[misc]
 
 
-def test_tools_preset_with_tree_values_through_the_cli(tmp_path: Path) -> None:
+@pytest.mark.parametrize("treerl", ["false", "true"])
+def test_tools_preset_with_tree_values_through_the_cli(tmp_path: Path, treerl: str) -> None:
     out = tmp_path / "run"
     code = main(
         [
@@ -166,6 +167,7 @@ def test_tools_preset_with_tree_values_through_the_cli(tmp_path: Path) -> None:
             "rollout.n=4",
             "rollout.max_new_tokens=40",
             "process.value_estimator=tree",
+            f"process.treerl={treerl}",
             "trainer.steps=2",
             "trainer.val_every=0",
             "trainer.save_every=0",

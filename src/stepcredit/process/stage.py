@@ -161,7 +161,7 @@ def check_config(cfg: Config) -> None:
         ok = ", ".join(n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).from_outcomes)
         raise ConfigError(
             f"config key process.treerl: TreeRL's credit needs a tree rollout's node values; "
-            f"process.value_estimator={p.value_estimator} has none (use {ok} with rollout.mode=tree)"
+            f"process.value_estimator={p.value_estimator} has none (use {ok} with rollout.mode=tree or tools_tree)"
         )
     form = CREDIT_FORMS.get(p.credit)
     if p.enabled and form.needs_success_probability and not spec.success_probability:
