@@ -10,6 +10,7 @@ path through ``model.generate``, and both follow the same script.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -19,11 +20,13 @@ import torch
 
 import stepcredit.reward.tools  # noqa: F401  (registers the arith_tools verifier)
 import stepcredit.rollout.tools as rt
-from stepcredit.config import ProcessConfig, TinyModelConfig, ToolsConfig
+from stepcredit.config import ProcessConfig, RewardConfig, TinyModelConfig, ToolsConfig
 from stepcredit.models import build_tiny, build_tokenizer
 from stepcredit.process import VALUE_ESTIMATORS, prefix_values, score_each
 from stepcredit.process.values import PrefixRequest, ToolTurns
+from stepcredit.reward import build_rewarder
 from stepcredit.reward.base import REWARDS
+from stepcredit.reward.tools import ToolRunner
 from stepcredit.rollout.engines import Completion
 from stepcredit.tools import Observation, ToolCall, register_tool
 from stepcredit.types import Sample
@@ -48,6 +51,16 @@ def tc_raises(x: str) -> str:
     raise RuntimeError("broken " + x)
 
 
+@register_tool(
+    "tc_sleeps",
+    description="hangs",
+    parameters={"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]},
+)
+def tc_sleeps(x: str) -> str:
+    time.sleep(60)
+    return "never"
+
+
 def copier(response: str) -> str:
     """The next turn of a policy that calls the calculator first and copies the last result into its
     answer; at a call with no result after it (no tool ran) it can only guess."""
@@ -70,6 +83,7 @@ def failer(case: str) -> Callable[[str], str]:
         "bad": "```calculator\n 48 * \n```",
         "raise": "```tc_raises\nq\n```",
         "unknown": "```nosuch\nq\n```",
+        "sleep": "```tc_sleeps\nq\n```",
     }
     return lambda response: copier(response) if "```output" in response else first[case]
 
@@ -289,3 +303,17 @@ def test_a_forced_answer_at_a_call_is_forced_after_its_result(strategy: str) -> 
     assert got == ref
     # only the prefix that ends at the call moved: the forced answer now reads 22944 there
     assert got[0][0] == plain[0][0] and got[0][2] == plain[0][2] and got[0][1] != plain[0][1]
+
+
+def test_continuations_run_through_the_reward_agent(monkeypatch: pytest.MonkeyPatch, tok: Any) -> None:
+    # the trainer's runner: calls are rows of the run's reward agent (kill-safe workers, deadlines)
+    names = ("calculator", "tc_sleeps")
+    with build_rewarder(RewardConfig(timeout_s=1.0)) as rewarder:
+        turns = ToolTurns(
+            ToolsConfig(names=names, parser="fenced"), 200, ToolRunner(rewarder, offered=names, max_chars=256)
+        )
+        assert values(policy(monkeypatch, tok, copier), tok, [RIGHT], tools=turns) == [[1.0, 1.0, 1.0]]
+        # a tool that hangs is killed at the deadline: an error observation, the continuation goes on
+        scored.clear()
+        assert values(policy(monkeypatch, tok, failer("sleep")), tok, ["Hm."], tools=turns) == [[0.0, 0.0]]
+    assert len(scored) == 2 and all("```output\nerror: the tool timeout" in t for t in scored), scored
