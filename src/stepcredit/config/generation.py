@@ -281,8 +281,9 @@ class RolloutConfig:
     mode: str = "flat"
     """How a prompt's group is sampled (``stepcredit.rollout.ROLLOUT_MODES``): ``flat`` (n independent
     responses), ``tree`` (n leaves of a tree that branches at step boundaries, whose node values are
-    free Monte Carlo estimates of V(prefix): ``process.value_estimator=tree``) or ``tools`` (multi-turn
-    responses whose turns call the tools of ``rollout.tools``; docs/tools.md)."""
+    free Monte Carlo estimates of V(prefix): ``process.value_estimator=tree``), ``tools`` (multi-turn
+    responses whose turns call the tools of ``rollout.tools``; docs/tools.md) or ``tools_tree`` (a tree
+    of such responses that branches at turn boundaries)."""
     tree: TreeConfig = field(default_factory=TreeConfig)
     """The tree's shape (``rollout.mode=tree``)."""
     tools: ToolsConfig = field(default_factory=ToolsConfig)

@@ -8,6 +8,13 @@
 
 Every text a batch needs scored (continuations, complete responses) goes to the batched verifier
 (:data:`~stepcredit.process.values.ScoreFn`) in one call, after the generation.
+
+On a tool rollout (``rollout.mode=tools``, ``tools`` given) a continuation is a tool rollout from the
+prefix (:func:`stepcredit.rollout.tools.run_turns`, the rollout's own turn loop): a prefix that ends at
+a call (a turn's end) first gets that call run and its result appended, then turns go on with the
+rollout's tools, parser and runner, its turn limit less the calls already in the prefix, and its length
+budget (results count) capped at ``process.mc_max_new_tokens`` past the prefix. So V(prefix) is the
+value under the policy that has the tool, which the rollout is.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ import torch
 
 from stepcredit.config import ProcessConfig
 from stepcredit.errors import ConfigError
-from stepcredit.process.values import PrefixRequest, ScoreFn, register_value_estimator
+from stepcredit.process.values import PrefixRequest, ScoreFn, ToolTurns, register_value_estimator
 from stepcredit.rollout.engines import SamplingSpec, engine_for
+from stepcredit.rollout.tools import default_runner, resume_row, run_turns
 from stepcredit.types import RolloutCache, Sample
 
 
@@ -52,6 +60,7 @@ def continuation_values(
     max_prefixes: int,
     max_tokens_per_forward: int,
     v0_from_group: bool = False,
+    tools: ToolTurns | None = None,
 ) -> list[list[float]]:
     """V(prefix) = mean verifier score of ``samples`` continuations of prompt + prefix by the policy.
 
@@ -65,6 +74,9 @@ def continuation_values(
     policy from the bare prompt, so V_0 of a response is their mean reward (leave-one-out, the RLOO
     baseline of Ahmadian et al. 2024, arXiv:2402.14740) and costs no generation. The utilities then
     telescope to R - mean(R of the others): the process channel's sum is the RLOO outcome advantage.
+
+    ``tools``: the responses are a tool rollout's, and each continuation is one too (the module's
+    docstring); ``max_new_tokens`` then caps a continuation's tokens, results included.
     """
     dev = next(model.parameters()).device
     out: list[list[float]] = [[0.0] * len(r.prefix_lens) for r in requests]
@@ -120,7 +132,11 @@ def continuation_values(
             ids[j * k : (j + 1) * k, width - len(c) :] = torch.tensor(c, dtype=torch.long)
             att[j * k : (j + 1) * k, width - len(c) :] = 1
         engine = engine_for(model)
-        if engine.external:  # the rollout engine (vLLM) samples the continuations, k per context
+        if tools is not None:
+            rows = _tool_continuations(
+                model, tokenizer, requests, chunk, tools, k, greedy, temperature, max_new_tokens
+            )
+        elif engine.external:  # the rollout engine (vLLM) samples the continuations, k per context
             spec = SamplingSpec(n=k, temperature=0.0 if greedy else temperature, max_tokens=max_new_tokens)
             comps = engine.sample(model, tokenizer, [list(c) for c, _ in chunk], spec)
             rows = [c.ids for c in comps]
@@ -165,6 +181,40 @@ def continuation_values(
     return out
 
 
+def _tool_continuations(
+    model: Any,
+    tokenizer: Any,
+    requests: Sequence[PrefixRequest],
+    chunk: Sequence[tuple[tuple[int, ...], list[tuple[int, int]]]],
+    tools: ToolTurns,
+    k: int,
+    greedy: bool,
+    temperature: float,
+    max_new_tokens: int,
+) -> list[list[int]]:
+    """``k`` tool-rollout continuations of each context of ``chunk`` (context-major), as the tokens
+    after the prefix (the pending call's result, the turns, their results)."""
+    rows, starts = [], []
+    for _, owners in chunk:
+        r = requests[owners[0][0]]  # the owners of one context share its prompt and prefix
+        n = r.prefix_lens[owners[0][1]]
+        limit = min(tools.max_new_tokens, n + max_new_tokens)
+        for _ in range(k):
+            rows.append(
+                resume_row(tokenizer, r.prompt_ids, r.sample, r.response_ids[:n], tools.tools, limit=limit)
+            )
+            starts.append(n)
+    run_turns(
+        model,
+        tokenizer,
+        rows,
+        tools.tools,
+        default_runner(tools.tools, tools.run_tools),
+        temperature=0.0 if greedy else temperature,
+    )
+    return [row.ids[n:] for row, n in zip(rows, starts, strict=True)]  # what the loop appended
+
+
 def _need_verifier(name: str, score_fn: ScoreFn | None) -> ScoreFn:
     if score_fn is None:
         raise ConfigError(f"config key process.value_estimator: {name} needs a verifier (score_fn)")
@@ -172,7 +222,12 @@ def _need_verifier(name: str, score_fn: ScoreFn | None) -> ScoreFn:
 
 
 @register_value_estimator(
-    "monte_carlo", needs_verifier=True, generates=True, terminal_is_reward=True, success_probability=True
+    "monte_carlo",
+    needs_verifier=True,
+    generates=True,
+    terminal_is_reward=True,
+    success_probability=True,
+    takes_tools=True,
 )
 def monte_carlo(
     model: Any,
@@ -182,12 +237,14 @@ def monte_carlo(
     *,
     score_fn: ScoreFn | None = None,
     body: RolloutCache | None = None,
+    tools: ToolTurns | None = None,
 ) -> list[list[float]]:
     """VinePPO's value (Kazemnejad et al. 2024, arXiv:2410.01679, section 4): V(prefix) = (1/K) sum_k
     R(prefix + y_k), y_k ~ policy(. | prompt + prefix), K = ``process.mc_samples``, at most
     ``process.mc_prefixes`` prefixes per response. A complete response's last value is its reward;
     with ``process.mc_v0=group`` V_0 is the leave-one-out mean reward of the other responses to the
-    same prompt (no continuations sampled for it)."""
+    same prompt (no continuations sampled for it). On a tool rollout (``tools``) the continuations
+    call tools as the rollout does."""
     return continuation_values(
         model,
         tokenizer,
@@ -200,6 +257,7 @@ def monte_carlo(
         max_prefixes=cfg.mc_prefixes,
         max_tokens_per_forward=cfg.max_tokens_per_forward,
         v0_from_group=cfg.mc_v0 == "group",
+        tools=tools,
     )
 
 
@@ -209,6 +267,7 @@ def monte_carlo(
     generates=True,
     terminal_is_reward=True,
     success_probability=True,
+    takes_tools=True,
 )
 def greedy_continuation(
     model: Any,
@@ -218,10 +277,12 @@ def greedy_continuation(
     *,
     score_fn: ScoreFn | None = None,
     body: RolloutCache | None = None,
+    tools: ToolTurns | None = None,
 ) -> list[list[float]]:
     """One greedy continuation per prefix, scored by the verifier: V in {0, 1} (Math-Shepherd's hard
     estimate, Wang et al. 2024, arXiv:2312.08935, with one deterministic completer). K times
-    cheaper than ``monte_carlo`` and without sampling noise, but blind to how likely other paths are."""
+    cheaper than ``monte_carlo`` and without sampling noise, but blind to how likely other paths are.
+    On a tool rollout (``tools``) the continuation calls tools as the rollout does."""
     return continuation_values(
         model,
         tokenizer,
@@ -233,4 +294,5 @@ def greedy_continuation(
         max_new_tokens=cfg.mc_max_new_tokens,
         max_prefixes=cfg.mc_prefixes,
         max_tokens_per_forward=cfg.max_tokens_per_forward,
+        tools=tools,
     )

@@ -14,17 +14,20 @@ same numbers at different costs; ``packed`` values all prefixes of a response in
 
 from __future__ import annotations
 
+import bisect
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
 
 from stepcredit.config import ProcessConfig
 from stepcredit.errors import ConfigError, DataError
-from stepcredit.process.values import PrefixRequest, ScoreFn, register_value_estimator
+from stepcredit.process.segment import token_char_spans
+from stepcredit.process.values import PrefixRequest, ScoreFn, ToolTurns, register_value_estimator
 from stepcredit.registry import Registry
+from stepcredit.tools import PARSERS
 from stepcredit.types import RolloutCache
 
 
@@ -462,9 +465,32 @@ def forced_answer_values(
         return STRATEGIES.get(strategy)(model, queries, max_tokens_per_forward, body)
 
 
+def past_results(tokenizer: Any, requests: Sequence[PrefixRequest], tools: ToolTurns) -> list[PrefixRequest]:
+    """The requests with each prefix that ends at a call (a turn's end) extended over the call's result,
+    which follows it in the response (the rollout's own result tokens): a forced answer at a turn's
+    end then reads the result, as a continuation from there does after running the call."""
+    parser = PARSERS.get(tools.tools.parser)
+    out = []
+    for r in requests:
+        text, spans = token_char_spans(r.response_ids, tokenizer)
+        ends = [e for _, e in spans]
+        result_end = dict(parser.observation_spans(text))  # where a result starts -> where it ends
+        lens = []
+        for n in r.prefix_lens:
+            end = result_end.get(ends[n - 1]) if n > 0 else None
+            # the first token whose text reaches the result's end closes the prefix
+            lens.append(n if end is None else bisect.bisect_left(ends, end) + 1)
+        out.append(replace(r, prefix_lens=lens))
+    return out
+
+
 # a mean log-probability (<= 0, on the answer's own scale), not a chance of success: blame cannot read it
 @register_value_estimator(
-    "forced_answer_logprob", needs_verifier=False, generates=False, success_probability=False
+    "forced_answer_logprob",
+    needs_verifier=False,
+    generates=False,
+    success_probability=False,
+    takes_tools=True,
 )
 def forced_answer_logprob(
     model: Any,
@@ -474,9 +500,14 @@ def forced_answer_logprob(
     *,
     score_fn: ScoreFn | None = None,
     body: RolloutCache | None = None,
+    tools: ToolTurns | None = None,
 ) -> list[list[float]]:
     """Mean log-prob of the gold answer after each prefix and a force-answer prompt (``body``: the
-    rollout's cache of the same responses, which the packed strategies continue from)."""
+    rollout's cache of the same responses, which the packed strategies continue from). On a tool
+    rollout (``tools``) a prefix that ends at a call is valued after its result (:func:`past_results`):
+    the answer a call's turn leads to is read from the result, not computed before it."""
+    if tools is not None:
+        requests = past_results(tokenizer, requests, tools)
     suffixes = request_suffixes(
         tokenizer,
         requests,

@@ -24,7 +24,7 @@ from stepcredit.errors import ConfigError
 from stepcredit.process.forced import STRATEGIES
 from stepcredit.process.segment import segment_episodes
 from stepcredit.process.utility import CREDIT_FORMS
-from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn
+from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn, ToolTurns
 from stepcredit.types import Batch, RolloutCache, Sample
 
 
@@ -98,6 +98,7 @@ def prefix_values(
     *,
     score_fn: ScoreFn | None = None,
     body: RolloutCache | None = None,
+    tools: ToolTurns | None = None,
 ) -> PrefixValues:
     """Episode ends and [V_0, V_1, ..., V_S] of every response, by ``cfg.value_estimator``.
 
@@ -106,7 +107,10 @@ def prefix_values(
     responses (``generate(keep_cache=True)``; it is read, never modified), leaves only the
     force-answer suffixes to run. ``score_fn(samples, texts) -> scores`` is the batched verifier; pass
     it whenever ``VALUE_ESTIMATORS.get(cfg.value_estimator).needs_verifier`` (``monte_carlo``,
-    ``greedy_continuation``): without it those raise a ConfigError.
+    ``greedy_continuation``): without it those raise a ConfigError. ``tools``: the responses are a
+    tool rollout's (``rollout.mode=tools``), and an estimator that ``takes_tools`` values a prefix that
+    ends at a call after the call's result (:attr:`ValueEstimatorSpec.takes_tools`); the others
+    ignore it.
     """
     ends, requests = build_requests(samples, prompt_ids, response_ids, tokenizer, cfg)
     estimator = VALUE_ESTIMATORS.get(cfg.value_estimator)
@@ -114,7 +118,7 @@ def prefix_values(
     model.eval()
     try:
         with torch.no_grad():
-            values = estimator(model, tokenizer, requests, cfg, score_fn=score_fn, body=body)
+            values = estimator(model, tokenizer, requests, cfg, score_fn=score_fn, body=body, tools=tools)
     finally:
         if was_training:
             model.train()
@@ -122,13 +126,27 @@ def prefix_values(
 
 
 def compute_prefix_values(
-    model: Any, tokenizer: Any, batch: Batch, cfg: ProcessConfig, *, score_fn: ScoreFn | None = None
+    model: Any,
+    tokenizer: Any,
+    batch: Batch,
+    cfg: ProcessConfig,
+    *,
+    score_fn: ScoreFn | None = None,
+    tools: ToolTurns | None = None,
 ) -> PrefixValues:
     """:func:`prefix_values` of every response of ``batch`` (continuing from its rollout cache when it
     carries one); the batch is left as it was."""
     prompts, responses = batch_token_ids(batch)
     return prefix_values(
-        model, tokenizer, batch.samples, prompts, responses, cfg, score_fn=score_fn, body=batch.kv_cache
+        model,
+        tokenizer,
+        batch.samples,
+        prompts,
+        responses,
+        cfg,
+        score_fn=score_fn,
+        body=batch.kv_cache,
+        tools=tools,
     )
 
 
@@ -143,7 +161,7 @@ def check_config(cfg: Config) -> None:
         ok = ", ".join(n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).from_outcomes)
         raise ConfigError(
             f"config key process.treerl: TreeRL's credit needs a tree rollout's node values; "
-            f"process.value_estimator={p.value_estimator} has none (use {ok} with rollout.mode=tree)"
+            f"process.value_estimator={p.value_estimator} has none (use {ok} with rollout.mode=tree or tools_tree)"
         )
     form = CREDIT_FORMS.get(p.credit)
     if p.enabled and form.needs_success_probability and not spec.success_probability:

@@ -6,7 +6,8 @@ generate?) as metadata, under one signature::
 
     estimator(model, tokenizer, requests, cfg, *, score_fn=None, body=None) -> list[list[float]]
 
-They return new values and never write into their inputs. The built-in ones live apart:
+(an estimator registered with ``takes_tools`` also takes ``tools``: on a tool rollout its values see
+each call's result). They return new values and never write into their inputs. The built-in ones live apart:
 
 * :mod:`stepcredit.process.forced` - ``forced_answer_logprob``, the mean log-probability of the gold
   answer forced after the prefix (three execution strategies with the same numbers);
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from stepcredit.config import ProcessConfig
+from stepcredit.config import ProcessConfig, ToolsConfig
 from stepcredit.registry import Registry
+from stepcredit.rollout.tools import ToolRunner
 from stepcredit.types import RolloutCache, Sample
 
 ScoreFn = Callable[[Sequence[Sample], Sequence[str]], list[float]]
@@ -60,6 +62,19 @@ class PrefixRequest:
     """The response ended by itself (eos): monte_carlo scores the whole response instead of sampling."""
 
 
+@dataclass(frozen=True)
+class ToolTurns:
+    """How the continuations of a tool rollout's prefixes run (``rollout.mode=tools``): as tool
+    rollouts, with the rollout's tools, parser, turn limit, length budget and runner."""
+
+    tools: ToolsConfig
+    """The offered tools, the call convention and the turn limit (``rollout.tools``)."""
+    max_new_tokens: int
+    """The length budget of a whole response, results included (``rollout.max_new_tokens``)."""
+    run_tools: ToolRunner | None = None
+    """The run's tool runner (the trainer's reward agent); None: calls run in this process."""
+
+
 class ValueEstimator(Protocol):
     def __call__(
         self,
@@ -70,6 +85,22 @@ class ValueEstimator(Protocol):
         *,
         score_fn: ScoreFn | None = None,
         body: RolloutCache | None = None,
+    ) -> list[list[float]]: ...
+
+
+class ToolValueEstimator(Protocol):
+    """A :class:`ValueEstimator` that also takes ``tools`` (registered with ``takes_tools``)."""
+
+    def __call__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        requests: Sequence[PrefixRequest],
+        cfg: ProcessConfig,
+        *,
+        score_fn: ScoreFn | None = None,
+        body: RolloutCache | None = None,
+        tools: ToolTurns | None = None,
     ) -> list[list[float]]: ...
 
 
@@ -98,6 +129,10 @@ class ValueEstimatorSpec:
     """Every V is a probability of success in [0, 1] on the outcome's scale (a mean verifier score, an
     exact step value), not a likelihood or a score on its own scale (a forced answer's log-probability):
     credit forms that compare V with a certain success (``blame``'s V_0 := 1) need it."""
+    takes_tools: bool = False
+    """It takes ``tools`` (:class:`ToolTurns`), which the caller passes on a tool rollout, so that its
+    value of a prefix that ends at a call sees the call's result: continuations run as tool rollouts
+    (``monte_carlo``, ``greedy_continuation``), a forced answer is forced after the result."""
 
     def __call__(
         self,
@@ -108,7 +143,11 @@ class ValueEstimatorSpec:
         *,
         score_fn: ScoreFn | None = None,
         body: RolloutCache | None = None,
+        tools: ToolTurns | None = None,
     ) -> list[list[float]]:
+        if self.takes_tools:
+            fn = cast(ToolValueEstimator, self.fn)
+            return fn(model, tokenizer, requests, cfg, score_fn=score_fn, body=body, tools=tools)
         return self.fn(model, tokenizer, requests, cfg, score_fn=score_fn, body=body)
 
 
@@ -124,6 +163,7 @@ def register_value_estimator(
     from_outcomes: bool = False,
     needs_step_values: bool = False,
     success_probability: bool = False,
+    takes_tools: bool = False,
 ) -> Callable[[ValueEstimator], ValueEstimator]:
     """Decorator: add ``fn`` to :data:`VALUE_ESTIMATORS` with its capabilities."""
 
@@ -138,6 +178,7 @@ def register_value_estimator(
                 from_outcomes=from_outcomes,
                 needs_step_values=needs_step_values,
                 success_probability=success_probability,
+                takes_tools=takes_tools,
             ),
         )
         return fn

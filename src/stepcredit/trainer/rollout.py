@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from stepcredit import process
 from stepcredit.config import Config
+from stepcredit.process.values import ToolTurns
 from stepcredit.reward import RewardAgent, Rewarder, Ticket
 from stepcredit.reward.tools import ToolRunner
 from stepcredit.rollout import ROLLOUT_MODES
@@ -34,6 +35,12 @@ class Rollout:
 def tool_runner(cfg: Config, rewarder: Rewarder) -> ToolRunner:
     """The run's tool runner: ``rollout.tools``' calls through ``rewarder``'s agent."""
     return ToolRunner(rewarder, offered=cfg.rollout.tools.names, max_chars=cfg.rollout.tools.max_result_chars)
+
+
+def tool_turns(cfg: Config, rewarder: Rewarder) -> ToolTurns:
+    """How the process stage continues this run's tool rollouts: ``rollout.tools``, the length budget
+    and the run's tool runner."""
+    return ToolTurns(cfg.rollout.tools, cfg.rollout.max_new_tokens, tool_runner(cfg, rewarder))
 
 
 def uses_tools(cfg: Config) -> bool:
@@ -71,6 +78,8 @@ def with_values(
             score_fn=rewarder.verifier_fn(),  # used by estimators that need a verifier, ignored by the rest
             # the rollout's cache covers every row: a subset recomputes its prefixes
             body=batch.kv_cache if len(rows) == len(batch) else None,
+            # continuations of a tool rollout's prefixes call the same tools through the same runner
+            tools=tool_turns(state.cfg, rewarder) if uses_tools(state.cfg) else None,
         )
         for j, i in enumerate(rows):
             if any(math.isnan(v) for v in got.values[j]):
