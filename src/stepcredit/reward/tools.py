@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stepcredit.errors import ConfigError
-from stepcredit.reward.base import REWARDS, FnRef, load_ref, register_reward
-from stepcredit.reward.verifiers import math as _math  # noqa: F401  (registers "math", aliased below)
+from stepcredit.reward.base import FnRef, load_ref, register_reward
+from stepcredit.reward.verifiers import math as _math  # noqa: F401  (registers "math")
 from stepcredit.tools import TOOLS, Observation, ToolCall, execute_call
 from stepcredit.types import RewardResult, Sample, Status
 
@@ -44,7 +44,9 @@ def integer_answer(data_source: str, solution_str: str, ground_truth: Any, extra
     try:
         want = int(str(ground_truth).strip())
     except ValueError:
-        return RewardResult.failure(Status.ERROR, f"arith_tools ground truth is not an integer: {ground_truth!r}")
+        return RewardResult.failure(
+            Status.ERROR, f"arith_tools ground truth is not an integer: {ground_truth!r}"
+        )
     m = _INTEGER_RE.fullmatch(tail)
     ok = m is not None and int(m.group(1)) == want
     return RewardResult(score=float(ok), status=Status.OK, extracted=tail[:64], info={"how": "integer"})
