@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -125,12 +126,16 @@ def failed_share(rows: list[dict[str, Any]], parts: int = 3) -> list[float]:
 
 
 def per_run(run: Path) -> dict[str, Any]:
-    """Validation accuracy after SFT (step 0) and at the last validated step, calls per response and
-    the failed-call shares over training."""
+    """Validation accuracy after SFT (step 0), at every validated step and at the last, calls per
+    response, the failed-call shares over training and the share of groups whose rewards were all
+    equal (no outcome signal)."""
     rows = _rows(run)
     val = [r for r in rows if "val/accuracy" in r]
     calls = [r["tools/calls_per_response"] for r in rows if "tools/calls_per_response" in r]
+    equal = [r["groups/all_equal_adv_frac"] for r in rows if "groups/all_equal_adv_frac" in r]
     return {
+        "val_curve": [[r["step"], r["val/accuracy"]] for r in val],
+        "all_equal_groups": sum(equal) / len(equal) if equal else float("nan"),
         "val_sft": val[0]["val/accuracy"] if val else float("nan"),
         "val_final": val[-1]["val/accuracy"] if val else float("nan"),
         "final_step": val[-1]["step"] if val else -1,
@@ -162,7 +167,40 @@ def summarize(runs: dict[str, list[Path]], seeds: list[int]) -> dict[str, Any]:
             f"{name} ({a} - {b}, final val accuracy): mean {t['mean_diff']:+.4f}, t = {t['t']:.3f}, "
             f"df = {t['df']}, p = {t['p']:.4f}, 95 % CI [{lo:+.4f}, {hi:+.4f}] over {t['n']} seeds"
         )
+    for v, results in table.items():  # did RL move each variant from its SFT policy?
+        t = paired_test([x["val_final"] for x in results], [x["val_sft"] for x in results])
+        tests[f"{v}: end vs after SFT"] = {"variant": v, "baseline": "after SFT", **t}
+        lo, hi = t["ci95"]
+        print(
+            f"{v}, end - after SFT: mean {t['mean_diff']:+.4f}, t = {t['t']:.3f}, df = {t['df']}, "
+            f"p = {t['p']:.4f}, 95 % CI [{lo:+.4f}, {hi:+.4f}]"
+        )
     return {"seeds": seeds, "runs": table, "tests": tests}
+
+
+def plot(out: dict[str, Any], png: Path) -> None:
+    """Validation accuracy against RL step: each seed thin, the seed mean thick, one colour per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (v, results) in enumerate(out["runs"].items()):
+        curves = [x["val_curve"] for x in results if x["val_curve"]]
+        for c in curves:
+            ax.plot([p[0] for p in c], [p[1] for p in c], color=f"C{i}", alpha=0.25, lw=1)
+        steps = sorted({p[0] for c in curves for p in c})
+        mean = [sum(p[1] for c in curves for p in c if p[0] == st) / len(curves) for st in steps]
+        ax.plot(steps, mean, color=f"C{i}", lw=2.5, marker="o", label=v)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("validation accuracy (greedy)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(f"arith_tools: seeds {out['seeds']} (thin) and their mean (thick)")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
 
 
 def main() -> None:
@@ -177,6 +215,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--summarize-only", action="store_true", help="do not run, only read the run dirs")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--results-json", type=Path, help="write the per-seed numbers and tests here")
+    ap.add_argument("--png", type=Path, help="plot validation accuracy per variant (seeds and mean)")
     ap.add_argument("overrides", nargs="*", metavar="key=value", help="for every RL run")
     args = ap.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
@@ -194,6 +234,12 @@ def main() -> None:
         with mon.side(f"{args.parallel} runs at a time"):
             runs = run_all(args)
     out = summarize(runs, args.seeds)
+    if args.results_json:
+        args.results_json.parent.mkdir(parents=True, exist_ok=True)
+        record = {"command": "python " + " ".join(sys.argv), **out}
+        args.results_json.write_text(json.dumps(_strict(record), indent=1, allow_nan=False) + "\n")
+    if args.png:
+        plot(out, args.png)
     settings = {"seeds": args.seeds, "steps": args.steps, "parallel": args.parallel, "threads": args.threads}
     # strict JSON: nan (no call, one seed) as null; the verdict line, then the JSON last with --json
     emit(_strict(mon.finish({"benchmark": "tools_experiment", **out}, {"run": settings})), args.json)

@@ -52,7 +52,8 @@ PARSERS.add(
     ),
     override=True,
 )
-TREE_MODES = ("tree", "tree_entropy")
+TREE_MODES = ("tree", "tree_entropy", "tools_tree")
+TOOL_MODES = ("tools", "tools_tree")
 
 FACTORS: dict[str, list[Any]] = {
     "loss": LOSSES.names(),
@@ -71,8 +72,9 @@ FACTORS: dict[str, list[Any]] = {
         "step_oracle",  # exact arith step values (the oracle) with grpo_vineppo and a step cost
     ],
     # tree_entropy: a tree that branches at high-entropy tokens (rollout.tree.branch_at=entropy)
-    # tools: multi-turn rollouts that call the calculator (rollout.mode=tools, task arith_tools)
-    "rollout_mode": ["flat", "tree", "tree_entropy", "tools"],
+    # tools: multi-turn rollouts that call the calculator (rollout.mode=tools, task arith_tools);
+    # tools_tree: a tree of them that branches at turn boundaries (rollout.mode=tools_tree)
+    "rollout_mode": ["flat", "tree", "tree_entropy", "tools", "tools_tree"],
     "mini_batch": [0, 8],
     "off_policy": [False, True],
     "dynamic_sampling": [False, True],
@@ -158,7 +160,7 @@ def config(run: dict[str, Any], **over: Any) -> Any:
             "prompts_per_step": 4,
             "n": 4,
             "max_new_tokens": 16,
-            "mode": "tree" if run["rollout_mode"] in TREE_MODES else run["rollout_mode"],
+            "mode": "tree" if run["rollout_mode"] in ("tree", "tree_entropy") else run["rollout_mode"],
             "tree": {"branch_at": "entropy" if run["rollout_mode"] == "tree_entropy" else "episode"},
         },
         "optim": {"lr": 1e-3, "warmup_steps": 0, "schedule": run.get("lr_schedule", "constant")},
@@ -180,7 +182,7 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         "reward": {"agent": {"backend": "thread"}},
         "trainer": {"steps": 2, "val_every": 0, "save_every": 0, "progress": False, "tensorboard": False},
     }
-    if run["rollout_mode"] == "tools":
+    if run["rollout_mode"] in TOOL_MODES:
         # results count in the length budget: room for two calls and their results
         d["rollout"].update(max_new_tokens=28, tools={"parser": TEST_PARSER, "max_turns": 2})
         d["data"]["task"] = "arith_tools"
@@ -275,7 +277,7 @@ def test_switches_compose(run: dict[str, Any], tmp_path: Path) -> None:
         assert all(-1.0 <= r["reward/overlong_penalty_mean"] <= 0.0 for r in shaped)
     else:
         assert all("reward/overlong_frac" not in r for r in steps)
-    if run["rollout_mode"] == "tools":  # tools were called (about every other turn) and turns counted
+    if run["rollout_mode"] in TOOL_MODES:  # tools were called (about every other turn) and turns counted
         # rollout counters belong to the step that generated (one-step off-policy's last step generates none)
         tooled = [r for r in steps if "tools/calls_per_response" in r]
         assert any(r["tools/calls_per_response"] > 0 for r in tooled)
