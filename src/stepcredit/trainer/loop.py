@@ -289,6 +289,8 @@ def _step_row(
         **agent_metrics,
         **counts.result(),
         "samples/trained": float(sum(len(p.batch) for p in prepared)),
+        # mini-batches trained this step (dynamic sampling buffers kept groups up to pipeline.mini_batch)
+        "samples/mini_batches": float(len(prepared)),
         "samples/dropped_failed": float(sum(p.dropped for p in prepared)),
         "_tokens": float(sum(int(b.response_mask_BT.sum()) for b in arrived)),
     }
