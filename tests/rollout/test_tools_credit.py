@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from stepcredit.advantages import AdvantageInputs
-from stepcredit.advantages.token import grpo_process, vineppo
+from stepcredit.advantages.token import grpo_process, grpo_vineppo, vineppo
 from stepcredit.config import ArithConfig, ModelConfig, ProcessConfig, TinyModelConfig
 from stepcredit.data import row_to_sample
 from stepcredit.data.arith import make_tool_rows
@@ -93,7 +93,8 @@ def test_turn_baseline_is_not_biased_by_turn_counts() -> None:
     # turns whose first two change nothing: the same trajectory, more turns.
     short = _group([[1.0], [1.0]])
     long = _group([[1.0], [0.0, 0.0, 1.0]])
-    # VinePPO's per-turn advantage (what the tools preset uses) is U_j = V_j - V_(j-1): each turn's
+    # VinePPO's per-turn advantage (the tools preset adds it to GRPO's outcome: grpo_vineppo) is
+    # U_j = V_j - V_(j-1): each turn's
     # baseline is the value of its own prefix, so response 0's advantage cannot depend on how many
     # turns response 1 took
     a_short = vineppo(short, norm_by_std=False).adv_BT
@@ -107,3 +108,15 @@ def test_turn_baseline_is_not_biased_by_turn_counts() -> None:
     g_short = grpo_process(short, norm_by_std=False).adv_BT
     g_long = grpo_process(long, norm_by_std=False).adv_BT
     assert g_short[0, 0] == 0.0 and g_long[0, 0] == 0.5
+    # grpo_vineppo (the tools preset): the outcome part is per response (both groups score 1, 1) and the
+    # turn part is U_j, so without the batch-wide rescaling response 0 is untouched too
+    gv_short = grpo_vineppo(short, norm_by_std=False).adv_BT
+    gv_long = grpo_vineppo(long, norm_by_std=False).adv_BT
+    assert torch.equal(gv_short[0], gv_long[0]) and gv_long[1].tolist() == [0.0] * 8 + [1.0] * 4
+    # with it (the default), rms(U) over the batch's tokens is one positive scale for every response:
+    # it changes no sign and no ratio between turns, only how large U is beside the outcome term
+    n_short = grpo_vineppo(short).adv_BT
+    n_long = grpo_vineppo(long).adv_BT
+    rms_long = float(torch.cat([torch.ones(12), torch.zeros(8), torch.ones(4)]).pow(2).mean().sqrt())
+    assert torch.allclose(n_short[0], torch.ones(12, dtype=torch.float64), atol=1e-5)
+    assert torch.allclose(n_long[0], torch.full((12,), 1 / rms_long, dtype=torch.float64), atol=1e-5)
