@@ -133,7 +133,12 @@ def per_run(run: Path) -> dict[str, Any]:
     val = [r for r in rows if "val/accuracy" in r]
     calls = [r["tools/calls_per_response"] for r in rows if "tools/calls_per_response" in r]
     equal = [r["groups/all_equal_adv_frac"] for r in rows if "groups/all_equal_adv_frac" in r]
+    sampled = [r["reward/mean"] for r in rows if r.get("step", 0) > 0 and "reward/mean" in r]
+    k = max(1, len(sampled) // 4)
     return {
+        # the training reward (sampled at rollout.temperature) over the first and the last quarter of steps
+        "train_reward_first_quarter": sum(sampled[:k]) / k if sampled else float("nan"),
+        "train_reward_last_quarter": sum(sampled[-k:]) / k if sampled else float("nan"),
         "val_curve": [[r["step"], r["val/accuracy"]] for r in val],
         "all_equal_groups": sum(equal) / len(equal) if equal else float("nan"),
         "val_sft": val[0]["val/accuracy"] if val else float("nan"),
