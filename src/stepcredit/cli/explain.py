@@ -8,9 +8,13 @@ prompt is wrapped in the tokenizer's chat template (``--raw-prompt`` uses it as 
 parses, calls :func:`stepcredit.trainer.explain.explain` and prints: the value estimator and what its V
 measures, the outcome (the verifier's score), per episode V, the step credit c (U) and the per-token
 advantage the configured ``algorithm.advantage`` gives, with a legend. Trailing ``key=value`` arguments
-override ``process.*``, ``algorithm.*`` and ``reward.*`` settings (e.g. ``process.min_episode_tokens=2``);
-the run's ``config.yaml`` (``--from-run``, or ``--model RUN_DIR``) or a packaged model's preset is read
-first; without either the advantage is the ``process`` preset's (``grpo_process``). With ``--json`` the last line is the :class:`Explanation`
+override ``process.*``, ``algorithm.*``, ``reward.*`` and ``rollout.*`` settings (e.g.
+``process.min_episode_tokens=2``); the run's ``config.yaml`` (``--from-run``, or ``--model RUN_DIR``)
+or a packaged model's preset is read first, then ``--preset``'s; without any the advantage is the
+``process`` preset's (``grpo_process``). With ``rollout.mode=tools`` (a tool run's config, ``--preset
+tools``) the prompt is the tool rollout's and every value estimator that takes tools values a prefix as
+training does: continuations run the calls in the reward agent, a forced answer at a call is forced
+after its result. With ``--json`` the last line is the :class:`Explanation`
 (``{"value_estimator", "outcome", "v0", "episodes": [{"start", "end", "text", "value", "utility",
 "advantage", "observation", "tool_call"}, ...], "turns", ...}``; ``start``/``end`` are character offsets
 into the response, end exclusive). A response whose turns called tools is shown per turn: each turn's
@@ -50,10 +54,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.add_argument(
+        "--preset",
+        help="read the process, algorithm, reward and rollout settings from this preset (e.g. tools); "
+        "they win over the run's and the packaged model's",
+    )
+    p.add_argument(
         "overrides",
         nargs="*",
         metavar="key=value",
-        help="process.*, algorithm.* or reward.* settings, e.g. process.clip=1.0",
+        help="process.*, algorithm.*, reward.* or rollout.* settings, e.g. process.clip=1.0",
     )
 
 
@@ -73,8 +82,9 @@ def _sample_from_run(run: Path, index: int) -> tuple[Any, str, str]:
         ) from None
 
 
-_SECTIONS = ("process", "algorithm", "reward")
-"""The config sections explain reads (from the run) and takes overrides for."""
+_SECTIONS = ("process", "algorithm", "reward", "rollout")
+"""The config sections explain reads (from the run) and takes overrides for (``rollout``: whether and
+how the policy calls tools, which continuations then do too)."""
 
 
 def _config(args: argparse.Namespace, model: ResolvedModel) -> Any:
@@ -92,10 +102,13 @@ def _config(args: argparse.Namespace, model: ResolvedModel) -> Any:
     if run_config is not None and run_config.exists():
         full = yaml.safe_load(run_config.read_text()) or {}
         data.update({k: full[k] for k in _SECTIONS if isinstance(full.get(k), dict)})
+    if args.preset:
+        own = load_preset(args.preset)
+        data.update({k: own[k] for k in _SECTIONS if isinstance(own.get(k), dict)})
     bad = [o for o in args.overrides if o.split("=", 1)[0].strip().split(".")[0] not in _SECTIONS]
     if bad:
         raise UserError(
-            f"override {bad[0]!r}: explain takes only process.*, algorithm.* and reward.* settings"
+            f"override {bad[0]!r}: explain takes only process.*, algorithm.*, reward.* and rollout.* settings"
         )
     return from_dict(apply_overrides(data, list(args.overrides)))
 
@@ -295,13 +308,28 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.models import load_policy
     from stepcredit.process import check_config
     from stepcredit.reward import build_rewarder
+    from stepcredit.rollout import ROLLOUT_MODES
+    from stepcredit.rollout.tools import check_tool_template
     from stepcredit.trainer.explain import explain
+    from stepcredit.trainer.rollout import tool_turns, uses_tools
 
     check_config(cfg)
+    # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
+    # imports rollout.tools.modules and checks the names and the parser)
+    with_tools = uses_tools(cfg)
+    check = ROLLOUT_MODES.get(cfg.rollout.mode).check
+    if with_tools and check is not None:
+        check(cfg)
     torch.set_num_threads(min(2, torch.get_num_threads()))
     model, tok = load_policy(ModelConfig(path=model_ref.path, gguf_file=args.gguf_file))
+    if with_tools:  # render=template with a template that cannot render tool turns: one line
+        check_tool_template(tok, cfg.rollout.tools)
     with build_rewarder(cfg.reward) as rewarder:
-        report = explain(model, tok, prompt, response, answer, cfg, rewarder, raw_prompt=args.raw_prompt)
+        report = explain(
+            model, tok, prompt, response, answer, cfg, rewarder, raw_prompt=args.raw_prompt,
+            # the calls run in the reward agent, as the trainer's continuations do
+            tools=tool_turns(cfg, rewarder) if with_tools else None,
+        )  # fmt: skip
     print(_table(report))
     if args.html is not None:
         args.html.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,10 @@ watermark), so the form a run uses can be chosen from it. Trailing ``key=value``
 the config (e.g. ``process.mc_samples=8``). With ``--json`` the last line is the summary as JSON. With
 ``--grow-trees`` the ``tree`` estimator values each trace by a tree grown over it (the trace is one of
 its leaves) with the config's tree rollout settings, e.g. ``rollout.tree.branch_at=entropy rollout.n=8``.
+With a config whose rollouts call tools (``rollout.mode=tools``, e.g. ``--preset tools``) the prompts
+are the tool rollout's and every estimator that takes tools values a prefix as training does:
+continuations (``monte_carlo``, ``greedy_continuation``) are tool rollouts whose calls run in the
+reward agent, a forced answer at a call is forced after its result (``--grow-trees`` is refused there).
 """
 
 from __future__ import annotations
@@ -237,15 +241,37 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.models import load_policy
     from stepcredit.process.probe import load_solutions, probe
     from stepcredit.reward import build_rewarder
+    from stepcredit.rollout import ROLLOUT_MODES
+    from stepcredit.rollout.tools import check_tool_template
+    from stepcredit.trainer.rollout import tool_turns, uses_tools
 
+    # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
+    # imports rollout.tools.modules and checks the names and the parser)
+    with_tools = uses_tools(cfg)
+    check = ROLLOUT_MODES.get(cfg.rollout.mode).check
+    if with_tools and check is not None:
+        check(cfg)
+    if with_tools and args.grow_trees:
+        raise UserError(
+            f"--grow-trees grows trees without tools, and rollout.mode={cfg.rollout.mode} calls tools "
+            "(drop --grow-trees: continuations at every episode end run the tools)"
+        )
     solutions = load_solutions(args.data, cfg.data.arith, n=args.n, seed=args.seed, src=args.data_dir)
     torch.set_num_threads(cfg.trainer.threads)
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
+    if with_tools:  # render=template with a template that cannot render tool turns: one line
+        check_tool_template(tok, cfg.rollout.tools)
+        tc = cfg.rollout.tools
+        print(
+            f"continuations call tools: {','.join(tc.names)} ({tc.parser}), as rollout.mode={cfg.rollout.mode}"
+        )
     with build_rewarder(cfg.reward) as rewarder:
         report = probe(
             model, tok, solutions, cfg.process, estimators, score_fn=rewarder.verifier_fn(),
             deltas=deltas, seed=args.seed, credit_forms=forms,
             tree_rollout=cfg.rollout if args.grow_trees else None,
+            # the calls run in the reward agent, as the trainer's continuations do
+            tools=tool_turns(cfg, rewarder) if with_tools else None,
         )  # fmt: skip
     print(_table(report))
     if args.png is not None:

@@ -21,13 +21,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
-from stepcredit.config import ArithConfig, ProcessConfig, RolloutConfig
+from stepcredit.config import ArithConfig, ProcessConfig, RolloutConfig, ToolsConfig
 from stepcredit.errors import DataError
 from stepcredit.process import prefix_request
 from stepcredit.process.diagnostics import prompt_ids
 from stepcredit.process.segment import token_char_spans
 from stepcredit.process.utility import CREDIT_FORMS, marginal_utilities
-from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn
+from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn, ToolTurns
+from stepcredit.rollout.tools import render_tool_prompts
 from stepcredit.types import Sample
 
 _NUM = r"\d+(?:\.\d+)?"
@@ -480,8 +481,13 @@ def run_probe(
     score_fn: ScoreFn | None,
     credit_forms: Sequence[str] = (),
     tree_rollout: RolloutConfig | None = None,
+    tools: ToolTurns | None = None,
 ) -> ProbeReport:
     """Value every case with every estimator (each over the whole set at once) and summarise.
+
+    ``tools``: the policy's rollouts call tools (``rollout.mode=tools``): estimators that take them
+    (``takes_tools``) value each prefix as training does, continuations as tool rollouts that run the
+    calls (:mod:`stepcredit.process.continuation`); None: without tools.
 
     ``tree_rollout``: estimators whose values come from a tree rollout's outcomes (``from_outcomes``:
     ``tree``) value each trace by a tree of this shape and branch rule grown over it
@@ -498,7 +504,7 @@ def run_probe(
     # come from continuations, not from the other trace's reward (process.mc_v0=group)
     cfg = replace(cfg, mc_v0="sample")
     requests = [r for c in cases for r in (c.clean, c.corrupt)]
-    values, seconds = _value_all(model, tokenizer, requests, cfg, estimators, score_fn, tree_rollout)
+    values, seconds = _value_all(model, tokenizer, requests, cfg, estimators, score_fn, tree_rollout, tools)
     # a tree grown over the trace counts the trace's own outcome in its V_0: no judge of solvability
     reference = next(
         (
@@ -539,6 +545,7 @@ def _value_all(
     estimators: Sequence[str],
     score_fn: ScoreFn | None,
     tree_rollout: RolloutConfig | None = None,
+    tools: ToolTurns | None = None,
 ) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
     import torch
 
@@ -559,7 +566,12 @@ def _value_all(
                     values[name] = grown_tree_values(model, tokenizer, requests, cfg, tree_rollout, score_fn)
                 else:
                     values[name] = spec(
-                        model, tokenizer, requests, cfg, score_fn=score_fn if spec.needs_verifier else None
+                        model,
+                        tokenizer,
+                        requests,
+                        cfg,
+                        score_fn=score_fn if spec.needs_verifier else None,
+                        tools=tools,  # ignored by estimators that do not take tools
                     )
             seconds[name] = time.perf_counter() - t0
     finally:
@@ -672,17 +684,23 @@ def build_cases(
     *,
     deltas: Sequence[int],
     rng: random.Random,
+    tools: ToolsConfig | None = None,
 ) -> tuple[list[ProbeCase], list[int]]:
     """A :class:`ProbeCase` for each solution with an equation to make wrong, and the indices of those
     solutions (the others are skipped). Both traces end with the tokenizer's eos, as a finished
-    response does."""
+    response does. ``tools``: the prompts are a tool rollout's (the offered tools' schemas where the
+    chat template prints them)."""
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     cases, used = [], []
     for i, (sample, text) in enumerate(solutions):
         inj = inject_wrong_step(text, rng, deltas=deltas)
         if inj is None:
             continue
-        prompt = prompt_ids(tokenizer, list(sample.prompt))
+        prompt = (
+            prompt_ids(tokenizer, list(sample.prompt))
+            if tools is None
+            else render_tool_prompts(tokenizer, [sample], tools.names)[0]
+        )
         pair = []
         for t in (text, inj.text):
             ids = list(tokenizer(t, add_special_tokens=False)["input_ids"]) + eos
@@ -705,14 +723,22 @@ def probe(
     seed: int = 0,
     credit_forms: Sequence[str] = (),
     tree_rollout: RolloutConfig | None = None,
+    tools: ToolTurns | None = None,
 ) -> ProbeReport:
     """The signal probe on ``solutions`` (sample, correct solution text): one wrong step injected into
     each (drawn with ``seed`` from ``deltas``), the clean solutions the verifier ``score_fn`` does not
-    score correct left out, then :func:`run_probe` (``tree_rollout``: see there). DataError when nothing
-    is left to probe."""
+    score correct left out, then :func:`run_probe` (``tree_rollout``, ``tools``: see there; with
+    ``tools`` the prompts are the tool rollout's too). DataError when nothing is left to probe."""
     if not deltas or 0 in deltas:
         raise DataError(f"probe: deltas {list(deltas)} must be non-zero integers")
-    cases, used = build_cases(tokenizer, solutions, cfg, deltas=deltas, rng=random.Random(seed))
+    cases, used = build_cases(
+        tokenizer,
+        solutions,
+        cfg,
+        deltas=deltas,
+        rng=random.Random(seed),
+        tools=tools.tools if tools is not None else None,
+    )
     if not cases:
         raise DataError("probe: no solution has an equation 'a op b = c' to make wrong")
     # a "clean" trace the verifier does not score correct is no baseline for a wrong step
@@ -729,5 +755,6 @@ def probe(
         score_fn=score_fn,
         credit_forms=credit_forms,
         tree_rollout=tree_rollout,
+        tools=tools,
     )
     return replace(report, skipped=len(solutions) - len(cases), not_correct=len(cases) - len(keep))

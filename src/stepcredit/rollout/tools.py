@@ -182,6 +182,31 @@ def _observation_ids(
     return [i for i in tok(text, add_special_tokens=False)["input_ids"] if i != tok.eos_token_id]
 
 
+def result_of(parser: ToolParser, block: str) -> str | None:
+    """The result that ``block``, a result block in ``parser``'s convention text (what
+    ``parser.observation`` writes), holds; None when ``block`` is not one."""
+    marker = "\x00"  # no result holds it: the convention's text on either side of the result
+    head, tail = parser.observation(marker).split(marker)
+    if len(block) < len(head) + len(tail) or not (block.startswith(head) and block.endswith(tail)):
+        return None
+    return block[len(head) : len(block) - len(tail)]
+
+
+def trace_observation_ids(
+    tok: Any, block: str, *, tools: ToolsConfig, prompt: Sequence[Mapping[str, Any]]
+) -> list[int]:
+    """The tokens a tool rollout appends for the result that ``block`` (a trace's result block in
+    ``tools.parser``'s convention text) holds, after a call to the conversation ``prompt``: the chat
+    template's own tool turn where results are rendered by it (``rollout.tools.render``), else the
+    convention's text, exactly as :func:`run_turns` appends them. A ValueError when ``block`` is not the
+    convention's result text."""
+    parser: ToolParser = PARSERS.get(tools.parser)
+    result = result_of(parser, block)
+    if result is None:
+        raise ValueError(f"{block[:60]!r} is not a result block of the {tools.parser!r} convention")
+    return _observation_ids(tok, result, parser=parser, tools=tools, prompt=prompt)
+
+
 def _special_strings(tok: Any) -> list[str]:
     """Every special token's text: the named ones and the added tokens marked special (a tokenizer's
     turn markup, e.g. ``<|im_start|>``, is often only the latter), longest first."""

@@ -29,7 +29,9 @@ from stepcredit.errors import UserError
 from stepcredit.process import VALUE_ESTIMATORS, ValueEstimatorSpec, prefix_request, process_channel
 from stepcredit.process.diagnostics import describe_episodes, prompt_ids
 from stepcredit.process.segment import token_char_spans
+from stepcredit.process.values import ToolTurns
 from stepcredit.reward import Rewarder
+from stepcredit.rollout.tools import render_tool_prompts
 from stepcredit.tools import PARSERS, TOOLS
 from stepcredit.types import Sample
 
@@ -159,16 +161,23 @@ def explain(
     rewarder: Rewarder,
     *,
     raw_prompt: bool = False,
+    tools: ToolTurns | None = None,
 ) -> Explanation:
     """V, step credit and per-token advantage of ``response`` to ``prompt`` (a user message or chat
     messages) with gold answer ``answer``, under ``cfg.process`` and ``cfg.algorithm``; ``rewarder``
-    scores the outcome and, for value estimators that need one, the continuations."""
-    p_ids = prompt_ids(tok, prompt, raw=raw_prompt)
+    scores the outcome and, for value estimators that need one, the continuations. ``tools``: the
+    policy's rollouts call tools (``rollout.mode=tools``): the prompt is the tool rollout's (unless
+    ``raw_prompt``) and an estimator that takes tools values each prefix as training does
+    (continuations run the calls, :mod:`stepcredit.process.continuation`)."""
+    messages = ({"role": "user", "content": prompt},) if isinstance(prompt, str) else tuple(prompt)
+    sample = Sample(prompt=messages, ground_truth=answer, uid="explain")
+    if tools is not None and not raw_prompt and getattr(tok, "chat_template", None):
+        p_ids = render_tool_prompts(tok, [sample], tools.tools.names)[0]
+    else:
+        p_ids = prompt_ids(tok, prompt, raw=raw_prompt)
     r_ids = list(tok(response, add_special_tokens=False)["input_ids"])
     if not r_ids:
         raise UserError("--response: the response is empty")
-    messages = ({"role": "user", "content": prompt},) if isinstance(prompt, str) else tuple(prompt)
-    sample = Sample(prompt=messages, ground_truth=answer, uid="explain")
     # one response, no group: V_0 comes from its own continuations (process.mc_v0=group needs a group)
     pcfg = replace(cfg.process, mc_v0="sample")
     spec = VALUE_ESTIMATORS.get(pcfg.value_estimator)
@@ -178,7 +187,9 @@ def explain(
     model.eval()
     try:
         with torch.no_grad():
-            values = spec(model, tok, [request], pcfg, score_fn=verify if spec.needs_verifier else None)[0]
+            values = spec(
+                model, tok, [request], pcfg, score_fn=verify if spec.needs_verifier else None, tools=tools
+            )[0]
     finally:
         if was_training:
             model.train()

@@ -1,5 +1,6 @@
 """Supervised warm-up: next-token loss on the task's reference traces (response tokens only; a tool
-trace's results are attended to but never trained on).
+trace's results are attended to but never trained on, and are the tokens the tool rollout appends:
+the chat template's own tool turn where the rollout renders results with it).
 
 The RL phase needs a policy whose pass rate is neither 0 nor 1; a few hundred SFT steps on the
 ``arith`` traces give the tiny model the answer format and some arithmetic.
@@ -7,6 +8,7 @@ The RL phase needs a policy whose pass rate is neither 0 nor 1; a few hundred SF
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable
@@ -14,18 +16,23 @@ from typing import Any
 
 import torch
 
-from stepcredit.config import SFTConfig
+from stepcredit.config import SFTConfig, ToolsConfig
 from stepcredit.errors import DataError
 from stepcredit.rollout import left_pad, render_prompts
+from stepcredit.rollout.tools import check_tool_template, render_tool_prompts, trace_observation_ids
 from stepcredit.types import Sample
 
 Pair = tuple[list[int], list[int], list[bool]]
 """(prompt ids, response ids + eos, per response token: trained on)."""
 
 
-def _response_ids(tok: Any, solution: str, observations: Any) -> tuple[list[int], list[bool]]:
+def _response_ids(
+    tok: Any, solution: str, observations: Any, turn: Callable[[str], list[int]] | None = None
+) -> tuple[list[int], list[bool]]:
     """The solution's tokens and which are trained on: the character spans in ``observations``
-    (tool results) are tokenized on their own, as the tool rollout appends them, and not trained on."""
+    (tool results) are tokenized on their own, as the tool rollout appends them, and not trained on.
+    ``turn``: a result block's text -> the tokens the rollout appends for it (the chat template's tool
+    turn); None: the block's own tokens (the convention's text)."""
     spans = sorted((int(a), int(b)) for a, b in (observations or ()))
     ids: list[int] = []
     trained: list[bool] = []
@@ -34,24 +41,48 @@ def _response_ids(tok: Any, solution: str, observations: Any) -> tuple[list[int]
         if not 0 <= at <= a <= b <= len(solution):
             raise DataError(f"sft: solution_observations span {[a, b]} is not inside the solution's text")
         for text, train in ((solution[at:a], True), (solution[a:b], False)):
-            got = tok(text, add_special_tokens=False)["input_ids"] if text else []
+            if not text:
+                got = []
+            elif turn is not None and not train:
+                got = turn(text)
+            else:
+                got = tok(text, add_special_tokens=False)["input_ids"]
             ids += got
             trained += [train] * len(got)
         at = b
     return [*ids, tok.eos_token_id], [*trained, True]
 
 
-def sft_pairs(tok: Any, samples: list[Sample]) -> list[Pair]:
+def _template_turn(tok: Any, tools: ToolsConfig, sample: Sample, row: int, block: str) -> list[int]:
+    """The chat template's tool turn tokens for a result block of ``sample``'s trace (one line naming the
+    row when the block is not the convention's result text)."""
+    try:
+        return trace_observation_ids(tok, block, tools=tools, prompt=sample.prompt)
+    except ValueError as e:
+        raise DataError(f"sft: row {row} ({sample.uid}): solution_observations: {e}") from None
+
+
+def sft_pairs(tok: Any, samples: list[Sample], tools: ToolsConfig | None = None) -> list[Pair]:
     """One :data:`Pair` for every sample that carries ``extra_info['solution']``; a tool trace's
     results (``extra_info['solution_observations']``: character spans of the solution) are never
-    trained on, exactly as the tool rollout leaves them out of ``response_mask_BT``."""
-    prompts = render_prompts(tok, samples)
+    trained on, exactly as the tool rollout leaves them out of ``response_mask_BT``.
+
+    ``tools``: the run's ``rollout.tools`` when its rollouts call tools. The prompts are then the
+    rollout's (the offered tools' schemas where the chat template prints them), and where results are
+    rendered by the chat template (:func:`~stepcredit.rollout.tools.check_tool_template`) each result
+    block, written in the ``tools.parser`` convention's text, becomes the template's own tool turn
+    tokens, as the rollout appends them; otherwise the block's own tokens, as without ``tools``."""
+    prompts = (
+        render_prompts(tok, samples) if tools is None else render_tool_prompts(tok, samples, tools.names)
+    )
+    template = tools is not None and check_tool_template(tok, tools)
     out = []
-    for s, p in zip(samples, prompts, strict=True):
+    for i, (s, p) in enumerate(zip(samples, prompts, strict=True)):
         sol = s.extra_info.get("solution")
         if not isinstance(sol, str) or not sol:
             continue
-        r, trained = _response_ids(tok, sol, s.extra_info.get("solution_observations"))
+        turn = functools.partial(_template_turn, tok, tools, s, i) if template and tools else None
+        r, trained = _response_ids(tok, sol, s.extra_info.get("solution_observations"), turn)
         out.append((p, r, trained))
     if not out:
         raise DataError(
@@ -88,13 +119,15 @@ def run_sft(
     *,
     seed: int,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    tools: ToolsConfig | None = None,
 ) -> dict[str, float]:
-    """Train ``cfg.steps`` steps of cross-entropy on reference traces; returns the last metrics."""
+    """Train ``cfg.steps`` steps of cross-entropy on reference traces; returns the last metrics.
+    ``tools``: the run's ``rollout.tools`` when its rollouts call tools (:func:`sft_pairs`)."""
     from stepcredit.models import token_logprobs
 
     if cfg.steps == 0:  # no warm-up (a real model, or data without reference solutions)
         return {}
-    pairs = sft_pairs(tok, samples)
+    pairs = sft_pairs(tok, samples, tools)
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.98))
     model.train()
