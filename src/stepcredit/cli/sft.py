@@ -24,8 +24,10 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.data.domains import build_data
     from stepcredit.models import load_policy, save_pretrained
     from stepcredit.reward import build_rewarder
+    from stepcredit.rollout.tools import check_tool_template
     from stepcredit.trainer.loop import seed_everything
     from stepcredit.trainer.metrics import wilson_interval
+    from stepcredit.trainer.rollout import tool_runner, uses_tools
     from stepcredit.trainer.sft import run_sft
     from stepcredit.trainer.validate import validate
 
@@ -33,10 +35,24 @@ def run(args: argparse.Namespace) -> int:
     seed_everything(cfg.trainer.seed)
     train_set, val_set, _ = build_data(cfg.data, seed=cfg.trainer.seed)  # every domain, as train does
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
-    m = run_sft(model, tok, train_set, cfg.sft, seed=cfg.trainer.seed)
+    tools = uses_tools(cfg)
+    if tools:  # rollout.tools.render=template with a template that cannot render tool turns: one line
+        check_tool_template(tok, cfg.rollout.tools)
+    m = run_sft(
+        model, tok, train_set, cfg.sft, seed=cfg.trainer.seed, tools=cfg.rollout.tools if tools else None
+    )
     save_pretrained(model, tok, out / "model")
     with build_rewarder(cfg.reward) as rewarder:
-        vm, _ = validate(model, tok, val_set, rewarder, max_new_tokens=cfg.rollout.max_new_tokens)
+        # a tools config validates as training does: the tool rollout, its calls run by the reward layer
+        vm, _ = validate(
+            model,
+            tok,
+            val_set,
+            rewarder,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            tools=cfg.rollout.tools if tools else None,
+            run_tools=tool_runner(cfg, rewarder) if tools else None,
+        )
     m.update(vm)
     (out / "sft_metrics.json").write_text(json.dumps(m, indent=2))
     n = len(val_set)

@@ -110,7 +110,13 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
         if ckpt is None:
             t0 = time.perf_counter()
             run_sft(
-                model, tok, train_set, cfg.sft, seed=cfg.trainer.seed, on_step=bar.sft_step(cfg.sft.steps)
+                model,
+                tok,
+                train_set,
+                cfg.sft,
+                seed=cfg.trainer.seed,
+                on_step=bar.sft_step(cfg.sft.steps),
+                tools=cfg.rollout.tools if uses_tools(cfg) else None,  # results in the rollouts' own tokens
             )
             if cfg.sft.steps > 0:
                 save_pretrained(model, tok, run_dir / "checkpoints" / "sft" / "model")

@@ -1,0 +1,50 @@
+"""``stepcredit sft`` with a tools config: SFT masks the results, and the printed validation answers
+with the tool rollout (calls run through the reward layer), as ``stepcredit train`` validates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepcredit.cli.main import main
+
+SMALL = [
+    "model.tiny.hidden_size=32",
+    "model.tiny.num_layers=1",
+    "model.tiny.num_heads=2",
+    "model.tiny.intermediate_size=64",
+    "data.train_size=32",
+    "data.val_size=3",
+    "sft.steps=1",
+    "sft.batch_size=8",
+    "rollout.max_new_tokens=24",
+    "trainer.threads=1",
+]
+
+
+@pytest.mark.parametrize("mode", ["tools", "flat"])
+def test_sft_validates_with_the_tool_rollout(tmp_path: Path, monkeypatch: Any, mode: str) -> None:
+    import stepcredit.trainer.validate as validate
+
+    seen: list[Any] = []
+    real = validate.tool_generate
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        seen.append((args[3], kw.get("run_tools")))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(validate, "tool_generate", spy)
+    out = tmp_path / "sft"
+    assert main(["sft", "--preset", "tools", "--out", str(out), f"rollout.mode={mode}", *SMALL]) in (0, None)
+    m = json.loads((out / "sft_metrics.json").read_text())
+    assert sum(v for k, v in m.items() if k.startswith("val/status/")) == 3.0  # every prompt scored
+    if mode == "flat":
+        assert seen == []
+        return
+    assert len(seen) == 1
+    tools, runner = seen[0]
+    assert tools.names == ("calculator",) and tools.parser == "fenced"
+    assert runner is not None  # the reward layer's runner, not an in-process fallback
