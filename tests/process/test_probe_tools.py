@@ -136,3 +136,21 @@ def test_probe_refuses_grown_trees_with_tools(
     assert main([*argv, "--estimators", "tree", "--n", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--grow-trees" in err and "rollout.mode=tools" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("preset", "want"), [("tools", 0.0), ("process", 1.0)])
+def test_explain_scores_the_outcome_with_the_tasks_reward(
+    capsys: pytest.CaptureFixture[str], preset: str, want: float
+) -> None:
+    # "68 * 692" is 47056 to the math verifier (arith); the tool task's reward wants the computed number
+    argv = [
+        "explain",
+        "--model",
+        "tiny",
+        "--prompt",
+        "Oli has 68 boxes with 692 eggs each. How many eggs now?",
+    ]
+    argv += ["--response", "The answer is 68 * 692", "--answer", "47056", "--preset", preset, "--json"]
+    argv += ["process.value_estimator=forced_answer_logprob", "rollout.mode=flat"]
+    assert main(argv) == 0
+    assert last_json(capsys.readouterr().out)["outcome"] == want

@@ -55,14 +55,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON object as the last line")
     p.add_argument(
         "--preset",
-        help="read the process, algorithm, reward and rollout settings from this preset (e.g. tools); "
+        help="read the process, algorithm, reward, rollout and data settings from this preset (e.g. tools); "
         "they win over the run's and the packaged model's",
     )
     p.add_argument(
         "overrides",
         nargs="*",
         metavar="key=value",
-        help="process.*, algorithm.*, reward.* or rollout.* settings, e.g. process.clip=1.0",
+        help="process.*, algorithm.*, reward.*, rollout.* or data.* settings, e.g. process.clip=1.0",
     )
 
 
@@ -82,7 +82,7 @@ def _sample_from_run(run: Path, index: int) -> tuple[Any, str, str]:
         ) from None
 
 
-_SECTIONS = ("process", "algorithm", "reward", "rollout")
+_SECTIONS = ("process", "algorithm", "reward", "rollout", "data")
 """The config sections explain reads (from the run) and takes overrides for (``rollout``: whether and
 how the policy calls tools, which continuations then do too)."""
 
@@ -108,7 +108,7 @@ def _config(args: argparse.Namespace, model: ResolvedModel) -> Any:
     bad = [o for o in args.overrides if o.split("=", 1)[0].strip().split(".")[0] not in _SECTIONS]
     if bad:
         raise UserError(
-            f"override {bad[0]!r}: explain takes only process.*, algorithm.*, reward.* and rollout.* settings"
+            f"override {bad[0]!r}: explain takes only process.*, algorithm.*, reward.*, rollout.* and data.* settings"
         )
     return from_dict(apply_overrides(data, list(args.overrides)))
 
@@ -307,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.config import ModelConfig
     from stepcredit.models import load_policy
     from stepcredit.process import check_config
-    from stepcredit.reward import build_rewarder
+    from stepcredit.reward import REWARDS, build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
     from stepcredit.rollout.tools import check_tool_template
     from stepcredit.trainer.explain import explain
@@ -324,9 +324,13 @@ def run(args: argparse.Namespace) -> int:
     model, tok = load_policy(ModelConfig(path=model_ref.path, gguf_file=args.gguf_file))
     if with_tools:  # render=template with a template that cannot render tool turns: one line
         check_tool_template(tok, cfg.rollout.tools)
+    # the outcome is scored as the task's rows are: data.task names its reward where one is registered
+    # under it (arith_tools: the integer answer), else the math verifier's arith
+    source = cfg.data.task if cfg.data.task in REWARDS else "arith"
     with build_rewarder(cfg.reward) as rewarder:
         report = explain(
             model, tok, prompt, response, answer, cfg, rewarder, raw_prompt=args.raw_prompt,
+            data_source=source,
             # the calls run in the reward agent, as the trainer's continuations do
             tools=tool_turns(cfg, rewarder) if with_tools else None,
         )  # fmt: skip

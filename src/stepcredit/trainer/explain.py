@@ -162,15 +162,17 @@ def explain(
     *,
     raw_prompt: bool = False,
     tools: ToolTurns | None = None,
+    data_source: str = "arith",
 ) -> Explanation:
     """V, step credit and per-token advantage of ``response`` to ``prompt`` (a user message or chat
     messages) with gold answer ``answer``, under ``cfg.process`` and ``cfg.algorithm``; ``rewarder``
     scores the outcome and, for value estimators that need one, the continuations. ``tools``: the
     policy's rollouts call tools (``rollout.mode=tools``): the prompt is the tool rollout's (unless
     ``raw_prompt``) and an estimator that takes tools values each prefix as training does
-    (continuations run the calls, :mod:`stepcredit.process.continuation`)."""
+    (continuations run the calls, :mod:`stepcredit.process.continuation`). ``data_source`` picks the
+    outcome's reward as for a row of the task."""
     messages = ({"role": "user", "content": prompt},) if isinstance(prompt, str) else tuple(prompt)
-    sample = Sample(prompt=messages, ground_truth=answer, uid="explain")
+    sample = Sample(prompt=messages, ground_truth=answer, uid="explain", data_source=data_source)
     if tools is not None and not raw_prompt and getattr(tok, "chat_template", None):
         p_ids = render_tool_prompts(tok, [sample], tools.tools.names)[0]
     else:
