@@ -110,3 +110,19 @@ def loopback_judge() -> Iterator[Callable[[Reply], LoopbackJudge]]:
     yield start
     for judge in started:
         judge.close()
+
+
+@pytest.fixture
+def tools_smoke() -> list[str]:
+    """Overrides that run ``--preset tools`` at smoke size through the CLI: a 1-layer model, 64 training
+    problems, 2 SFT steps."""
+    return [
+        "model.tiny.hidden_size=32",
+        "model.tiny.num_layers=1",
+        "model.tiny.num_heads=2",
+        "model.tiny.intermediate_size=64",
+        "data.train_size=64",
+        "data.val_size=2",
+        "sft.steps=2",
+        "sft.batch_size=8",
+    ]

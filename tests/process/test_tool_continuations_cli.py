@@ -19,7 +19,7 @@ from stepcredit.reward.tools import ToolRunner
 
 @pytest.mark.parametrize("estimator", ["monte_carlo", "greedy_continuation"])
 def test_tools_preset_with_continuation_values(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, estimator: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, estimator: str, tools_smoke: list[str]
 ) -> None:
     runners: list[Any] = []
     values: list[list[float]] = []
@@ -42,14 +42,7 @@ def test_tools_preset_with_continuation_values(
             "train",
             "--preset",
             "tools",
-            "model.tiny.hidden_size=32",
-            "model.tiny.num_layers=1",
-            "model.tiny.num_heads=2",
-            "model.tiny.intermediate_size=64",
-            "data.train_size=64",
-            "data.val_size=2",
-            "sft.steps=2",
-            "sft.batch_size=8",
+            *tools_smoke,
             "rollout.prompts_per_step=2",
             "rollout.n=2",
             "rollout.max_new_tokens=40",

@@ -147,21 +147,16 @@ def test_a_tool_tree_refuses_an_entropy_rule() -> None:
 
 
 @pytest.mark.parametrize("treerl", ["false", "true"])
-def test_tools_preset_with_tree_values_through_the_cli(tmp_path: Path, treerl: str) -> None:
+def test_tools_preset_with_tree_values_through_the_cli(
+    tmp_path: Path, treerl: str, tools_smoke: list[str]
+) -> None:
     out = tmp_path / "run"
     code = main(
         [
             "train",
             "--preset",
             "tools",
-            "model.tiny.hidden_size=32",
-            "model.tiny.num_layers=1",
-            "model.tiny.num_heads=2",
-            "model.tiny.intermediate_size=64",
-            "data.train_size=64",
-            "data.val_size=2",
-            "sft.steps=2",
-            "sft.batch_size=8",
+            *tools_smoke,
             "rollout.mode=tools_tree",
             "rollout.prompts_per_step=2",
             "rollout.n=4",

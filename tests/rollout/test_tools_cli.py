@@ -9,21 +9,14 @@ from pathlib import Path
 from stepcredit.cli.main import main
 
 
-def test_tools_preset_trains_through_the_cli(tmp_path: Path) -> None:
+def test_tools_preset_trains_through_the_cli(tmp_path: Path, tools_smoke: list[str]) -> None:
     out = tmp_path / "run"
     code = main(
         [
             "train",
             "--preset",
             "tools",
-            "model.tiny.hidden_size=32",
-            "model.tiny.num_layers=1",
-            "model.tiny.num_heads=2",
-            "model.tiny.intermediate_size=64",
-            "data.train_size=64",
-            "data.val_size=2",
-            "sft.steps=2",
-            "sft.batch_size=8",
+            *tools_smoke,
             "rollout.prompts_per_step=2",
             "rollout.n=2",
             "rollout.max_new_tokens=40",

@@ -432,7 +432,7 @@ class ToolRollout:
     run_tools: ToolRunner | None = None
 
     def with_runner(self, runner: ToolRunner) -> ToolRollout:
-        return ToolRollout(runner)
+        return replace(self, run_tools=runner)  # the same mode (a subclass stays itself)
 
     def __call__(
         self,
@@ -604,9 +604,6 @@ def tool_tree_generate(
 @dataclass(frozen=True)
 class ToolTreeRollout(ToolRollout):
     """The registered mode ``tools_tree``: :func:`tool_tree_generate` with the run's tool runner."""
-
-    def with_runner(self, runner: ToolRunner) -> ToolTreeRollout:
-        return ToolTreeRollout(runner)
 
     def __call__(
         self,
