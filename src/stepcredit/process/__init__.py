@@ -34,8 +34,10 @@ from stepcredit.process.stage import (
 from stepcredit.process.tree import outcome_values, tree_credits, tree_values
 from stepcredit.process.utility import (
     CREDIT_FORMS,
+    PLACEBOS,
     STEP_COST_FORMS,
     CreditFormSpec,
+    apply_placebo,
     blame_credit,
     marginal_utilities,
     min_form_credit,
@@ -56,6 +58,7 @@ from stepcredit.process.values import (
 
 __all__ = [
     "CREDIT_FORMS",
+    "PLACEBOS",
     "STEP_COST_FORMS",
     "STRATEGIES",
     "VALUE_ESTIMATORS",
@@ -66,6 +69,7 @@ __all__ = [
     "ValueEstimatorSpec",
     "ValueQuery",
     "answer_suffix",
+    "apply_placebo",
     "batch_token_ids",
     "blame_credit",
     "build_requests",

@@ -38,6 +38,7 @@ from stepcredit.reward import Rewarder, build_agent, build_rewarder, shaping
 from stepcredit.reward.run import backends
 from stepcredit.reward.run.health import CircuitBreaker, probe_routes
 from stepcredit.rollout import ROLLOUT_MODES, engines
+from stepcredit.rollout.sampling import row_key
 from stepcredit.rollout.tools import check_tool_template
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import (
@@ -221,10 +222,12 @@ def _validate(
     cfg = state.cfg
     if cfg.trainer.val_every <= 0:
         return {}
-    # Common random numbers: sampled validation (rollout.val_temperature > 0) draws from a generator
-    # seeded by (trainer.seed, step) in a fork of the RNG, so two variants of one seed are scored with
-    # the same random numbers (their paired difference loses most of the sampling noise), and
-    # validating does not move the training run's random stream (val_every changes nothing else).
+    # Common random numbers: sampled validation (rollout.val_temperature > 0) draws each prompt's answer
+    # from a random stream of its own, keyed (trainer.seed, step, prompt index) (rollout/sampling.py),
+    # so two variants of one seed are scored with the same random numbers row by row: identical models
+    # give identical answers, and a row that ends earlier never shifts another row's draws (their paired
+    # difference loses most of the sampling noise). The fork keeps validation off the training run's
+    # random stream (val_every changes nothing else; tool rollouts still draw from the forked stream).
     with torch.random.fork_rng():
         torch.manual_seed(cfg.trainer.seed * 1_000_003 + step)
         metrics, rows = validate(
@@ -236,6 +239,7 @@ def _validate(
             temperature=cfg.rollout.val_temperature,
             tools=cfg.rollout.tools if uses_tools(cfg) else None,
             run_tools=tool_runner(cfg, rewarder) if uses_tools(cfg) else None,
+            row_seeds=[row_key(cfg.trainer.seed, step, i) for i in range(len(val_set))],
         )
     if not rows:
         return metrics
@@ -303,6 +307,14 @@ def _step_row(
     # the mean score of this step's sampled (rollout.temperature) responses; "reward/mean" is its older name
     row["train/reward_sampled"] = row["reward/mean"]
     row["time/reward_s"] = row.get("time/reward_wait_s", 0.0)
+    # compute accounting (docs/experiments.md): tokens sampled from the policy this step, rollouts (a
+    # tree's shared prefixes once, dynamic sampling's refills included) plus the process stage's
+    # continuations, and their running total over the run (checkpointed, so a resumed run continues it)
+    row["generated/step_tokens"] = row.get("rollout/generated_tokens", 0.0) + row.get(
+        "process/generated_tokens", 0.0
+    )
+    state.generated_tokens += row["generated/step_tokens"]
+    row["generated_tokens"] = state.generated_tokens
     if responses := row.pop("rollout/responses", 0.0):  # this step's rollouts' counters, per response
         for key, name in _PER_RESPONSE.items():
             if key in row:
