@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "eval": "pass@1, pass@k and maj@k of a model: stepcredit eval --model PATH|tiny|smollm2 --data arith|gsm8k|math500|FILE [--n K] [--temperature T] [--limit N]",
     "config": "Print the merged configuration as YAML with each field's documentation: stepcredit config [--preset NAME | --config F] [key=value ...]",
     "probe": "Do process rewards find a wrong step? stepcredit probe --model M --data arith|gsm8k|FILE [--estimators a,b] [--png F] [--json]",
+    "experiment": "Run a pre-registered comparison of arms over paired seeds: stepcredit experiment FILE.yaml [--jobs K] [--out DIR] [key=value ...]",
     "serve": "Serve the code sandbox behind SandboxFusion's /run_code API: stepcredit serve sandbox [--host H] [--port P]",
 }
 

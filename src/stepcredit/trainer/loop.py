@@ -228,6 +228,7 @@ def _validate(
     # give identical answers, and a row that ends earlier never shifts another row's draws (their paired
     # difference loses most of the sampling noise). The fork keeps validation off the training run's
     # random stream (val_every changes nothing else; tool rollouts still draw from the forked stream).
+    t0 = time.perf_counter()
     with torch.random.fork_rng():
         torch.manual_seed(cfg.trainer.seed * 1_000_003 + step)
         metrics, rows = validate(
@@ -245,6 +246,7 @@ def _validate(
         return metrics
     kind = "sampled" if cfg.rollout.val_temperature > 0 else "greedy"
     metrics[f"val/accuracy_{kind}"] = metrics["val/accuracy"]
+    metrics["time/val_s"] = time.perf_counter() - t0  # inside the step's time: compute accounts take it out
     history.add(step, [is_correct(RewardResult(r["score"], Status(r["status"]))) for r in rows], kind)
     log.log_samples(step, "val", rows)
     return metrics
