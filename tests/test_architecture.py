@@ -1,7 +1,7 @@
 """The architecture, checked: imports point left to right along the data's way through the code, and
 only ``integrations/verl`` imports verl.
 
-    data -> rollout -> reward -> process -> advantages -> losses -> trainer      (then cli, integrations)
+    data -> rollout -> reward -> process -> advantages -> losses -> trainer      (then recipes, cli, integrations)
 
 ``models`` (the policy and its log-probs; the tiny model's tokenizer is trained on ``data``'s task) is
 shared by every stage after ``data`` that runs a model; the top-level
@@ -26,6 +26,7 @@ ORDER = [
     "advantages",
     "losses",
     "trainer",
+    "recipes",
     "cli",
     "integrations",
 ]

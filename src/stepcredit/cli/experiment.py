@@ -34,7 +34,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stepcredit.cli.common import setup_runtime
+    from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime
+    from stepcredit.config import Config, from_dict
     from stepcredit.recipes.experiment import Plan, check, load_spec, run_all, write_outputs
 
     spec = load_spec(args.file)
@@ -46,7 +47,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--seeds {args.seeds}: expected comma-separated integers") from None
     out = args.out or Path("runs") / "experiments" / spec.name
     sft = Path(spec.sft_model) if spec.sft_model else out / "sft" / "model"
-    plan = Plan(spec, out, sft.resolve(), seeds, tuple(args.overrides), args.threads, args.timeout)
+
+    def build(preset: str, overrides: list[str]) -> Config:  # what `stepcredit train --preset` builds
+        return from_dict(apply_overrides(load_preset(preset), overrides))
+
+    plan = Plan(spec, out, sft.resolve(), build, seeds, tuple(args.overrides), args.threads, args.timeout)
     setup_runtime()
     lock = threading.Lock()
     t0 = time.perf_counter()
@@ -74,3 +79,25 @@ def run(args: argparse.Namespace) -> int:
     print(f"summary: {path}; table: {out / 'replication.md'}; plot: {out / 'curves.png'}")
     sys.stdout.flush()
     return 0
+
+
+def worker(argv: list[str]) -> int:
+    """``python -m stepcredit.cli.experiment :: CMD ARGS :: CMD ARGS``: run ``stepcredit`` commands in
+    turn in this one process (an experiment run's train and eval), stopping at the first that fails."""
+    from stepcredit.cli.main import main
+
+    commands: list[list[str]] = []
+    for a in argv:
+        if a == "::":
+            commands.append([])
+        elif commands:
+            commands[-1].append(a)
+    for c in commands:
+        code = main(c)
+        if code != 0:
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker(sys.argv[1:]))

@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,15 +37,21 @@ from typing import Any, Literal
 
 import yaml
 
-from stepcredit.cli.common import apply_overrides, load_preset
-from stepcredit.config import Config, from_dict
+from stepcredit.config import Config
 from stepcredit.errors import ConfigError, UserError
 from stepcredit.recipes.stats import holm, paired_t, trapezoid_mean
 
 Purpose = Literal["confirm", "search"]
 MIN_CONFIRM_SEEDS = 16
 """A confirmatory file (``purpose: confirm``) pairs at least this many seeds (issue 44)."""
-_FIXED = ("model.path", "sft.steps", "trainer.seed", "trainer.save_every", "trainer.progress")
+_FIXED = (
+    "model.path",
+    "sft.steps",
+    "trainer.seed",
+    "trainer.save_every",
+    "trainer.progress",
+    "trainer.threads",
+)
 """Keys the recipe sets on every run: an arm or the command line may not override them."""
 
 
@@ -207,6 +213,8 @@ class Plan:
     spec: Spec
     out: Path
     sft_model: Path
+    build: Callable[[str, list[str]], Config]
+    """(preset, overrides) -> the config ``stepcredit train --preset P overrides`` runs (the CLI's loader)."""
     seeds: tuple[int, ...] = ()
     """The seeds run (default: the file's); a subset (a smoke run) is recorded as one in the details."""
     extra: tuple[str, ...] = ()
@@ -226,7 +234,7 @@ class Plan:
 
     def config(self, arm: Arm, seed: int) -> Config:
         try:
-            return from_dict(apply_overrides(load_preset(arm.preset), self.overrides(arm, seed)))
+            return self.build(arm.preset, self.overrides(arm, seed))
         except UserError as e:
             raise ConfigError(f"{self.spec.path}: arm {arm.name}: {e}") from None
 
@@ -312,8 +320,13 @@ def check(plan: Plan) -> dict[str, Config]:
 
 
 # ------------------------------------------------------------------------------------------- run
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "stepcredit", *args]
+def _job(*commands: list[str]) -> list[str]:
+    """One subprocess that runs ``stepcredit`` commands in turn (train, then eval: one start-up, not two),
+    stopping at the first that fails (:func:`stepcredit.cli.experiment.worker`)."""
+    out = [sys.executable, "-m", "stepcredit.cli.experiment"]
+    for c in commands:
+        out += ["::", *c]
+    return out
 
 
 def _launch(cmd: list[str], log: Path, plan: Plan) -> int:
@@ -348,38 +361,36 @@ def _trained(run: Path, steps: int) -> bool:
 
 
 def run_one(plan: Plan, arm: Arm, seed: int, steps: int, log: Any) -> str | None:
-    """Train one (arm, seed) and evaluate its final model greedily on the held-out prompts; None when
-    it finished (or had finished), else what failed."""
+    """Train one (arm, seed) and evaluate its final model greedily on the held-out prompts, in one
+    subprocess; None when it finished (or had finished), else what failed."""
     run = plan.run_dir(arm.name, seed)
     done = run / "final_greedy.json"
     if done.is_file():
         return None
-    logs = plan.out / "logs"
+    commands = []
     if not _trained(run, steps):
         if run.exists():
             shutil.rmtree(run)  # cut short earlier: started over, so every run is one uninterrupted run
-        cmd = _cli("train", "--preset", arm.preset, "--out", str(run), *plan.overrides(arm, seed))
-        log(f"start {arm.name} seed {seed}")
-        t0 = time.perf_counter()
-        code = _launch(cmd, logs / f"{arm.name}-s{seed}.train.log", plan)
-        if code != 0:
-            return f"{arm.name} seed {seed}: train exit {code} (log {logs / f'{arm.name}-s{seed}.train.log'})"
-        (run / "run.json").write_text(json.dumps({"command": cmd, "wall_s": time.perf_counter() - t0}) + "\n")
-    n = plan.spec.final_greedy_prompts
+        commands.append(["train", "--preset", arm.preset, "--out", str(run), *plan.overrides(arm, seed)])
+    greedy = run / "final_greedy.jsonl"
+    if plan.spec.final_greedy_prompts > 0:
+        commands.append(
+            ["eval", "--model", str(run), "--data", str(plan.heldout), "--temperature", "0", "--no-progress",
+             "--out", str(greedy), f"trainer.threads={plan.threads}"]
+        )  # fmt: skip
+    log(f"start {arm.name} seed {seed}")
+    t0 = time.perf_counter()
+    job_log = plan.out / "logs" / f"{arm.name}-s{seed}.log"
+    code = _launch(_job(*commands), job_log, plan)
+    if code != 0:
+        return f"{arm.name} seed {seed}: exit {code} (log {job_log})"
     result: dict[str, Any] = {"accuracy": None, "prompts": 0}
-    if n > 0:
-        out = run / "final_greedy.jsonl"
-        cmd = _cli("eval", "--model", str(run), "--data", str(plan.heldout), "--temperature", "0", "--no-progress",
-                   "--out", str(out), f"trainer.threads={plan.threads}")  # fmt: skip
-        t0 = time.perf_counter()
-        code = _launch(cmd, logs / f"{arm.name}-s{seed}.eval.log", plan)
-        if code != 0:
-            return f"{arm.name} seed {seed}: eval exit {code} (log {logs / f'{arm.name}-s{seed}.eval.log'})"
-        rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-        result = {"accuracy": sum(bool(r["correct"]) for r in rows) / len(rows), "prompts": len(rows),
-                  "wall_s": time.perf_counter() - t0, "command": cmd}  # fmt: skip
+    if plan.spec.final_greedy_prompts > 0:
+        rows = [json.loads(line) for line in greedy.read_text().splitlines() if line.strip()]
+        result = {"accuracy": sum(bool(r["correct"]) for r in rows) / len(rows), "prompts": len(rows)}
+    result.update(commands=commands, wall_s=time.perf_counter() - t0)
     done.write_text(json.dumps(result) + "\n")
-    log(f"done {arm.name} seed {seed}")
+    log(f"done {arm.name} seed {seed} ({time.perf_counter() - t0:.0f} s)")
     return None
 
 
@@ -421,8 +432,8 @@ def train_sft(plan: Plan, log: Any) -> None:
         return
     sft = plan.spec.sft
     out = plan.sft_model.parent
-    cmd = _cli("sft", "--preset", sft["preset"], "--out", str(out), *sft["overrides"],
-               f"trainer.seed={sft['seed']}", f"trainer.threads={plan.threads}", "trainer.progress=false")  # fmt: skip
+    cmd = _job(["sft", "--preset", sft["preset"], "--out", str(out), *sft["overrides"],
+                f"trainer.seed={sft['seed']}", f"trainer.threads={plan.threads}", "trainer.progress=false"])  # fmt: skip
     log(f"SFT: {' '.join(cmd)}")
     code = _launch(cmd, plan.out / "logs" / "sft.log", plan)
     if code != 0 or not (plan.sft_model / "config.json").is_file():
