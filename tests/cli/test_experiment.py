@@ -60,7 +60,8 @@ def _file(tmp_path: Path, **over: object) -> Path:
 def test_smoke_experiment_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     f = _file(tmp_path)
-    assert main(["experiment", str(f), "--out", str(out), "--jobs", "2"]) == 0
+    # options after the file, then an override of every run (here one that changes nothing)
+    assert main(["experiment", str(f), "--out", str(out), "--jobs", "2", "trainer.tensorboard=false"]) == 0
     s = json.loads((out / "replication.json").read_text())
     assert set(s) == {"endpoint", "seeds", "arms", "comparisons"}
     assert s["seeds"] == [3, 4] and "last 2 validations" in s["endpoint"]
