@@ -27,6 +27,14 @@ TINY = [
     "trainer.tensorboard=false",
     "reward.agent.backend=thread",
 ]
+GREEDY = {
+    "preset": "smoke",
+    "overrides": [
+        "process.enabled=true",
+        "process.value_estimator=greedy_continuation",
+        "algorithm.advantage=grpo_vineppo",
+    ],
+}
 ORACLE = [
     "process.enabled=true",
     "process.value_estimator=step_oracle",
@@ -141,6 +149,17 @@ def test_smoke_experiment_through_the_cli(tmp_path: Path, capsys: pytest.Capture
                                                        "overrides": ["process.placebo=shuffle_within_response"]}}},
          r"arm b: .*process\.placebo"),
         ({"common": ["trainer.seed=1"]}, "the recipe sets"),
+        # a confirmatory file: 16 seeds, and a process-credit arm needs its placebo, a costly one its
+        # equal-compute GRPO arm; a placebo differs from its arm only in process.placebo
+        ({"purpose": "confirm", "seeds": list(range(16)), "arms": {"grpo": {"preset": "smoke"}, "g": GREEDY}},
+         r"arms\.g: a process-credit arm needs a placebo arm"),
+        ({"purpose": "confirm", "seeds": list(range(16)),
+          "arms": {"grpo": {"preset": "smoke"}, "g": GREEDY, "p": {**GREEDY, "placebo_of": "g", "overrides": [
+              *GREEDY["overrides"], "process.placebo=shuffle_within_response"]}}},
+         r"arms\.g: greedy_continuation generates; it needs an equal-compute GRPO arm"),
+        ({"arms": {"grpo": {"preset": "smoke"}, "g": GREEDY, "p": {**GREEDY, "placebo_of": "g", "overrides": [
+              *GREEDY["overrides"], "process.placebo=shuffle_within_response", "process.clip=0.5"]}}},
+         r"arms\.p\.placebo_of: its process\.\* settings must be g's"),
     ],
 )  # fmt: skip
 def test_a_file_with_a_mistake_ends_in_one_line(
