@@ -114,3 +114,19 @@ def test_the_noise_is_a_function_of_key_position_and_token() -> None:
     # the tensor hash equals the Python one (row keys are made in Python, noise on the device)
     xs = [0, 1, 2**31 + 5, 2**32 - 1]
     assert mix32(torch.tensor(xs)).tolist() == [mix32(x) for x in xs]
+
+
+def test_sample_with_row_seeds_ignores_the_other_contexts() -> None:
+    # the engine's sampling primitive: a context's continuations depend on its own seed, not on which
+    # other contexts share the call (nor on their order)
+    from stepcredit.rollout.engines import SamplingSpec
+    from stepcredit.rollout.engines.hf import HF_ENGINE
+
+    model, tok, _, _, samples = _setup()
+    ctx = render_prompts(tok, samples[:3])
+    spec = SamplingSpec(n=2, temperature=1.0, max_tokens=W, row_seeds=(5, 6, 7))
+    all3 = HF_ENGINE.sample(model, tok, ctx, spec)
+    two = HF_ENGINE.sample(model, tok, [ctx[2], ctx[0]], SamplingSpec(n=2, max_tokens=W, row_seeds=(7, 5)))
+    assert [c.ids for c in two] == [c.ids for c in all3[4:6] + all3[0:2]]
+    with pytest.raises(ValueError, match="row_seeds"):
+        HF_ENGINE.sample(model, tok, ctx, SamplingSpec(max_tokens=W, row_seeds=(1,)))
