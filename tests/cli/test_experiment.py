@@ -159,7 +159,9 @@ def test_smoke_experiment_through_the_cli(tmp_path: Path, capsys: pytest.Capture
          r"arms\.g: greedy_continuation generates; it needs an equal-compute GRPO arm"),
         ({"arms": {"grpo": {"preset": "smoke"}, "g": GREEDY, "p": {**GREEDY, "placebo_of": "g", "overrides": [
               *GREEDY["overrides"], "process.placebo=shuffle_within_response", "process.clip=0.5"]}}},
-         r"arms\.p\.placebo_of: its process\.\* settings must be g's"),
+         r"arms\.p\.placebo_of: its settings must be g's but for process\.placebo"),
+        ({"arms": {"grpo": {"preset": "smoke"}, "g": GREEDY, "e": {**GREEDY, "equal_compute_of": "g"}}},
+         r"arms\.e\.equal_compute_of: an equal-compute arm is outcome GRPO"),
     ],
 )  # fmt: skip
 def test_a_file_with_a_mistake_ends_in_one_line(

@@ -290,13 +290,18 @@ def check(plan: Plan) -> dict[str, Config]:
                     f"{spec.path}: arms.{a.name}.placebo_of: a placebo sets process.placebo on the credit path of "
                     f"{a.placebo_of}, which must have process.enabled=true"
                 )
-            if replace(cfg.process, placebo="none", placebo_seed=0) != replace(
-                target.process, placebo_seed=0
-            ):
+            # the same run in every setting but where the credits land
+            mine = replace(cfg, process=replace(cfg.process, placebo="none", placebo_seed=0))
+            if mine != replace(target, process=replace(target.process, placebo_seed=0)):
                 raise ConfigError(
-                    f"{spec.path}: arms.{a.name}.placebo_of: its process.* settings must be {a.placebo_of}'s but "
-                    "for process.placebo"
+                    f"{spec.path}: arms.{a.name}.placebo_of: its settings must be {a.placebo_of}'s but for "
+                    "process.placebo"
                 )
+        if a.equal_compute_of is not None and cfg.process.enabled:
+            raise ConfigError(
+                f"{spec.path}: arms.{a.name}.equal_compute_of: an equal-compute arm is outcome GRPO given more "
+                "steps or samples (process.enabled=false)"
+            )
     if set(plan.run_seeds) - set(spec.seeds):
         raise ConfigError(f"{spec.path}: --seeds: every seed run must be one of the file's ({spec.seeds})")
     if spec.purpose == "confirm":
@@ -306,7 +311,7 @@ def check(plan: Plan) -> dict[str, Config]:
             p = cfgs[a.name].process
             if not p.enabled or p.placebo != "none" or a.name == spec.baseline:
                 continue
-            if a.oracle is False and not any(b.placebo_of == a.name for b in spec.arms):
+            if not any(b.placebo_of == a.name for b in spec.arms):
                 raise ConfigError(
                     f"{spec.path}: arms.{a.name}: a process-credit arm needs a placebo arm (placebo_of)"
                 )
