@@ -126,7 +126,8 @@ def test_smoke_experiment_through_the_cli(tmp_path: Path, capsys: pytest.Capture
         0.0,
         0.0,
     ]  # GRPO samples no continuations
-    assert details["complete"] and details["purpose"] == "search"
+    # the file's own seeds, but a command-line override: not the file as written
+    assert details["complete"] is False and details["command_line_overrides"] == ["trainer.tensorboard=false"]
     # resume: every (arm, seed) is done, nothing runs again and the summary is the same
     logs = {p: p.stat().st_mtime_ns for p in (out / "logs").iterdir()}
     capsys.readouterr()
