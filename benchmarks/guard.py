@@ -97,6 +97,8 @@ SUITE: list[Bench] = [
         [
             Ratio("verifier.gsm8k_speedup", "gsm8k.all.speedup", goal=30.0),
             Ratio("verifier.math500_speedup", "math500.all.speedup", goal=4.0),
+            Ratio("verifier.gsm8k_speedup_cpu", "gsm8k.all.speedup_cpu", goal=30.0),
+            Ratio("verifier.math500_speedup_cpu", "math500.all.speedup_cpu", goal=4.0),
         ],
     ),
     Bench(
