@@ -87,6 +87,8 @@ class Bench:
     """It trains: only with ``--slow``."""
     timeout_s: float = 900.0
     env: dict[str, str] = field(default_factory=dict)
+    venv: str = ""
+    """``verl``: it imports verl, so it runs with ``--verl-python`` (the verl tests' venv)."""
 
 
 SUITE: list[Bench] = [
@@ -110,6 +112,7 @@ SUITE: list[Bench] = [
             Ratio("advantages.grpo_1024x4096", "results[estimator=grpo,shape=1024x4096].speedup"),
             Ratio("advantages.gae_1024x4096", "results[estimator=gae,shape=1024x4096].speedup"),
         ],
+        venv="verl",
     ),
     Bench(
         "sandbox",
@@ -373,9 +376,9 @@ def _git(repo: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def run_one(bench: Bench, tree: Path, max_foreign: float) -> dict[str, Any]:
-    """One run of ``bench`` from ``tree`` (its ``src`` first on the path): its ratios, the script's own
-    validity and this window's foreign CPU use."""
+def run_one(bench: Bench, tree: Path, max_foreign: float, python: str = sys.executable) -> dict[str, Any]:
+    """One run of ``bench`` from ``tree`` (its ``src`` first on the path) by ``python``: its ratios,
+    the script's own validity and this window's foreign CPU use."""
     script = tree / "benchmarks" / bench.script
     env = {
         **os.environ,
@@ -388,7 +391,7 @@ def run_one(bench: Bench, tree: Path, max_foreign: float) -> dict[str, Any]:
     w = Window()
     try:
         proc = subprocess.run(
-            [sys.executable, str(script), *bench.args, "--json"],
+            [python, str(script), *bench.args, "--json"],
             cwd=tree / "benchmarks",
             env=env,
             capture_output=True,
@@ -454,6 +457,7 @@ def load_suite(path: Path | None) -> list[Bench]:
             slow=b.get("slow", False),
             timeout_s=b.get("timeout_s", 900.0),
             env=b.get("env", {}),
+            venv=b.get("venv", ""),
         )
         for b in raw
     ]
@@ -467,6 +471,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated benchmark names")
     ap.add_argument("--slow", action="store_true", help="also the benchmarks that train (process_cost)")
     ap.add_argument("--process-model", default="", help="saved SFT model for process_cost (--model)")
+    ap.add_argument(
+        "--verl-python",
+        default=str(REPO / ".venv-verl" / "bin" / "python"),
+        help="the interpreter of benchmarks that import verl (advantages); default the repo's .venv-verl",
+    )
     ap.add_argument("--history", type=Path, default=HISTORY)
     ap.add_argument("--no-record", action="store_true", help="do not append to the history")
     ap.add_argument("--repo", type=Path, default=REPO, help="the repository whose HEAD is benchmarked")
@@ -498,6 +507,11 @@ def main(argv: list[str] | None = None) -> int:
         print("guard: process_cost needs --process-model DIR (a saved midchain_process SFT model); left out")
         suite = [b for b in suite if b.name != "process_cost"]
 
+    if any(b.venv == "verl" for b in suite) and not Path(a.verl_python).exists():
+        print(
+            f"guard: {a.verl_python} not found (make setup-verl, or --verl-python); verl benchmarks left out"
+        )
+        suite = [b for b in suite if b.venv != "verl"]
     repo = a.repo.resolve()
     try:
         head = _git(repo, "rev-parse", "HEAD")
@@ -532,7 +546,9 @@ def main(argv: list[str] | None = None) -> int:
                 sides.append(("base", base_tree))
             for rnd in range(a.rounds):
                 for role, tree in sides:
-                    r = run_one(b, tree, a.max_foreign_cores)
+                    r = run_one(
+                        b, tree, a.max_foreign_cores, a.verl_python if b.venv == "verl" else sys.executable
+                    )
                     runs[role].append((b, r))
                     vals = (
                         ", ".join(f"{k.split('.', 1)[1]} {v:.4g}" for k, v in r["values"].items())
