@@ -35,6 +35,7 @@ runs with ``--slow`` (and ``--process-model DIR``, a saved SFT model of the ``mi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -487,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--fail-on-slip", action="store_true", help="exit 1 when a ratio slipped")
     a = ap.parse_args(argv)
+    with contextlib.suppress(AttributeError, ValueError):  # each run's line as it ends, also into a file
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
     suite = [b for b in load_suite(a.suite) if a.slow or not b.slow]
     if a.only:
