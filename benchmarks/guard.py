@@ -16,7 +16,9 @@ What it does, in order:
    ``git worktree`` in a temporary folder; each benchmark that compares two sides (ours against a
    competitor: every ratio here) runs head, base, head, base, ... (``--rounds`` of each), each with its
    own tree's ``src`` first on ``PYTHONPATH``, so a slow minute of the machine hits both commits.
-   A benchmark the base does not have runs on head only.
+   A benchmark the base does not have runs on head only. A clean head runs from a checkout of its
+   commit too (a commit made during the run changes nothing); uncommitted changes run from the working
+   tree and are recorded as ``<commit>+dirty``.
 3. **A record per benchmarked commit.** One line per commit per guard run is appended to ``--history``
    (``benchmarks/history.jsonl``): commit, date, the runs' validity, and each ratio's values (one per
    round) with their median.
@@ -252,10 +254,15 @@ class Move:
     """The move is in the ratio's good direction."""
     goal: float | None
     meets_goal: bool | None
+    spread_known: bool = True
+    """False when neither side was repeated and the history has no spread of the ratio: nothing says
+    how far it moves by itself, so it is never called moved."""
 
     def line(self) -> str:
         h, r = statistics.median(self.head), statistics.median(self.reference)
         verdict = ("IMPROVED" if self.better else "SLIPPED") if self.moved else "steady"
+        if not self.spread_known:
+            verdict = "no spread known (one round each, no history): rerun with --rounds 2 or more"
         goal = "" if self.goal is None else f"  goal {self.goal:g}: {'met' if self.meets_goal else 'NOT MET'}"
         return (
             f"{self.name:<38} {self.reference_from:<22} {r:>10.4g} [{min(self.reference):.4g}, "
@@ -307,7 +314,9 @@ def moved(
     what repeating the same commit gives is noise. Moved when ``|median(head) - median(reference)|``
     exceeds it."""
     h, r = statistics.median(head), statistics.median(reference)
-    spread = max(_range(head), _range(reference), historical_spread(history, ratio.name))
+    past = historical_spread(history, ratio.name)
+    spread = max(_range(head), _range(reference), past)
+    known = len(head) >= 2 or len(reference) >= 2 or past > 0
     diff = h - r
     meets = None if ratio.goal is None else (h >= ratio.goal if ratio.higher_is_better else h <= ratio.goal)
     return Move(
@@ -316,10 +325,11 @@ def moved(
         reference,
         reference_from,
         spread,
-        abs(diff) > spread,
+        known and abs(diff) > spread,
         (diff > 0) == ratio.higher_is_better,
         ratio.goal,
         meets,
+        known,
     )
 
 
@@ -540,11 +550,15 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[tuple[Bench, dict[str, Any]]]] = {"head": [], "base": []}
     tmp = Path(tempfile.mkdtemp(prefix="guard-"))
     base_tree = tmp / "base"
+    # a clean head runs from a checkout of its commit, so that a commit made meanwhile does not change
+    # what the record says ran; uncommitted changes run from the working tree (recorded as +dirty)
+    head_tree = repo if dirty else tmp / "head"
+    checkouts = ([] if dirty else [(head_tree, head)]) + ([] if base is None else [(base_tree, base)])
     try:
-        if base is not None:
-            _git(repo, "worktree", "add", "--detach", str(base_tree), base)
+        for tree, commit in checkouts:
+            _git(repo, "worktree", "add", "--detach", str(tree), commit)
         for b in suite:
-            sides = [("head", repo)]
+            sides = [("head", head_tree)]
             if base is not None and b.two_sided and (base_tree / "benchmarks" / b.script).exists():
                 sides.append(("base", base_tree))
             for rnd in range(a.rounds):
@@ -560,9 +574,9 @@ def main(argv: list[str] | None = None) -> int:
                     mark = "" if r["alone"] else f"  NOT ALONE ({r['foreign_cores']:.2f} foreign cores)"
                     print(f"{b.name:<18} {role} round {rnd + 1}: {vals}{mark}")
     finally:
-        if base is not None:
+        for tree, _ in checkouts:
             subprocess.run(
-                ["git", "-C", str(repo), "worktree", "remove", "--force", str(base_tree)], capture_output=True
+                ["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], capture_output=True
             )
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -179,6 +179,9 @@ def test_guard_flags_a_move_only_beyond_the_run_to_run_spread() -> None:
     up = g.moved(cost, [1.9, 2.1], [1.19, 1.21], reference_from="base x", history=[])
     down = g.moved(cost, [1.19, 1.21], [1.9, 2.1], reference_from="base x", history=[])
     assert up.moved and not up.better and down.moved and down.better and down.meets_goal
+    # one value a side and no history: no spread is known, so nothing is called moved
+    once = g.moved(cost, [2.0], [1.2], reference_from="base x", history=[])
+    assert not once.moved and not once.spread_known and "no spread known" in once.line()
 
 
 def test_guard_compares_with_the_history_when_the_base_did_not_run() -> None:
