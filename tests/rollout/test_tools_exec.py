@@ -9,7 +9,7 @@ import pytest
 
 from stepcredit.config import RewardConfig
 from stepcredit.reward import build_rewarder
-from stepcredit.reward.tools import ToolRunner
+from stepcredit.reward.tools import AgentCallRunner
 from stepcredit.tools import PARSERS, TOOLS, ToolCall, ToolError, execute_call, register_tool, schemas
 from stepcredit.tools.builtin import calculate
 

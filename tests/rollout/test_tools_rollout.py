@@ -25,7 +25,7 @@ from stepcredit.losses import compute_policy_loss
 from stepcredit.models import load_policy, token_logprobs
 from stepcredit.process.segment import segment_episodes
 from stepcredit.reward import build_rewarder
-from stepcredit.reward.tools import ToolRunner
+from stepcredit.reward.tools import AgentCallRunner
 from stepcredit.rollout import ROLLOUT_MODES
 from stepcredit.rollout.engines import Completion
 from stepcredit.tools import register_tool

@@ -18,7 +18,7 @@ from stepcredit.errors import ConfigError
 from stepcredit.models import load_policy
 from stepcredit.process.segment import segment_episodes
 from stepcredit.rollout.engines import Completion
-from stepcredit.tools import hermes_template, schemas, tool_turn_text, tool_turns
+from stepcredit.tools import hermes_template, schemas, tool_turn_text, probe_tool_template
 from stepcredit.types import Sample
 
 SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
@@ -71,14 +71,14 @@ def run(model: Any, tok: Any, tools: ToolsConfig, *, T: int = 400) -> Any:
 def test_probe_tells_which_templates_render_tool_turns(policy: Any) -> None:
     _, tok = policy
     # the built-in template prints any non-user role as an assistant turn but never the call
-    t = tool_turns(tok)
+    t = probe_tool_template(tok)
     assert not t.renders and "tool_calls" in t.why_not and not t.schemas
     # a generic template that prints every role (as SmolLM2's ChatML one does) renders the tool
     # message but not the call: not a tool template either
     generic = copy.deepcopy(tok)
     generic.chat_template = "{% for m in messages %}<|user|>{{ m.role }}: {{ m.content }}<|end|>{% endfor %}"
-    assert not tool_turns(generic).renders and "tool_calls" in tool_turns(generic).why_not
-    h = tool_turns(with_template(tok, **TINY_TURNS))
+    assert not probe_tool_template(generic).renders and "tool_calls" in probe_tool_template(generic).why_not
+    h = probe_tool_template(with_template(tok, **TINY_TURNS))
     assert h.renders and h.end_of_turn == "<|end|>" and h.schemas
 
 
@@ -139,7 +139,7 @@ def test_eos_end_of_turn_is_left_out(policy: Any, monkeypatch: pytest.MonkeyPatc
     # response ends at its first eos, so the tool turn is the template's tokens without the eos ones.
     model, base = policy
     tok = with_template(base, turn_start="<|{role}|>", turn_end="</s>")
-    assert tool_turns(tok).end_of_turn == "</s>"
+    assert probe_tool_template(tok).end_of_turn == "</s>"
     scripted(monkeypatch, [CALL, "The answer is 144."])
     b, _ = run(model, tok, ToolsConfig(names=("calculator",), parser="hermes"))
     turn = tool_turn_text(tok, "144", prompt=PROMPT, call="calculator", tools=schemas(["calculator"]))

@@ -49,6 +49,15 @@ _ESCAPES[ord('"')] = '\\"'
 _ESCAPES[ord("\\")] = "\\\\"
 
 
+def _is_utf8(b):
+    """Is ``b`` valid UTF-8 (the output cap may cut a character in two: a cut tail still counts)?"""
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError as e:
+        return e.start >= len(b) - 3 and e.reason == "unexpected end of data"
+
+
 def _json(value):
     """JSON text of None/bool/int/float/str/list/dict(str keys); lone surrogates become \\u escapes."""
     t = type(value)
@@ -540,6 +549,7 @@ class _Case:
             "timeout": self.timed_out,
             "overflow": self.overflow,
             "out": bytes(self.out[: self.r.cap]).decode("utf-8", "replace"),
+            "out_invalid_utf8": not _is_utf8(bytes(self.out[: self.r.cap])),
             "err": bytes(self.err[-2000:]).decode("utf-8", "replace"),
             "replies": [x.decode("utf-8", "replace") for x in bytes(self.rep).split(b"\n")[:-1]],
             "wall": time.monotonic() - self.t0,
