@@ -52,9 +52,9 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:
     runners: list[Any] = []
     run_turns = continuation.run_turns
 
-    def spy(model: Any, tok: Any, rows: Any, tools: Any, run_tools: Any, **kw: Any) -> Any:
-        runners.append(run_tools)
-        return run_turns(model, tok, rows, tools, run_tools, **kw)
+    def spy(model: Any, tok: Any, rows: Any, tools: Any, **kw: Any) -> Any:
+        runners.append(tools.runner)
+        return run_turns(model, tok, rows, tools, **kw)
 
     monkeypatch.setattr(continuation, "run_turns", spy)
     return model, runners

@@ -25,9 +25,9 @@ def test_tools_preset_with_continuation_values(
     values: list[list[float]] = []
     run_turns, with_values = continuation.run_turns, trainer_rollout.with_values
 
-    def spy_turns(model: Any, tok: Any, rows: Any, tools: Any, run_tools: Any, **kw: Any) -> Any:
-        runners.append(run_tools)
-        return run_turns(model, tok, rows, tools, run_tools, **kw)
+    def spy_turns(model: Any, tok: Any, rows: Any, tools: Any, **kw: Any) -> Any:
+        runners.append(tools.runner)
+        return run_turns(model, tok, rows, tools, **kw)
 
     def spy_values(*a: Any, **kw: Any) -> Any:
         batch, unscored = with_values(*a, **kw)

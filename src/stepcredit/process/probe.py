@@ -705,8 +705,7 @@ def build_cases(
         for t in (text, inj.text):
             ids = list(tokenizer(t, add_special_tokens=False)["input_ids"]) + eos
             # a trace has no rollout's record of its results: its result blocks are read once, here
-            marks = trace_observed(ids, tokenizer) if tools is not None else None
-            ends, req = prefix_request(sample, prompt, ids, tokenizer, cfg, marks)
+            ends, req = prefix_request(sample, prompt, ids, tokenizer, cfg, trace_observed(ids, tokenizer))
             pair.append((req, episode_at(ids, tokenizer, ends, inj.position)))
         cases.append(ProbeCase(pair[0][0], pair[1][0], pair[0][1], pair[1][1]))
         used.append(i)
