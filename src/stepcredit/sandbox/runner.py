@@ -58,6 +58,13 @@ def _is_utf8(b):
         return e.start >= len(b) - 3 and e.reason == "unexpected end of data"
 
 
+def _u_escape(c):
+    if c < 0x10000:
+        return "\\u%04x" % c
+    c -= 0x10000
+    return "\\u%04x\\u%04x" % (0xD800 + (c >> 10), 0xDC00 + (c & 0x3FF))
+
+
 def _json(value):
     """JSON text of None/bool/int/float/str/list/dict(str keys); lone surrogates become \\u escapes."""
     t = type(value)
@@ -70,11 +77,10 @@ def _json(value):
     if t is float:
         return repr(value)
     if t is str:
-        return (
-            '"'
-            + value.translate(_ESCAPES).encode("utf-8", "backslashreplace").decode("ascii", "replace")
-            + '"'
-        )
+        text = value.translate(_ESCAPES)
+        if not text.isascii():  # JSON's \u escapes (UTF-16, as JSON has them), never a lost character
+            text = "".join(ch if ch < "\x80" else _u_escape(ord(ch)) for ch in text)
+        return '"' + text + '"'
     if t is list:
         return "[" + ",".join(_json(v) for v in value) + "]"
     if t is dict:

@@ -72,6 +72,8 @@ def calculate(expression: str) -> Fraction:
         return ev(tree.body)
     except RecursionError:
         raise ToolError("bad_arguments", "the expression is nested too deeply") from None
+    except (OverflowError, ValueError, ArithmeticError) as e:  # 1e999 is inf: no exact value
+        raise ToolError("bad_expression", f"{type(e).__name__}: {e}") from None
 
 
 def format_number(x: Fraction) -> str:
@@ -114,6 +116,10 @@ def python(code: str, sandbox: Any = None) -> str:
     from stepcredit.sandbox.executors import get_sandbox
     from stepcredit.sandbox.judging import ERROR, SANDBOX_ERROR, TIMEOUT
 
+    try:
+        str(code).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no file can hold the program
+        raise ToolError("bad_arguments", "the program is not valid UTF-8") from None
     box = get_sandbox(sandbox if isinstance(sandbox, SandboxConfig) else SandboxConfig())
     why = box.unavailable()
     if why is not None:
