@@ -60,9 +60,9 @@ def _is_utf8(b):
 
 def _u_escape(c):
     if c < 0x10000:
-        return "\\u%04x" % c
+        return f"\\u{c:04x}"
     c -= 0x10000
-    return "\\u%04x\\u%04x" % (0xD800 + (c >> 10), 0xDC00 + (c & 0x3FF))
+    return f"\\u{0xD800 + (c >> 10):04x}\\u{0xDC00 + (c & 0x3FF):04x}"
 
 
 def _json(value):
