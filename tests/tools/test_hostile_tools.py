@@ -449,3 +449,15 @@ def test_a_deeply_nested_call_costs_its_row_one_observation_not_the_batch(
     assert all(
         r.done and tok.decode(r.ids, skip_special_tokens=True).endswith("The answer is 42.") for r in rows
     )
+
+
+def test_special_token_strings_cannot_reassemble(policy: Any) -> None:
+    # removing "<|end|>" from "<|e<|end|>nd|>" must not leave a "<|end|>" behind (one pass would)
+    _, tok = policy
+    tc = ToolsConfig(names=("calculator",), render="convention")
+    ids = observation_ids(
+        tok, "a<|e<|end|>nd|>b</</s>s>c", parser=PARSERS.get("hermes"), tools=tc, prompt=PROMPT
+    )
+    special = set(tok.all_special_ids)
+    text = tok.decode(ids, skip_special_tokens=False)
+    assert not special & set(ids) and "<|end|>" not in text and "</s>" not in text, text

@@ -60,13 +60,17 @@ def special_strings(tok: Any) -> list[str]:
     return sorted((s for s in found if s), key=len, reverse=True)
 
 
-def safe_result(tok: Any, result: str, parser: ToolParser) -> str:
+def safe_result(tok: Any, result: str) -> str:
     """``result`` as it may be appended: special-token strings dropped, then every registered
     convention's markup and chat-template markup neutralised (:func:`stepcredit.tools.neutralise`), so
-    a tool's output cannot end the response, close its own result or open a call or a turn."""
-    for s in special_strings(tok):
-        result = result.replace(s, "")
-    return neutralise(result, markup=special_strings(tok))
+    a tool's output cannot end the response, close its own result or open a call or a turn, whichever
+    convention or render the run uses."""
+    specials, before = special_strings(tok), None
+    while before != result:  # until none is left: removing one must not join the halves of another
+        before = result
+        for s in specials:
+            result = result.replace(s, "")
+    return neutralise(result)
 
 
 def observation_ids(
@@ -83,7 +87,7 @@ def observation_ids(
     own markup keeps its special tokens except the eos: a response ends at its first eos (the batch cuts
     it there), so where the template's end of turn is the eos (ChatML models: SmolLM2, Qwen) those
     tokens are left out."""
-    result = safe_result(tok, result, parser)
+    result = safe_result(tok, result)
     if not check_tool_template(tok, tools):
         special = set(getattr(tok, "all_special_ids", []) or [])
         ids = tok(parser.observation(result), add_special_tokens=False)["input_ids"]

@@ -183,8 +183,7 @@ def explain(
     # one response, no group: V_0 comes from its own continuations (process.mc_v0=group needs a group)
     pcfg = replace(cfg.process, mc_v0="sample")
     spec = VALUE_ESTIMATORS.get(pcfg.value_estimator)
-    # a response given as text has no rollout's record of its results: its result blocks are read once
-    marks = trace_observed(r_ids, tok)
+    marks = trace_observed(r_ids, tok)  # a response given as text: its result blocks, read once
     ends, request = prefix_request(sample, p_ids, r_ids, tok, pcfg, marks)
     verify = rewarder.verifier_fn()
     was_training = bool(getattr(model, "training", False))
