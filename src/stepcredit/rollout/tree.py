@@ -207,7 +207,10 @@ def sampled_leaves(
                 out.append(Leaf(p, ids, ent, [], n, lp))
             else:
                 logp = parent.logp[:point] + lp if parent.logp else []
-                out.append(Leaf(p, parent.ids[:point] + ids, parent.entropy[:point] + ent, [], n, logp))
+                leaf = Leaf(p, parent.ids[:point] + ids, parent.entropy[:point] + ent, [], n, logp)
+                # a prefix's results stay marked (a trace's, in the probe's trees); the tail is sampled
+                leaf.observed = parent.observed[:point] + [False] * len(ids) if parent.observed else []
+                out.append(leaf)
         return out
 
     return extend
