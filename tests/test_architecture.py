@@ -197,3 +197,15 @@ def test_the_architecture_page_names_every_module_and_only_modules_that_exist() 
     assert not (named - modules - {"__init__.py"}), f"names no module: {sorted(named - modules)}"
     missing = {p for p in packages if f"`{p}" not in page and f"{p}`" not in page and p not in page}
     assert not missing, f"docs/architecture.md does not name the packages {sorted(missing)}"
+
+
+def test_importing_rollout_alone_registers_every_mode() -> None:
+    # built-ins are registered by rollout/builtin.py, which the package imports: no other import needed
+    import subprocess
+    import sys
+
+    code = "import stepcredit.rollout as r; print(','.join(sorted(r.ROLLOUT_MODES.names())))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT.parent
+    )
+    assert out.stdout.strip() == "flat,tools,tools_tree,tree"

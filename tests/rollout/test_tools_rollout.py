@@ -278,6 +278,9 @@ def test_start_up_check_imports_user_tools(tmp_path: Any) -> None:
         return Config(rollout=RolloutConfig(mode="tools", tools=ToolsConfig(**tools)))
 
     check_config(cfg(names=("shout",), modules=(str(f),)))
+    # the one loader of user code imports a file once: checking again does not register 'shout' twice
+    # (which the registry would refuse)
+    check_config(cfg(names=("shout",), modules=(str(f),)))
     with pytest.raises(ConfigError, match=r"rollout\.tools\.names"):
         check_config(cfg(names=("nope",)))
     with pytest.raises(ConfigError, match=r"rollout\.tools\.parser"):
