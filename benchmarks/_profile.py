@@ -176,10 +176,9 @@ def profile_sandbox(a: argparse.Namespace) -> None:
 
     import sandbox as sb
     from stepcredit.config import SandboxConfig
-    from stepcredit.reward.verifiers.code.sandbox import Sandbox
 
     progs = sb.make_programs(a.cases)
-    box = Sandbox(SandboxConfig(concurrency=1))
+    box = sb.Sandbox(SandboxConfig(concurrency=1))  # the benchmark's own sandbox (wherever it lives)
     plain = sb.UnisolatedSandbox(SandboxConfig(concurrency=1))
     tmp = tempfile.mkdtemp()
     files = {}

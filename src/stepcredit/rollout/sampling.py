@@ -140,19 +140,21 @@ def _bucketed_prefill(
         c = out.past_key_values
         if not isinstance(c, DynamicCache) or any(type(x) is not DynamicLayer for x in c.layers):
             return None
+        kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for layer in c.layers:
+            assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+            kv.append((layer.keys, layer.values))
         if cache is None:  # the first bucket sets the shapes (and its cache object carries the result)
             cache = c
             logits_NV = out.logits.new_zeros((N, out.logits.shape[-1]))
-            for layer in c.layers:
-                assert layer.keys is not None and layer.values is not None
-                H, D = layer.keys.shape[1], layer.keys.shape[-1]
-                keys.append(layer.keys.new_zeros((N, H, P, D)))
-                values.append(layer.values.new_zeros((N, layer.values.shape[1], P, layer.values.shape[-1])))
+            for k, v in kv:
+                keys.append(k.new_zeros((N, k.shape[1], P, k.shape[-1])))
+                values.append(v.new_zeros((N, v.shape[1], P, v.shape[-1])))
         assert logits_NV is not None
         logits_NV[rows] = out.logits[:, -1, :]
-        for i, layer in enumerate(c.layers):
-            keys[i][rows, :, P - w :] = layer.keys
-            values[i][rows, :, P - w :] = layer.values
+        for i, (k, v) in enumerate(kv):
+            keys[i][rows, :, P - w :] = k
+            values[i][rows, :, P - w :] = v
     for i in range(len(keys)):
         cache.layers[i] = buffer_layer_class()(keys[i][rows_B], values[i][rows_B], capacity)
     assert logits_NV is not None
