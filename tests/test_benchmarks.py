@@ -284,3 +284,29 @@ def test_guard_refuses_a_busy_machine_and_records_nothing(tmp_path: Path, capsys
     assert code == 3
     assert "REFUSED" in capsys.readouterr().out
     assert not history.exists()
+
+
+def test_agent_throughput_says_when_its_ray_cluster_could_not_start(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The Ray figure names how it ran: a multi-node cluster, or one local node and why (no Ray is
+    started here: the cluster fails and ray.init is a stub)."""
+    import ray
+    import ray.cluster_utils
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import agent_throughput  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(BENCH))
+
+    class NoCluster:
+        def __init__(self, *a, **k):  # type: ignore[no-untyped-def]
+            raise OSError("no free port")
+
+    inits: list[dict] = []
+    monkeypatch.setattr(ray.cluster_utils, "Cluster", NoCluster)
+    monkeypatch.setattr(ray, "init", lambda **kw: inits.append(kw))
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    info, cluster = agent_throughput.ray_cluster(2, 1)
+    assert cluster is None and info["nodes"] == 1 and info["cpus_per_node"] == 2
+    assert "did not start" in info["how"] and "no free port" in info["how"]
+    assert inits == [{"num_cpus": 2, "include_dashboard": False}]  # one node with both nodes' CPUs
