@@ -266,7 +266,7 @@ def test_switches_compose(run: dict[str, Any], tmp_path: Path) -> None:
     total = 0.0
     for r in steps:
         if "rollout/generated_tokens_per_response" in r:
-            assert r["generated/step_tokens"] >= r.get("process/generated_tokens", 0.0) + 16
+            assert r["generated/step_tokens"] > r.get("process/generated_tokens", 0.0)
         total += r["generated/step_tokens"]
         assert r["generated_tokens"] == pytest.approx(total)
     # staleness is 1 exactly when off-policy is on (step 2 trains on a batch made before step 1's update)
