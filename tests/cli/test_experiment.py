@@ -108,6 +108,9 @@ def test_smoke_experiment_through_the_cli(tmp_path: Path, capsys: pytest.Capture
     # 5 held-out prompts, none of them a validation prompt
     held = [json.loads(x) for x in (out / "heldout.jsonl").read_text().splitlines()]
     assert len(held) == 5
+    samples = [json.loads(x) for x in (out / "grpo" / "s3" / "samples.jsonl").read_text().splitlines()]
+    val_prompts = {r["prompt"] for r in samples if r.get("split", "val") == "val"}
+    assert len(val_prompts) == 6 and not val_prompts & {h["prompt"][-1]["content"] for h in held}
     # the comparison recomputed from the lists: d = oracle - grpo per seed, t = mean(d) / (sd(d) / sqrt(2))
     c = next(c for c in s["comparisons"] if c["endpoint"] == "primary")
     assert (c["arm"], c["against"], c["kind"], c["df"]) == ("oracle", "grpo", "grpo", 1)
@@ -131,8 +134,10 @@ def test_smoke_experiment_through_the_cli(tmp_path: Path, capsys: pytest.Capture
     # resume: every (arm, seed) is done, nothing runs again and the summary is the same
     logs = {p: p.stat().st_mtime_ns for p in (out / "logs").iterdir()}
     capsys.readouterr()
-    assert main(["experiment", str(f), "--out", str(out), "--jobs", "2"]) == 0
+    copy = tmp_path / "docs" / "replication.json"
+    assert main(["experiment", str(f), "--out", str(out), "--jobs", "2", "--summary", str(copy)]) == 0
     assert "start " not in capsys.readouterr().out
+    assert json.loads(copy.read_text()) == json.loads((out / "replication.json").read_text())
     assert {p: p.stat().st_mtime_ns for p in (out / "logs").iterdir()} == logs
     assert json.loads((out / "replication.json").read_text())["arms"] == s["arms"]
 

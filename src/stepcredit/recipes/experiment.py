@@ -40,6 +40,7 @@ import yaml
 from stepcredit.config import Config
 from stepcredit.errors import ConfigError, UserError
 from stepcredit.recipes.stats import holm, paired_t, trapezoid_mean
+from stepcredit.types import Sample
 
 Purpose = Literal["confirm", "search"]
 MIN_CONFIRM_SEEDS = 16
@@ -400,20 +401,39 @@ def run_one(plan: Plan, arm: Arm, seed: int, steps: int, log: Any) -> str | None
 
 
 def write_heldout(plan: Plan, cfg: Config) -> None:
-    """``final_greedy_prompts`` prompts of the validation distribution that validation never sees: the
-    validation split's generator run past its ``data.val_size`` prompts (the ``arith`` tasks generate it
-    row by row from one seeded stream, so the first ``val_size`` rows are validation's own)."""
+    """``final_greedy_prompts`` prompts of the validation distribution that neither validation nor
+    training ever sees: the validation split's generator run past its ``data.val_size`` prompts (the
+    ``arith`` tasks generate it row by row from one seeded stream, so the first ``val_size`` rows are
+    validation's own), leaving out any prompt that is also a validation prompt or one of the training
+    split's (the SFT model's full set, ``data.train_size`` of the default config, or the run's if larger)."""
+    from stepcredit.config import DataConfig
     from stepcredit.data import load_task
 
     n = plan.spec.final_greedy_prompts
     if n == 0 or plan.heldout.is_file():
         return
-    val = load_task(replace(cfg.data, val_size=cfg.data.val_size + n))[1]
     own = load_task(cfg.data)[1]
+    train_size = max(cfg.data.train_size, DataConfig().train_size)
+    train, val = load_task(replace(cfg.data, val_size=cfg.data.val_size + 2 * n, train_size=train_size))
     if [s.prompt for s in val[: len(own)]] != [s.prompt for s in own]:
         raise ConfigError(
             f"{plan.spec.path}: final_greedy_prompts: data.task={cfg.data.task} does not extend its validation "
             "split row by row, so no held-out prompts of the same distribution can be drawn (set it to 0)"
+        )
+
+    def text(s: Sample) -> str:
+        return json.dumps(list(s.prompt), sort_keys=True)
+
+    seen = {text(s) for s in train} | {text(s) for s in own}
+    fresh: list[Sample] = []
+    for s in val[len(own) :]:
+        if text(s) not in seen and len(fresh) < n:
+            fresh.append(s)
+            seen.add(text(s))
+    if len(fresh) < n:
+        raise ConfigError(
+            f"{plan.spec.path}: final_greedy_prompts: only {len(fresh)} of {n} held-out prompts differ from every "
+            f"training and validation prompt of data.task={cfg.data.task}; ask for fewer"
         )
     rows: list[dict[str, Any]] = [
         {
@@ -423,7 +443,7 @@ def write_heldout(plan: Plan, cfg: Config) -> None:
             "reward_model": {"style": s.style, "ground_truth": s.ground_truth},
             "extra_info": dict(s.extra_info) | {"tag": "heldout"},
         }
-        for s in val[len(own) :]
+        for s in fresh
     ]
     plan.heldout.parent.mkdir(parents=True, exist_ok=True)
     tmp = plan.heldout.with_suffix(".tmp")
