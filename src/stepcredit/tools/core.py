@@ -40,6 +40,8 @@ class ToolSpec:
     """``fn(**arguments, **tools_kwargs) -> str`` (other return values are shown as JSON or ``str``)."""
     main_arg: str
     """The parameter a fenced-code call's body fills (the first required one by default)."""
+    requires: tuple[str, ...] = ()
+    """Modules ``fn`` imports beyond the core install, checked at start-up (``rollout.tools.names``)."""
 
 
 TOOLS: Registry[ToolSpec] = Registry("tool")
@@ -62,17 +64,24 @@ def _schema(name: str, description: str, parameters: Mapping[str, Any]) -> dict[
 
 
 def register_tool(
-    name: str, *, description: str, parameters: Mapping[str, Any], main_arg: str = "", override: bool = False
+    name: str,
+    *,
+    description: str,
+    parameters: Mapping[str, Any],
+    main_arg: str = "",
+    override: bool = False,
+    requires: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register ``fn`` as the tool ``name`` with a JSON-schema ``parameters`` object.
     Per-row keyword arguments (``extra_info["tools_kwargs"][name]``, as VeRL's ``tools_kwargs``) are
-    passed beside the policy's arguments. Returns the function unchanged."""
+    passed beside the policy's arguments; ``requires``: the modules ``fn`` needs beyond the core install
+    (checked at start-up). Returns the function unchanged."""
     required = list(parameters.get("required", [])) or list(parameters.get("properties", {}))
     main = main_arg or (required[0] if required else "")
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         TOOLS.register(name, override=override)(
-            ToolSpec(name, _schema(name, description, parameters), fn, main)
+            ToolSpec(name, _schema(name, description, parameters), fn, main, tuple(requires))
         )
         return fn
 

@@ -347,6 +347,6 @@ class RayBackend:
                 self.ray.shutdown()
 
 
-@register_backend("ray", default_concurrency=2, hosts_scorers=True, uses_ray=True)
+@register_backend("ray", default_concurrency=2, hosts_scorers=True, uses_ray=True, requires=("ray",))
 def _ray_backend(args: BackendArgs) -> Backend:
     return RayBackend(args)
