@@ -34,6 +34,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# as the command line does (stepcredit.runtime.share_cpus): OpenMP threads sleep rather than spin while
+# they wait, so tests beside other work slow in proportion; set before torch loads below
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 try:
     import torch

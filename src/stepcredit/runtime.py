@@ -1,6 +1,18 @@
 """Process-wide settings of a stepcredit run (the CLI applies them; a library user may call them), and
 the start-up check of the optional Python packages a configured extension needs (:func:`require`).
 
+:func:`share_cpus` and :func:`set_threads`: a machine shared with other work. torch's CPU kernels run
+on OpenMP (GNU libgomp in the PyPI wheels), whose idle threads by default spin for a while at every
+barrier before they sleep. Alone on the machine that saves a wake-up per parallel region; beside other
+busy processes the spinning threads burn the time slices the working ones need, and a step slows far
+more than the share of cores it lost (the default job: 1.3 s per RL step alone, 40-80 s beside five
+other processes on 2 cores, issue 45). So the command line asks OpenMP to sleep at once
+(``OMP_WAIT_POLICY=PASSIVE``, read by libgomp when torch loads: set before the first ``import
+torch``), and never starts more intra-op threads than the CPUs this process may run on
+(``os.sched_getaffinity``; ``trainer.threads``, or ``STEPCREDIT_THREADS`` over it). A value already in
+the environment wins (``OMP_WAIT_POLICY=ACTIVE`` restores the spinning). ``benchmarks/shared_machine.py``
+times the default job alone and beside two busy processes.
+
 :func:`keep_freed_memory`: glibc's malloc hands tensors above its mmap threshold (dynamic, 128 KiB to
 32 MiB) straight back to the kernel when they are freed, and trims the heap top as soon as 2x that
 threshold is free. A training step allocates and frees many batch-sized tensors (a 1024 x 4096 float32
@@ -15,10 +27,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import importlib.util
+import os
 import sys
 from collections.abc import Iterable
 
-from stepcredit.errors import MissingPackageError
+from stepcredit.errors import ConfigError, MissingPackageError
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -53,6 +66,57 @@ def keep_freed_memory() -> bool:
         mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
     )
     return _done
+
+
+# --------------------------------------------------------------------------- a shared machine
+WAIT_POLICY = "PASSIVE"
+"""OpenMP's wait policy for stepcredit's processes unless the environment sets one (module doc)."""
+
+THREADS_ENV = "STEPCREDIT_THREADS"
+"""Environment override of ``trainer.threads`` (an integer; 0: every CPU this process may use)."""
+
+
+def share_cpus() -> bool:
+    """Let OpenMP threads sleep instead of spinning when they wait (``OMP_WAIT_POLICY``, unless already
+    set). Must run before torch is imported to take effect (libgomp reads it when it loads); True when
+    it did, False when torch was already loaded (then only child processes get it)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
+    return "torch" not in sys.modules
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's or ``taskset``'s limit)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def thread_count(configured: int) -> int:
+    """torch's intra-op threads for ``trainer.threads=configured``: ``STEPCREDIT_THREADS`` when set,
+    else ``configured``; 0 means every usable CPU; never more than the usable CPUs (more threads than
+    cores only wait on each other)."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if raw:
+        try:
+            want = int(raw)
+        except ValueError:
+            raise ConfigError(
+                f"environment variable {THREADS_ENV}={raw!r}: expected an integer (0: every usable CPU)"
+            ) from None
+    else:
+        want = configured
+    cpus = usable_cpus()
+    return cpus if want <= 0 else min(want, cpus)
+
+
+def set_threads(configured: int) -> int:
+    """Set torch's intra-op threads to :func:`thread_count` of ``configured``; returns the count."""
+    import torch
+
+    n = thread_count(configured)
+    torch.set_num_threads(n)
+    return n
 
 
 # --------------------------------------------------------------------------- optional packages

@@ -98,16 +98,16 @@ def run(args: argparse.Namespace) -> int:
     if temperature < 0:
         raise UserError(f"--temperature {temperature}: must be >= 0")
     setup_runtime()
-    import torch
 
     from stepcredit.models import load_policy
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES, engines
     from stepcredit.rollout.tools import check_tool_template
+    from stepcredit.runtime import set_threads
     from stepcredit.trainer.evaluate import evaluate
     from stepcredit.trainer.rollout import tool_runner, uses_tools
 
-    torch.set_num_threads(cfg.trainer.threads)
+    set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     # rollout.mode=tools: answers call tools as in the trainer's validation (the mode's own start-up
     # check imports rollout.tools.modules and checks the names and the parser)
     tools = cfg.rollout.tools if uses_tools(cfg) else None

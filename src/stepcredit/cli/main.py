@@ -13,6 +13,7 @@ import sys
 
 from stepcredit import __version__
 from stepcredit.errors import UserError
+from stepcredit.runtime import share_cpus
 
 COMMANDS: dict[str, str] = {
     "train": "Train with RL (SFT warm-up first): stepcredit train [--preset NAME] [key=value ...]",
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before any command module imports torch: OpenMP's threads sleep rather than spin when they wait,
+    # so other work on the machine slows a run in proportion (stepcredit.runtime)
+    share_cpus()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

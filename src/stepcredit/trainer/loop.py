@@ -39,6 +39,7 @@ from stepcredit.reward.run import backends
 from stepcredit.reward.run.health import CircuitBreaker, probe_routes
 from stepcredit.rollout import ROLLOUT_MODES, engines
 from stepcredit.rollout.tools import check_tool_template
+from stepcredit.runtime import set_threads
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import (
     MetricsLogger,
@@ -194,7 +195,7 @@ _WAIT_KEYS = ("time/reward_wait_s", "time/generation_s", "time/process_s")
 
 
 def _start_run(cfg: Config, run_dir: Path) -> None:
-    torch.set_num_threads(cfg.trainer.threads)
+    set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     seed_everything(cfg.trainer.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
