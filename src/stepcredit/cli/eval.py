@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.runtime import set_threads
     from stepcredit.trainer.evaluate import evaluate
     from stepcredit.trainer.rollout import tool_runner, uses_tools
+    from stepcredit.trainer.state import resolve_device
 
     set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     # rollout.mode=tools: answers call tools as in the trainer's validation (the mode's own start-up
@@ -123,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     )
     t_load = time.perf_counter()
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
+    model.to(resolve_device(cfg.trainer.device))  # trainer.device=cuda: generation on the GPU, as in training
     if tools is not None:  # render=template with a template that cannot render tool turns: one line
         check_tool_template(tok, tools)
     engines.bind(model, engines.build_engine(cfg, model, tok))  # rollout.engine generates, as in training

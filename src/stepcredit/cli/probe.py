@@ -244,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.rollout.tools import check_tool_template
     from stepcredit.runtime import set_threads
     from stepcredit.trainer.rollout import tool_turns, uses_tools
+    from stepcredit.trainer.state import resolve_device
 
     # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
     # imports rollout.tools.modules and checks the names and the parser)
@@ -259,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
     solutions = load_solutions(args.data, cfg.data.arith, n=args.n, seed=args.seed, src=args.data_dir)
     set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
+    model.to(resolve_device(cfg.trainer.device))  # trainer.device=cuda: values on the GPU, as in training
     if with_tools:  # render=template with a template that cannot render tool turns: one line
         check_tool_template(tok, cfg.rollout.tools)
         tc = cfg.rollout.tools
