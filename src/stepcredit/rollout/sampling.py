@@ -16,13 +16,15 @@ Sampling follows ``generate``'s order of warpers: logits / temperature, then nuc
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
 import torch
 
 from stepcredit.models import shared_prompts, takes_logits_to_keep
-from stepcredit.models.decode_step import fast_step
+from stepcredit.models.decode_step import current_options, fast_step, static_step, static_width
+from stepcredit.models.lora import adapters_merged
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once at least this share of the active rows has finished: each
@@ -138,11 +140,40 @@ def decode(
     greedy), the distribution the training pass scores: the behaviour log-probs without a pass of their own.
 
     The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
-    same distribution (greedy: the same tokens up to floating-point ties), computed with less work."""
+    same distribution (greedy: the same tokens up to floating-point ties), computed with less work.
+    How the token steps run (a compiled step over a static cache, LoRA adapters merged for the decode)
+    is the enclosing engine's :func:`~stepcredit.models.decode_step.decode_options`."""
+    options = current_options()
+    merge = adapters_merged(model) if options.merge_lora else contextlib.nullcontext(0)
+    with merge:
+        return _decode(
+            model, prompt_ids_BP, prompt_mask_BP, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, entropy_BT=entropy_BT,
+            limit_B=limit_B, logp_BT=logp_BT, options=options,
+        )  # fmt: skip
+
+
+def _decode(
+    model: Any,
+    prompt_ids_BP: torch.Tensor,
+    prompt_mask_BP: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    temperature: float,
+    top_p: float,
+    entropy_BT: torch.Tensor | None,
+    limit_B: torch.Tensor | None,
+    logp_BT: torch.Tensor | None,
+    options: Any,
+) -> torch.Tensor:
     B, P = prompt_ids_BP.shape
     device = prompt_ids_BP.device
     out_BT = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
-    mask_BW = torch.zeros((B, P + max_new_tokens), dtype=torch.long, device=device)
+    # a static step attends over a fixed width (rounded up: prompts of other lengths share its compilation)
+    width = P + max_new_tokens if options.compile == "off" else static_width(P + max_new_tokens)
+    mask_BW = torch.zeros((B, width), dtype=torch.long, device=device)
     mask_BW[:, :P] = prompt_mask_BP.long()
     # positions follow the mask, so left padding does not shift them (as generate does)
     next_pos_B = prompt_mask_BP.long().sum(dim=1)
@@ -162,7 +193,11 @@ def decode(
     logits_BV = out.logits[:, -1, :]
     rows_of = shared[1] if shared is not None else torch.arange(B, device=device)
     step = None
-    if preallocate(cache, rows_of, P + max_new_tokens):
+    # the static cache keeps every row to the end (fixed shapes); otherwise finished rows are dropped
+    static = static_step(model, cache, rows_of, width, options)
+    if static is not None:
+        pass
+    elif preallocate(cache, rows_of, P + max_new_tokens):
         step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
     elif shared is not None:
         cache.batch_select_indices(rows_of)
@@ -188,13 +223,15 @@ def decode(
         n_done = int(done_A.sum())
         if t == max_new_tokens - 1 or n_done == len(rows):
             break
-        if n_done >= max(1, int(COMPACT_FRACTION * len(rows))):
+        if static is None and n_done >= max(1, int(COMPACT_FRACTION * len(rows))):
             idx = (~done_A).nonzero().squeeze(1)
             rows, tok_A, next_pos_B, mask_BW = rows[idx], tok_A[idx], next_pos_B[idx], mask_BW[idx]
             done_A = done_A[idx]
             cache.batch_select_indices(idx)
         mask_BW[:, P + t] = 1
-        if step is not None:
+        if static is not None:
+            logits_BV = static(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW, P + t)
+        elif step is not None:
             logits_BV = step(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW[:, : P + t + 1], cache)
         else:
             out = model(
