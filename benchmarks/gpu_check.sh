@@ -65,8 +65,8 @@ print(f"{torch.cuda.get_device_name(0)}; torch {torch.__version__}; transformers
 EOF
 git log -1 --format='commit %H (%cd)' 2>/dev/null || true
 
-# 1. the GPU group (~3 min): every test marked gpu
-timeout 300 "$PY" -m pytest -m gpu -p no:cacheprovider -q -rs tests/gpu 2>&1 | tee "$OUT/pytest_gpu.log"
+# 1. the GPU group (at most 4 min): every test marked gpu
+timeout 240 "$PY" -m pytest -m gpu -p no:cacheprovider -q -rs tests/gpu 2>&1 | tee "$OUT/pytest_gpu.log"
 tests_rc=${PIPESTATUS[0]}
 summary+=("pytest -m gpu: exit $tests_rc ($(tail -n 1 "$OUT/pytest_gpu.log"))")
 
@@ -84,12 +84,16 @@ bench() {  # name, seconds, command...
   summary+=("$name: exit $rc; $(tail -n 1 "$OUT/$name.txt" | cut -c1-400)")
 }
 BIG=(model.tiny.hidden_size=896 model.tiny.num_layers=24 model.tiny.num_heads=14 model.tiny.intermediate_size=4864)
-bench default_fp32 90 "$PY" benchmarks/gpu_run.py --json trainer.device=cuda trainer.steps=20 trainer.val_every=20 trainer.save_every=0
-bench big_bf16 100 "$PY" benchmarks/gpu_run.py --json trainer.device=cuda model.dtype=bfloat16 "${BIG[@]}" \
-  sft.steps=0 trainer.steps=6 trainer.val_every=0 trainer.save_every=0 rollout.max_new_tokens=64
-bench big_bf16_lora 100 "$PY" benchmarks/gpu_run.py --json trainer.device=cuda model.dtype=bfloat16 "${BIG[@]}" \
-  model.lora.rank=8 sft.steps=0 trainer.steps=6 trainer.val_every=0 trainer.save_every=0 rollout.max_new_tokens=64
-[ -f benchmarks/gpu_generate.py ] && bench generate 120 "$PY" benchmarks/gpu_generate.py --json
+BIG_RUN=(--json trainer.device=cuda model.dtype=bfloat16 "${BIG[@]}" sft.steps=0 trainer.steps=6
+  trainer.val_every=0 trainer.save_every=0 rollout.max_new_tokens=64)
+# generation: ours (eager, compiled) against transformers' generate() at batch 128 x 256 tokens
+bench generate 180 "$PY" benchmarks/gpu_generate.py --json
+# a training step of the 0.39B model with and without LoRA (adapters merged for generation)
+bench big_bf16 90 "$PY" benchmarks/gpu_run.py "${BIG_RUN[@]}"
+bench big_bf16_lora 90 "$PY" benchmarks/gpu_run.py "${BIG_RUN[@]}" model.lora.rank=8
+bench big_bf16_compiled 90 "$PY" benchmarks/gpu_run.py "${BIG_RUN[@]}" rollout.decode_compile=reduce-overhead
+bench default_fp32 60 "$PY" benchmarks/gpu_run.py --json trainer.device=cuda trainer.steps=20 trainer.val_every=20 \
+  trainer.save_every=0
 
 echo "== summary ($(($(date +%s) - start)) s)"
 printf '%s\n' "${summary[@]}"
