@@ -157,3 +157,28 @@ def test_ray_backend_without_ray_stops_at_the_config_check(
     assert code == 2 and not out.exists()
     assert "config key reward.agent.backend: 'ray' needs the Python package 'ray'" in line
     assert "pip install 'stepcredit[ray]'" in line
+
+
+def test_sft_and_eval_without_math_verify_stop_before_their_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tiny_train: list[str]
+) -> None:
+    import stepcredit.models as models
+    import stepcredit.trainer.sft as sft
+
+    sft_calls: list[int] = []
+    monkeypatch.setattr(sft, "run_sft", lambda *a, **k: sft_calls.append(1))
+    loads: list[int] = []
+    real_load = models.load_policy
+    monkeypatch.setattr(models, "load_policy", lambda *a, **k: loads.append(1) or real_load(*a, **k))
+    _hide(monkeypatch, "math_verify")
+    out = tmp_path / "sft"
+    assert main(["sft", "--out", str(out), *tiny_train, "sft.steps=2"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith("stepcredit sft: error: reward 'math'") and "'math_verify'" in line
+    assert sft_calls == [] and loads == [] and not (out / "model").exists()
+    code = main(
+        ["eval", "--model", "tiny", "--data", "arith", "--limit", "2", "--out", str(tmp_path / "e.jsonl")]
+    )
+    line = _one_error_line(capsys.readouterr().err)
+    assert code == 2 and line.startswith("stepcredit eval: error: reward 'math'"), line
+    assert loads == [] and not (tmp_path / "e.jsonl").exists()  # no model loaded, nothing generated

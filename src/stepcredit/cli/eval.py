@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
     from stepcredit.models import load_policy
     from stepcredit.reward import build_rewarder
+    from stepcredit.reward.run.routing import check_packages
     from stepcredit.rollout import ROLLOUT_MODES, engines
     from stepcredit.rollout.tools import check_tool_template
     from stepcredit.runtime import set_threads
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     samples = load_eval_samples(cfg, args.data, args.data_dir)[: args.limit or None]
     if not samples:
         raise UserError(f"--data {args.data}: no prompts to evaluate")
+    check_packages(cfg.reward, samples)  # before generating: a reward's missing package, one line
     with_tools = "" if tools is None else f"; tools {','.join(tools.names)} ({tools.parser})"
     print(
         f"model {model_ref.spec} ({model_ref.kind}); settings from {source}; max_new_tokens {max_new}{with_tools}"

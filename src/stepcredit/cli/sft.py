@@ -23,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.data.domains import build_data
     from stepcredit.models import load_policy, save_pretrained
     from stepcredit.reward import build_rewarder
+    from stepcredit.reward.run.routing import check_packages
     from stepcredit.rollout.tools import check_tool_template
     from stepcredit.runtime import set_threads
     from stepcredit.trainer.loop import seed_everything
@@ -34,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     seed_everything(cfg.trainer.seed)
     train_set, val_set, _ = build_data(cfg.data, seed=cfg.trainer.seed)  # every domain, as train does
+    check_packages(cfg.reward, train_set + val_set)  # before SFT: a reward's missing package, one line
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
     tools = uses_tools(cfg)
     if tools:  # rollout.tools.render=template with a template that cannot render tool turns: one line

@@ -341,3 +341,18 @@ def build_router(cfg: RewardConfig | None = None) -> Router:
     import stepcredit.reward.builtin  # noqa: F401  (registers the built-in reward functions)
 
     return Router(cfg)
+
+
+def check_packages(cfg: RewardConfig, samples: Sequence[Sample]) -> None:
+    """Start-up check for a command that scores later (``stepcredit sft``'s validation, ``eval``): route
+    each kind of sample once, so a reward whose package is missing stops the command now, with one line
+    (:class:`~stepcredit.errors.MissingPackageError`), not after the work. Other routing problems are
+    left to the scoring, which reports them per row."""
+    with build_router(cfg) as router:
+        for s in samples:
+            try:
+                router.route(s)
+            except MissingPackageError:
+                raise
+            except UserError:
+                continue
