@@ -304,7 +304,8 @@ class RolloutConfig:
     """The ``hf`` engine's token step: ``off`` (eager, the default) or a torch.compile mode (``default``,
     ``reduce-overhead``: CUDA graphs, ``max-autotune-no-cudagraphs``) of the step over a static KV cache
     (stepcredit.models.decode_step.StaticStep). A GPU option: compiling costs seconds to minutes and pays
-    off over many tokens; the tokens are the eager step's (greedy: the same up to floating-point ties)."""
+    off over many tokens. Greedy tokens are the eager step's (up to floating-point ties); sampled ones come
+    from the same distribution, though not the same draws (finished rows stay in the batch and draw too)."""
 
     def branching(self) -> tuple[int, ...]:
         """The tree's branching factors, root first (``tree.branching`` or the default derived from n)."""
