@@ -23,7 +23,13 @@ from typing import Any
 import torch
 
 from stepcredit.models import shared_prompts, takes_logits_to_keep
-from stepcredit.models.decode_step import current_options, fast_step, static_step, static_width
+from stepcredit.models.decode_step import (
+    DecodeOptions,
+    current_options,
+    fast_step,
+    static_step,
+    static_width,
+)
 from stepcredit.models.lora import adapters_merged
 
 COMPACT_FRACTION = 0.125
@@ -166,7 +172,7 @@ def _decode(
     entropy_BT: torch.Tensor | None,
     limit_B: torch.Tensor | None,
     logp_BT: torch.Tensor | None,
-    options: Any,
+    options: DecodeOptions,
 ) -> torch.Tensor:
     B, P = prompt_ids_BP.shape
     device = prompt_ids_BP.device
@@ -195,12 +201,11 @@ def _decode(
     step = None
     # the static cache keeps every row to the end (fixed shapes); otherwise finished rows are dropped
     static = static_step(model, cache, rows_of, width, options)
-    if static is not None:
-        pass
-    elif preallocate(cache, rows_of, P + max_new_tokens):
-        step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
-    elif shared is not None:
-        cache.batch_select_indices(rows_of)
+    if static is None:
+        if preallocate(cache, rows_of, P + max_new_tokens):
+            step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
+        elif shared is not None:
+            cache.batch_select_indices(rows_of)
     logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     rows = torch.arange(B, device=device)  # the original row of each active row
     done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
