@@ -480,7 +480,8 @@ def ray_local() -> Any:
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False)
+        # a Ray instance of this test's own, even when another run's cluster is up on the machine
+        ray.init(address="local", num_cpus=2, include_dashboard=False)
     yield ray
     if started:
         ray.shutdown()
