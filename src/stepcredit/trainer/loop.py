@@ -36,7 +36,8 @@ from stepcredit.process import VALUE_ESTIMATORS
 from stepcredit.process.domains import process_domains
 from stepcredit.reward import Rewarder, build_agent, build_rewarder, shaping
 from stepcredit.reward.run import backends
-from stepcredit.reward.run.health import CircuitBreaker, probe_routes
+from stepcredit.reward.run.failures import FailureLog
+from stepcredit.reward.run.health import CircuitBreaker, RewardBackendError, probe_routes
 from stepcredit.rollout import ROLLOUT_MODES, engines
 from stepcredit.rollout.tools import check_tool_template
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
@@ -48,7 +49,7 @@ from stepcredit.trainer.metrics import (
     peak_rss_mb,
     plot_curves,
 )
-from stepcredit.trainer.progress import Progress
+from stepcredit.trainer.progress import Progress, banner_lines, param_counts
 from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_runner, uses_tools
 from stepcredit.trainer.sampling import step_stream
 from stepcredit.trainer.schedule import LR_SCHEDULES
@@ -86,8 +87,22 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
     with contextlib.ExitStack() as closing:
         rewarder = closing.enter_context(build_rewarder(cfg.reward))
         check_routes(train_set + val_set, rewarder.route)
-        probe_routes(rewarder, train_set + val_set)  # a broken backend (no bwrap, judge down) stops here
+        routes = probe_routes(
+            rewarder, train_set + val_set
+        )  # a broken backend (no bwrap, judge down) stops here
         breaker = CircuitBreaker(cfg.reward.breaker)  # and one that breaks mid-run stops at its step
+        # every failed reward: printed once per distinct error, counted per step, kept in the run directory
+        failures = FailureLog(run_dir, warn=not cfg.reward.breaker.enabled)
+        for line in banner_lines(
+            cfg,
+            run_dir,
+            model,
+            sources=sorted(routes),
+            n_train=len(train_set),
+            n_val=len(val_set),
+            tools=uses_tools(cfg),
+        ):
+            print(line, flush=True)
         agent = closing.enter_context(build_agent(cfg.reward, rewarder))
         log = closing.enter_context(
             contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg)))
@@ -160,10 +175,15 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
             for _ in range(cfg.pipeline.ppo_epochs - 1):  # later epochs replay mini-batches in arrival order
                 for p in prepared:
                     counts.add(update(state, p, train_policy=train_policy))
-            breaker.update([r for b in arrived for r in b.rewards or []], step=step)
             state.step = step
             last = _step_row(state, current.batch, arrived, counts, prepared, agent.metrics(), t_step)
+            last.update(failures.record(*_scored(arrived), step=step))  # printed once, counted, kept
             last["optim/lr"] = state.opt.param_groups[0]["lr"]
+            try:
+                breaker.update([r for b in arrived for r in b.rewards or []], step=step)
+            except RewardBackendError:
+                log_row(log, bar, last, t_step)  # the step that stops the run is shown and logged first
+                raise
             if cfg.trainer.val_every > 0 and (step % cfg.trainer.val_every == 0 or step == cfg.trainer.steps):
                 last.update(validation(step))
             log_row(log, bar, last, t_step)
@@ -176,7 +196,12 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
                 ahead = {"pending": pending.batch.without_rewards() if pending is not None else None}
                 save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **ahead})
         state.export(run_dir / "checkpoints" / "final")
-    (run_dir / "summary.json").write_text(json.dumps(history.summary(), indent=2) + "\n")
+        summary = {
+            **history.summary(),
+            "params": param_counts(state.model),
+            "reward_failures": failures.summary(),
+        }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_curves(run_dir)
     return last
 
@@ -244,6 +269,13 @@ def _validate(
     history.add(step, [is_correct(RewardResult(r["score"], Status(r["status"]))) for r in rows], kind)
     log.log_samples(step, "val", rows)
     return metrics
+
+
+def _scored(arrived: list[Batch]) -> tuple[list[Sample], list[str], list[RewardResult]]:
+    """The step's scored responses as three parallel lists (samples, texts, results)."""
+    samples = [s for b in arrived for s in b.samples]
+    texts = [t for b in arrived for t in b.texts]
+    return samples, texts, [r for b in arrived for r in b.rewards or []]
 
 
 def _generations(arrived: list[Batch], n: int) -> list[dict[str, Any]]:
