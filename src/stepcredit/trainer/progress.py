@@ -107,11 +107,8 @@ def banner_lines(
         credit += f", process credit on: {p.value_estimator} values, {p.credit} credit, weight {cfg.algorithm.process_weight:g}"
     else:
         credit += ", process credit off (outcome only)"
-    tools = (
-        f"{', '.join(cfg.rollout.tools.names)} (parser {cfg.rollout.tools.parser}, up to {cfg.rollout.tools.max_turns} turns)"
-        if tools
-        else "none"
-    )
+    t = cfg.rollout.tools
+    offered = f"{', '.join(t.names)} (parser {t.parser}, up to {t.max_turns} turns)" if tools else "none"
     return [
         f"stepcredit train: run directory {run_dir.resolve()}",
         f"  model      {name}, {total:,} parameters, on {device} in {m.dtype}",
@@ -120,7 +117,7 @@ def banner_lines(
         f"{cfg.trainer.steps} RL steps of {cfg.rollout.prompts_per_step} x {cfg.rollout.n} responses",
         f"  rewards    {', '.join(sources) or 'none'} (breaker {'on' if cfg.reward.breaker.enabled else 'OFF'})",
         f"  credit     {credit}; rollout {cfg.rollout.mode}",
-        f"  tools      {tools}",
+        f"  tools      {offered}",
     ]
 
 

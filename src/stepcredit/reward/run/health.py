@@ -139,7 +139,7 @@ class CircuitBreaker:
                 at = f" at step {step}" if step is not None else ""
                 shown = format_counts({k.lstrip("!"): v for k, v in _merge_marks(counts).items()})
                 top = format_top(
-                    top_failures((r for rs in self._failed for r in rs if (r.source or "?") == source))
+                    top_failures(r for rs in self._failed for r in rs if (r.source or "?") == source)
                 )
                 raise RewardBackendError(
                     f"reward source {source!r} failed {failed}/{n} rewards over the last {len(self._steps)} "
