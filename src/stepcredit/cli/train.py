@@ -29,9 +29,33 @@ def run(args: argparse.Namespace) -> int:
     summary = json.loads((out / "summary.json").read_text())
     for line in summary_lines(summary):
         print(line)
-    if (out / "checkpoints" / "sft" / "model").is_dir():
-        print(
-            f"models: {out / 'checkpoints' / 'sft' / 'model'} (after SFT), {out / 'checkpoints' / 'final' / 'model'}"
-        )
+    for line in model_lines(out):
+        print(line)
     print(f"run directory: {out}")
     return 0
+
+
+def model_lines(run_dir: Path) -> list[str]:
+    """What the run wrote that a model loader reads, each only if it is there: the SFT model, and the
+    final policy (a model directory, or with LoRA its adapters and their base, and the merged model
+    when ``model.lora.merge_on_export`` asked for it)."""
+    ckpt = run_dir / "checkpoints"
+    found = [
+        (ckpt / "sft" / "model", "after SFT"),
+        (
+            ckpt / "final" / "model",
+            "final policy" + (", adapters merged" if (ckpt / "final" / "adapter").is_dir() else ""),
+        ),
+        (ckpt / "final" / "adapter", "final LoRA adapters, peft format"),
+        (ckpt / "final" / "base", "the base the adapters apply to"),
+    ]
+    lines = [
+        f"model: {path} ({what})"
+        for path, what in found
+        if (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+    ]
+    adapter = ckpt / "final" / "adapter" / "adapter_config.json"
+    if adapter.is_file() and not (ckpt / "final" / "base").is_dir():  # the base was the unchanged model.path
+        base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+        lines.append(f"model: {base} (the base the adapters apply to)")
+    return lines
