@@ -18,6 +18,7 @@ import functools
 import json
 import random
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ from stepcredit.trainer.metrics import (
 from stepcredit.trainer.progress import Progress, banner_lines, param_counts
 from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_runner, uses_tools
 from stepcredit.trainer.sampling import step_stream
-from stepcredit.trainer.schedule import LR_SCHEDULES
+from stepcredit.trainer.schedule import LR_SCHEDULES, short_run_warning
 from stepcredit.trainer.sft import run_sft
 from stepcredit.trainer.state import TrainState, build_state, resolve_device
 from stepcredit.trainer.update import Prepared, train_on, update
@@ -103,6 +104,9 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
             tools=uses_tools(cfg),
         ):
             print(line, flush=True)
+        o = cfg.optim
+        if warning := short_run_warning(steps=cfg.trainer.steps, warmup=o.warmup_steps, lr=o.lr):
+            print(warning, file=sys.stderr, flush=True)
         agent = closing.enter_context(build_agent(cfg.reward, rewarder))
         log = closing.enter_context(
             contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg)))
