@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from stepcredit.cli.common import add_config_args, build_config, setup_runtime
 from stepcredit.config import Config
@@ -30,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.trainer import check_config, train
 
     check_config(cfg)
-    train(cfg, out, resume=args.resume)
+    with third_party_warnings(out) as collected:
+        train(cfg, out, resume=args.resume)
     from stepcredit.trainer.metrics import summary_lines
 
     summary = json.loads((out / "summary.json").read_text())
@@ -38,8 +43,44 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     for line in model_lines(out):
         print(line)
+    if collected:
+        print(f"{len(collected)} deprecation warning(s) of other packages: {out / WARNINGS_FILE}")
     print(f"run directory: {out}")
     return 0
+
+
+WARNINGS_FILE = "warnings.log"
+"""Where a run keeps the deprecation warnings of other packages (transformers, torch, peft)."""
+
+_OWN = str(Path(__file__).resolve().parents[1])
+_COLLECTED = (FutureWarning, DeprecationWarning, PendingDeprecationWarning)
+
+
+@contextlib.contextmanager
+def third_party_warnings(run_dir: Path) -> Iterator[list[str]]:
+    """Collect other packages' deprecation warnings (transformers' ``past_key_values is deprecated``
+    on every run) instead of printing them: each distinct one once, written to ``run_dir/warnings.log``
+    at the end (if the run directory is there). stepcredit's own warnings and every other category
+    are shown as usual. Yields the list of collected lines."""
+    collected: list[str] = []
+    seen: set[tuple[str, type]] = set()
+    show = warnings.showwarning
+
+    def collect(message: Any, category: type[Warning], filename: str, lineno: int, *a: Any, **k: Any) -> None:
+        if issubclass(category, _COLLECTED) and not str(Path(filename).resolve()).startswith(_OWN):
+            if (str(message), category) not in seen:
+                seen.add((str(message), category))
+                collected.append(f"{category.__name__}: {message} ({filename}:{lineno})")
+            return
+        show(message, category, filename, lineno, *a, **k)
+
+    warnings.showwarning = collect
+    try:
+        yield collected
+    finally:
+        warnings.showwarning = show
+        if collected and run_dir.is_dir():
+            (run_dir / WARNINGS_FILE).write_text("\n".join(collected) + "\n")
 
 
 def model_lines(run_dir: Path) -> list[str]:
