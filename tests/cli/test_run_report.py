@@ -273,7 +273,7 @@ def test_the_run_starts_with_a_banner(
     assert out[0] == f"stepcredit train: run directory {run.resolve()}"
     banner = "\n".join(out[:7])
     for needle in (
-        "tiny (built in: 32 wide, 1 layers)",
+        "tiny (built in: 32 wide, 1 layer)",
         "on cpu in float32",
         "SFT 1 steps trains all; RL trains all",
         "rewards    math (breaker on)",

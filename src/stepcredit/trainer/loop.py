@@ -88,25 +88,11 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
     with contextlib.ExitStack() as closing:
         rewarder = closing.enter_context(build_rewarder(cfg.reward))
         check_routes(train_set + val_set, rewarder.route)
-        routes = probe_routes(
-            rewarder, train_set + val_set
-        )  # a broken backend (no bwrap, judge down) stops here
+        routes = probe_routes(rewarder, train_set + val_set)  # a broken backend (bwrap, judge) stops here
         breaker = CircuitBreaker(cfg.reward.breaker)  # and one that breaks mid-run stops at its step
         # every failed reward: printed once per distinct error, counted per step, kept in the run directory
         failures = FailureLog(run_dir, warn=not cfg.reward.breaker.enabled)
-        for line in banner_lines(
-            cfg,
-            run_dir,
-            model,
-            sources=sorted(routes),
-            n_train=len(train_set),
-            n_val=len(val_set),
-            tools=uses_tools(cfg),
-        ):
-            print(line, flush=True)
-        o = cfg.optim
-        if warning := short_run_warning(steps=cfg.trainer.steps, warmup=o.warmup_steps, lr=o.lr):
-            print(warning, file=sys.stderr, flush=True)
+        _announce(cfg, run_dir, model, sorted(routes), len(train_set), len(val_set))
         agent = closing.enter_context(build_agent(cfg.reward, rewarder))
         log = closing.enter_context(
             contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg)))
@@ -273,6 +259,17 @@ def _validate(
     history.add(step, [is_correct(RewardResult(r["score"], Status(r["status"]))) for r in rows], kind)
     log.log_samples(step, "val", rows)
     return metrics
+
+
+def _announce(cfg: Config, run_dir: Path, model: Any, sources: list[str], n_train: int, n_val: int) -> None:
+    """The start-up banner on stdout (:func:`~stepcredit.trainer.progress.banner_lines`), and on stderr
+    a warning when the run ends inside its learning-rate warm-up."""
+    tools = uses_tools(cfg)
+    for line in banner_lines(cfg, run_dir, model, sources=sources, n_train=n_train, n_val=n_val, tools=tools):
+        print(line, flush=True)
+    o = cfg.optim
+    if warning := short_run_warning(steps=cfg.trainer.steps, warmup=o.warmup_steps, lr=o.lr):
+        print(warning, file=sys.stderr, flush=True)
 
 
 def _scored(arrived: list[Batch]) -> tuple[list[Sample], list[str], list[RewardResult]]:

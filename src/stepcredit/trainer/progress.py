@@ -88,7 +88,7 @@ def banner_lines(
     total = counts["total"]
     device = next((p.device for p in model.parameters()), "cpu")
     name = (
-        f"tiny (built in: {m.tiny.hidden_size} wide, {m.tiny.num_layers} layers)"
+        f"tiny (built in: {m.tiny.hidden_size} wide, {m.tiny.num_layers} layer{'s' if m.tiny.num_layers != 1 else ''})"
         if m.path == "tiny"
         else m.path
     )
