@@ -92,7 +92,6 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
         breaker = CircuitBreaker(cfg.reward.breaker)  # and one that breaks mid-run stops at its step
         # every failed reward: printed once per distinct error, counted per step, kept in the run directory
         failures = FailureLog(run_dir, warn=not cfg.reward.breaker.enabled)
-        _announce(cfg, run_dir, model, sorted(routes), len(train_set), len(val_set))
         agent = closing.enter_context(build_agent(cfg.reward, rewarder))
         log = closing.enter_context(
             contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg)))
@@ -109,6 +108,7 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
         process.check_data(cfg.process, train_set, domains)
         rollout_for = functools.partial(rollout_and_submit, state, agent, rewarder, process_domains=domains)
         validation = functools.partial(_validate, state, val_set, rewarder, log, history)
+        _announce(cfg, run_dir, model, sorted(routes), len(train_set), len(val_set))  # every check passed
         started[0] = True
 
         # --- phase 1: supervised warm-up; the reference model is the SFT policy, saved for `eval`
