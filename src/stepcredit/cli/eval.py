@@ -103,14 +103,14 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.models import load_policy
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES, engines
-    from stepcredit.rollout.tools import check_tool_template
+    from stepcredit.rollout.tool_render import check_tool_template
     from stepcredit.trainer.evaluate import evaluate
-    from stepcredit.trainer.rollout import tool_runner, uses_tools
+    from stepcredit.trainer.rollout import tool_context
 
     torch.set_num_threads(cfg.trainer.threads)
     # rollout.mode=tools: answers call tools as in the trainer's validation (the mode's own start-up
     # check imports rollout.tools.modules and checks the names and the parser)
-    tools = cfg.rollout.tools if uses_tools(cfg) else None
+    tools = cfg.rollout.tools if ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools else None
     check = ROLLOUT_MODES.get(cfg.rollout.mode).check
     if tools is not None and check is not None:
         check(cfg)
@@ -142,8 +142,7 @@ def run(args: argparse.Namespace) -> int:
             report = evaluate(
                 model, tok, samples, rewarder, n=args.n, temperature=temperature, max_new_tokens=max_new,
                 batch_size=args.batch_size, seed=cfg.trainer.seed if args.seed is None else args.seed,
-                score_truncated=args.score_truncated, on_rows=write, tools=tools,
-                run_tools=None if tools is None else tool_runner(cfg, rewarder),
+                score_truncated=args.score_truncated, on_rows=write, tools=tool_context(cfg, rewarder),
             )  # fmt: skip
         tmp.replace(out)
     except BaseException:

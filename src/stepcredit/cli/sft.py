@@ -24,10 +24,11 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.data.domains import build_data
     from stepcredit.models import load_policy, save_pretrained
     from stepcredit.reward import build_rewarder
-    from stepcredit.rollout.tools import check_tool_template
+    from stepcredit.rollout import ROLLOUT_MODES
+    from stepcredit.rollout.tool_render import check_tool_template
     from stepcredit.trainer.loop import seed_everything
     from stepcredit.trainer.metrics import wilson_interval
-    from stepcredit.trainer.rollout import tool_runner, uses_tools
+    from stepcredit.trainer.rollout import tool_context
     from stepcredit.trainer.sft import run_sft
     from stepcredit.trainer.validate import validate
 
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     seed_everything(cfg.trainer.seed)
     train_set, val_set, _ = build_data(cfg.data, seed=cfg.trainer.seed)  # every domain, as train does
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
-    tools = uses_tools(cfg)
+    tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
     if tools:  # rollout.tools.render=template with a template that cannot render tool turns: one line
         check_tool_template(tok, cfg.rollout.tools)
     m = run_sft(
@@ -50,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
             val_set,
             rewarder,
             max_new_tokens=cfg.rollout.max_new_tokens,
-            tools=cfg.rollout.tools if tools else None,
-            run_tools=tool_runner(cfg, rewarder) if tools else None,
+            tools=tool_context(cfg, rewarder),
         )
     m.update(vm)
     (out / "sft_metrics.json").write_text(json.dumps(m, indent=2))

@@ -10,7 +10,7 @@ Every text a batch needs scored (continuations, complete responses) goes to the 
 (:data:`~stepcredit.process.values.ScoreFn`) in one call, after the generation.
 
 On a tool rollout (``rollout.mode=tools``, ``tools`` given) a continuation is a tool rollout from the
-prefix (:func:`stepcredit.rollout.tools.run_turns`, the rollout's own turn loop): a prefix that ends at
+prefix (:func:`stepcredit.rollout.turns.run_turns`, the rollout's own turn loop): a prefix that ends at
 a call (a turn's end) first gets that call run and its result appended, then turns go on with the
 rollout's tools, parser and runner, its turn limit less the calls already in the prefix, and its length
 budget (results count) capped at ``process.mc_max_new_tokens`` past the prefix. So V(prefix) is the
@@ -26,9 +26,9 @@ import torch
 
 from stepcredit.config import ProcessConfig
 from stepcredit.errors import ConfigError
-from stepcredit.process.values import PrefixRequest, ScoreFn, ToolTurns, register_value_estimator
+from stepcredit.process.values import PrefixRequest, ScoreFn, ToolContext, register_value_estimator
 from stepcredit.rollout.engines import SamplingSpec, engine_for
-from stepcredit.rollout.tools import default_runner, resume_row, run_turns
+from stepcredit.rollout.turns import resume_row, run_turns
 from stepcredit.types import RolloutCache, Sample
 
 
@@ -60,7 +60,7 @@ def continuation_values(
     max_prefixes: int,
     max_tokens_per_forward: int,
     v0_from_group: bool = False,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
 ) -> list[list[float]]:
     """V(prefix) = mean verifier score of ``samples`` continuations of prompt + prefix by the policy.
 
@@ -186,7 +186,7 @@ def _tool_continuations(
     tokenizer: Any,
     requests: Sequence[PrefixRequest],
     chunk: Sequence[tuple[tuple[int, ...], list[tuple[int, int]]]],
-    tools: ToolTurns,
+    tools: ToolContext,
     k: int,
     greedy: bool,
     temperature: float,
@@ -200,18 +200,15 @@ def _tool_continuations(
         n = r.prefix_lens[owners[0][1]]
         limit = min(tools.max_new_tokens, n + max_new_tokens)
         for _ in range(k):
+            # the prefix's results are the ones the rollout marked when it appended them (r.observed)
+            marks = list(r.observed[:n]) if r.observed else [False] * n
             rows.append(
-                resume_row(tokenizer, r.prompt_ids, r.sample, r.response_ids[:n], tools.tools, limit=limit)
+                resume_row(
+                    tokenizer, r.prompt_ids, r.sample, r.response_ids[:n], tools, observed=marks, limit=limit
+                )
             )
             starts.append(n)
-    run_turns(
-        model,
-        tokenizer,
-        rows,
-        tools.tools,
-        default_runner(tools.tools, tools.run_tools),
-        temperature=0.0 if greedy else temperature,
-    )
+    run_turns(model, tokenizer, rows, tools, temperature=0.0 if greedy else temperature)
     return [row.ids[n:] for row, n in zip(rows, starts, strict=True)]  # what the loop appended
 
 
@@ -237,7 +234,7 @@ def monte_carlo(
     *,
     score_fn: ScoreFn | None = None,
     body: RolloutCache | None = None,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
 ) -> list[list[float]]:
     """VinePPO's value (Kazemnejad et al. 2024, arXiv:2410.01679, section 4): V(prefix) = (1/K) sum_k
     R(prefix + y_k), y_k ~ policy(. | prompt + prefix), K = ``process.mc_samples``, at most
@@ -277,7 +274,7 @@ def greedy_continuation(
     *,
     score_fn: ScoreFn | None = None,
     body: RolloutCache | None = None,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
 ) -> list[list[float]]:
     """One greedy continuation per prefix, scored by the verifier: V in {0, 1} (Math-Shepherd's hard
     estimate, Wang et al. 2024, arXiv:2312.08935, with one deterministic completer). K times

@@ -25,10 +25,10 @@ from stepcredit.config import ArithConfig, ProcessConfig, RolloutConfig, ToolsCo
 from stepcredit.errors import DataError
 from stepcredit.process import prefix_request
 from stepcredit.process.diagnostics import prompt_ids
-from stepcredit.process.segment import token_char_spans
+from stepcredit.process.segment import token_char_spans, trace_observed
 from stepcredit.process.utility import CREDIT_FORMS, marginal_utilities
-from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn, ToolTurns
-from stepcredit.rollout.tools import render_tool_prompts
+from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn, ToolContext
+from stepcredit.rollout.tool_render import render_tool_prompts
 from stepcredit.types import Sample
 
 _NUM = r"\d+(?:\.\d+)?"
@@ -481,7 +481,7 @@ def run_probe(
     score_fn: ScoreFn | None,
     credit_forms: Sequence[str] = (),
     tree_rollout: RolloutConfig | None = None,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
 ) -> ProbeReport:
     """Value every case with every estimator (each over the whole set at once) and summarise.
 
@@ -545,7 +545,7 @@ def _value_all(
     estimators: Sequence[str],
     score_fn: ScoreFn | None,
     tree_rollout: RolloutConfig | None = None,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
 ) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
     import torch
 
@@ -704,7 +704,8 @@ def build_cases(
         pair = []
         for t in (text, inj.text):
             ids = list(tokenizer(t, add_special_tokens=False)["input_ids"]) + eos
-            ends, req = prefix_request(sample, prompt, ids, tokenizer, cfg)
+            # a trace has no rollout's record of its results: its result blocks are read once, here
+            ends, req = prefix_request(sample, prompt, ids, tokenizer, cfg, trace_observed(ids, tokenizer))
             pair.append((req, episode_at(ids, tokenizer, ends, inj.position)))
         cases.append(ProbeCase(pair[0][0], pair[1][0], pair[0][1], pair[1][1]))
         used.append(i)
@@ -723,7 +724,7 @@ def probe(
     seed: int = 0,
     credit_forms: Sequence[str] = (),
     tree_rollout: RolloutConfig | None = None,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
 ) -> ProbeReport:
     """The signal probe on ``solutions`` (sample, correct solution text): one wrong step injected into
     each (drawn with ``seed`` from ``deltas``), the clean solutions the verifier ``score_fn`` does not
@@ -737,7 +738,7 @@ def probe(
         cfg,
         deltas=deltas,
         rng=random.Random(seed),
-        tools=tools.tools if tools is not None else None,
+        tools=tools.config if tools is not None else None,
     )
     if not cases:
         raise DataError("probe: no solution has an equation 'a op b = c' to make wrong")

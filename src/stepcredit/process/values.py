@@ -22,12 +22,12 @@ each call's result). They return new values and never write into their inputs. T
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from stepcredit.config import ProcessConfig, ToolsConfig
+from stepcredit.config import ProcessConfig
 from stepcredit.registry import Registry
-from stepcredit.rollout.tools import ToolRunner
+from stepcredit.rollout.tool_context import ToolContext
 from stepcredit.types import RolloutCache, Sample
 
 ScoreFn = Callable[[Sequence[Sample], Sequence[str]], list[float]]
@@ -60,19 +60,10 @@ class PrefixRequest:
     """The gold answer text (``str(sample.ground_truth)``)."""
     complete: bool = False
     """The response ended by itself (eos): monte_carlo scores the whole response instead of sampling."""
-
-
-@dataclass(frozen=True)
-class ToolTurns:
-    """How the continuations of a tool rollout's prefixes run (``rollout.mode=tools``): as tool
-    rollouts, with the rollout's tools, parser, turn limit, length budget and runner."""
-
-    tools: ToolsConfig
-    """The offered tools, the call convention and the turn limit (``rollout.tools``)."""
-    max_new_tokens: int
-    """The length budget of a whole response, results included (``rollout.max_new_tokens``)."""
-    run_tools: ToolRunner | None = None
-    """The run's tool runner (the trainer's reward agent); None: calls run in this process."""
+    observed: list[bool] = field(default_factory=list)
+    """Per response token, a tool result's, as the rollout recorded it when it appended the result
+    (``Batch.observation_BT``); empty for a response without tools. Turn boundaries and a
+    continuation's calls so far are read from these marks, never re-parsed from the text."""
 
 
 class ValueEstimator(Protocol):
@@ -100,7 +91,7 @@ class ToolValueEstimator(Protocol):
         *,
         score_fn: ScoreFn | None = None,
         body: RolloutCache | None = None,
-        tools: ToolTurns | None = None,
+        tools: ToolContext | None = None,
     ) -> list[list[float]]: ...
 
 
@@ -130,7 +121,7 @@ class ValueEstimatorSpec:
     exact step value), not a likelihood or a score on its own scale (a forced answer's log-probability):
     credit forms that compare V with a certain success (``blame``'s V_0 := 1) need it."""
     takes_tools: bool = False
-    """It takes ``tools`` (:class:`ToolTurns`), which the caller passes on a tool rollout, so that its
+    """It takes ``tools`` (:class:`ToolContext`), which the caller passes on a tool rollout, so that its
     value of a prefix that ends at a call sees the call's result: continuations run as tool rollouts
     (``monte_carlo``, ``greedy_continuation``), a forced answer is forced after the result."""
 
@@ -143,7 +134,7 @@ class ValueEstimatorSpec:
         *,
         score_fn: ScoreFn | None = None,
         body: RolloutCache | None = None,
-        tools: ToolTurns | None = None,
+        tools: ToolContext | None = None,
     ) -> list[list[float]]:
         if self.takes_tools:
             fn = cast(ToolValueEstimator, self.fn)

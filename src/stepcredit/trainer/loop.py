@@ -40,7 +40,7 @@ from stepcredit.reward.run import backends
 from stepcredit.reward.run.failures import FailureLog
 from stepcredit.reward.run.health import CircuitBreaker, RewardBackendError, probe_routes
 from stepcredit.rollout import ROLLOUT_MODES, engines
-from stepcredit.rollout.tools import check_tool_template
+from stepcredit.rollout.tool_render import check_tool_template
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import (
     MetricsLogger,
@@ -51,7 +51,7 @@ from stepcredit.trainer.metrics import (
     plot_curves,
 )
 from stepcredit.trainer.progress import Progress, banner_lines, param_counts
-from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_runner, uses_tools
+from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_context
 from stepcredit.trainer.sampling import step_stream
 from stepcredit.trainer.schedule import LR_SCHEDULES, short_run_warning
 from stepcredit.trainer.sft import run_sft
@@ -81,7 +81,7 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
     _start_run(cfg, run_dir)
     train_set, val_set, stream = build_data(cfg.data, seed=cfg.trainer.seed)
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
-    if uses_tools(cfg):  # rollout.tools.render=template with a template that cannot render tool turns
+    if ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools:  # render=template, a template without tool turns
         check_tool_template(tok, cfg.rollout.tools)
     model.to(resolve_device(cfg.trainer.device))  # the reference, critic, rollout and values follow it
     ckpt = _resume_state(resume) if resume is not None else None
@@ -121,7 +121,8 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
                 cfg.sft,
                 seed=cfg.trainer.seed,
                 on_step=bar.sft_step(cfg.sft.steps),
-                tools=cfg.rollout.tools if uses_tools(cfg) else None,  # results in the rollouts' own tokens
+                # results in the rollouts' own tokens
+                tools=cfg.rollout.tools if ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools else None,
             )
             if cfg.sft.steps > 0:
                 save_pretrained(model, tok, run_dir / "checkpoints" / "sft" / "model")
@@ -249,8 +250,7 @@ def _validate(
             rewarder,
             max_new_tokens=cfg.rollout.max_new_tokens,
             temperature=cfg.rollout.val_temperature,
-            tools=cfg.rollout.tools if uses_tools(cfg) else None,
-            run_tools=tool_runner(cfg, rewarder) if uses_tools(cfg) else None,
+            tools=tool_context(cfg, rewarder),
         )
     if not rows:
         return metrics
@@ -264,7 +264,7 @@ def _validate(
 def _announce(cfg: Config, run_dir: Path, model: Any, sources: list[str], n_train: int, n_val: int) -> None:
     """The start-up banner on stdout (:func:`~stepcredit.trainer.progress.banner_lines`), and on stderr
     a warning when the run ends inside its learning-rate warm-up."""
-    tools = uses_tools(cfg)
+    tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
     for line in banner_lines(cfg, run_dir, model, sources=sources, n_train=n_train, n_val=n_val, tools=tools):
         print(line, flush=True)
     o = cfg.optim
