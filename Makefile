@@ -16,7 +16,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ARGS   ?=
 
-.PHONY: demo test lint typecheck pytest pytest-verl pytest-vllm setup setup-test setup-verl setup-vllm bench bench-engines bench-trl clean
+.PHONY: demo test lint typecheck pytest pytest-verl pytest-vllm setup setup-test setup-verl setup-vllm bench bench-guard bench-engines bench-trl clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -95,11 +95,17 @@ pytest-vllm: setup-vllm
 test: lint typecheck pytest pytest-verl pytest-vllm
 
 # Every script in benchmarks/ with its defaults (each marks its JSON "valid": false when the machine was
-# busy); _*.py are helpers. trl_compare.py needs TRL, which lives in its own venv (TRL_PYTHON): `make bench-trl`;
+# busy); _*.py are helpers, guard.py runs the others (`make bench-guard`). trl_compare.py needs TRL, which lives in its own venv (TRL_PYTHON): `make bench-trl`;
 # rollout_engines.py needs vLLM (.venv-vllm): `make bench-engines`.
 bench: setup-test
-	for b in benchmarks/*.py; do case $$b in *trl_compare.py|*rollout_engines.py|benchmarks/_*) continue;; esac; \
+	for b in benchmarks/*.py; do case $$b in *trl_compare.py|*rollout_engines.py|*guard.py|benchmarks/_*) continue;; esac; \
 	  echo "== $$b"; $(PY) $$b --json || exit 1; done
+
+# The fast benchmarks alone (refused on a busy machine), alternated with HEAD~1's tree (ARGS="--base X"),
+# every ratio appended with its commit to benchmarks/history.jsonl, and the ratios that moved beyond their
+# run-to-run spread named. Run it on a quiet machine after a change to a hot path; commit the history.
+bench-guard: setup-test
+	$(PY) benchmarks/guard.py $(ARGS)
 
 bench-engines: setup-vllm
 	$(VENV_VLLM)/bin/python benchmarks/rollout_engines.py --json $(ARGS)

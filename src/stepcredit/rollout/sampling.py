@@ -90,6 +90,77 @@ def preallocate(cache: Any, rows_B: torch.Tensor, capacity: int) -> bool:
     return True
 
 
+BUCKET_PAD_SHARE = 0.25
+"""Prefill left-padded prompts of very different lengths in buckets of similar length when at least this
+share of the padded positions is padding (:func:`_bucketed_prefill`)."""
+BUCKETS = 4
+"""Most buckets of a bucketed prefill (each is one forward pass)."""
+
+
+def _bucketed_prefill(
+    model: Any,
+    ids_NP: torch.Tensor,
+    mask_NP: torch.Tensor,
+    pos_NP: torch.Tensor,
+    rows_B: torch.Tensor,
+    capacity: int,
+) -> tuple[torch.Tensor, Any] | None:
+    """The prefill of N left-padded prompts as ``BUCKETS`` forward passes over rows of similar length,
+    each only as wide as its longest prompt: (last-position logits of the rows ``rows_B``, a cache whose
+    layers are ``BufferLayer`` objects holding those rows, keys and values right-aligned at ``P``).
+
+    Why: a tree rollout's later levels continue from prompt + prefix contexts of very different lengths
+    (e.g. 64 contexts of 24 to 118 tokens, half of the padded positions padding), and a prefill over the
+    padded batch pays for every padding position (issue 48: 365 ms of CPU for one such pass). Positions
+    follow the mask and padding is masked, so each row's keys, values and logits are the same as in one
+    padded pass (up to floating-point rounding of differently shaped products). None, for one padded
+    pass instead, when padding is under ``BUCKET_PAD_SHARE``, there are fewer than two rows per bucket,
+    or the model's cache is not transformers' plain ``DynamicCache`` (checked on the first bucket)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    N, P = ids_NP.shape
+    len_N = mask_NP.long().sum(1)
+    if N < 2 * BUCKETS or float(len_N.sum()) > (1 - BUCKET_PAD_SHARE) * N * P:
+        return None
+    order = torch.argsort(len_N, stable=True)
+    keep = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    logits_NV: torch.Tensor | None = None
+    cache: Any = None
+    for rows in torch.tensor_split(order, BUCKETS):
+        w = int(len_N[rows].max())
+        out = model(
+            input_ids=ids_NP[rows, P - w :],
+            attention_mask=mask_NP[rows, P - w :],
+            position_ids=pos_NP[rows, P - w :],
+            use_cache=True,
+            **keep,
+        )
+        c = out.past_key_values
+        if not isinstance(c, DynamicCache) or any(type(x) is not DynamicLayer for x in c.layers):
+            return None
+        kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for layer in c.layers:
+            assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+            kv.append((layer.keys, layer.values))
+        if cache is None:  # the first bucket sets the shapes (and its cache object carries the result)
+            cache = c
+            logits_NV = out.logits.new_zeros((N, out.logits.shape[-1]))
+            for k, v in kv:
+                keys.append(k.new_zeros((N, k.shape[1], P, k.shape[-1])))
+                values.append(v.new_zeros((N, v.shape[1], P, v.shape[-1])))
+        assert logits_NV is not None
+        logits_NV[rows] = out.logits[:, -1, :]
+        for i, (k, v) in enumerate(kv):
+            keys[i][rows, :, P - w :] = k
+            values[i][rows, :, P - w :] = v
+    for i in range(len(keys)):
+        cache.layers[i] = buffer_layer_class()(keys[i][rows_B], values[i][rows_B], capacity)
+    assert logits_NV is not None
+    return logits_NV[rows_B], cache
+
+
 def sample_next(logits_BV: torch.Tensor, *, temperature: float, top_p: float) -> torch.Tensor:
     """One token per row from the last-position logits: greedy when ``temperature <= 0``."""
     if temperature <= 0:
@@ -151,22 +222,29 @@ def decode(
     # (and its next-token logits) are copied to its rows
     shared = shared_prompts(prompt_ids_BP, prompt_mask_BP.bool())
     first = shared[0] if shared is not None else slice(None)
-    out = model(
-        input_ids=prompt_ids_BP[first],
-        attention_mask=mask_BW[first, :P],
-        position_ids=pos_BP[first],
-        use_cache=True,
-        **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}),
-    )
-    cache = out.past_key_values
-    logits_BV = out.logits[:, -1, :]
     rows_of = shared[1] if shared is not None else torch.arange(B, device=device)
     step = None
-    if preallocate(cache, rows_of, P + max_new_tokens):
-        step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
-    elif shared is not None:
-        cache.batch_select_indices(rows_of)
-    logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
+    bucketed = _bucketed_prefill(
+        model, prompt_ids_BP[first], mask_BW[first, :P], pos_BP[first], rows_of, P + max_new_tokens
+    )
+    if bucketed is not None:
+        logits_BV, cache = bucketed
+        step = fast_step(model)
+    else:
+        out = model(
+            input_ids=prompt_ids_BP[first],
+            attention_mask=mask_BW[first, :P],
+            position_ids=pos_BP[first],
+            use_cache=True,
+            **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}),
+        )
+        cache = out.past_key_values
+        logits_BV = out.logits[:, -1, :]
+        if preallocate(cache, rows_of, P + max_new_tokens):
+            step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
+        elif shared is not None:
+            cache.batch_select_indices(rows_of)
+        logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     rows = torch.arange(B, device=device)  # the original row of each active row
     done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
     T = 0
