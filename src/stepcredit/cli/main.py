@@ -13,6 +13,7 @@ import sys
 
 from stepcredit import __version__
 from stepcredit.errors import UserError
+from stepcredit.runtime import share_cpus
 
 COMMANDS: dict[str, str] = {
     "train": "Train with RL (SFT warm-up first): stepcredit train [--preset NAME] [key=value ...]",
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before any command module imports torch: OpenMP's threads sleep rather than spin when they wait,
+    # so other work on the machine slows a run in proportion (stepcredit.runtime)
+    share_cpus()
     parser = build_parser()
     # key=value overrides may follow options that follow a command's own positional argument
     # (`stepcredit experiment FILE.yaml --jobs 4 trainer.device=cuda`): argparse leaves them over

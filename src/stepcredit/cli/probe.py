@@ -236,14 +236,15 @@ def run(args: argparse.Namespace) -> int:
     cfg, model_ref, _ = config_for_model(args, args.model)
     check_config(cfg)
     setup_runtime()
-    import torch
 
     from stepcredit.models import load_policy
     from stepcredit.process.probe import load_solutions, probe
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
     from stepcredit.rollout.tool_render import check_tool_template
+    from stepcredit.runtime import set_threads
     from stepcredit.trainer.rollout import tool_context
+    from stepcredit.trainer.state import resolve_device
 
     # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
     # imports rollout.tools.modules and checks the names and the parser)
@@ -257,8 +258,9 @@ def run(args: argparse.Namespace) -> int:
             "(drop --grow-trees: continuations at every episode end run the tools)"
         )
     solutions = load_solutions(args.data, cfg.data.arith, n=args.n, seed=args.seed, src=args.data_dir)
-    torch.set_num_threads(cfg.trainer.threads)
+    set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
+    model.to(resolve_device(cfg.trainer.device))  # trainer.device=cuda: values on the GPU, as in training
     if with_tools:  # render=template with a template that cannot render tool turns: one line
         check_tool_template(tok, cfg.rollout.tools)
         tc = cfg.rollout.tools

@@ -22,13 +22,21 @@ batch) or runs longer never shifts another row's draws. Validation uses it for c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
 import torch
 
 from stepcredit.models import shared_prompts, takes_logits_to_keep
-from stepcredit.models.decode_step import fast_step
+from stepcredit.models.decode_step import (
+    DecodeOptions,
+    current_options,
+    fast_step,
+    static_step,
+    static_width,
+)
+from stepcredit.models.lora import adapters_merged
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once at least this share of the active rows has finished: each
@@ -270,11 +278,41 @@ def decode(
     row b draws from its own stream (the module docstring), not from torch's global one.
 
     The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
-    same distribution (greedy: the same tokens up to floating-point ties), computed with less work."""
+    same distribution (greedy: the same tokens up to floating-point ties), computed with less work.
+    How the token steps run (a compiled step over a static cache, LoRA adapters merged for the decode)
+    is the enclosing engine's :func:`~stepcredit.models.decode_step.decode_options`."""
+    options = current_options()
+    merge = adapters_merged(model) if options.merge_lora else contextlib.nullcontext(0)
+    with merge:
+        return _decode(
+            model, prompt_ids_BP, prompt_mask_BP, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, entropy_BT=entropy_BT,
+            limit_B=limit_B, logp_BT=logp_BT, options=options, row_keys_B=row_keys_B,
+        )  # fmt: skip
+
+
+def _decode(
+    model: Any,
+    prompt_ids_BP: torch.Tensor,
+    prompt_mask_BP: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    temperature: float,
+    top_p: float,
+    entropy_BT: torch.Tensor | None,
+    limit_B: torch.Tensor | None,
+    logp_BT: torch.Tensor | None,
+    options: DecodeOptions,
+    row_keys_B: torch.Tensor | None = None,
+) -> torch.Tensor:
     B, P = prompt_ids_BP.shape
     device = prompt_ids_BP.device
     out_BT = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
-    mask_BW = torch.zeros((B, P + max_new_tokens), dtype=torch.long, device=device)
+    # a static step attends over a fixed width (rounded up: prompts of other lengths share its compilation)
+    width = P + max_new_tokens if options.compile == "off" else static_width(P + max_new_tokens)
+    mask_BW = torch.zeros((B, width), dtype=torch.long, device=device)
     mask_BW[:, :P] = prompt_mask_BP.long()
     # positions follow the mask, so left padding does not shift them (as generate does)
     next_pos_B = prompt_mask_BP.long().sum(dim=1)
@@ -285,8 +323,14 @@ def decode(
     first = shared[0] if shared is not None else slice(None)
     rows_of = shared[1] if shared is not None else torch.arange(B, device=device)
     step = None
-    bucketed = _bucketed_prefill(
-        model, prompt_ids_BP[first], mask_BW[first, :P], pos_BP[first], rows_of, P + max_new_tokens
+    static = None
+    # the bucketed prefill leaves its own buffer cache; a static step starts from the plain prefill's
+    bucketed = (
+        _bucketed_prefill(
+            model, prompt_ids_BP[first], mask_BW[first, :P], pos_BP[first], rows_of, P + max_new_tokens
+        )
+        if options.compile == "off"
+        else None
     )
     if bucketed is not None:
         logits_BV, cache = bucketed
@@ -301,10 +345,13 @@ def decode(
         )
         cache = out.past_key_values
         logits_BV = out.logits[:, -1, :]
-        if preallocate(cache, rows_of, P + max_new_tokens):
-            step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
-        elif shared is not None:
-            cache.batch_select_indices(rows_of)
+        # the static cache keeps every row to the end (fixed shapes); otherwise finished rows are dropped
+        static = static_step(model, cache, rows_of, width, options)
+        if static is None:
+            if preallocate(cache, rows_of, P + max_new_tokens):
+                step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
+            elif shared is not None:
+                cache.batch_select_indices(rows_of)
         logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     rows = torch.arange(B, device=device)  # the original row of each active row
     done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
@@ -329,13 +376,15 @@ def decode(
         n_done = int(done_A.sum())
         if t == max_new_tokens - 1 or n_done == len(rows):
             break
-        if n_done >= max(1, int(COMPACT_FRACTION * len(rows))):
+        if static is None and n_done >= max(1, int(COMPACT_FRACTION * len(rows))):
             idx = (~done_A).nonzero().squeeze(1)
             rows, tok_A, next_pos_B, mask_BW = rows[idx], tok_A[idx], next_pos_B[idx], mask_BW[idx]
             done_A = done_A[idx]
             cache.batch_select_indices(idx)
         mask_BW[:, P + t] = 1
-        if step is not None:
+        if static is not None:
+            logits_BV = static(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW, P + t)
+        elif step is not None:
             logits_BV = step(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW[:, : P + t + 1], cache)
         else:
             out = model(

@@ -58,8 +58,8 @@ class TrainState:
     """Tokens sampled from the policy so far (rollouts and process continuations; ``generated_tokens``)."""
 
     def set_lr(self, step: int) -> None:
-        """Linear warm-up (Adam's first steps move every weight by ~lr whatever the gradient's size)
-        times ``optim.schedule``."""
+        """Linear warm-up (Adam's first steps move every weight by ~lr whatever the gradient's size),
+        then ``optim.schedule`` from the configured lr (:func:`~stepcredit.trainer.schedule.lr_factor`)."""
         o = self.cfg.optim
         lr = o.lr * lr_factor(
             step,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from stepcredit.models.decode_step import DecodeOptions, decode_options
 from stepcredit.rollout.batching import hf_generate, left_pad
 from stepcredit.rollout.engines.api import Completion, SamplingSpec, cut_at_stop
 from stepcredit.rollout.sampling import decode, row_key
@@ -32,12 +33,17 @@ def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
 
 
 class HFEngine:
-    """Generation by the model it is given (the trainer's policy)."""
+    """Generation by the model it is given (the trainer's policy); ``options``: how its sampling loop
+    runs the token steps (``rollout.decode_compile``, ``model.lora.merge_for_generation``)."""
 
     external = False
 
+    def __init__(self, options: DecodeOptions | None = None) -> None:
+        self.options = options or DecodeOptions()
+
     def generate(self, model: Any, tok: Any, samples: list[Sample], **kwargs: Any) -> Batch:
-        return hf_generate(model, tok, samples, **kwargs)
+        with decode_options(self.options):
+            return hf_generate(model, tok, samples, **kwargs)
 
     @torch.no_grad()
     def sample(
@@ -67,7 +73,7 @@ class HFEngine:
             keys = torch.tensor([row_key(s, j) for s in spec.row_seeds for j in range(spec.n)], device=dev)
         was_training = model.training
         model.eval()
-        with seeded(spec.seed, dev):
+        with seeded(spec.seed, dev), decode_options(self.options):
             resp = decode(
                 model,
                 ids.to(dev),
@@ -118,4 +124,7 @@ HF_ENGINE = HFEngine()
 
 
 def build_hf(cfg: Config, model: Any, tok: Any) -> HFEngine:
-    return HF_ENGINE
+    options = DecodeOptions(
+        compile=cfg.rollout.decode_compile, merge_lora=cfg.model.lora.merge_for_generation
+    )
+    return HF_ENGINE if options == HF_ENGINE.options else HFEngine(options)
