@@ -55,11 +55,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import SandboxConfig
-from stepcredit.sandbox.cases import (
-    NotPlain,
-    RemoteLink,
-    TestCase,
-)
+from stepcredit.sandbox.cases import TestCase
 from stepcredit.sandbox.dirs import make_sandbox_dir, remove_sandbox_dirs
 from stepcredit.sandbox.jail import _claim_uid, _default_python, _sweep_uid, bwrap_command
 from stepcredit.sandbox.judging import (
@@ -79,7 +75,9 @@ from stepcredit.sandbox.judging import (
     run_many,
     verdict,
 )
+from stepcredit.sandbox.plain import NotPlain
 from stepcredit.sandbox.protocol import Op
+from stepcredit.sandbox.remote import RemoteLink
 from stepcredit.sandbox.session import _runner_source, _Session
 
 STARTUP_TIMEOUT_S = 20.0
