@@ -100,34 +100,22 @@ nothing), for the verbosity figures ``response/wasted_episodes_per_response`` an
 WASTED_EPISODES.add(arith.DATA_SOURCE, arith.count_wasted)
 
 
-@TASKS.register("code")
-def _code(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
-    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
-        return [row_to_sample(r, f"code:{split}:{i}") for i, r in enumerate(rows)]
+def _generated(name: str, make_rows: Callable[..., list[dict[str, Any]]]) -> TaskFn:
+    """A task whose train and val rows a seeded generator makes (``make_rows(n, seed=, split=)``)."""
 
-    train = codegen.make_rows(cfg.train_size, seed=cfg.seed, split="train")
-    val = codegen.make_rows(cfg.val_size, seed=cfg.seed, split="val")
-    return conv(train, "train"), conv(val, "val")
+    def task(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
+        def split(size: int, part: str) -> list[Sample]:
+            rows = make_rows(size, seed=cfg.seed, split=part)
+            return [row_to_sample(r, f"{name}:{part}:{i}") for i, r in enumerate(rows)]
 
+        return split(cfg.train_size, "train"), split(cfg.val_size, "val")
 
-@TASKS.register("ifeval")
-def _ifeval(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
-    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
-        return [row_to_sample(r, f"ifeval:{split}:{i}") for i, r in enumerate(rows)]
-
-    train = ifgen.make_rows(cfg.train_size, seed=cfg.seed, split="train")
-    val = ifgen.make_rows(cfg.val_size, seed=cfg.seed, split="val")
-    return conv(train, "train"), conv(val, "val")
+    return task
 
 
-@TASKS.register("arith_mc")
-def _arith_mc(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
-    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
-        return [row_to_sample(r, f"arith_mc:{split}:{i}") for i, r in enumerate(rows)]
-
-    train = ifgen.make_mc_rows(cfg.train_size, seed=cfg.seed, split="train")
-    val = ifgen.make_mc_rows(cfg.val_size, seed=cfg.seed, split="val")
-    return conv(train, "train"), conv(val, "val")
+TASKS.add("code", _generated("code", codegen.make_rows))
+TASKS.add("ifeval", _generated("ifeval", ifgen.make_rows))
+TASKS.add("arith_mc", _generated("arith_mc", ifgen.make_mc_rows))
 
 
 @TASKS.register("files")

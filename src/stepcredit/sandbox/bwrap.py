@@ -44,7 +44,6 @@ Test cases follow VeRL's ground-truth formats: ``{"inputs": [...], "outputs": [.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import shutil
@@ -75,9 +74,8 @@ from stepcredit.sandbox.judging import (
     run_many,
     verdict,
 )
-from stepcredit.sandbox.plain import NotPlain
 from stepcredit.sandbox.protocol import Op
-from stepcredit.sandbox.remote import RemoteLink
+from stepcredit.sandbox.remote import RemoteLink, reply_object
 from stepcredit.sandbox.session import _runner_source, _Session
 
 STARTUP_TIMEOUT_S = 20.0
@@ -238,14 +236,7 @@ class Sandbox:
             msg = session.recv(deadline)
             if msg.get("op") != Op.REPLY:
                 raise _CaseEnded(msg)
-            raw = msg.get("r")
-            try:
-                reply = json.loads(raw) if isinstance(raw, str) else None
-            except (json.JSONDecodeError, RecursionError):
-                reply = None
-            if type(reply) is not dict:
-                raise NotPlain("an unreadable answer from the program")
-            return reply
+            return reply_object(msg.get("r"))
 
         try:
             result = verdict(case, RemoteLink(ask))

@@ -31,24 +31,15 @@ from typing import Any
 
 from stepcredit.sandbox.asserts import AssertFailed, AssertPlan, evaluate_assert, plan_assert
 from stepcredit.sandbox.plain import MAX_DEPTH, NotPlain, decode_plain, encode_plain
-from stepcredit.sandbox.remote import (
-    Call,
-    NeedsConversation,
-    PrecomputedLink,
-    ProgramRaised,
-    Remote,
-    RemoteLink,
-)
+from stepcredit.sandbox.remote import NeedsConversation, ProgramRaised, Remote, RemoteLink
 
 __all__ = [  # this module held the plain values, assert cases and remote links before they moved out
     "MAX_DEPTH",
     "AssertFailed",
     "AssertPlan",
-    "Call",
     "CaseMode",
     "NeedsConversation",
     "NotPlain",
-    "PrecomputedLink",
     "ProgramRaised",
     "Remote",
     "RemoteLink",

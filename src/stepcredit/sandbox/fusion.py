@@ -52,8 +52,7 @@ from stepcredit.sandbox.judging import (
     run_many,
     verdict,
 )
-from stepcredit.sandbox.plain import NotPlain
-from stepcredit.sandbox.remote import RemoteLink
+from stepcredit.sandbox.remote import RemoteLink, reply_object
 from stepcredit.sandbox.session import _runner_source
 
 __all__ = ["FusionSandbox", "post_json"]
@@ -230,13 +229,7 @@ class FusionSandbox:
                 raise _CaseEnded(done)
             if len(replies) > len(asked):
                 raise _CaseEnded({**done, "exit": None, "sig": None, "forged": True})
-            try:
-                reply = json.loads(replies[-1])
-            except (json.JSONDecodeError, RecursionError):
-                reply = None
-            if type(reply) is not dict:
-                raise NotPlain("an unreadable answer from the program")
-            return reply
+            return reply_object(replies[-1])
 
         try:
             return verdict(case, RemoteLink(ask))

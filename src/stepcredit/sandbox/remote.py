@@ -20,6 +20,18 @@ Call = tuple[str, str, tuple[Any, ...], dict[str, Any]]
 fn_name: the function if the program defines it, else ``Solution().target``)."""
 
 
+def reply_object(raw: Any) -> dict[str, Any]:
+    """The program's answer to one request, which must be a JSON object (its text as read from the
+    sandbox); NotPlain when it is not text, not JSON or not an object."""
+    try:
+        reply = json.loads(raw) if isinstance(raw, str) else None
+    except (json.JSONDecodeError, RecursionError):
+        reply = None
+    if type(reply) is not dict:
+        raise NotPlain("an unreadable answer from the program")
+    return reply
+
+
 class Remote:
     """A reference to an object inside the sandbox (a program function, class, instance or method).
 
