@@ -405,17 +405,12 @@ def ifeval_compute_score(
     )
 
 
-def ifeval_fast(*args: Any, **kwargs: Any) -> RewardResult:
-    """The whole verifier, inline: the checkers are regexes, counts and langdetect on one response."""
-    return ifeval_compute_score(*args, **kwargs)
-
-
 register_reward(
     "ifeval",
     "google/IFEval",
     "instruction_following",
     "ability:instruction_following",
-    fast=ifeval_fast,
+    fast=ifeval_compute_score,  # the whole verifier, inline: the checkers are regexes, counts and langdetect on one response
     validate=validate_sample,
     requires=("if_verifiable",),
 )(ifeval_compute_score)
