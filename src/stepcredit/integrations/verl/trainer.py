@@ -88,7 +88,6 @@ def _nested(xs: list[torch.Tensor]) -> torch.Tensor:
     return torch.nested.as_nested_tensor(xs, layout=torch.jagged)
 
 
-@register_trainer(NAME)
 def _read_batch(batch: KVBatchMeta) -> tuple[DataProto, Any, Any]:
     """The fields the advantage stage reads from verl's transfer queue: the padded tensors (with the
     outcome as ``token_level_scores`` and the group ids as ``uid``), the rows' side fields, and the
@@ -114,6 +113,7 @@ def _read_batch(batch: KVBatchMeta) -> tuple[DataProto, Any, Any]:
     return data, side, raw["response_mask"]
 
 
+@register_trainer(NAME)
 class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
     """verl's ``sync`` trainer whose advantage stage is stepcredit's (see the module docstring)."""
 
