@@ -6,17 +6,18 @@ This module reads the ground truth (:func:`parse_tests`) and compares outputs; t
 
 The program under test never sees an expected value, an assert statement or a secret. It only answers
 questions about its own behaviour: "what do you print on this input", "what does ``f(1, 2)`` return".
-Every answer crosses the sandbox boundary in a small tagged JSON form (:func:`.plain.decode_plain`) that can
-only describe exact builtin values (``int``, ``float``, ``str``, ``bool``, ``None``, ``list``,
+Every answer crosses the sandbox boundary in a small tagged JSON form (:func:`.plain.decode_plain`) that
+can only describe exact builtin values (``int``, ``float``, ``str``, ``bool``, ``None``, ``list``,
 ``tuple``, ``dict``, ``set``): no subclass, no object with its own ``__eq__``, nothing that runs code.
 Comparisons, ``assert`` expressions and every operator on those values are then evaluated here, on the
-host, by :func:`.asserts.evaluate_assert` (``==`` of two plain values is Python's own and cannot be overridden).
+host, by :func:`.asserts.evaluate_assert` (``==`` of two plain values is Python's own and cannot be
+overridden).
 
-An ``assert_case`` is split at the boundary: names the test does not define and that are not one of a
-few pure builtins (``len``, ``sorted``, ``math.isclose``...) belong to the program and become
-:class:`.remote.Remote` references. Attribute lookups and calls on them are forwarded into the sandbox (with
-plain arguments); what comes back is a plain value, or another reference when the program's class was
-instantiated (``Solution().twoSum``, ``MinStack().push``). Any other use of a reference (comparing,
+An ``assert_case`` is split at the boundary: names the test does not define and that are not one of a few
+pure builtins (``len``, ``sorted``, ``math.isclose``...) belong to the program and become
+:class:`.remote.Remote` references. Attribute lookups and calls on them are forwarded into the sandbox
+(with plain arguments); what comes back is a plain value, or another reference when the program's class
+was instantiated (``Solution().twoSum``, ``MinStack().push``). Any other use of a reference (comparing,
 ``bool``, ``len``, iterating, hashing) is refused, so an always-equal object cannot pass.
 """
 

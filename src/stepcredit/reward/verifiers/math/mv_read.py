@@ -1,5 +1,6 @@
 """math-verify's readings of answers: its parser called with its own timeouts, and, where the result is
-certain, the same reading built without it (a plain number or constant in a response, a gold's fitted spelling)."""
+certain, the same reading built without it (a plain number or constant in a response, a gold's fitted
+spelling)."""
 
 from __future__ import annotations
 
