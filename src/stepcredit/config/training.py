@@ -69,7 +69,8 @@ class OptimConfig:
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value (0 disables)."""
     warmup_steps: int = 10
-    """RL steps over which the learning rate rises linearly from lr/warmup_steps to lr."""
+    """RL steps over which the learning rate rises linearly from lr/warmup_steps to lr (reached at this
+    step); the schedule starts after them. A run with fewer steps never reaches lr (warned at start-up)."""
     schedule: str = "constant"
     """Learning-rate schedule of the RL phase after the warm-up (``stepcredit.trainer.schedule.
     LR_SCHEDULES``): ``constant``, or ``cosine`` (decay to ``min_lr_ratio`` x lr at ``trainer.steps``)."""

@@ -26,7 +26,14 @@ import torch
 
 from stepcredit.config import ProcessConfig
 from stepcredit.errors import ConfigError
-from stepcredit.process.values import PrefixRequest, ScoreFn, ToolContext, register_value_estimator
+from stepcredit.process.values import (
+    PrefixRequest,
+    ScoreFn,
+    ToolContext,
+    count_generated,
+    count_verified,
+    register_value_estimator,
+)
 from stepcredit.rollout.engines import SamplingSpec, engine_for
 from stepcredit.rollout.turns import resume_row, run_turns
 from stepcredit.types import RolloutCache, Sample
@@ -154,6 +161,8 @@ def continuation_values(
                 **sampling,
             )
             rows = [gen[r, width:].tolist() for r in range(gen.shape[0])]
+        rows = [_upto_eos(r, tokenizer.eos_token_id) for r in rows]
+        count_generated(sum(len(r) for r in rows))  # the experiment's compute accounting
         for j, (_, owners) in enumerate(chunk):
             conts = [rows[j * k + kk] for kk in range(k)]
             for ri, pi in owners:
@@ -162,6 +171,7 @@ def continuation_values(
                 continued.append((ri, pi, len(texts)))
                 to_score += [r.sample] * k
                 texts += [tokenizer.decode(head + cont, skip_special_tokens=True) for cont in conts]
+    count_verified(len(texts))
     scores = [float(x) for x in score_fn(to_score, texts)] if texts else []
     if len(scores) != len(texts):
         raise ValueError(f"the verifier returned {len(scores)} scores for {len(texts)} texts")
@@ -179,6 +189,11 @@ def continuation_values(
             if pi not in chosen:
                 out[ri][pi] = out[ri][pi - 1]
     return out
+
+
+def _upto_eos(row: list[int], eos: int | None) -> list[int]:
+    """A continuation's own tokens: up to and including its first eos (``generate`` pads finished rows)."""
+    return row[: row.index(eos) + 1] if eos is not None and eos in row else row
 
 
 def _tool_continuations(

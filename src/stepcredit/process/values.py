@@ -21,7 +21,9 @@ each call's result). They return new values and never write into their inputs. T
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -175,3 +177,42 @@ def register_value_estimator(
         return fn
 
     return deco
+
+
+@dataclass
+class Spent:
+    """What valuing prefixes cost beyond the rollout, counted while :func:`spending` is open: the
+    compute accounting an experiment compares arms by (the estimators' signature stays as it is)."""
+
+    generated_tokens: int = 0
+    """Tokens the estimator sampled from the policy (continuations: up to and including eos)."""
+    verifier_calls: int = 0
+    """Texts the estimator had the verifier score."""
+
+
+_SPENT: ContextVar[Spent | None] = ContextVar("stepcredit_process_spent", default=None)
+
+
+@contextlib.contextmanager
+def spending() -> Iterator[Spent]:
+    """Count what the value estimators called inside the block generate (:func:`count_generated`)."""
+    spent = Spent()
+    token = _SPENT.set(spent)
+    try:
+        yield spent
+    finally:
+        _SPENT.reset(token)
+
+
+def count_generated(n: int) -> None:
+    """An estimator sampled ``n`` tokens (counted when a :func:`spending` block is open)."""
+    spent = _SPENT.get()
+    if spent is not None:
+        spent.generated_tokens += int(n)
+
+
+def count_verified(n: int) -> None:
+    """An estimator had ``n`` texts scored by the verifier (counted when a :func:`spending` block is open)."""
+    spent = _SPENT.get()
+    if spent is not None:
+        spent.verifier_calls += int(n)

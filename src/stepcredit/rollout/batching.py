@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from stepcredit.models import token_logprobs
-from stepcredit.rollout.sampling import decode
+from stepcredit.rollout.sampling import decode, row_key
 from stepcredit.types import Batch, RolloutCache, Sample
 
 
@@ -57,6 +57,7 @@ def hf_generate(
     keep_cache: bool = False,
     logprobs_from_sampling: bool = False,
     times: dict[str, float] | None = None,
+    row_seeds: list[int] | None = None,
 ) -> Batch:
     """Sample ``n`` responses per prompt (greedy when ``temperature == 0``).
 
@@ -69,7 +70,9 @@ def hf_generate(
     ``logprobs_from_sampling``: the behaviour log-probs are those the sampling loop computed from its own
     logits, with no pass of their own, where that is the training pass's distribution to float rounding
     (:func:`sampling_logprobs_exact`; else, or with ``keep_cache``, the pass runs). ``times`` (a dict)
-    gets ``time/behaviour_logp_s``, the behaviour log-probs' own cost.
+    gets ``time/behaviour_logp_s``, the behaviour log-probs' own cost. ``row_seeds`` (one per prompt):
+    response j of prompt i draws from its own random stream, keyed (row_seeds[i], j)
+    (:func:`stepcredit.rollout.sampling.row_key`), so its tokens depend on nothing else in the batch.
     """
     was_training = model.training
     model.eval()
@@ -84,6 +87,11 @@ def hf_generate(
     sampled_BT = (
         torch.zeros((len(p_ids), max_new_tokens), dtype=torch.float32, device=dev) if from_sampling else None
     )
+    keys_B = None
+    if row_seeds is not None:
+        if len(row_seeds) != len(samples):
+            raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {len(samples)} prompts")
+        keys_B = torch.tensor([row_key(s, j) for s in row_seeds for j in range(n)], dtype=torch.long)
     t0 = time.perf_counter()
     # our own sampling loop (rollout/sampling.py): model.generate's draws, without generating on for
     # rows that have finished
@@ -97,6 +105,7 @@ def hf_generate(
         temperature=temperature,
         top_p=top_p,
         logp_BT=sampled_BT,
+        row_keys_B=keys_B,
     )
     t_decode = time.perf_counter() - t0
     out = finish_batch(

@@ -28,6 +28,7 @@ def generate(
     keep_cache: bool = False,
     logprobs_from_sampling: bool = False,
     times: dict[str, float] | None = None,
+    row_seeds: list[int] | None = None,
 ) -> Batch:
     """Sample ``n`` responses per prompt (greedy when ``temperature == 0``) with the engine bound to
     ``model`` (:func:`stepcredit.rollout.engines.engine_for`; none bound: the model itself).
@@ -43,6 +44,9 @@ def generate(
     float rounding (:func:`sampling_logprobs_exact`; else, or with ``keep_cache``, the pass runs).
     ``times`` (a dict) gets ``time/behaviour_logp_s``, the behaviour log-probs' own cost. An external
     engine (vLLM) also fills ``engine_logp_BT`` with its own log-probs of the sampled tokens.
+    ``row_seeds`` (one int per prompt): each prompt's responses draw from a random stream of their own
+    (validation's common random numbers: a row's tokens depend on its seed and the model alone); None:
+    the engine's shared stream.
     """
     return engine_for(model).generate(
         model,
@@ -58,6 +62,7 @@ def generate(
         keep_cache=keep_cache,
         logprobs_from_sampling=logprobs_from_sampling,
         times=times,
+        **({"row_seeds": row_seeds} if row_seeds is not None else {}),
     )
 
 

@@ -12,6 +12,12 @@ group) are prefilled once; the keys and values are written in place into one buf
 
 Sampling follows ``generate``'s order of warpers: logits / temperature, then nucleus (top-p) filtering
 (Holtzman et al. 2020), then a multinomial draw; temperature 0 is greedy (argmax).
+
+Per-row random streams (``row_keys_B``): each row draws its token at position t by the Gumbel-max trick
+with noise that is a hash of (the row's key, t, token id) (:func:`row_gumbel_BV`), in place of a draw
+from torch's global stream. A row's tokens then depend on its own key and logits only: two identical
+models given the same keys sample the same tokens, and a row that finishes early (and leaves the
+batch) or runs longer never shifts another row's draws. Validation uses it for common random numbers.
 """
 
 from __future__ import annotations
@@ -169,8 +175,56 @@ def _bucketed_prefill(
     return logits_NV[rows_B], cache
 
 
-def sample_next(logits_BV: torch.Tensor, *, temperature: float, top_p: float) -> torch.Tensor:
-    """One token per row from the last-position logits: greedy when ``temperature <= 0``."""
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: Any, m: int) -> Any:
+    """``x * m mod 2**32`` for ``0 <= x < 2**32`` (a Python int or an int64 tensor) without int64
+    overflow: the 32-bit constant is split in two 16-bit halves, every partial product stays < 2**49."""
+    return (x * (m & 0xFFFF) + (((x * (m >> 16)) & 0xFFFF) << 16)) & _M32
+
+
+def mix32(x: Any) -> Any:
+    """A 32-bit integer hash with good avalanche (``lowbias32`` from C. Wellons' hash-prospector:
+    xorshift-multiply rounds, constants 0x7feb352d and 0x846ca68b); Python ints or int64 tensors."""
+    x = x & _M32
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def row_key(*parts: int) -> int:
+    """One 32-bit key from integers (e.g. seed, step, prompt index), each folded in by :func:`mix32`:
+    the seed of one row's random stream (``decode(row_keys_B=...)``)."""
+    h = 0x9E3779B9  # any non-zero start; this is 2**32 / golden ratio
+    for p in parts:
+        h = mix32(h ^ mix32((int(p) + 0x632BE5AB) & _M32))
+    return int(h)
+
+
+def row_gumbel_BV(keys_B: torch.Tensor, t: int, V: int) -> torch.Tensor:
+    """Standard Gumbel noise ``[B, V]`` (float32) for position ``t``, a function of (key, t, token id)
+    alone: u = (24 bits of the hash + 1/2) / 2**24 in (0, 1), g = -log(-log u) (Gumbel 1954)."""
+    k_B = mix32(keys_B.long() ^ mix32(t + 1))
+    v_V = torch.arange(V, device=keys_B.device, dtype=torch.long)
+    h_BV = mix32(mix32(k_B[:, None] ^ v_V[None, :]) + 0x2545F491)
+    u_BV = ((h_BV >> 8).float() + 0.5) * (1.0 / (1 << 24))
+    return -torch.log(-torch.log(u_BV))
+
+
+def sample_next(
+    logits_BV: torch.Tensor,
+    *,
+    temperature: float,
+    top_p: float,
+    keys_B: torch.Tensor | None = None,
+    t: int = 0,
+) -> torch.Tensor:
+    """One token per row from the last-position logits: greedy when ``temperature <= 0``. ``keys_B``
+    (int64, one 32-bit key per row): draw with each row's own stream at position ``t``
+    (:func:`row_gumbel_BV`), not torch's global one."""
     if temperature <= 0:
         return logits_BV.argmax(dim=-1)
     logits_BV = logits_BV.float()
@@ -185,6 +239,10 @@ def sample_next(logits_BV: torch.Tensor, *, temperature: float, top_p: float) ->
         remove_sorted[..., -1:] = False
         remove = remove_sorted.scatter(1, order, remove_sorted)
         logits_BV = logits_BV.masked_fill(remove, float("-inf"))
+    if keys_B is not None:
+        # Gumbel-max: argmax_v (z_v + g_v) with g iid Gumbel(0, 1) is a draw from softmax(z) (Gumbel 1954;
+        # Maddison, Tarlow & Minka 2014, "A* Sampling"); tokens top-p removed are -inf and never win
+        return (logits_BV + row_gumbel_BV(keys_B, t, logits_BV.shape[-1])).argmax(dim=-1)
     probs = torch.softmax(logits_BV, dim=-1)
     return torch.multinomial(probs, num_samples=1).squeeze(1)
 
@@ -203,6 +261,7 @@ def decode(
     entropy_BT: torch.Tensor | None = None,
     limit_B: torch.Tensor | None = None,
     logp_BT: torch.Tensor | None = None,
+    row_keys_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Sampled continuations ``[B, T]`` (T <= max_new_tokens) of left-padded prompts: each row up to
     and including its first eos, then ``pad_token_id``.
@@ -215,6 +274,8 @@ def decode(
     ``logp_BT`` (``[B, max_new_tokens]``, float32, zeros, on the model's device): filled with the
     log-probability of each sampled token under ``softmax(logits / temperature)`` (before top-p; 1 when
     greedy), the distribution the training pass scores: the behaviour log-probs without a pass of their own.
+    ``row_keys_B`` (``[B]`` int64, 32-bit keys, e.g. :func:`row_key` of (seed, step, prompt index)):
+    row b draws from its own stream (the module docstring), not from torch's global one.
 
     The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
     same distribution (greedy: the same tokens up to floating-point ties), computed with less work.
@@ -226,7 +287,7 @@ def decode(
         return _decode(
             model, prompt_ids_BP, prompt_mask_BP, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
             pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, entropy_BT=entropy_BT,
-            limit_B=limit_B, logp_BT=logp_BT, options=options,
+            limit_B=limit_B, logp_BT=logp_BT, options=options, row_keys_B=row_keys_B,
         )  # fmt: skip
 
 
@@ -244,6 +305,7 @@ def _decode(
     limit_B: torch.Tensor | None,
     logp_BT: torch.Tensor | None,
     options: DecodeOptions,
+    row_keys_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
     B, P = prompt_ids_BP.shape
     device = prompt_ids_BP.device
@@ -296,7 +358,9 @@ def _decode(
     T = 0
     for t in range(max_new_tokens):
         # a finished row that is still in the batch (until the next compaction) emits padding
-        tok_A = sample_next(logits_BV, temperature=temperature, top_p=top_p).masked_fill(done_A, pad_token_id)
+        keys_A = None if row_keys_B is None else row_keys_B.to(device)[rows]
+        tok_A = sample_next(logits_BV, temperature=temperature, top_p=top_p, keys_B=keys_A, t=t)
+        tok_A = tok_A.masked_fill(done_A, pad_token_id)
         if entropy_BT is not None:
             logp_AV = torch.log_softmax(logits_BV.float() / max(temperature, 1e-6), dim=-1)
             entropy_BT[rows, t] = -(logp_AV.exp() * logp_AV).sum(-1).to(entropy_BT.dtype)

@@ -32,6 +32,10 @@ class SamplingSpec:
     seed: int | None = None
     """Seed of this call's draws (context i uses ``seed + i`` in vLLM, one seeded stream here); None =
     torch's global random stream (``hf`` draws from it, ``vllm`` draws its seed from it)."""
+    row_seeds: tuple[int, ...] = ()
+    """One seed per context (overrides ``seed``): context i's continuations draw from a stream of their
+    own (``hf``: keyed by (row_seeds[i], j) for continuation j; ``vllm``: a request seeded row_seeds[i]),
+    so what one context samples does not depend on the others. Empty: ``seed``'s rule."""
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1:
@@ -73,6 +77,7 @@ class Engine(Protocol):
         keep_cache: bool = False,
         logprobs_from_sampling: bool = False,
         times: dict[str, float] | None = None,
+        row_seeds: list[int] | None = None,
     ) -> Batch:
         """The batch of :func:`stepcredit.rollout.generate` (its arguments, its meaning)."""
         ...

@@ -12,7 +12,7 @@ import torch
 from stepcredit.models.decode_step import DecodeOptions, decode_options
 from stepcredit.rollout.batching import hf_generate, left_pad
 from stepcredit.rollout.engines.api import Completion, SamplingSpec, cut_at_stop
-from stepcredit.rollout.sampling import decode
+from stepcredit.rollout.sampling import decode, row_key
 
 if TYPE_CHECKING:
     from stepcredit.config import Config
@@ -64,6 +64,13 @@ class HFEngine:
         ids, mask = left_pad(rows, tok.pad_token_id)
         ent = torch.zeros(len(rows), width, device=dev) if want_entropy else None
         logp = torch.zeros(len(rows), width, dtype=torch.float32, device=dev) if want_logprobs else None
+        keys = None
+        if spec.row_seeds:
+            if len(spec.row_seeds) != len(contexts):
+                raise ValueError(
+                    f"SamplingSpec.row_seeds: {len(spec.row_seeds)} seeds for {len(contexts)} contexts"
+                )
+            keys = torch.tensor([row_key(s, j) for s in spec.row_seeds for j in range(spec.n)], device=dev)
         was_training = model.training
         model.eval()
         with seeded(spec.seed, dev), decode_options(self.options):
@@ -79,6 +86,7 @@ class HFEngine:
                 entropy_BT=ent,
                 logp_BT=logp,
                 limit_B=None if limits is None else torch.tensor(limits, dtype=torch.long, device=dev),
+                row_keys_B=keys,
             ).cpu()
         if was_training:
             model.train()

@@ -190,7 +190,7 @@ class VLLMEngine:
                 temperature=spec.temperature,
                 top_p=spec.top_p,
                 max_tokens=min(budgets[i], spec.max_tokens) if budgets else spec.max_tokens,
-                seed=(seed + i) % 2**31,
+                seed=(spec.row_seeds[i] if spec.row_seeds else seed + i) % 2**31,
                 stop_token_ids=[tok.eos_token_id],
                 logprobs=0 if want_logprobs else None,
                 detokenize=False,
@@ -228,6 +228,7 @@ class VLLMEngine:
         keep_cache: bool = False,
         logprobs_from_sampling: bool = False,
         times: dict[str, float] | None = None,
+        row_seeds: list[int] | None = None,
     ) -> Batch:
         """:func:`stepcredit.rollout.generate` with vLLM sampling: the batch carries vLLM's log-probs
         (``engine_logp_BT``) and, with ``with_logprobs``, the trainer's own pass over the same tokens
@@ -238,7 +239,13 @@ class VLLMEngine:
             model,
             tok,
             prompts,
-            SamplingSpec(n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens),
+            SamplingSpec(
+                n=n,
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=max_new_tokens,
+                row_seeds=tuple(row_seeds or ()),  # one request seed per prompt: a stream of its own
+            ),
             want_logprobs=temperature > 0,
         )
         t0 = time.perf_counter()
