@@ -1,0 +1,158 @@
+"""An experiment's plan (where every run goes, the overrides every run shares) and the checks of every
+arm's config before anything runs (:func:`check`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from stepcredit.config import Config
+from stepcredit.errors import ConfigError, UserError
+from stepcredit.recipes.spec import MIN_CONFIRM_SEEDS, Arm, Spec
+
+_FIXED = (
+    "model.path",
+    "sft.steps",
+    "trainer.seed",
+    "trainer.save_every",
+    "trainer.progress",
+    "trainer.threads",
+)
+"""Keys the recipe sets on every run: an arm or the command line may not override them."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where everything goes and the settings every run shares."""
+
+    spec: Spec
+    out: Path
+    sft_model: Path
+    build: Callable[[str, list[str]], Config]
+    """(preset, overrides) -> the config ``stepcredit train --preset P overrides`` runs (the CLI's loader)."""
+    seeds: tuple[int, ...] = ()
+    """The seeds run (default: the file's); a subset (a smoke run) is recorded as one in the details."""
+    extra: tuple[str, ...] = ()
+    """Command-line overrides of every run (last: a smoke run's sizes, ``trainer.device=cuda``)."""
+    threads: int = 1
+    timeout_s: float = 6 * 3600.0
+
+    def run_dir(self, arm: str, seed: int) -> Path:
+        return self.out / arm / f"s{seed}"
+
+    def overrides(self, arm: Arm, seed: int) -> list[str]:
+        return [
+            *self.spec.common, *arm.overrides, *self.extra,
+            f"model.path={self.sft_model}", "sft.steps=0", f"trainer.seed={seed}", "trainer.save_every=0",
+            "trainer.progress=false", f"trainer.threads={self.threads}",
+        ]  # fmt: skip
+
+    def config(self, arm: Arm, seed: int) -> Config:
+        try:
+            return self.build(arm.preset, self.overrides(arm, seed))
+        except UserError as e:
+            raise ConfigError(f"{self.spec.path}: arm {arm.name}: {e}") from None
+
+    @property
+    def run_seeds(self) -> tuple[int, ...]:
+        return self.seeds or self.spec.seeds
+
+    @property
+    def heldout(self) -> Path:
+        return self.out / "heldout.jsonl"
+
+
+def check(plan: Plan) -> dict[str, Config]:
+    """Every arm's config (first seed), after the file's own checks: the runs validate the same way, the
+    primary endpoint has its validations, the same seeds everywhere, and a confirmatory file has 16
+    seeds, a placebo for every process-credit arm and an equal-compute arm for every costly one."""
+    spec = plan.spec
+    for ov in [*spec.common, *plan.extra, *(o for a in spec.arms for o in a.overrides)]:
+        if ov.split("=", 1)[0].strip() in _FIXED:
+            raise ConfigError(f"{spec.path}: override {ov}: the recipe sets {', '.join(_FIXED)} itself")
+    cfgs = {a.name: plan.config(a, plan.run_seeds[0]) for a in spec.arms}
+    _check_runs(spec, cfgs)
+    _check_roles(spec, cfgs)
+    if set(plan.run_seeds) - set(spec.seeds):
+        raise ConfigError(f"{spec.path}: --seeds: every seed run must be one of the file's ({spec.seeds})")
+    if spec.purpose == "confirm":
+        _check_confirmatory(spec, cfgs)
+    return cfgs
+
+
+def _check_runs(spec: Spec, cfgs: dict[str, Config]) -> None:
+    """Each arm's runs validate as ``stepcredit train`` does, have the primary endpoint's equally spaced
+    validations, and share the baseline's prompts."""
+    from stepcredit.trainer import check_config
+
+    for name, cfg in cfgs.items():
+        try:
+            check_config(cfg)
+        except UserError as e:
+            raise ConfigError(f"{spec.path}: arm {name}: {e}") from None
+        t = cfg.trainer
+        if t.val_every <= 0 or t.steps % t.val_every:
+            raise ConfigError(
+                f"{spec.path}: arm {name}: trainer.steps ({t.steps}) must be a multiple of trainer.val_every "
+                f"({t.val_every}): the curves are then equally spaced and their area recomputable"
+            )
+        if t.steps // t.val_every < spec.last:
+            raise ConfigError(
+                f"{spec.path}: arm {name}: {t.steps // t.val_every} validations after SFT, fewer than the "
+                f"primary endpoint's last {spec.last} (endpoint.last)"
+            )
+    base = cfgs[spec.baseline]
+    for name, cfg in cfgs.items():
+        if cfg.data != base.data:
+            raise ConfigError(
+                f"{spec.path}: arm {name}: data.* differs from the baseline's: arms must share prompts"
+            )
+
+
+def _check_roles(spec: Spec, cfgs: dict[str, Config]) -> None:
+    """A placebo arm is its target's run but for ``process.placebo``; an equal-compute arm is GRPO."""
+    for a in spec.arms:
+        cfg = cfgs[a.name]
+        if a.placebo_of is not None:
+            target = cfgs[a.placebo_of]
+            if cfg.process.placebo == "none" or not target.process.enabled:
+                raise ConfigError(
+                    f"{spec.path}: arms.{a.name}.placebo_of: a placebo sets process.placebo on the credit path of "
+                    f"{a.placebo_of}, which must have process.enabled=true"
+                )
+            # the same run in every setting but where the credits land
+            mine = replace(cfg, process=replace(cfg.process, placebo="none", placebo_seed=0))
+            if mine != replace(target, process=replace(target.process, placebo_seed=0)):
+                raise ConfigError(
+                    f"{spec.path}: arms.{a.name}.placebo_of: its settings must be {a.placebo_of}'s but for "
+                    "process.placebo"
+                )
+        if a.equal_compute_of is not None and cfg.process.enabled:
+            raise ConfigError(
+                f"{spec.path}: arms.{a.name}.equal_compute_of: an equal-compute arm is outcome GRPO given more "
+                "steps or samples (process.enabled=false)"
+            )
+
+
+def _check_confirmatory(spec: Spec, cfgs: dict[str, Config]) -> None:
+    """A claim pairs >= 16 seeds, and every process-credit arm has its placebo and, when its value
+    estimator generates, its equal-compute GRPO arm (issue 44)."""
+    from stepcredit.process import VALUE_ESTIMATORS
+
+    if len(spec.seeds) < MIN_CONFIRM_SEEDS:
+        raise ConfigError(f"{spec.path}: seeds: a confirmatory file pairs >= {MIN_CONFIRM_SEEDS} seeds")
+    for a in spec.arms:
+        p = cfgs[a.name].process
+        if not p.enabled or p.placebo != "none" or a.name == spec.baseline:
+            continue
+        if not any(b.placebo_of == a.name for b in spec.arms):
+            raise ConfigError(
+                f"{spec.path}: arms.{a.name}: a process-credit arm needs a placebo arm (placebo_of)"
+            )
+        costly = VALUE_ESTIMATORS.get(p.value_estimator).generates
+        if costly and not any(b.equal_compute_of == a.name for b in spec.arms):
+            raise ConfigError(
+                f"{spec.path}: arms.{a.name}: {p.value_estimator} generates; it needs an equal-compute GRPO "
+                "arm (equal_compute_of)"
+            )
