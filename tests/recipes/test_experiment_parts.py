@@ -1,0 +1,211 @@
+"""The experiment recipe's parts without training anything: the file's checks end in one line naming the
+file and the key, every arm's config is checked before a run starts, and the summary of finished runs
+(fabricated ``metrics.jsonl`` files) matches figures computed by hand. The run through the command line is
+``tests/cli/test_experiment.py``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stepcredit.errors import ConfigError, UserError
+from stepcredit.recipes import experiment, plan, runs, spec, summary
+
+MC = ["process.enabled=true", "process.value_estimator=monte_carlo", "algorithm.advantage=grpo_vineppo"]
+
+
+def _good() -> dict[str, Any]:
+    return {
+        "name": "parts",
+        "purpose": "search",
+        "baseline": "grpo",
+        "seeds": [1, 2],
+        "endpoint": {"primary": "last_validations", "last": 2},
+        "final_greedy_prompts": 5,
+        "sft_model": "/m",
+        "common": ["trainer.steps=2", "trainer.val_every=1"],
+        "arms": {
+            "grpo": {"preset": "smoke"},
+            "mc": {"preset": "smoke", "overrides": MC},
+            "eq": {"preset": "smoke", "equal_compute_of": "mc", "overrides": ["trainer.steps=4"]},
+        },
+    }
+
+
+def _write(tmp_path: Path, raw: Any) -> Path:
+    f = tmp_path / "exp.yaml"
+    f.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return f
+
+
+def _plan(f: Path, out: Path, extra: tuple[str, ...] = ()) -> plan.Plan:
+    from stepcredit.cli.common import apply_overrides, load_preset
+    from stepcredit.config import from_dict
+
+    def build(preset: str, overrides: list[str]) -> Any:  # what the command builds
+        return from_dict(apply_overrides(load_preset(preset), overrides))
+
+    return plan.Plan(spec.load_spec(f), out, Path("/m"), build, extra=extra)
+
+
+def test_the_public_names_stay_importable_from_experiment() -> None:
+    # every public name experiment.py defined before the split, each the very object of its new home
+    homes = {
+        spec: ["Purpose", "MIN_CONFIRM_SEEDS", "Arm", "Spec", "load_spec"],
+        plan: ["Plan", "check"],
+        runs: ["metrics_rows", "run_one", "write_heldout", "train_sft", "run_all"],
+        summary: ["RunResult", "read_run", "comparisons", "summarize", "markdown", "plot", "write_outputs"],
+    }
+    for mod, names in homes.items():
+        for name in names:
+            assert getattr(experiment, name) is getattr(mod, name), name
+    assert sorted(experiment.__all__) == sorted(n for names in homes.values() for n in names)
+
+
+def test_a_good_file_parses_with_its_defaults(tmp_path: Path) -> None:
+    raw = _good()
+    del raw["endpoint"], raw["final_greedy_prompts"], raw["purpose"]
+    s = spec.load_spec(_write(tmp_path, raw))
+    assert (s.purpose, s.last, s.final_greedy_prompts, s.seeds, s.baseline) == (
+        "confirm",
+        4,
+        2000,
+        (1, 2),
+        "grpo",
+    )
+    assert [a.name for a in s.arms] == ["grpo", "mc", "eq"] and s.arm("eq").equal_compute_of == "mc"
+    assert s.arm("mc").overrides == tuple(MC) and s.common == ("trainer.steps=2", "trainer.val_every=1")
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"seeds": [1, 1]}, "key seeds: a seed is listed twice"),
+        ({"seeds": []}, "key seeds: expected a non-empty list"),
+        ({"zzz": 1}, "key zzz: unknown; valid keys: arms, baseline"),
+        ({"arms": {"grpo": {"preset": "smoke"}}}, "key arms: expected a mapping of at least two arms"),
+        ({"arms": {"grpo": {"preset": "smoke"}, "b": {"preset": "smoke", "x": 1}}}, "key arms.b.x: unknown"),
+        (
+            {"arms": {"grpo": {"preset": "smoke"}, "b": {"preset": "smoke", "placebo_of": "b"}}},
+            "arms.b.placebo_of",
+        ),
+        ({"baseline": "zz"}, "key baseline: 'zz' is not an arm (grpo, mc, eq)"),
+        ({"purpose": "maybe"}, "key purpose: confirm or search"),
+        ({"endpoint": {"primary": "auc"}}, "key endpoint.primary"),
+        ({"endpoint": {"last": 0}}, "key endpoint.last: a number of validations >= 1"),
+        ({"final_greedy_prompts": -1}, "key final_greedy_prompts"),
+        ({"common": ["no-equals-sign"]}, "key common: expected a list of key=value strings"),
+        ({"sft_model": ""}, "key sft: name the SFT model every arm starts from"),
+    ],
+)
+def test_a_mistake_in_the_file_is_one_line_naming_the_key(
+    tmp_path: Path, change: dict[str, Any], key: str
+) -> None:
+    f = _write(tmp_path, _good() | change)
+    with pytest.raises(ConfigError) as e:
+        spec.load_spec(f)
+    assert str(e.value).startswith(f"{f}: ") and key in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "extra", "expected"),
+    [
+        ({}, ("trainer.seed=3",), "override trainer.seed=3: the recipe sets model.path"),
+        (
+            {"common": ["trainer.steps=4", "trainer.val_every=3"]},
+            (),
+            "arm grpo: trainer.steps (4) must be a multiple",
+        ),
+        (
+            {"endpoint": {"last": 3}},
+            (),
+            "arm grpo: 2 validations after SFT, fewer than the primary endpoint's last 3",
+        ),
+        (
+            {"common": ["trainer.steps=2", "trainer.val_every=1", "rollout.n=0"]},
+            (),
+            "arm grpo: config key rollout.n",
+        ),
+        ({"purpose": "confirm"}, (), "seeds: a confirmatory file pairs >= 16 seeds"),
+        (
+            {"purpose": "confirm", "seeds": list(range(16))},
+            (),
+            "arms.mc: a process-credit arm needs a placebo arm",
+        ),
+    ],
+)
+def test_every_arm_is_checked_before_a_run_starts(
+    tmp_path: Path, change: dict[str, Any], extra: tuple[str, ...], expected: str
+) -> None:
+    raw = _good() | change
+    with pytest.raises(ConfigError) as e:
+        plan.check(_plan(_write(tmp_path, raw), tmp_path / "out", extra))
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+def _run(out: Path, arm: str, seed: int, curve: list[float], tokens: list[float], greedy: float) -> None:
+    """A finished run's files: validations at steps 0..len(curve)-1, RL steps of 2 s less 0.5 s of
+    validation each, ``generated_tokens`` the running total given."""
+    rows: list[dict[str, Any]] = [{"step": 0, "val/accuracy": curve[0]}]
+    for step, (acc, total) in enumerate(zip(curve[1:], tokens, strict=True), start=1):
+        rows.append({"step": step, "val/accuracy": acc, "time/step_s": 2.0, "time/val_s": 0.5,
+                     "generated_tokens": total, "generated/step_tokens": 10.0})  # fmt: skip
+    d = out / arm / f"s{seed}"
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "final_greedy.json").write_text(json.dumps({"accuracy": greedy}))
+
+
+def test_the_summary_of_finished_runs_by_hand(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = _plan(_write(tmp_path, _good()), out)
+    cfgs = plan.check(p)
+    _run(out, "grpo", 1, [0.0, 0.2, 0.4], [50, 100], 0.1)
+    _run(out, "grpo", 2, [0.0, 0.4, 0.4], [50, 100], 0.2)
+    _run(out, "mc", 1, [0.0, 0.5, 0.7], [100, 200], 0.3)
+    _run(out, "mc", 2, [0.0, 0.6, 0.6], [100, 0], 0.3)  # no tokens: the ratio to it is undefined
+    _run(out, "eq", 1, [0.0, 0.1, 0.2, 0.3, 0.4], [25, 50, 75, 100], 0.2)
+    _run(out, "eq", 2, [0.0, 0.1, 0.2, 0.3, 0.4], [25, 50, 75, 100], 0.2)
+    s, d = summary.summarize(p, cfgs)
+    # primary = mean of the last 2 validations: grpo (0.2+0.4)/2 = 0.3, (0.4+0.4)/2 = 0.4; mc 0.6, 0.6
+    assert s["arms"]["grpo"]["primary"] == pytest.approx([0.3, 0.4])
+    assert s["arms"]["mc"]["primary"] == pytest.approx([0.6, 0.6])
+    # compute: the last running total; seconds = 2 RL steps x (2 - 0.5) s = 3 s (eq: 4 steps, 6 s)
+    assert s["arms"]["mc"]["compute"] == {"generated_tokens": [200.0, 0.0], "seconds": [3.0, 3.0]}
+    assert s["arms"]["eq"]["compute"]["seconds"] == [6.0, 6.0]
+    # eq / mc tokens: 100 / 200 = 0.5, then 100 / 0 undefined: null in JSON, never NaN
+    assert d["arms"]["eq"]["token_ratio_to_costly_arm"] == [0.5, None]
+    assert d["arms"]["eq"]["seconds_ratio_to_costly_arm"] == [2.0, 2.0]
+    # AUC, trapezoid mean of [0, .2, .4] over 2 intervals: (0.2 + (0 + 0.4) / 2) / 2 = 0.2
+    assert d["arms"]["grpo"]["auc"][0] == pytest.approx(0.2)
+    assert d["arms"]["eq"]["validation_steps"] == [0, 1, 2, 3, 4] and d["arms"]["eq"]["steps"] == 4
+    # rollout tokens = the steps' sampled tokens (2 x 10) less process continuations (none logged)
+    assert d["arms"]["grpo"]["rollout_tokens"] == [20.0, 20.0]
+    assert (d["complete"], d["baseline"], d["file_seeds"]) == (True, "grpo", [1, 2])
+    # mc against grpo, paired: d = [0.3, 0.2], mean 0.25, sd = 0.05 * sqrt(2), se = sd / sqrt(2) = 0.05,
+    # t = 5 with df = 1, whose t distribution is Cauchy: p = 1 - 2 atan(5) / pi
+    c = next(
+        c for c in s["comparisons"] if (c["arm"], c["against"], c["endpoint"]) == ("mc", "grpo", "primary")
+    )
+    assert (c["kind"], c["df"]) == ("grpo", 1)
+    assert c["mean_diff"] == pytest.approx(0.25) and c["t"] == pytest.approx(5.0)
+    assert c["p"] == pytest.approx(1 - 2 * math.atan(5) / math.pi, rel=1e-6)
+    # per endpoint: mc-grpo, mc-eq (equal compute), eq-grpo; Holm within each endpoint's family
+    assert [(c["arm"], c["against"], c["kind"]) for c in s["comparisons"] if c["endpoint"] == "primary"] == [
+        ("mc", "grpo", "grpo"),
+        ("mc", "eq", "equal_compute"),
+        ("eq", "grpo", "grpo"),
+    ]
+    assert [c["endpoint"] for c in s["comparisons"]].count("final_greedy") == 3
+    table = summary.markdown(s, d)
+    assert "| grpo | baseline |" in table and "| eq | equal compute of mc |" in table
+
+
+def test_a_run_without_metrics_is_named(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no finished run here"):
+        summary.read_run(tmp_path / "grpo" / "s1")
