@@ -9,17 +9,23 @@ Which engine samples (``rollout.engine``: our decode loop or vLLM) is the one bo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-
 from stepcredit.config import RolloutConfig
 from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
-from stepcredit.rollout.batching import finish_batch, left_pad, render_prompts, sampling_logprobs_exact
-from stepcredit.rollout.engines import engine_for, installed
+from stepcredit.rollout.batching import (
+    finish_batch,
+    generate_batch,
+    generation_spec,
+    left_pad,
+    render_prompts,
+    sampling_logprobs_exact,
+)
+from stepcredit.rollout.engines import GenerationSpec, engine_for, installed
 from stepcredit.rollout.tree import BRANCH_RULES, tree_rollout
 from stepcredit.types import Batch, Sample
 
@@ -28,63 +34,38 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROLLOUT_MODES",
+    "GenerationSpec",
     "RolloutModeSpec",
     "check_config",
     "finish_batch",
     "generate",
+    "generation_spec",
     "left_pad",
     "render_prompts",
     "sampling_logprobs_exact",
 ]
 
 
-@torch.no_grad()
 def generate(
     model: Any,
     tok: Any,
     samples: list[Sample],
+    spec: GenerationSpec | None = None,
     *,
-    n: int,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    group_offset: int = 0,
-    with_logprobs: bool = True,
-    policy_version: int = 0,
-    keep_cache: bool = False,
-    logprobs_from_sampling: bool = False,
     times: dict[str, float] | None = None,
+    **fields: Any,
 ) -> Batch:
-    """Sample ``n`` responses per prompt (greedy when ``temperature == 0``) with the engine bound to
-    ``model`` (:func:`stepcredit.rollout.engines.engine_for`; none bound: the model itself).
-
-    Responses of prompt ``i`` get group id ``group_offset + i``. Runs under ``torch.no_grad`` (not
-    inference mode: its tensors would break the later backward pass). ``with_logprobs=False`` skips the
-    behaviour log-prob pass (``behaviour_logp_BT`` is then None). ``keep_cache``: the behaviour
-    log-prob pass keeps its KV cache in ``batch.kv_cache`` (a :class:`~stepcredit.types.RolloutCache`)
-    so the process stage values prefixes without running the responses through the model again.
-    Generation runs on the model's device; the returned batch is on the CPU (the cache stays on the device).
-    ``logprobs_from_sampling`` (``hf`` only): the behaviour log-probs are those the sampling loop computed
-    from its own logits, with no pass of their own, where that is the training pass's distribution to
-    float rounding (:func:`sampling_logprobs_exact`; else, or with ``keep_cache``, the pass runs).
-    ``times`` (a dict) gets ``time/behaviour_logp_s``, the behaviour log-probs' own cost. An external
-    engine (vLLM) also fills ``engine_logp_BT`` with its own log-probs of the sampled tokens.
-    """
-    return engine_for(model).generate(
-        model,
-        tok,
-        samples,
-        n=n,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        group_offset=group_offset,
-        with_logprobs=with_logprobs,
-        policy_version=policy_version,
-        keep_cache=keep_cache,
-        logprobs_from_sampling=logprobs_from_sampling,
-        times=times,
-    )
+    """Sample ``spec.n`` responses per prompt (greedy when ``spec.temperature == 0``) with the engine bound
+    to ``model`` (:func:`stepcredit.rollout.engines.engine_for`; none bound: the model itself), as
+    :func:`~stepcredit.rollout.batching.generate_batch` describes. ``spec``: a
+    :class:`~stepcredit.rollout.engines.GenerationSpec`, or its fields as keywords
+    (``generate(model, tok, samples, n=4, max_new_tokens=32)``). Generation runs on the model's device;
+    the returned batch is on the CPU (its cache stays on the device)."""
+    if spec is None:
+        spec = GenerationSpec(**fields)
+    elif fields:
+        spec = dataclasses.replace(spec, **fields)
+    return generate_batch(engine_for(model), model, tok, samples, spec, times=times)
 
 
 # ------------------------------------------------------------------------------------ rollout modes
@@ -135,21 +116,9 @@ def _flat(
 ) -> tuple[Batch, dict[str, float]]:
     """``rollout.n`` independent responses per prompt."""
     times: dict[str, float] = {}
-    batch = generate(
-        model,
-        tok,
-        samples,
-        n=cfg.n,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        group_offset=group_offset,
-        policy_version=policy_version,
-        with_logprobs=with_logprobs,
-        keep_cache=keep_cache,
-        logprobs_from_sampling=cfg.logprobs_from_sampling,
-        times=times,
-    )
+    spec = generation_spec(cfg, group_offset=group_offset, policy_version=policy_version)
+    spec = dataclasses.replace(spec, with_logprobs=with_logprobs, keep_cache=keep_cache)
+    batch = generate(model, tok, samples, spec, times=times)
     tokens = float(batch.response_mask_BT.sum())
     return batch, {
         **times,

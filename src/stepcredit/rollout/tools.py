@@ -31,7 +31,7 @@ from stepcredit.config import Config, RolloutConfig, ToolsConfig
 from stepcredit.errors import ConfigError
 from stepcredit.rollout import ROLLOUT_MODES, RolloutModeSpec
 from stepcredit.rollout.batching import finish_batch, left_pad
-from stepcredit.rollout.engines import SamplingSpec, engine_for
+from stepcredit.rollout.engines import GenerationSpec, SamplingSpec, engine_for
 from stepcredit.rollout.tree import BRANCH_RULES, Boundaries, BranchContext, Leaf, leaf_segments
 from stepcredit.tools import PARSERS, TOOLS, Observation, ToolCall, ToolParser, execute_call, schemas
 from stepcredit.tools.templates import tool_turn_text, tool_turns
@@ -334,15 +334,17 @@ def tool_batch(
         model,
         tok,
         samples,
-        n=n,
+        GenerationSpec(
+            n=n,
+            temperature=temperature,
+            group_offset=group_offset,
+            with_logprobs=with_logprobs,
+            policy_version=policy_version,
+            keep_cache=keep_cache,
+        ),
         p_ids=p_ids.to(dev),
         p_mask=p_mask.to(dev),
         resp=resp.to(dev),
-        temperature=temperature,
-        group_offset=group_offset,
-        with_logprobs=with_logprobs,
-        policy_version=policy_version,
-        keep_cache=keep_cache,
     )
     Tb = batch.response_ids_BT.shape[1]
     obs_BT = obs_BT[:, :Tb] & batch.response_mask_BT  # finish_batch cut at eos: nothing after it counts

@@ -31,7 +31,7 @@ import torch
 
 from stepcredit.config import RolloutConfig
 from stepcredit.registry import Registry
-from stepcredit.rollout.batching import finish_batch, left_pad, render_prompts
+from stepcredit.rollout.batching import finish_batch, generation_spec, left_pad, render_prompts
 from stepcredit.rollout.engines import SamplingSpec, as_tensor_rows, engine_for
 from stepcredit.types import Batch, Sample
 
@@ -283,15 +283,16 @@ def tree_rollout(
         model,
         tok,
         samples,
-        n=cfg.n,
+        generation_spec(
+            cfg,
+            group_offset=group_offset,
+            with_logprobs=with_logprobs,
+            policy_version=policy_version,
+            keep_cache=keep_cache,
+        ),
         p_ids=p_ids.to(dev),
         p_mask=p_mask.to(dev),
         resp=resp.to(dev),
-        temperature=cfg.temperature,
-        group_offset=group_offset,
-        with_logprobs=with_logprobs,
-        policy_version=policy_version,
-        keep_cache=keep_cache,
         engine_logp_BT=(
             as_tensor_rows([leaf.logp for leaf in leaves], max(T, 1), 0.0) if leaves[0].logp else None
         ),

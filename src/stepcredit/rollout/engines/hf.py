@@ -9,13 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stepcredit.rollout.batching import hf_generate, left_pad
-from stepcredit.rollout.engines.api import Completion, SamplingSpec, cut_at_stop
+from stepcredit.rollout.engines.api import Completion, SamplingSpec, cut_at_stop, left_pad
 from stepcredit.rollout.sampling import decode
 
 if TYPE_CHECKING:
     from stepcredit.config import Config
-    from stepcredit.types import Batch, Sample
 
 
 @contextlib.contextmanager
@@ -35,9 +33,6 @@ class HFEngine:
     """Generation by the model it is given (the trainer's policy)."""
 
     external = False
-
-    def generate(self, model: Any, tok: Any, samples: list[Sample], **kwargs: Any) -> Batch:
-        return hf_generate(model, tok, samples, **kwargs)
 
     @torch.no_grad()
     def sample(
