@@ -27,7 +27,15 @@ from stepcredit.process import prefix_request
 from stepcredit.process.diagnostics import prompt_ids
 from stepcredit.process.segment import token_char_spans
 from stepcredit.process.utility import CREDIT_FORMS, marginal_utilities
-from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn, ToolTurns
+from stepcredit.process.values import (
+    VALUE_ESTIMATORS,
+    PrefixRequest,
+    ScoreFn,
+    ToolTurns,
+    ValueContext,
+    estimate,
+    evaluating,
+)
 from stepcredit.rollout.tools import render_tool_prompts
 from stepcredit.types import Sample
 
@@ -547,36 +555,21 @@ def _value_all(
     tree_rollout: RolloutConfig | None = None,
     tools: ToolTurns | None = None,
 ) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
-    import torch
-
     from stepcredit.process.tree import grown_tree_values
 
     values: dict[str, list[list[float]]] = {}
     seconds: dict[str, float] = {}
-    was_training = bool(getattr(model, "training", False))
-    model.eval()
-    try:
-        for name in estimators:
-            spec = VALUE_ESTIMATORS.get(name)
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                if spec.from_outcomes and tree_rollout is not None:
-                    if score_fn is None:
-                        raise DataError(f"probe: {name} values grown trees' leaves with a verifier")
-                    values[name] = grown_tree_values(model, tokenizer, requests, cfg, tree_rollout, score_fn)
-                else:
-                    values[name] = spec(
-                        model,
-                        tokenizer,
-                        requests,
-                        cfg,
-                        score_fn=score_fn if spec.needs_verifier else None,
-                        tools=tools,  # ignored by estimators that do not take tools
-                    )
-            seconds[name] = time.perf_counter() - t0
-    finally:
-        if was_training:
-            model.train()
+    ctx = ValueContext(model, tokenizer, requests, cfg, score_fn, tools=tools)
+    for name in estimators:
+        t0 = time.perf_counter()
+        if VALUE_ESTIMATORS.get(name).from_outcomes and tree_rollout is not None:
+            if score_fn is None:
+                raise DataError(f"probe: {name} values grown trees' leaves with a verifier")
+            with evaluating(model):
+                values[name] = grown_tree_values(model, tokenizer, requests, cfg, tree_rollout, score_fn)
+        else:
+            values[name] = estimate(ctx, name)
+        seconds[name] = time.perf_counter() - t0
     return values, seconds
 
 

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 # each estimator module registers itself (monte_carlo and greedy_continuation, step_oracle, tree)
 import stepcredit.process.continuation
 import stepcredit.process.oracle
@@ -24,7 +22,14 @@ from stepcredit.errors import ConfigError
 from stepcredit.process.forced import STRATEGIES
 from stepcredit.process.segment import segment_episodes
 from stepcredit.process.utility import CREDIT_FORMS
-from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn, ToolTurns
+from stepcredit.process.values import (
+    VALUE_ESTIMATORS,
+    PrefixRequest,
+    ScoreFn,
+    ToolTurns,
+    ValueContext,
+    estimate,
+)
 from stepcredit.types import Batch, RolloutCache, Sample
 
 
@@ -113,16 +118,7 @@ def prefix_values(
     ignore it.
     """
     ends, requests = build_requests(samples, prompt_ids, response_ids, tokenizer, cfg)
-    estimator = VALUE_ESTIMATORS.get(cfg.value_estimator)
-    was_training = bool(getattr(model, "training", False))
-    model.eval()
-    try:
-        with torch.no_grad():
-            values = estimator(model, tokenizer, requests, cfg, score_fn=score_fn, body=body, tools=tools)
-    finally:
-        if was_training:
-            model.train()
-    return PrefixValues(ends, values)
+    return PrefixValues(ends, estimate(ValueContext(model, tokenizer, requests, cfg, score_fn, body, tools)))
 
 
 def compute_prefix_values(

@@ -25,8 +25,7 @@ import torch
 from stepcredit.config import ProcessConfig, RolloutConfig
 from stepcredit.process.continuation import continuation_values
 from stepcredit.process.segment import segment_episodes
-from stepcredit.process.values import PrefixRequest, ScoreFn, register_value_estimator
-from stepcredit.types import RolloutCache
+from stepcredit.process.values import PrefixRequest, ScoreFn, ValueContext, register_value_estimator
 
 
 def tree_values(
@@ -129,34 +128,17 @@ def tree_credits(
     from_outcomes=True,
     success_probability=True,
 )
-def tree(
-    model: Any,
-    tokenizer: Any,
-    requests: Sequence[PrefixRequest],
-    cfg: ProcessConfig,
-    *,
-    score_fn: ScoreFn | None = None,
-    body: RolloutCache | None = None,
-) -> list[list[float]]:
+def tree(ctx: ValueContext) -> list[list[float]]:
     """In training: the tree rollout's node values (:func:`tree_values`, no generation). On fixed traces
     (probe, explain), where no tree was grown, the same estimate as a tree rooted at each prefix with
     ``process.mc_samples`` leaves below it: the mean outcome of that many sampled continuations."""
-    if score_fn is None:
-        from stepcredit.errors import ConfigError
-
-        raise ConfigError("config key process.value_estimator: tree values fixed traces with a verifier")
+    c = ctx.cfg
     return continuation_values(
-        model,
-        tokenizer,
-        requests,
-        score_fn,
-        samples=cfg.mc_samples,
+        ctx,
+        samples=c.mc_samples,
         greedy=False,
-        temperature=cfg.mc_temperature,
-        max_new_tokens=cfg.mc_max_new_tokens,
-        max_prefixes=cfg.mc_prefixes,
-        max_tokens_per_forward=cfg.max_tokens_per_forward,
-        v0_from_group=cfg.mc_v0 == "group",
+        temperature=c.mc_temperature,
+        v0_from_group=c.mc_v0 == "group",
     )
 
 

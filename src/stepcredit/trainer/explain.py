@@ -29,7 +29,7 @@ from stepcredit.errors import UserError
 from stepcredit.process import VALUE_ESTIMATORS, ValueEstimatorSpec, prefix_request, process_channel
 from stepcredit.process.diagnostics import describe_episodes, prompt_ids
 from stepcredit.process.segment import token_char_spans
-from stepcredit.process.values import ToolTurns
+from stepcredit.process.values import ToolTurns, ValueContext, estimate
 from stepcredit.reward import Rewarder
 from stepcredit.rollout.tools import render_tool_prompts
 from stepcredit.tools import PARSERS, TOOLS
@@ -184,17 +184,7 @@ def explain(
     pcfg = replace(cfg.process, mc_v0="sample")
     spec = VALUE_ESTIMATORS.get(pcfg.value_estimator)
     ends, request = prefix_request(sample, p_ids, r_ids, tok, pcfg)
-    verify = rewarder.verifier_fn()
-    was_training = bool(getattr(model, "training", False))
-    model.eval()
-    try:
-        with torch.no_grad():
-            values = spec(
-                model, tok, [request], pcfg, score_fn=verify if spec.needs_verifier else None, tools=tools
-            )[0]
-    finally:
-        if was_training:
-            model.train()
+    values = estimate(ValueContext(model, tok, [request], pcfg, rewarder.verifier_fn(), tools=tools))[0]
     result = rewarder.score_batch([sample], [response])[0]
     text, spans = token_char_spans(r_ids, tok)
     results = tool_results(text)
