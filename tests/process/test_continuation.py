@@ -162,8 +162,9 @@ def test_chunked_generation_gives_the_same_values(batch_factory: Callable[..., B
 
 
 def test_the_probe_samples_v0_even_with_mc_v0_group() -> None:
-    from stepcredit.process.probe import ProbeCase, run_probe
+    from stepcredit.process.probe import ProbeCase
     from stepcredit.process.values import PrefixRequest
+    from stepcredit.trainer.probe import run_probe
 
     # a clean trace (reward 1) and its corrupted twin (reward 0) share a prompt, but are not samples of
     # the policy: V_0 must come from continuations (3 of 4 say "ok": 0.75), not from the twin's reward

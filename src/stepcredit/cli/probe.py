@@ -7,7 +7,7 @@
 or a packaged model (``smollm2``, with its preset). ``--data arith`` takes validation problems of the
 config's ``data.arith`` setting, a registered dataset (``gsm8k``, ``math500``) its test split, a FILE
 verl-schema rows (jsonl/parquet) whose solution is ``response``, ``extra_info.solution`` or
-``extra_info.answer``. The command parses, calls :func:`stepcredit.process.probe.probe` and prints. Each solution gets one wrong step (a result changed
+``extra_info.answer``. The command parses, calls :func:`stepcredit.trainer.probe.probe` and prints. Each solution gets one wrong step (a result changed
 and carried forward, format kept); every estimator values the clean and the corrupted trace (one model
 load) and the table says, per estimator, how often U at the wrong step is lower than in the clean
 trace, how often the most negative U falls on it (against chance), how often the final V drops, and
@@ -239,7 +239,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from stepcredit.models import load_policy
-    from stepcredit.process.probe import load_solutions, probe
+    from stepcredit.data.wrong_step import load_solutions
+    from stepcredit.trainer.probe import probe
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
     from stepcredit.rollout.tools import check_tool_template

@@ -25,8 +25,8 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.models import load_policy, save_pretrained
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout.tools import check_tool_template
+    from stepcredit.stats import wilson_interval
     from stepcredit.trainer.loop import seed_everything
-    from stepcredit.trainer.metrics import wilson_interval
     from stepcredit.trainer.rollout import tool_runner, uses_tools
     from stepcredit.trainer.sft import run_sft
     from stepcredit.trainer.validate import validate
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     acc = vm.get("val/accuracy", float("nan"))
     line = f"model saved to {out / 'model'}  val/accuracy_greedy {acc:.3f}"
     if n:
-        lo, hi = wilson_interval(round(acc * n), n)
+        lo, hi = wilson_interval(round(acc * n) / n, n)
         line += f" [{lo:.3f}, {hi:.3f}] (95 % Wilson interval, {n} prompts)"
     print(line)
     return 0
