@@ -149,6 +149,9 @@ def _table(r: ProbeReport) -> str:
         lines.append(f"rank correlation of {rc.x} V with {rc.y} V: {rc.spearman:.3f}")
     lines.append("verdict (does the most negative U fall on the wrong step more often than chance?):")
     lines += [f"  {name:<22} {_figures(e.all)}" for name, e in r.estimators.items()]
+    rec = r.recommendation
+    use = f"process.value_estimator={rec.estimator}" if rec.estimator else "no process rewards"
+    lines.append(f"recommendation: {use}: {rec.reason}")
     return "\n".join(lines)
 
 
@@ -238,12 +241,12 @@ def run(args: argparse.Namespace) -> int:
     setup_runtime()
     import torch
 
-    from stepcredit.models import load_policy
     from stepcredit.data.wrong_step import load_solutions
-    from stepcredit.trainer.probe import probe
+    from stepcredit.models import load_policy
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
     from stepcredit.rollout.tools import check_tool_template
+    from stepcredit.trainer.probe import probe
     from stepcredit.trainer.rollout import tool_turns, uses_tools
 
     # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check

@@ -245,10 +245,16 @@ class ProbeReport:
     not_correct: int = 0
     """Solutions the verifier does not score correct (no baseline for a wrong step)."""
 
+    @property
+    def recommendation(self) -> Recommendation:
+        """The one recommendation the figures support (:func:`recommend`)."""
+        return recommend(self.estimators)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: intervals as ``{"low", "high"}``; each estimator's ``all`` figures also at its top
         level (``lower``, ``argmin``, ``argmin_vs_chance``, ...) as the table shows them."""
         out = _json_ready(asdict(self))
+        out["recommendation"] = asdict(self.recommendation)
         for name, e in self.estimators.items():
             flat = {k: v for k, v in _json_ready(asdict(e.all)).items() if k not in ("n",)}
             out["estimators"][name] = {**flat, **out["estimators"][name], "n_scored": e.all.n}
@@ -274,3 +280,68 @@ def solvable_figures(by_case: dict[int, dict[str, float]], solvable: set[int] | 
     and say nothing about the estimator. None when no trace is solvable (or nothing says which are)."""
     rows = [r for i, r in by_case.items() if solvable is not None and i in solvable]
     return locating(rows) if rows else None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What the probe advises: one value estimator for process rewards, or none, and why."""
+
+    estimator: str | None
+    """The value estimator to train with (``process.value_estimator``); None: none carries a signal here."""
+    reason: str
+    """Why, from the figures the tables show."""
+
+
+def recommend(estimators: dict[str, EstimatorFigures]) -> Recommendation:
+    """One recommendation from every estimator's verdict over all scored traces.
+
+    Among the estimators whose hit-rate interval lies wholly above chance (verdict ``signal``) the one
+    with the highest lower bound of its ratio to chance (the most certain signal; the cheaper per trace
+    on a tie); none when no estimator has a signal. The solvable traces are a subset of the same traces:
+    the unsolvable ones score exactly chance whatever the estimator, so they only pull the overall
+    figures towards chance, and the subset's wider interval (fewer traces) cannot overturn a verdict on
+    all of them: it is quoted as support, never voted."""
+    if not estimators:
+        return Recommendation(None, "no estimator was probed")
+    signal = [e for e in estimators.values() if e.all.verdict == "signal"]
+    if not signal:
+        best = max(estimators.values(), key=lambda e: e.all.vs_chance_ci.low)
+        m = best.all
+        figures = (
+            f"the best, {best.name}, {m.argmin_vs_chance:.2f}x chance with a 95 % interval of "
+            f"{m.vs_chance_ci.low:.2f}-{m.vs_chance_ci.high:.2f}x that reaches 1"
+        )
+        if any(e.all.verdict == "too few traces" for e in estimators.values()):
+            return Recommendation(
+                None,
+                f"none yet: no estimator's interval lies above chance on {m.n} traces ({figures}); too few "
+                "traces to rule a signal out: probe more (--n)",
+            )
+        return Recommendation(
+            None,
+            f"none: no estimator puts its most negative U on the wrong step more often than chance ({figures}); "
+            "process rewards from these values would add noise: train on outcome rewards",
+        )
+    best = max(signal, key=lambda e: (e.all.vs_chance_ci.low, -e.s_per_trace))
+    m = best.all
+    reason = (
+        f"its most negative U falls on the wrong step {m.argmin_vs_chance:.2f}x as often as chance "
+        f"(95 % interval {m.vs_chance_ci.low:.2f}-{m.vs_chance_ci.high:.2f}x, wholly above 1) on {m.n} traces"
+    )
+    others = [e.name for e in signal if e is not best]
+    if others:
+        reason += f"; the highest lower bound of the estimators with a signal (also: {', '.join(others)})"
+    sv = best.solvable
+    if sv is not None and sv.verdict == "signal":
+        reason += f"; on the {sv.n} traces the policy can solve: {sv.argmin_vs_chance:.2f}x, a signal too"
+    elif sv is not None and sv.verdict == "too few traces":
+        reason += (
+            f"; the {sv.n} traces the policy can solve are too few for a verdict of their own "
+            f"({sv.argmin_vs_chance:.2f}x), which does not weaken the one on all traces"
+        )
+    elif sv is not None:
+        reason += (
+            f"; but on the {sv.n} traces the policy can solve alone its interval reaches chance "
+            f"({sv.argmin_vs_chance:.2f}x): a weak signal, check it on more traces"
+        )
+    return Recommendation(best.name, reason)
