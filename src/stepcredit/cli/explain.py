@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,9 @@ def _legend(r: Explanation) -> list[str]:
     )
     lines = [
         f"value estimator: {r.value_estimator}; V = {r.value_unit}",
-        f"credit form: {r.credit}; outcome: {outcome} ({r.outcome_status}) against the gold answer {r.answer!r}",
-        f"advantage: {adv}",
+        f"credit form: {r.credit}; c = {r.credit_unit}",
+        f"advantage: {adv}; A = {r.advantage_unit}",
+        f"outcome: {outcome} ({r.outcome_status}) against the gold answer {r.answer!r}",
     ]
     if r.turns:
         lines.append(
@@ -301,17 +303,16 @@ def run(args: argparse.Namespace) -> int:
     prompt, response, answer, spec = _inputs(args)
     model_ref = resolve_model(spec)
     cfg = _config(args, model_ref)
+    cfg = replace(cfg, model=replace(cfg.model, path=model_ref.path, gguf_file=args.gguf_file or ""))
     setup_runtime()
     import torch
 
-    from stepcredit.config import ModelConfig
-    from stepcredit.models import load_policy
     from stepcredit.process import check_config
     from stepcredit.reward import REWARDS, build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
-    from stepcredit.rollout.tools import check_tool_template
     from stepcredit.trainer.explain import explain
     from stepcredit.trainer.rollout import tool_turns, uses_tools
+    from stepcredit.trainer.setup import policy
 
     check_config(cfg)
     # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
@@ -321,13 +322,10 @@ def run(args: argparse.Namespace) -> int:
     if with_tools and check is not None:
         check(cfg)
     torch.set_num_threads(min(2, torch.get_num_threads()))
-    model, tok = load_policy(ModelConfig(path=model_ref.path, gguf_file=args.gguf_file))
-    if with_tools:  # render=template with a template that cannot render tool turns: one line
-        check_tool_template(tok, cfg.rollout.tools)
     # the outcome is scored as the task's rows are: data.task names its reward where one is registered
     # under it (arith_tools: the integer answer), else the math verifier's arith
     source = cfg.data.task if cfg.data.task in REWARDS else "arith"
-    with build_rewarder(cfg.reward) as rewarder:
+    with policy(cfg) as (model, tok), build_rewarder(cfg.reward) as rewarder:
         report = explain(
             model, tok, prompt, response, answer, cfg, rewarder, raw_prompt=args.raw_prompt,
             data_source=source,

@@ -242,12 +242,11 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from stepcredit.data.wrong_step import load_solutions
-    from stepcredit.models import load_policy
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
-    from stepcredit.rollout.tools import check_tool_template
     from stepcredit.trainer.probe import probe
     from stepcredit.trainer.rollout import tool_turns, uses_tools
+    from stepcredit.trainer.setup import policy
 
     # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
     # imports rollout.tools.modules and checks the names and the parser)
@@ -262,14 +261,12 @@ def run(args: argparse.Namespace) -> int:
         )
     solutions = load_solutions(args.data, cfg.data.arith, n=args.n, seed=args.seed, src=args.data_dir)
     torch.set_num_threads(cfg.trainer.threads)
-    model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
-    if with_tools:  # render=template with a template that cannot render tool turns: one line
-        check_tool_template(tok, cfg.rollout.tools)
+    if with_tools:
         tc = cfg.rollout.tools
         print(
             f"continuations call tools: {','.join(tc.names)} ({tc.parser}), as rollout.mode={cfg.rollout.mode}"
         )
-    with build_rewarder(cfg.reward) as rewarder:
+    with policy(cfg) as (model, tok), build_rewarder(cfg.reward) as rewarder:
         report = probe(
             model, tok, solutions, cfg.process, estimators, score_fn=rewarder.verifier_fn(),
             deltas=deltas, seed=args.seed, credit_forms=forms,

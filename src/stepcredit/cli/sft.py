@@ -22,27 +22,26 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from stepcredit.data.domains import build_data
-    from stepcredit.models import load_policy, save_pretrained
+    from stepcredit.models import save_pretrained
     from stepcredit.reward import build_rewarder
-    from stepcredit.rollout.tools import check_tool_template
     from stepcredit.stats import wilson_interval
     from stepcredit.trainer.loop import seed_everything
     from stepcredit.trainer.rollout import tool_runner, uses_tools
+    from stepcredit.trainer.setup import engine_bound, load_model
     from stepcredit.trainer.sft import run_sft
     from stepcredit.trainer.validate import validate
 
     torch.set_num_threads(cfg.trainer.threads)
     seed_everything(cfg.trainer.seed)
     train_set, val_set, _ = build_data(cfg.data, seed=cfg.trainer.seed)  # every domain, as train does
-    model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
     tools = uses_tools(cfg)
-    if tools:  # rollout.tools.render=template with a template that cannot render tool turns: one line
-        check_tool_template(tok, cfg.rollout.tools)
+    model, tok = load_model(cfg)
     m = run_sft(
         model, tok, train_set, cfg.sft, seed=cfg.trainer.seed, tools=cfg.rollout.tools if tools else None
     )
     save_pretrained(model, tok, out / "model")
-    with build_rewarder(cfg.reward) as rewarder:
+    # the engine is built from the SFT policy (vLLM copies the weights it is given)
+    with engine_bound(cfg, model, tok), build_rewarder(cfg.reward) as rewarder:
         # a tools config validates as training does: the tool rollout, its calls run by the reward layer
         vm, _ = validate(
             model,

@@ -15,7 +15,7 @@ from typing import Any
 
 from stepcredit.config import ModelConfig
 from stepcredit.errors import UserError
-from stepcredit.models.resolve import PACKAGED, model_directory
+from stepcredit.models.resolve import PACKAGED, hub_id_error, model_directory
 from stepcredit.models.tiny import build_tiny, build_tokenizer
 
 __all__ = [
@@ -99,11 +99,16 @@ def load_policy(cfg: ModelConfig, *, seed: int = 0) -> tuple[Any, Any]:
         # a run directory loads its final model (the one resolver: models/resolve.py)
         path = str(packaged_dir(cfg.path)) if cfg.path in PACKAGED else str(model_directory(cfg.path))
         if not os.path.isdir(path):
-            raise UserError(f"config key model.path: model directory {path!r} does not exist")
-        # float32 parameters either way: bfloat16 is the compute dtype (below), not the storage
-        model, tok = _load_hf(
-            path, cfg.gguf_file, dtype="float32", attn_implementation=cfg.attn_implementation
-        )
+            raise hub_id_error(cfg.path, "config key model.path") or UserError(
+                f"config key model.path: model directory {path!r} does not exist"
+            )
+        if os.path.isfile(os.path.join(path, "adapter_config.json")):  # a LoRA run's adapters
+            model, tok = _load_adapter(path, attn_implementation=cfg.attn_implementation)
+        else:
+            # float32 parameters either way: bfloat16 is the compute dtype (below), not the storage
+            model, tok = _load_hf(
+                path, cfg.gguf_file, dtype="float32", attn_implementation=cfg.attn_implementation
+            )
     _COMPUTE_DTYPES[cfg.dtype](model)
     return model, tok
 
@@ -112,6 +117,24 @@ _BUILT_IN: dict[str, Callable[[ModelConfig, int], tuple[Any, Any]]] = {
     "tiny": lambda cfg, seed: build_tiny(cfg.tiny, seed=seed, attn_implementation=cfg.attn_implementation),
 }
 """``model.path`` names of models built here rather than loaded -> ``(cfg, seed) -> (model, tokenizer)``."""
+
+
+def _load_adapter(path: str, *, attn_implementation: str) -> tuple[Any, Any]:
+    """A LoRA run's adapters (peft's directory) merged into their base: the plain model the run trained,
+    ``W + (alpha / r) B A`` in every adapted layer (Hu et al. 2021), as its merged export would hold."""
+    import json
+
+    from peft import PeftModel
+
+    where = "config key model.path"
+    try:
+        base = json.loads(Path(path, "adapter_config.json").read_text())["base_model_name_or_path"]
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"{where}: {path}/adapter_config.json names no base model ({e})") from None
+    if not base or not os.path.isdir(base):
+        raise UserError(f"{where}: the adapters in {path} apply to {base!r}, which is not a directory here")
+    model, tok = _load_hf(base, "", dtype="float32", attn_implementation=attn_implementation)
+    return PeftModel.from_pretrained(model, path).merge_and_unload(), tok
 
 
 def _autocast_forward(self: Any, *args: Any, **kwargs: Any) -> Any:

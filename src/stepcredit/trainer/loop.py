@@ -30,7 +30,7 @@ from stepcredit import advantages, losses, process, rollout
 from stepcredit.config import Config, to_dict
 from stepcredit.data.domains import build_data, check_routes
 from stepcredit.errors import ConfigError, UserError
-from stepcredit.models import load_policy, save_pretrained
+from stepcredit.models import save_pretrained
 from stepcredit.models.lora import merged_state_dict
 from stepcredit.process import VALUE_ESTIMATORS
 from stepcredit.process.domains import process_domains
@@ -38,7 +38,6 @@ from stepcredit.reward import Rewarder, build_agent, build_rewarder, shaping
 from stepcredit.reward.run import backends
 from stepcredit.reward.run.health import CircuitBreaker, probe_routes
 from stepcredit.rollout import ROLLOUT_MODES, engines
-from stepcredit.rollout.tools import check_tool_template
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import (
     MetricsLogger,
@@ -52,8 +51,9 @@ from stepcredit.trainer.progress import Progress
 from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_runner, uses_tools
 from stepcredit.trainer.sampling import step_stream
 from stepcredit.trainer.schedule import LR_SCHEDULES
+from stepcredit.trainer.setup import engine_bound, load_model
 from stepcredit.trainer.sft import run_sft
-from stepcredit.trainer.state import TrainState, build_state, resolve_device
+from stepcredit.trainer.state import TrainState, build_state
 from stepcredit.trainer.update import Prepared, train_on, update
 from stepcredit.trainer.validate import is_correct, validate
 from stepcredit.types import Batch, RewardResult, Sample, Status
@@ -78,10 +78,7 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
     # --- set-up: data, policy, rewards (a route no reward scores fails here, before any work)
     _start_run(cfg, run_dir)
     train_set, val_set, stream = build_data(cfg.data, seed=cfg.trainer.seed)
-    model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
-    if uses_tools(cfg):  # rollout.tools.render=template with a template that cannot render tool turns
-        check_tool_template(tok, cfg.rollout.tools)
-    model.to(resolve_device(cfg.trainer.device))  # the reference, critic, rollout and values follow it
+    model, tok = load_model(cfg)  # on trainer.device: the reference, critic, rollout and values follow it
     ckpt = _resume_state(resume) if resume is not None else None
     with contextlib.ExitStack() as closing:
         rewarder = closing.enter_context(build_rewarder(cfg.reward))
@@ -95,10 +92,7 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
         history = ValHistory(run_dir, int(ckpt["step"]) if ckpt is not None else None)
         bar = closing.enter_context(contextlib.closing(Progress(cfg.trainer.steps, cfg.trainer.progress)))
         # the rollout engine (vLLM: built from the policy as it is now; it follows the weights from here)
-        engine = engines.build_engine(cfg, model, tok)
-        engines.bind(model, engine)
-        closing.callback(engines.unbind, model)
-        closing.callback(engine.close)
+        closing.enter_context(engine_bound(cfg, model, tok))
         state = build_state(cfg, model, tok, stream)
         domains = process_domains(cfg.process, train_set) if cfg.process.enabled else frozenset()
         process.check_data(cfg.process, train_set, domains)
