@@ -63,7 +63,7 @@ def generate_batch(
         and sampling_logprobs_exact(model)
     )
     engine_logp = engine.external and spec.temperature > 0  # vLLM's own numbers, for truncated IS
-    comps = engine.sample(model, tok, prompts, spec.sampling(), want_logprobs=from_sampling or engine_logp)
+    comps = engine.sample(model, tok, prompts, spec.sampling(logprobs=from_sampling or engine_logp))
     t0 = time.perf_counter()
     dev = next(model.parameters()).device
     width = max(1, max(len(c.ids) for c in comps))

@@ -31,6 +31,11 @@ class SamplingSpec:
     seed: int | None = None
     """Seed of this call's draws (context i uses ``seed + i`` in vLLM, one seeded stream here); None =
     torch's global random stream (``hf`` draws from it, ``vllm`` draws its seed from it)."""
+    logprobs: bool = False
+    """Report each sampled token's log-probability (:attr:`Completion.logprobs`)."""
+    entropy: bool = False
+    """Report each token's next-token entropy (:attr:`Completion.entropy`; an engine whose registry
+    entry says ``returns_entropy``)."""
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1:
@@ -70,10 +75,14 @@ class GenerationSpec:
                 f"GenerationSpec: n, max_new_tokens >= 1, temperature >= 0, 0 < top_p <= 1: {self}"
             )
 
-    def sampling(self) -> SamplingSpec:
+    def sampling(self, *, logprobs: bool = False) -> SamplingSpec:
         """The per-context sampling request of this generation (what :meth:`Engine.sample` takes)."""
         return SamplingSpec(
-            n=self.n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_new_tokens,
+            logprobs=logprobs,
         )
 
 
@@ -87,6 +96,10 @@ class Completion:
     """Per token, its log-probability under softmax(logits / temperature) (empty unless asked for)."""
     entropy: list[float] = field(default_factory=list)
     """Per token, the entropy of the distribution it was drawn from (empty unless asked for)."""
+
+
+Budgets = Sequence[int] | None
+"""A token limit per context (None: ``spec.max_tokens`` for every one)."""
 
 
 class Engine(Protocol):
@@ -104,9 +117,7 @@ class Engine(Protocol):
         contexts: Sequence[Sequence[int]],
         spec: SamplingSpec,
         *,
-        budgets: Sequence[int] | None = None,
-        want_logprobs: bool = False,
-        want_entropy: bool = False,
+        budgets: Budgets = None,
     ) -> list[Completion]:
         """``spec.n`` completions per context, context-major (``len(contexts) * spec.n``); ``budgets``:
         a token limit per context (at most ``spec.max_tokens``)."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stepcredit.rollout.engines.api import Completion, SamplingSpec, cut_at_stop, left_pad
+from stepcredit.rollout.engines.api import Budgets, Completion, SamplingSpec, cut_at_stop, left_pad
 from stepcredit.rollout.sampling import decode
 
 if TYPE_CHECKING:
@@ -42,17 +42,15 @@ class HFEngine:
         contexts: Sequence[Sequence[int]],
         spec: SamplingSpec,
         *,
-        budgets: Sequence[int] | None = None,
-        want_logprobs: bool = False,
-        want_entropy: bool = False,
+        budgets: Budgets = None,
     ) -> list[Completion]:
         rows = [list(c) for c in contexts for _ in range(spec.n)]
         limits = [min(b, spec.max_tokens) for b in budgets for _ in range(spec.n)] if budgets else None
         width = max(limits) if limits else spec.max_tokens
         dev = next(model.parameters()).device
         ids, mask = left_pad(rows, tok.pad_token_id)
-        ent = torch.zeros(len(rows), width, device=dev) if want_entropy else None
-        logp = torch.zeros(len(rows), width, dtype=torch.float32, device=dev) if want_logprobs else None
+        ent = torch.zeros(len(rows), width, device=dev) if spec.entropy else None
+        logp = torch.zeros(len(rows), width, dtype=torch.float32, device=dev) if spec.logprobs else None
         was_training = model.training
         model.eval()
         with seeded(spec.seed, dev):

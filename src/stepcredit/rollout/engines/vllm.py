@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stepcredit.errors import ConfigError
-from stepcredit.rollout.engines.api import Completion, SamplingSpec, cut_at_stop, fingerprint
+from stepcredit.rollout.engines.api import Budgets, Completion, SamplingSpec, cut_at_stop, fingerprint
 
 if TYPE_CHECKING:
     from stepcredit.config import Config
@@ -168,11 +168,9 @@ class VLLMEngine:
         contexts: Sequence[Sequence[int]],
         spec: SamplingSpec,
         *,
-        budgets: Sequence[int] | None = None,
-        want_logprobs: bool = False,
-        want_entropy: bool = False,
+        budgets: Budgets = None,
     ) -> list[Completion]:
-        if want_entropy:
+        if spec.entropy:
             raise ValueError("the vllm engine does not report token entropies (rollout.tree.branch_at)")
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -189,7 +187,7 @@ class VLLMEngine:
                 max_tokens=min(budgets[i], spec.max_tokens) if budgets else spec.max_tokens,
                 seed=(seed + i) % 2**31,
                 stop_token_ids=[tok.eos_token_id],
-                logprobs=0 if want_logprobs else None,
+                logprobs=0 if spec.logprobs else None,
                 detokenize=False,
             )
             for i in range(len(contexts))
@@ -206,7 +204,7 @@ class VLLMEngine:
                 ids = ids[: cut_at_stop(ids, tok, spec.stop)]
                 logp = [next(iter(lp.values())).logprob for lp in o.logprobs or []][: len(ids)]
                 # vLLM: the sampled token's log-prob; -inf only where top-p removed it, which it cannot
-                result.append(Completion(ids, [float(x) for x in logp] if want_logprobs else []))
+                result.append(Completion(ids, [float(x) for x in logp] if spec.logprobs else []))
         return result
 
 
