@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stepcredit.config.checks import _check
+from stepcredit.config.checks import _check, check_choices
 
 StepCostAs = Literal["token", "return", "outcome"]
 """Where ``process.step_cost`` is charged (``stepcredit.process.STEP_COST_FORMS``)."""
@@ -105,6 +104,16 @@ class ProcessConfig:
     credit as its advantage, ``vineppo``/``grpo_vineppo``) or ``outcome`` (-c x episodes on the outcome
     score before its group normalisation; the step credits pay nothing)."""
 
+    @property
+    def zero_last(self) -> bool:
+        """The last episode pays no step credit (``last_episode=zero``): the outcome speaks for it."""
+        return self.last_episode == "zero"
+
+    @property
+    def v0_from_group(self) -> bool:
+        """V_0 is the leave-one-out mean reward of the group's other responses (``mc_v0=group``)."""
+        return self.mc_v0 == "group"
+
     def __post_init__(self) -> None:
         _check(
             len(self.markers) > 0 and all(m.strip() for m in self.markers),
@@ -122,18 +131,12 @@ class ProcessConfig:
         )
         _check(self.clip >= 0, "process.clip", "must be >= 0 (0 disables clipping)")
         _check(self.step_cost >= 0, "process.step_cost", "must be >= 0 (0 disables it)")
-        _check(
-            self.step_cost_as in typing.get_args(StepCostAs),
-            "process.step_cost_as",
-            "token, return or outcome",
-        )
-        _check(self.last_episode in ("utility", "zero"), "process.last_episode", "utility or zero")
+        check_choices(self, "process")  # step_cost_as, last_episode, mc_v0
         _check(self.max_tokens_per_forward >= 1, "process.max_tokens_per_forward", "must be >= 1")
         _check(self.mc_samples >= 1, "process.mc_samples", "must be >= 1")
         _check(self.mc_max_new_tokens >= 1, "process.mc_max_new_tokens", "must be >= 1")
         _check(self.mc_temperature > 0, "process.mc_temperature", "must be > 0")
         _check(self.max_answer_chars >= 1, "process.max_answer_chars", "must be >= 1")
-        _check(self.mc_v0 in ("group", "sample"), "process.mc_v0", "group or sample")
         _check(self.mc_prefixes >= 0, "process.mc_prefixes", "must be >= 0 (0 = every prefix)")
 
 
@@ -216,7 +219,7 @@ class DynamicSamplingConfig:
 
     enabled: bool = False
     """Filter groups as their rewards arrive (works with the mini-batch pipeline and one-step off-policy)."""
-    criterion: str = "std"
+    criterion: Literal["std", "mean_bounds"] = "std"
     """``std``: drop groups whose valid scores are all equal; ``mean_bounds``: keep only groups with
     ``mean_low < mean score < mean_high``."""
     mean_low: float = 0.0
@@ -227,11 +230,7 @@ class DynamicSamplingConfig:
     """Extra rollouts of ``rollout.prompts_per_step`` prompts drawn at most per step to refill the batch."""
 
     def __post_init__(self) -> None:
-        _check(
-            self.criterion in ("std", "mean_bounds"),
-            "postprocess.dynamic_sampling.criterion",
-            "std or mean_bounds",
-        )
+        check_choices(self, "postprocess.dynamic_sampling")
         _check(self.mean_low < self.mean_high, "postprocess.dynamic_sampling.mean_low", "must be < mean_high")
         _check(self.max_extra_batches >= 0, "postprocess.dynamic_sampling.max_extra_batches", "must be >= 0")
 

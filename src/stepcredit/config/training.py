@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from stepcredit.config.checks import _check
+from stepcredit.config.checks import _check, check_choices
 
 
 # ------------------------------------------------------------------------------------------ loss
@@ -50,7 +50,7 @@ class LossConfig:
         _check(self.agg in aggs, "loss.agg", f"one of {', '.join(aggs)}")
         _check(self.dual_clip_c == 0 or self.dual_clip_c > 1, "loss.dual_clip_c", "0 (off) or > 1")
         _check(self.agg_norm_len >= 0, "loss.agg_norm_len", "must be >= 0")
-        _check(self.kl_ctrl in ("fixed", "adaptive"), "loss.kl_ctrl", "fixed or adaptive")
+        check_choices(self, "loss")
         _check(self.kl_target > 0, "loss.kl_target", "must be > 0")
         _check(self.kl_horizon > 0, "loss.kl_horizon", "must be > 0")
         _check(self.behav_weight_cap >= 0, "loss.behav_weight_cap", "must be >= 0")
@@ -170,4 +170,4 @@ class TrainerConfig:
             "cpu, cuda, cuda:N or auto",
         )
         _check(self.val_every >= 0 and self.save_every >= 0, "trainer.val_every", "must be >= 0")
-        _check(self.wandb_mode in ("offline", "online"), "trainer.wandb_mode", "offline or online")
+        check_choices(self, "trainer")

@@ -221,7 +221,7 @@ def monte_carlo(ctx: ValueContext) -> list[list[float]]:
         samples=c.mc_samples,
         greedy=False,
         temperature=c.mc_temperature,
-        v0_from_group=c.mc_v0 == "group",
+        v0_from_group=c.v0_from_group,
     )
 
 

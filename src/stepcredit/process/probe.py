@@ -152,6 +152,16 @@ class Locating:
     v_after: float | None = None
     """Mean V of the corrupted trace just after it."""
 
+    @property
+    def signal(self) -> bool:
+        """The whole interval of the hit rate lies above chance (verdict ``signal``)."""
+        return self.argmin_ci.low > self.chance
+
+    @property
+    def too_few(self) -> bool:
+        """No signal, and too few traces to rule one out (verdict ``too few traces``)."""
+        return not self.signal and self.n < MIN_TRACES
+
 
 def locating(rows: Sequence[dict[str, float]]) -> Locating:
     """The :class:`Locating` figures from per-trace indicators (:func:`case_indicators` or
@@ -303,7 +313,7 @@ def recommend(estimators: dict[str, EstimatorFigures]) -> Recommendation:
     all of them: it is quoted as support, never voted."""
     if not estimators:
         return Recommendation(None, "no estimator was probed")
-    signal = [e for e in estimators.values() if e.all.verdict == "signal"]
+    signal = [e for e in estimators.values() if e.all.signal]
     if not signal:
         best = max(estimators.values(), key=lambda e: e.all.vs_chance_ci.low)
         m = best.all
@@ -311,7 +321,7 @@ def recommend(estimators: dict[str, EstimatorFigures]) -> Recommendation:
             f"the best, {best.name}, {m.argmin_vs_chance:.2f}x chance with a 95 % interval of "
             f"{m.vs_chance_ci.low:.2f}-{m.vs_chance_ci.high:.2f}x that reaches 1"
         )
-        if any(e.all.verdict == "too few traces" for e in estimators.values()):
+        if any(e.all.too_few for e in estimators.values()):
             return Recommendation(
                 None,
                 f"none yet: no estimator's interval lies above chance on {m.n} traces ({figures}); too few "
@@ -332,9 +342,9 @@ def recommend(estimators: dict[str, EstimatorFigures]) -> Recommendation:
     if others:
         reason += f"; the highest lower bound of the estimators with a signal (also: {', '.join(others)})"
     sv = best.solvable
-    if sv is not None and sv.verdict == "signal":
+    if sv is not None and sv.signal:
         reason += f"; on the {sv.n} traces the policy can solve: {sv.argmin_vs_chance:.2f}x, a signal too"
-    elif sv is not None and sv.verdict == "too few traces":
+    elif sv is not None and sv.too_few:
         reason += (
             f"; the {sv.n} traces the policy can solve are too few for a verdict of their own "
             f"({sv.argmin_vs_chance:.2f}x), which does not weaken the one on all traces"

@@ -184,9 +184,7 @@ def step_credits(values: Sequence[float], cfg: ProcessConfig) -> list[float]:
     """[c_1, ..., c_S] of one response by the configured credit form, clip, scale and last-episode rule,
     less its share of ``step_cost`` by ``step_cost_as`` (every step pays, the last one too unless
     ``last_episode="zero"`` leaves it to the outcome)."""
-    credits = CREDIT_FORMS.get(cfg.credit)(
-        values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero"
-    )
+    credits = CREDIT_FORMS.get(cfg.credit)(values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.zero_last)
     return charge_step_cost(credits, cfg)
 
 
@@ -194,7 +192,7 @@ def charge_step_cost(credits: Sequence[float], cfg: ProcessConfig) -> list[float
     """``credits`` less their share of ``process.step_cost`` by ``process.step_cost_as``."""
     out = [float(c) for c in credits]
     if cfg.step_cost:
-        n = len(out) - 1 if cfg.last_episode == "zero" else len(out)
+        n = len(out) - 1 if cfg.zero_last else len(out)
         charge = STEP_COST_FORMS[cfg.step_cost_as].charge
         out = [c - charge(i, n, cfg.step_cost) for i, c in enumerate(out)]
     return out

@@ -51,7 +51,7 @@ def credit_unit(cfg: ProcessConfig) -> str:
     """The scale of the step credit column: V's units through the credit form, ``process.scale`` and
     ``process.clip``."""
     clip = f", clipped to [-{cfg.clip:g}, {cfg.clip:g}]" if cfg.clip > 0 else ""
-    last = "" if cfg.last_episode == "utility" else "; the last episode pays 0 (process.last_episode=zero)"
+    last = "; the last episode pays 0 (process.last_episode=zero)" if cfg.zero_last else ""
     return f"V's units (a change of V by the {cfg.credit} form) x process.scale {cfg.scale:g}{clip}{last}"
 
 

@@ -98,6 +98,9 @@ class Completion:
     """Per token, the entropy of the distribution it was drawn from (empty unless asked for)."""
 
 
+Contexts = Sequence[Sequence[int]]
+"""Token-id contexts to continue (a prompt, or a prompt and a prefix of a response)."""
+
 Budgets = Sequence[int] | None
 """A token limit per context (None: ``spec.max_tokens`` for every one)."""
 
@@ -111,13 +114,7 @@ class Engine(Protocol):
     used as the behaviour log-probs."""
 
     def sample(
-        self,
-        model: Any,
-        tok: Any,
-        contexts: Sequence[Sequence[int]],
-        spec: SamplingSpec,
-        *,
-        budgets: Budgets = None,
+        self, model: Any, tok: Any, contexts: Contexts, spec: SamplingSpec, *, budgets: Budgets = None
     ) -> list[Completion]:
         """``spec.n`` completions per context, context-major (``len(contexts) * spec.n``); ``budgets``:
         a token limit per context (at most ``spec.max_tokens``)."""

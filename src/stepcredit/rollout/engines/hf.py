@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stepcredit.rollout.engines.api import Budgets, Completion, SamplingSpec, cut_at_stop, left_pad
+from stepcredit.rollout.engines.api import Budgets, Completion, Contexts, SamplingSpec, cut_at_stop, left_pad
 from stepcredit.rollout.sampling import decode
 
 if TYPE_CHECKING:
@@ -36,13 +36,7 @@ class HFEngine:
 
     @torch.no_grad()
     def sample(
-        self,
-        model: Any,
-        tok: Any,
-        contexts: Sequence[Sequence[int]],
-        spec: SamplingSpec,
-        *,
-        budgets: Budgets = None,
+        self, model: Any, tok: Any, contexts: Contexts, spec: SamplingSpec, *, budgets: Budgets = None
     ) -> list[Completion]:
         rows = [list(c) for c in contexts for _ in range(spec.n)]
         limits = [min(b, spec.max_tokens) for b in budgets for _ in range(spec.n)] if budgets else None

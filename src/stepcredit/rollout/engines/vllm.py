@@ -25,13 +25,20 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stepcredit.errors import ConfigError
-from stepcredit.rollout.engines.api import Budgets, Completion, SamplingSpec, cut_at_stop, fingerprint
+from stepcredit.rollout.engines.api import (
+    Budgets,
+    Completion,
+    Contexts,
+    SamplingSpec,
+    cut_at_stop,
+    fingerprint,
+)
 
 if TYPE_CHECKING:
     from stepcredit.config import Config
@@ -162,13 +169,7 @@ class VLLMEngine:
 
     # --------------------------------------------------------------------------------- sampling
     def sample(
-        self,
-        model: Any,
-        tok: Any,
-        contexts: Sequence[Sequence[int]],
-        spec: SamplingSpec,
-        *,
-        budgets: Budgets = None,
+        self, model: Any, tok: Any, contexts: Contexts, spec: SamplingSpec, *, budgets: Budgets = None
     ) -> list[Completion]:
         if spec.entropy:
             raise ValueError("the vllm engine does not report token entropies (rollout.tree.branch_at)")
