@@ -209,15 +209,15 @@ def _svg(values: list[float], width: int = 640, height: int = 200) -> str:
     )
 
 
-def render_html(r: Explanation, prompt: Any) -> str:
-    """A self-contained page: the legend, the response with each episode coloured by its credit, the V
-    curve (SVG) and a table of V, credit and per-token advantage."""
-    eps = r.episodes
-    scale = max((abs(e.utility) for e in eps), default=0.0)
-    unit = "turn" if r.turns else "episode"
+def _own(e: Any) -> str:
+    """The episode's text without the tool result that opens it."""
+    return e.text[len(e.observation) :] if e.text.startswith(e.observation) else e.text
 
-    def own(e: Any) -> str:  # the episode's text without the tool result that opens it
-        return e.text[len(e.observation) :] if e.text.startswith(e.observation) else e.text
+
+def _html_response(r: Explanation, unit: str) -> str:
+    """The response, each episode coloured by its credit (green positive, red negative), its figures
+    in the tooltip; a tool result that opens an episode in grey italics."""
+    scale = max((abs(e.utility) for e in r.episodes), default=0.0)
 
     def obs(e: Any) -> str:
         if not e.observation:
@@ -227,15 +227,18 @@ def render_html(r: Explanation, prompt: Any) -> str:
             f"{html.escape(e.observation)}</span>"
         )
 
-    spans = "".join(
+    return "".join(
         f'{obs(e)}<span class="ep" style="background:{_colour(e.utility, scale)}" '
         f'title="{unit} {i}: V={e.value:.4f}  c={e.utility:+.4f}  A={_adv(e.advantage)}'
         f'{html.escape("  calls " + e.tool_call, quote=True) if e.tool_call else ""}">'
-        f"<sup>{i}</sup>{html.escape(own(e))}</span>"
-        for i, e in enumerate(eps, 1)
+        f"<sup>{i}</sup>{html.escape(_own(e))}</span>"
+        for i, e in enumerate(r.episodes, 1)
     )
-    turn_cols = "<th>tool result (not trained)</th><th>tool call</th>" if r.turns else ""
-    rows = "".join(
+
+
+def _html_rows(r: Explanation) -> str:
+    """The table's rows: per episode V, c, the advantage of each token (and a turn's result and call)."""
+    return "".join(
         f"<tr><td>{i}</td><td>{e.value:.4f}</td><td>{e.utility:+.4f}</td>"
         f"<td>{html.escape(' '.join(f'{a:+.3f}' for a in e.advantage) or '-')}</td>"
         + (
@@ -243,9 +246,19 @@ def render_html(r: Explanation, prompt: Any) -> str:
             if r.turns
             else ""
         )
-        + f"<td>{html.escape(own(e))}</td></tr>"
-        for i, e in enumerate(eps, 1)
+        + f"<td>{html.escape(_own(e))}</td></tr>"
+        for i, e in enumerate(r.episodes, 1)
     )
+
+
+def render_html(r: Explanation, prompt: Any) -> str:
+    """A self-contained page: the legend, the response with each episode coloured by its credit, the V
+    curve (SVG) and a table of V, credit and per-token advantage."""
+    eps = r.episodes
+    unit = "turn" if r.turns else "episode"
+    spans = _html_response(r, unit)
+    turn_cols = "<th>tool result (not trained)</th><th>tool call</th>" if r.turns else ""
+    rows = _html_rows(r)
     turns_note = (
         f"<p>{r.turns} turns: each tool call ends a turn; the tool's result (grey, in italics) "
         "opens the next turn and is attended to but never trained on: no credit, no advantage.</p>"

@@ -110,6 +110,60 @@ def sample_next(logits_BV: torch.Tensor, *, temperature: float, top_p: float) ->
     return torch.multinomial(probs, num_samples=1).squeeze(1)
 
 
+def _prefill(
+    model: Any,
+    prompt_ids_BP: torch.Tensor,
+    prompt_mask_BP: torch.Tensor,
+    mask_BP: torch.Tensor,
+    pos_BP: torch.Tensor,
+    max_new_tokens: int,
+) -> tuple[Any, torch.Tensor, Any]:
+    """The prompts' pass: (KV cache with one row per prompt row, last-position logits ``[B, V]``, the
+    fast token step or None). A GRPO group's rows share one prompt: each distinct prompt is run once, and
+    its keys and values (and its next-token logits) are copied to its rows."""
+    B, P = prompt_ids_BP.shape
+    shared = shared_prompts(prompt_ids_BP, prompt_mask_BP.bool())
+    first = shared[0] if shared is not None else slice(None)
+    out = model(
+        input_ids=prompt_ids_BP[first],
+        attention_mask=mask_BP[first],
+        position_ids=pos_BP[first],
+        use_cache=True,
+        **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}),
+    )
+    cache = out.past_key_values
+    logits_BV = out.logits[:, -1, :]
+    rows_of = shared[1] if shared is not None else torch.arange(B, device=prompt_ids_BP.device)
+    step = None
+    if preallocate(cache, rows_of, P + max_new_tokens):
+        step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
+    elif shared is not None:
+        cache.batch_select_indices(rows_of)
+    return cache, logits_BV[rows_of] if shared is not None else logits_BV, step
+
+
+def _record(
+    logits_BV: torch.Tensor,
+    tok_A: torch.Tensor,
+    done_A: torch.Tensor,
+    rows: torch.Tensor,
+    t: int,
+    *,
+    temperature: float,
+    entropy_BT: torch.Tensor | None,
+    logp_BT: torch.Tensor | None,
+) -> None:
+    """Write step ``t``'s entropy (after temperature, before top-p) and the sampled tokens' log-probs
+    under softmax(logits / temperature) (1 when greedy) into the active rows ``rows`` of the buffers."""
+    if entropy_BT is not None:
+        logp_AV = torch.log_softmax(logits_BV.float() / max(temperature, 1e-6), dim=-1)
+        entropy_BT[rows, t] = -(logp_AV.exp() * logp_AV).sum(-1).to(entropy_BT.dtype)
+    if logp_BT is not None:
+        z_AV = logits_BV.float() / (temperature if temperature > 0 else 1.0)
+        lp_A = z_AV.gather(1, tok_A.unsqueeze(1)).squeeze(1) - torch.logsumexp(z_AV, dim=-1)
+        logp_BT[rows, t] = lp_A.masked_fill(done_A, 0.0)
+
+
 @torch.no_grad()
 def decode(
     model: Any,
@@ -147,39 +201,18 @@ def decode(
     # positions follow the mask, so left padding does not shift them (as generate does)
     next_pos_B = prompt_mask_BP.long().sum(dim=1)
     pos_BP = (prompt_mask_BP.long().cumsum(-1) - 1).clamp(min=0)
-    # a GRPO group's rows share one prompt: each distinct prompt is run once, and its keys and values
-    # (and its next-token logits) are copied to its rows
-    shared = shared_prompts(prompt_ids_BP, prompt_mask_BP.bool())
-    first = shared[0] if shared is not None else slice(None)
-    out = model(
-        input_ids=prompt_ids_BP[first],
-        attention_mask=mask_BW[first, :P],
-        position_ids=pos_BP[first],
-        use_cache=True,
-        **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}),
+    cache, logits_BV, step = _prefill(
+        model, prompt_ids_BP, prompt_mask_BP, mask_BW[:, :P], pos_BP, max_new_tokens
     )
-    cache = out.past_key_values
-    logits_BV = out.logits[:, -1, :]
-    rows_of = shared[1] if shared is not None else torch.arange(B, device=device)
-    step = None
-    if preallocate(cache, rows_of, P + max_new_tokens):
-        step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
-    elif shared is not None:
-        cache.batch_select_indices(rows_of)
-    logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     rows = torch.arange(B, device=device)  # the original row of each active row
     done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
     T = 0
     for t in range(max_new_tokens):
         # a finished row that is still in the batch (until the next compaction) emits padding
         tok_A = sample_next(logits_BV, temperature=temperature, top_p=top_p).masked_fill(done_A, pad_token_id)
-        if entropy_BT is not None:
-            logp_AV = torch.log_softmax(logits_BV.float() / max(temperature, 1e-6), dim=-1)
-            entropy_BT[rows, t] = -(logp_AV.exp() * logp_AV).sum(-1).to(entropy_BT.dtype)
-        if logp_BT is not None:
-            z_AV = logits_BV.float() / (temperature if temperature > 0 else 1.0)
-            lp_A = z_AV.gather(1, tok_A.unsqueeze(1)).squeeze(1) - torch.logsumexp(z_AV, dim=-1)
-            logp_BT[rows, t] = lp_A.masked_fill(done_A, 0.0)
+        _record(
+            logits_BV, tok_A, done_A, rows, t, temperature=temperature, entropy_BT=entropy_BT, logp_BT=logp_BT
+        )
         out_BT[rows, t] = tok_A
         T = t + 1
         done_A |= tok_A == eos_token_id
