@@ -21,11 +21,11 @@ value under the policy that has the tool, which the rollout is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepcredit.process.values import PrefixRequest, ValueContext, register_value_estimator
+from stepcredit.process.values import PrefixRequest, ValueContext, ValueEstimator, register_value_estimator
 from stepcredit.rollout.engines import SamplingSpec, engine_for
 from stepcredit.rollout.tools import default_runner, resume_row, run_turns
 from stepcredit.types import Sample
@@ -200,14 +200,19 @@ def _values(plan: _Plan, scores: list[float], k: int, max_prefixes: int) -> list
     return out
 
 
-@register_value_estimator(
-    "monte_carlo",
-    needs_verifier=True,
-    generates=True,
-    terminal_is_reward=True,
-    success_probability=True,
-    takes_tools=True,
-)
+def continuation_estimator(name: str, **more: bool) -> Callable[[ValueEstimator], ValueEstimator]:
+    """Register a continuation value: it samples from the policy and scores text with the verifier, and
+    its V is a chance of success whose value after a complete response is that response's reward."""
+    caps = {
+        "needs_verifier": True,
+        "generates": True,
+        "terminal_is_reward": True,
+        "success_probability": True,
+    }
+    return register_value_estimator(name, **caps, **more)
+
+
+@continuation_estimator("monte_carlo", takes_tools=True)
 def monte_carlo(ctx: ValueContext) -> list[list[float]]:
     """VinePPO's value (Kazemnejad et al. 2024, arXiv:2410.01679, section 4): V(prefix) = (1/K) sum_k
     R(prefix + y_k), y_k ~ policy(. | prompt + prefix), K = ``process.mc_samples``, at most
@@ -225,14 +230,7 @@ def monte_carlo(ctx: ValueContext) -> list[list[float]]:
     )
 
 
-@register_value_estimator(
-    "greedy_continuation",
-    needs_verifier=True,
-    generates=True,
-    terminal_is_reward=True,
-    success_probability=True,
-    takes_tools=True,
-)
+@continuation_estimator("greedy_continuation", takes_tools=True)
 def greedy_continuation(ctx: ValueContext) -> list[list[float]]:
     """One greedy continuation per prefix, scored by the verifier: V in {0, 1} (Math-Shepherd's hard
     estimate, Wang et al. 2024, arXiv:2312.08935, with one deterministic completer). K times

@@ -153,19 +153,21 @@ def check_config(cfg: Config) -> None:
     STRATEGIES.require(p.strategy, "process.strategy")
     CREDIT_FORMS.require(p.credit, "process.credit")
     spec = VALUE_ESTIMATORS.get(p.value_estimator)
+
+    def having(capability: str) -> str:  # the estimators whose registry entry says ``capability``
+        return ", ".join(n for n in VALUE_ESTIMATORS if getattr(VALUE_ESTIMATORS.get(n), capability))
+
     if p.enabled and p.treerl and not spec.from_outcomes:
-        ok = ", ".join(n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).from_outcomes)
         raise ConfigError(
             f"config key process.treerl: TreeRL's credit needs a tree rollout's node values; "
-            f"process.value_estimator={p.value_estimator} has none (use {ok} with rollout.mode=tree or tools_tree)"
+            f"process.value_estimator={p.value_estimator} has none (use {having('from_outcomes')} with rollout.mode=tree or tools_tree)"
         )
     form = CREDIT_FORMS.get(p.credit)
     if p.enabled and form.needs_success_probability and not spec.success_probability:
-        ok = ", ".join(n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).success_probability)
         raise ConfigError(
             f"config keys process.credit={p.credit} and process.value_estimator={p.value_estimator}: this "
             f"credit form compares V with a certain success (1) and needs values that are probabilities of "
-            f"success in [0, 1], which {p.value_estimator} does not give; use one of {ok} or another "
+            f"success in [0, 1], which {p.value_estimator} does not give; use one of {having('success_probability')} or another "
             f"process.credit"
         )
     if p.enabled and spec.generates and p.mc_samples * p.mc_max_new_tokens > 1 << 20:

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 
 from stepcredit.config import ProcessConfig, RolloutConfig
-from stepcredit.process.continuation import continuation_values
+from stepcredit.process.continuation import continuation_estimator, continuation_values
 from stepcredit.process.segment import segment_episodes
-from stepcredit.process.values import PrefixRequest, ScoreFn, ValueContext, register_value_estimator
+from stepcredit.process.values import PrefixRequest, ScoreFn, ValueContext
 
 
 def tree_values(
@@ -120,14 +120,7 @@ def tree_credits(
     return out
 
 
-@register_value_estimator(
-    "tree",
-    needs_verifier=True,
-    generates=True,
-    terminal_is_reward=True,
-    from_outcomes=True,
-    success_probability=True,
-)
+@continuation_estimator("tree", from_outcomes=True)
 def tree(ctx: ValueContext) -> list[list[float]]:
     """In training: the tree rollout's node values (:func:`tree_values`, no generation). On fixed traces
     (probe, explain), where no tree was grown, the same estimate as a tree rooted at each prefix with

@@ -159,6 +159,7 @@ VALUE_ESTIMATORS: Registry[ValueEstimatorSpec] = Registry("value estimator")
 
 def register_value_estimator(
     name: str,
+    /,
     *,
     needs_verifier: bool,
     generates: bool,

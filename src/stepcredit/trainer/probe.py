@@ -17,7 +17,14 @@ from typing import Any
 from stepcredit.config import ProcessConfig, RolloutConfig, ToolsConfig
 from stepcredit.data.wrong_step import inject_wrong_step
 from stepcredit.errors import DataError
-from stepcredit.process import prefix_request
+from stepcredit.process import (
+    VALUE_ESTIMATORS,
+    PrefixRequest,
+    ScoreFn,
+    ValueContext,
+    estimate,
+    prefix_request,
+)
 from stepcredit.process.diagnostics import prompt_ids
 from stepcredit.process.probe import (
     CreditFigures,
@@ -32,15 +39,7 @@ from stepcredit.process.probe import (
     solvable_figures,
 )
 from stepcredit.process.utility import CREDIT_FORMS
-from stepcredit.process.values import (
-    VALUE_ESTIMATORS,
-    PrefixRequest,
-    ScoreFn,
-    ToolTurns,
-    ValueContext,
-    estimate,
-    evaluating,
-)
+from stepcredit.process.values import ToolTurns, evaluating
 from stepcredit.rollout.tools import render_tool_prompts
 from stepcredit.stats import spearman
 from stepcredit.types import Sample
