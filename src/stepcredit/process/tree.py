@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from stepcredit.config import ProcessConfig, RolloutConfig
-from stepcredit.process.continuation import continuation_estimator, continuation_values
+from stepcredit.process.continuation import continuation_estimator, monte_carlo
 from stepcredit.process.segment import segment_episodes
 from stepcredit.process.values import PrefixRequest, ScoreFn, ValueContext
 
@@ -124,15 +124,9 @@ def tree_credits(
 def tree(ctx: ValueContext) -> list[list[float]]:
     """In training: the tree rollout's node values (:func:`tree_values`, no generation). On fixed traces
     (probe, explain), where no tree was grown, the same estimate as a tree rooted at each prefix with
-    ``process.mc_samples`` leaves below it: the mean outcome of that many sampled continuations."""
-    c = ctx.cfg
-    return continuation_values(
-        ctx,
-        samples=c.mc_samples,
-        greedy=False,
-        temperature=c.mc_temperature,
-        v0_from_group=c.v0_from_group,
-    )
+    ``process.mc_samples`` leaves below it: the mean outcome of that many sampled continuations, which
+    is ``monte_carlo``'s value (without tools: a tree is grown without them)."""
+    return monte_carlo(ctx)
 
 
 # ------------------------------------------------------------------ tree values of given traces (probe)
