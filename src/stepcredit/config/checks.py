@@ -15,6 +15,26 @@ def _check(cond: bool, key: str, msg: str) -> None:
         raise ConfigError(f"config key {key}: {msg}")
 
 
+def check_bounds(
+    cfg: Any,
+    section: str,
+    *,
+    above_0: tuple[str, ...] = (),
+    at_least_0: tuple[str, ...] = (),
+    at_least_1: tuple[str, ...] = (),
+) -> None:
+    """The numeric fields of ``cfg`` named here are > 0, >= 0 or >= 1: the tree's common range checks,
+    one error per field naming ``section.field`` (a check with its own message stays a :func:`_check`)."""
+    for names, low, strict in ((above_0, 0, True), (at_least_0, 0, False), (at_least_1, 1, False)):
+        for name in names:
+            v = getattr(cfg, name)
+            _check(
+                v > low if strict else v >= low,
+                f"{section}.{name}",
+                f"must be {'>' if strict else '>='} {low}",
+            )
+
+
 def check_choices(cfg: Any, section: str) -> None:
     """Every ``Literal`` field of the config dataclass ``cfg`` holds one of its values: the one check of
     the tree's string-valued switches (a YAML value arrives unchecked), so code that branches on one

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stepcredit.config.checks import _check, check_choices
+from stepcredit.config.checks import _check, check_bounds, check_choices
 
 
 # ----------------------------------------------------------------------------------------- model
@@ -58,7 +58,7 @@ class LoRAConfig:
 
     def __post_init__(self) -> None:
         _check(self.rank >= 0, "model.lora.rank", "must be >= 0 (0 = off)")
-        _check(self.alpha > 0, "model.lora.alpha", "must be > 0")
+        check_bounds(self, "model.lora", above_0=("alpha",))
         _check(0.0 <= self.dropout < 1.0, "model.lora.dropout", "must be in [0, 1)")
         _check(len(self.target_modules) > 0, "model.lora.target_modules", "name at least one linear layer")
 
@@ -112,7 +112,7 @@ class ArithConfig:
         _check(
             1 <= self.min_steps <= self.max_steps, "data.arith.min_steps", "need 1 <= min_steps <= max_steps"
         )
-        _check(self.max_operand >= 1, "data.arith.max_operand", "must be >= 1")
+        check_bounds(self, "data.arith", at_least_1=("max_operand",))
         _check(0.0 <= self.mistake_prob <= 1.0, "data.arith.mistake_prob", "must be in [0, 1]")
         _check(0.0 <= self.teacher_error_prob <= 1.0, "data.arith.teacher_error_prob", "must be in [0, 1]")
         _check(0.0 <= self.slip_prob <= 1.0, "data.arith.slip_prob", "must be in [0, 1]")
@@ -159,8 +159,7 @@ class DataConfig:
     the last domain takes the remainder); must sum to 1. Empty = equal shares."""
 
     def __post_init__(self) -> None:
-        _check(self.val_size >= 0, "data.val_size", "must be >= 0")
-        _check(self.train_size > 0, "data.train_size", "must be > 0")
+        check_bounds(self, "data", at_least_0=("val_size",), above_0=("train_size",))
         for name, d in self.domains.items():
             _check(
                 bool(d.task or d.train_files),
@@ -228,7 +227,7 @@ class VLLMConfig:
         _check(
             0 < self.gpu_memory_utilization <= 1, "rollout.vllm.gpu_memory_utilization", "must be in (0, 1]"
         )
-        _check(self.cpu_kv_cache_gib >= 1, "rollout.vllm.cpu_kv_cache_gib", "must be >= 1")
+        check_bounds(self, "rollout.vllm", at_least_1=("cpu_kv_cache_gib",))
         _check(self.max_model_len >= 0, "rollout.vllm.max_model_len", "must be >= 0 (0 = the model's)")
 
 
@@ -254,7 +253,7 @@ class ToolsConfig:
 
     def __post_init__(self) -> None:
         check_choices(self, "rollout.tools")
-        _check(self.max_turns >= 1, "rollout.tools.max_turns", "must be >= 1")
+        check_bounds(self, "rollout.tools", at_least_1=("max_turns",))
         _check(self.max_result_chars >= 16, "rollout.tools.max_result_chars", "must be >= 16")
         _check(len(self.names) >= 1, "rollout.tools.names", "name at least one tool")
 
@@ -303,7 +302,9 @@ class RolloutConfig:
         return (self.n,)
 
     def __post_init__(self) -> None:
-        _check(self.n >= 1, "rollout.n", "must be >= 1")
+        check_bounds(
+            self, "rollout", at_least_1=("n", "prompts_per_step", "max_new_tokens"), above_0=("temperature",)
+        )
         leaves = 1
         for b in self.branching():
             leaves *= b
@@ -312,7 +313,4 @@ class RolloutConfig:
             "rollout.tree.branching",
             f"the product of the branching factors ({leaves}) must equal rollout.n ({self.n})",
         )
-        _check(self.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
-        _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
-        _check(self.temperature > 0, "rollout.temperature", "must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
