@@ -43,9 +43,9 @@ from typing import Any
 
 from _harness import Monitor, emit
 from stepcredit.config import SandboxConfig
-from stepcredit.reward.verifiers.code import session as sandbox_session
-from stepcredit.reward.verifiers.code.cases import outputs_match
 from stepcredit.reward.verifiers.code.sandbox import PASSED, Sandbox, TestCase
+from stepcredit.sandbox import session as sandbox_session
+from stepcredit.sandbox.cases import outputs_match
 
 BARE, PLAIN, BOX = "bare subprocess.run", "runner without isolation", "bubblewrap sandbox"
 

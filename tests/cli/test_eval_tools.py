@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import stepcredit.rollout.tools as rt
+import stepcredit.rollout.turns as rt
 from stepcredit.cli import main as cli
 from stepcredit.rollout.engines import Completion
 

@@ -30,13 +30,13 @@ def test_sft_validates_with_the_tool_rollout(tmp_path: Path, monkeypatch: Any, m
     import stepcredit.trainer.validate as validate
 
     seen: list[Any] = []
-    real = validate.tool_generate
+    real = validate.tools_rollout
 
-    def spy(*args: Any, **kw: Any) -> Any:
-        seen.append((args[3], kw.get("run_tools")))
-        return real(*args, **kw)
+    def spy(model: Any, tok: Any, request: Any) -> Any:
+        seen.append((request.tools.config, request.tools.runner))
+        return real(model, tok, request)
 
-    monkeypatch.setattr(validate, "tool_generate", spy)
+    monkeypatch.setattr(validate, "tools_rollout", spy)
     out = tmp_path / "sft"
     assert main(["sft", "--preset", "tools", "--out", str(out), f"rollout.mode={mode}", *SMALL]) in (0, None)
     m = json.loads((out / "sft_metrics.json").read_text())

@@ -23,7 +23,7 @@ import stepcredit.process.continuation as continuation
 import stepcredit.trainer.setup as setup
 from stepcredit.cli.main import main
 from stepcredit.models import build_tokenizer
-from stepcredit.reward.tools import ToolRunner
+from stepcredit.reward.tools import AgentCallRunner
 
 
 def _tool_continuations() -> ModuleType:
@@ -54,9 +54,9 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:
     runners: list[Any] = []
     run_turns = continuation.run_turns
 
-    def spy(model: Any, tok: Any, rows: Any, tools: Any, run_tools: Any, **kw: Any) -> Any:
-        runners.append(run_tools)
-        return run_turns(model, tok, rows, tools, run_tools, **kw)
+    def spy(model: Any, tok: Any, rows: Any, tools: Any, **kw: Any) -> Any:
+        runners.append(tools.runner)
+        return run_turns(model, tok, rows, tools, **kw)
 
     monkeypatch.setattr(continuation, "run_turns", spy)
     return model, runners
@@ -98,7 +98,7 @@ def test_probe_continues_a_call_with_its_real_result(
         assert got["v_before"] == 1.0 and got["v_after"] == 0.0
         assert got["lower"] == 1.0 and got["argmin"] == 1.0
         assert answered  # a continuation's context held the call and the calculator's result
-        assert runners and all(isinstance(r, ToolRunner) for r in runners)
+        assert runners and all(isinstance(r, AgentCallRunner) for r in runners)
         assert "continuations call tools: calculator (fenced)" in out
     else:
         # without tools the continuation from the call goes on as text, no result, a guess: V_1 = 0.
@@ -123,7 +123,7 @@ def test_explain_values_a_trace_that_ends_at_a_call_with_its_result(
     if mode == "tools":
         # the call runs (through the reward agent), its result is appended, the policy copies it: 1
         assert got["episodes"][-1]["value"] == 1.0 and got["v0"] == 1.0
-        assert answered and runners and all(isinstance(r, ToolRunner) for r in runners)
+        assert answered and runners and all(isinstance(r, AgentCallRunner) for r in runners)
     else:
         # no tool runs: the policy guesses after the call: 0
         assert got["episodes"][-1]["value"] == 0.0 and got["v0"] == 0.0

@@ -19,16 +19,18 @@ import pytest
 import torch
 
 import stepcredit.reward.tools  # noqa: F401  (registers the arith_tools verifier)
-import stepcredit.rollout.tools as rt
+import stepcredit.rollout.turns as rt
 from stepcredit.config import ProcessConfig, RewardConfig, TinyModelConfig, ToolsConfig
 from stepcredit.models import build_tiny, build_tokenizer
 from stepcredit.process import VALUE_ESTIMATORS, prefix_values, score_each
-from stepcredit.process.values import PrefixRequest, ToolTurns, ValueContext
+from stepcredit.process.segment import trace_observed
+from stepcredit.process.values import PrefixRequest, ValueContext
 from stepcredit.reward import build_rewarder
 from stepcredit.reward.base import REWARDS
-from stepcredit.reward.tools import ToolRunner
-from stepcredit.rollout import engines
+from stepcredit.reward.tools import AgentCallRunner
+from stepcredit.rollout import ToolContext, engines
 from stepcredit.rollout.engines import Completion
+from stepcredit.rollout.tool_context import in_process_runner
 from stepcredit.tools import Observation, ToolCall, register_tool
 from stepcredit.types import Sample
 
@@ -157,7 +159,7 @@ def values(
     tok: Any,
     responses: list[str],
     *,
-    tools: ToolTurns | None,
+    tools: ToolContext | None,
     prompt: str = PROMPT,
     **kw: Any,
 ) -> list[list[float]]:
@@ -171,6 +173,8 @@ def values(
         cfg,
         score_fn=SCORE,
         tools=tools,
+        # the result marks a rollout of these texts records (their result blocks: what it appended)
+        observed=[trace_observed(ids(tok, r), tok) for r in responses],
     )
     return got.values
 
@@ -183,7 +187,7 @@ def test_a_continuation_reads_the_real_result_only_when_tools_run(
     monkeypatch: pytest.MonkeyPatch, tok: Any
 ) -> None:
     model = policy(monkeypatch, tok, copier)
-    turns = ToolTurns(TOOLS, max_new_tokens=200)
+    turns = ToolContext.in_process(TOOLS, 200)
     # Episodes: [the call], [its result + the answer]; V_0 (prompt), V_1 (after the call), V_2 (the
     # complete response: its own reward). With tools, the continuation from the right call runs it, reads
     # 22944 and copies it: 1; from the wrong call it reads the calculator's 23376: 0; from the prompt it
@@ -202,7 +206,7 @@ def test_a_prefix_keeps_its_results_and_the_turn_limit_counts_them(
     monkeypatch: pytest.MonkeyPatch, tok: Any
 ) -> None:
     model = policy(monkeypatch, tok, chainer)
-    turns = ToolTurns(ToolsConfig(names=("calculator",), parser="fenced", max_turns=2), max_new_tokens=400)
+    turns = ToolContext.in_process(ToolsConfig(names=("calculator",), parser="fenced", max_turns=2), 400)
     two = CALL + RESULT.format(22944) + "```calculator\n 22944 + 1\n```" + RESULT.format(22945) + "Done"
     values(model, tok, [two], tools=turns)
     # V_0: calls 1 and 2 run, the third (past max_turns=2) ends the continuation unexecuted.
@@ -220,7 +224,7 @@ def test_the_length_budget_counts_results(monkeypatch: pytest.MonkeyPatch, tok: 
     n_call = len(ids(tok, CALL))
     # rollout.max_new_tokens = 60 binds (mc_max_new_tokens = 200): every continuation, the prefix and its
     # results included, is 60 tokens (the char tokenizer: 60 characters)
-    values(model, tok, [CALL + RESULT.format(22944) + "x"], tools=ToolTurns(lots, max_new_tokens=60))
+    values(model, tok, [CALL + RESULT.format(22944) + "x"], tools=ToolContext.in_process(lots, 60))
     chain = CALL + RESULT.format(22944) + "```calculator\n 22944 + 1\n```"
     assert scored[:2] == [chain[:60]] * 2  # the second call is cut by the budget: it does not run
     # process.mc_max_new_tokens = 30 binds: 30 tokens past each prefix (V_0: 30, V_1: the call + 30)
@@ -229,7 +233,7 @@ def test_the_length_budget_counts_results(monkeypatch: pytest.MonkeyPatch, tok: 
         model,
         tok,
         [CALL + RESULT.format(22944) + "x"],
-        tools=ToolTurns(lots, max_new_tokens=60),
+        tools=ToolContext.in_process(lots, 60),
         mc_max_new_tokens=30,
     )
     assert [len(t) for t in scored[:2]] == [30, n_call + 30]
@@ -249,7 +253,7 @@ def test_tool_failures_in_continuations_are_observations(
 ) -> None:
     model = policy(monkeypatch, tok, failer(case))
     seen: list[Observation] = []
-    inner = rt.run_in_process(TOOLS.names, TOOLS.max_result_chars)
+    inner = in_process_runner(TOOLS.names, TOOLS.max_result_chars)
 
     def runner(calls: Sequence[ToolCall], kwargs: Sequence[Any]) -> list[Observation]:
         got = inner(calls, kwargs)
@@ -258,7 +262,7 @@ def test_tool_failures_in_continuations_are_observations(
 
     # the prompt names the failure; the response ends at once (no call), so V_0 and V_1 continue
     got = values(
-        model, tok, ["Hm" + EOS, "Hm."], tools=ToolTurns(TOOLS, 200, runner), prompt=f"{case}|{PROMPT}"
+        model, tok, ["Hm" + EOS, "Hm."], tools=ToolContext(TOOLS, runner, 200), prompt=f"{case}|{PROMPT}"
     )
     assert got == [[0.0, 0.0], [0.0, 0.0]]  # each continuation copied an error into its answer
     assert seen and all(o.error for o in seen)  # the run's runner ran every call
@@ -278,11 +282,16 @@ def test_every_continuation_estimator_takes_tools() -> None:
 
 def test_resume_row_finds_calls_so_far_and_the_pending_call(tok: Any) -> None:
     text = CALL + RESULT.format(22944) + WRONG
-    row = rt.resume_row(tok, [1], SAMPLE, ids(tok, text), TOOLS, limit=500)
+    ctx = ToolContext.in_process(TOOLS, 500)
+
+    def resume(t: str) -> rt.TurnRow:
+        return rt.resume_row(tok, [1], SAMPLE, ids(tok, t), ctx, observed=trace_observed(ids(tok, t), tok))
+
+    row = resume(text)
     assert row.calls == 1 and row.pending == ToolCall("calculator", {"expression": " 48 * 487"})
     # a call followed by more of the policy's text (a trace, not cut at the call) is not pending
-    assert rt.resume_row(tok, [1], SAMPLE, ids(tok, text + " then"), TOOLS, limit=500).pending is None
-    assert rt.resume_row(tok, [1], SAMPLE, ids(tok, "So "), TOOLS, limit=500).calls == 0
+    assert resume(text + " then").pending is None
+    assert resume("So ").calls == 0
 
 
 @pytest.mark.parametrize("strategy", ["packed", "naive"])
@@ -291,10 +300,18 @@ def test_a_forced_answer_at_a_call_is_forced_after_its_result(strategy: str) -> 
     cfg = ProcessConfig(value_estimator="forced_answer_logprob", strategy=strategy)
     n_call, n_obs = len(ids(tok, CALL)), len(ids(tok, RESULT.format(22944)))
     resp = ids(tok, RIGHT)
-    req = PrefixRequest(SAMPLE, ids(tok, PROMPT), resp, [0, n_call, len(resp) - 1], "22944", complete=True)
+    req = PrefixRequest(
+        SAMPLE,
+        ids(tok, PROMPT),
+        resp,
+        [0, n_call, len(resp) - 1],
+        "22944",
+        complete=True,
+        observed=trace_observed(resp, tok),  # the result's tokens, as the rollout marked them
+    )
     forced = VALUE_ESTIMATORS.get("forced_answer_logprob")
     with torch.no_grad():
-        got = forced(ValueContext(model, tok, [req], cfg, tools=ToolTurns(TOOLS, 200)))
+        got = forced(ValueContext(model, tok, [req], cfg, tools=ToolContext.in_process(TOOLS, 200)))
         plain = forced(ValueContext(model, tok, [req], cfg))
         # the reference: the same estimator without tools on prefixes that hold the call and its result
         ref = forced(
@@ -309,8 +326,10 @@ def test_continuations_run_through_the_reward_agent(monkeypatch: pytest.MonkeyPa
     # the trainer's runner: calls are rows of the run's reward agent (kill-safe workers, deadlines)
     names = ("calculator", "tc_sleeps")
     with build_rewarder(RewardConfig(timeout_s=1.0)) as rewarder:
-        turns = ToolTurns(
-            ToolsConfig(names=names, parser="fenced"), 200, ToolRunner(rewarder, offered=names, max_chars=256)
+        turns = ToolContext(
+            ToolsConfig(names=names, parser="fenced"),
+            AgentCallRunner(rewarder, offered=names, max_chars=256),
+            200,
         )
         assert values(policy(monkeypatch, tok, copier), tok, [RIGHT], tools=turns) == [[1.0, 1.0, 1.0]]
         # a tool that hangs is killed at the deadline: an error observation, the continuation goes on

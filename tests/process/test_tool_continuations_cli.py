@@ -14,7 +14,7 @@ import pytest
 import stepcredit.process.continuation as continuation
 import stepcredit.trainer.rollout as trainer_rollout
 from stepcredit.cli.main import main
-from stepcredit.reward.tools import ToolRunner
+from stepcredit.reward.tools import AgentCallRunner
 
 
 @pytest.mark.parametrize("estimator", ["monte_carlo", "greedy_continuation"])
@@ -25,9 +25,9 @@ def test_tools_preset_with_continuation_values(
     values: list[list[float]] = []
     run_turns, with_values = continuation.run_turns, trainer_rollout.with_values
 
-    def spy_turns(model: Any, tok: Any, rows: Any, tools: Any, run_tools: Any, **kw: Any) -> Any:
-        runners.append(run_tools)
-        return run_turns(model, tok, rows, tools, run_tools, **kw)
+    def spy_turns(model: Any, tok: Any, rows: Any, tools: Any, **kw: Any) -> Any:
+        runners.append(tools.runner)
+        return run_turns(model, tok, rows, tools, **kw)
 
     def spy_values(*a: Any, **kw: Any) -> Any:
         batch, unscored = with_values(*a, **kw)
@@ -61,7 +61,7 @@ def test_tools_preset_with_continuation_values(
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows][-1] == 2
     # the continuations ran as tool rollouts, through the trainer's reward-agent runner
-    assert runners and all(isinstance(r, ToolRunner) for r in runners)
+    assert runners and all(isinstance(r, AgentCallRunner) for r in runners)
     # every response got V_0..V_S, each a mean verifier score in [0, 1]
     assert len(values) >= 2 * 2 * 2
     assert all(0.0 <= v <= 1.0 and not math.isnan(v) for vs in values for v in vs), values

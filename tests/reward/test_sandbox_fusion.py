@@ -27,8 +27,8 @@ from stepcredit.errors import ConfigError, UserError
 from stepcredit.reward.run.health import RewardBackendError, probe_routes
 from stepcredit.reward.run.rewarder import build_rewarder
 from stepcredit.reward.verifiers.code import sandbox as sb
-from stepcredit.reward.verifiers.code.fusion import FusionSandbox
-from stepcredit.reward.verifiers.code.fusion_server import SandboxServer, is_loopback
+from stepcredit.sandbox.fusion import FusionSandbox
+from stepcredit.sandbox.fusion_server import SandboxServer, is_loopback
 from stepcredit.types import Sample, Status
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -280,7 +280,7 @@ def test_backend_extra_answers_fail_as_locally(
 ) -> None:
     # A program that knows the answer marker (here: a fixed one) and prints an extra answer fails the
     # case, as one writing on the local runner's answer channel does; it can never pass a wrong f.
-    from stepcredit.reward.verifiers.code import fusion
+    from stepcredit.sandbox import fusion
 
     monkeypatch.setattr(fusion.secrets, "token_hex", lambda n: "f" * (2 * n))
     forger = "print('\\n\\x1e' + 'f' * 16 + ':{\"v\": 4}')\ndef f(x):\n    return 5\n"
@@ -321,7 +321,7 @@ def test_service_down_or_silent_is_a_sandbox_error_not_a_zero() -> None:
 
 
 def test_a_failed_probe_is_retried_later(server: SandboxServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stepcredit.reward.verifiers.code import fusion
+    from stepcredit.sandbox import fusion
 
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import stepcredit.reward.tools  # noqa: F401  (registers the arith_tools verifier)
-import stepcredit.rollout.tools as rt
+import stepcredit.rollout.turns as rt
 from stepcredit.cli.main import main
 from stepcredit.config import (
     Config,
@@ -30,8 +30,9 @@ from stepcredit.models import load_policy
 from stepcredit.process.segment import segment_episodes
 from stepcredit.process.tree import tree_values
 from stepcredit.reward.base import REWARDS
-from stepcredit.rollout import ROLLOUT_MODES
+from stepcredit.rollout import ROLLOUT_MODES, RolloutRequest, ToolContext
 from stepcredit.rollout.engines import Completion
+from stepcredit.rollout.tool_context import in_process_runner
 from stepcredit.rollout.tree import BRANCH_RULES, BranchRule, Leaf
 from stepcredit.tools import Observation, ToolCall
 from stepcredit.types import Sample
@@ -45,7 +46,7 @@ RESULT = "\n```output\n{}\n```\n"
 def first_call(leaf: Leaf, ctx: Any) -> int:
     # branch at the leaf's first turn boundary after its last branch point (deterministic, for the test)
     last = leaf.path[-1][1]
-    after = [e + 1 for e in ctx.boundaries(leaf.ids) if last < e + 1 < len(leaf.ids)]
+    after = [e + 1 for e in ctx.ends(leaf) if last < e + 1 < len(leaf.ids)]
     return after[0] if after else last
 
 
@@ -83,7 +84,7 @@ def test_a_tool_tree_branches_at_calls_and_values_the_turns(monkeypatch: pytest.
     model, tok = load_policy(SMALL, seed=0)
     firsts = scripted(monkeypatch, tok)
     ran: list[ToolCall] = []
-    inner = rt.run_in_process(("calculator",), 256)
+    inner = in_process_runner(("calculator",), 256)
 
     def runner(calls: Sequence[ToolCall], kwargs: Sequence[Any]) -> list[Observation]:
         ran.extend(calls)
@@ -101,17 +102,13 @@ def test_a_tool_tree_branches_at_calls_and_values_the_turns(monkeypatch: pytest.
     )
     mode = ROLLOUT_MODES.get("tools_tree")
     assert mode.shares_prefixes
-    batch, counts = mode.fn.with_runner(runner)(  # type: ignore[attr-defined]
-        model,
-        tok,
+    request = RolloutRequest(
         [sample],
         cfg,
-        group_offset=0,
-        policy_version=0,
-        with_logprobs=True,
-        keep_cache=False,
-        boundaries=lambda ids: segment_episodes(ids, tok, ProcessConfig()),
+        lambda ids: segment_episodes(ids, tok, ProcessConfig()),
+        tools=ToolContext(cfg.tools, runner, cfg.max_new_tokens),
     )
+    batch, counts = mode.fn(model, tok, request)
     right = CALL + RESULT.format(22944) + "The answer is\n22944"
     wrong = WRONG + RESULT.format(23376) + "The answer is\n23376"
     # level 1: a right and a wrong first call; level 2: each leaf branches at its call's end, the branch

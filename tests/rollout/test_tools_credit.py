@@ -16,6 +16,7 @@ from stepcredit.data.arith import make_tool_rows
 from stepcredit.models import load_policy
 from stepcredit.process import build_requests, step_credits
 from stepcredit.process.oracle import step_oracle
+from stepcredit.process.segment import trace_observed
 from stepcredit.process.values import ValueContext
 from stepcredit.tools import PARSERS
 
@@ -39,9 +40,9 @@ def test_oracle_values_turns_of_a_response(tok: Any) -> None:
     bad = good.replace(first, wrong_first, 1)
     obs = PARSERS.get("fenced").observation
     cfg = ProcessConfig(enabled=True, value_estimator="step_oracle")
-    ends, reqs = build_requests(
-        [s, s], [[1], [1]], [tok(t)["input_ids"] + [tok.eos_token_id] for t in (good, bad)], tok, cfg
-    )
+    resp = [tok(t)["input_ids"] + [tok.eos_token_id] for t in (good, bad)]
+    # the result marks a rollout of these traces records (their result blocks)
+    ends, reqs = build_requests([s, s], [[1], [1]], resp, tok, cfg, [trace_observed(r, tok) for r in resp])
     # three turns each: two calls and the answer
     assert [len(e) for e in ends] == [3, 3]
     for e, t in zip(ends, (good, bad), strict=True):
@@ -65,7 +66,8 @@ def test_oracle_values_turns_of_a_response(tok: Any) -> None:
     carried = bad.replace(f"{s1} +", f"{int(a) * (int(b) + 1)} +").replace(
         f"{s1} -", f"{int(a) * (int(b) + 1)} -"
     )
-    _, (req,) = build_requests([s], [[1]], [tok(carried)["input_ids"] + [tok.eos_token_id]], tok, cfg)
+    ids = tok(carried)["input_ids"] + [tok.eos_token_id]
+    _, (req,) = build_requests([s], [[1]], [ids], tok, cfg, [trace_observed(ids, tok)])
     assert step_oracle(ValueContext(None, tok, [req], cfg, lambda xs, ts: [0.0]))[0] == [1.0, 0.0, 0.0, 0.0]
 
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from stepcredit.config import RewardConfig
+from stepcredit.config import RewardConfig, SandboxConfig
 from stepcredit.reward import build_rewarder
-from stepcredit.reward.tools import ToolRunner
+from stepcredit.reward.tools import AgentCallRunner
 from stepcredit.tools import PARSERS, TOOLS, ToolCall, ToolError, execute_call, register_tool, schemas
 from stepcredit.tools.builtin import calculate
 
@@ -96,7 +96,9 @@ def test_hermes_and_fenced_parsers() -> None:
     assert hermes.find(s, tools).call.arguments == {"expression": "1"}
     bad = hermes.find("<tool_call>{name: calculator}</tool_call>", tools)
     assert bad is not None and bad.call.arguments is None and bad.call.error
-    assert hermes.find("<tool_call>{unfinished", tools) is None
+    # an opened call never closed is an unparseable call to the end of the text, never a silent answer
+    unfinished = hermes.find("<tool_call>{unfinished", tools)
+    assert unfinished is not None and unfinished.call.kind == "unparseable_call" and unfinished.end == 22
     fenced = PARSERS.get("fenced")
     f = fenced.find("so\n```calculator\n12*12\n```\nrest", tools)
     assert f.call == ToolCall("calculator", {"expression": "12*12"})
@@ -140,7 +142,7 @@ def test_calls_run_through_the_reward_agent_with_a_deadline() -> None:
     # one pool for the rewards and the tools: a tool hanging past reward.timeout_s is killed there
     cfg = RewardConfig(timeout_s=1.0)
     with build_rewarder(cfg) as rewarder:
-        runner = ToolRunner(rewarder, offered=ALL, max_chars=64)
+        runner = AgentCallRunner(rewarder, offered=ALL, max_chars=64)
         t0 = time.perf_counter()
         obs = runner(
             [
@@ -167,7 +169,7 @@ def test_python_tool_runs_in_the_code_sandbox() -> None:
     assert py("print(12 * 12)").text == "144\n"
     o = py("raise SystemExit('nope')")
     assert o.error == "program_error" and "nope" in o.text
-    o = py("while True: pass", tools_kwargs={"python": {"timeout_s": 1.0}})
+    o = py("while True: pass", sandbox=SandboxConfig(timeout_s=1.0))  # the run's reward.sandbox limits
     assert o.error == "timeout"
     o = py("import os\nwhile True:\n    try: os.fork()\n    except OSError: break\nprint('done')")
     assert o.error in ("", "program_error", "timeout")  # bounded by the sandbox's process limit

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-import stepcredit.rollout.tools as rt
+import stepcredit.rollout.turns as rt
 from stepcredit.config import (
     LossConfig,
     ModelConfig,
@@ -25,8 +25,8 @@ from stepcredit.losses import compute_policy_loss
 from stepcredit.models import load_policy, token_logprobs
 from stepcredit.process.segment import segment_episodes
 from stepcredit.reward import build_rewarder
-from stepcredit.reward.tools import ToolRunner
-from stepcredit.rollout import ROLLOUT_MODES
+from stepcredit.reward.tools import AgentCallRunner
+from stepcredit.rollout import ROLLOUT_MODES, RolloutRequest, ToolContext
 from stepcredit.rollout.engines import Completion
 from stepcredit.tools import register_tool
 from stepcredit.types import Batch, Sample
@@ -106,21 +106,11 @@ def rollout(
     cfg = RolloutConfig(
         n=1, max_new_tokens=T, tools=ToolsConfig(names=NAMES, parser=parser, max_turns=max_turns)
     )
-    mode = ROLLOUT_MODES.get("tools").fn
-    assert isinstance(mode, rt.ToolRollout)
-    if runner is not None:
-        mode = mode.with_runner(runner)
-    return mode(
-        model,
-        tok,
-        [sample(q) for q in qs],
-        cfg,
-        group_offset=0,
-        policy_version=0,
-        with_logprobs=True,
-        keep_cache=False,
-        boundaries=lambda ids: [],
-    )
+    spec = ROLLOUT_MODES.get("tools")
+    assert spec.uses_tools
+    tools = None if runner is None else ToolContext(cfg.tools, runner, T)
+    request = RolloutRequest([sample(q) for q in qs], cfg, lambda ids: [], tools=tools)
+    return spec.fn(model, tok, request)
 
 
 def test_turns_results_masks_logprobs_and_episodes(policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,8 +148,10 @@ def test_turns_results_masks_logprobs_and_episodes(policy: Any, monkeypatch: pyt
         torch.where(b.response_mask_BT, logp, 0.0), b.behaviour_logp_BT, atol=1e-5, rtol=0
     )
     # turns are the episodes: the first ends at the call's last token, the second at the eos
+    # (read from the marks the rollout recorded, not from the text)
     ids = b.response_ids_BT[0][b.attention_BT()[0]].tolist()
-    assert segment_episodes(ids, tok, ProcessConfig()) == [n_call - 1, len(ids) - 1]
+    marks = b.observation_BT[0][b.attention_BT()[0]].tolist()
+    assert segment_episodes(ids, tok, ProcessConfig(), marks) == [n_call - 1, len(ids) - 1]
     # select and concat keep the marks
     both = Batch.concat([b.select([1]), b.select([0])])
     assert torch.equal(both.observation_BT[1, :T], b.observation_BT[0])
@@ -234,7 +226,9 @@ def test_malformed_json_arguments(policy: Any, monkeypatch: pytest.MonkeyPatch) 
         monkeypatch, tok, {"QA": ["<tool_call>{name: calculator}</tool_call>", "The answer is 1." + EOS]}
     )
     b, c = rollout(policy, ["QA"], parser="hermes", T=400)
-    assert c["tools/failed_bad_arguments"] == 1
+    assert (
+        c["tools/failed_unparseable_call"] == 1
+    )  # not JSON: unparseable (JSON of the wrong shape: bad_arguments)
     assert "<tool_response>\nerror: malformed tool call" in b.texts[0] and b.texts[0].endswith(
         "The answer is 1."
     )
@@ -260,7 +254,7 @@ def test_a_hanging_tool_is_killed_in_the_reward_agent(policy: Any, monkeypatch: 
         },
     )
     with build_rewarder(RewardConfig(timeout_s=1.0)) as rewarder:
-        runner = ToolRunner(rewarder, offered=NAMES, max_chars=256)
+        runner = AgentCallRunner(rewarder, offered=NAMES, max_chars=256)
         b, c = rollout(policy, ["QA", "QB"], runner=runner)
     assert c["tools/failed_timeout"] == 1 and c["tools/calls"] == 2
     assert "error: the tool timeout" in b.texts[0] and b.texts[0].endswith("The answer is 1.")
@@ -283,6 +277,9 @@ def test_start_up_check_imports_user_tools(tmp_path: Any) -> None:
     def cfg(**tools: Any) -> Config:
         return Config(rollout=RolloutConfig(mode="tools", tools=ToolsConfig(**tools)))
 
+    check_config(cfg(names=("shout",), modules=(str(f),)))
+    # the one loader of user code imports a file once: checking again does not register 'shout' twice
+    # (which the registry would refuse)
     check_config(cfg(names=("shout",), modules=(str(f),)))
     with pytest.raises(ConfigError, match=r"rollout\.tools\.names"):
         check_config(cfg(names=("nope",)))

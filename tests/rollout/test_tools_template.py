@@ -11,15 +11,34 @@ from typing import Any
 import pytest
 import torch
 
-import stepcredit.rollout.tools as rt
+import stepcredit.rollout.tool_render as rt
+import stepcredit.rollout.turns as turn_loop
 from stepcredit.cli import main as cli
-from stepcredit.config import ModelConfig, ProcessConfig, TinyModelConfig, ToolsConfig
+from stepcredit.config import ModelConfig, ProcessConfig, RolloutConfig, TinyModelConfig, ToolsConfig
 from stepcredit.errors import ConfigError
 from stepcredit.models import load_policy
 from stepcredit.process.segment import segment_episodes
+from stepcredit.rollout import RolloutRequest
 from stepcredit.rollout.engines import Completion
-from stepcredit.tools import hermes_template, schemas, tool_turn_text, tool_turns
+from stepcredit.rollout.tool_mode import tools_rollout
+from stepcredit.tools import PARSERS, hermes_template, probe_tool_template, schemas, tool_turn_text
 from stepcredit.types import Sample
+
+
+def tool_generate(
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    tools: ToolsConfig,
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+) -> tuple[Any, dict[str, float]]:
+    """The ``tools`` mode on ``samples`` (calls run in this process)."""
+    cfg = RolloutConfig(n=n, max_new_tokens=max_new_tokens, tools=tools)
+    return tools_rollout(model, tok, RolloutRequest(samples, cfg, lambda ids: [], temperature=temperature))
+
 
 SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
 # the built-in tiny tokenizer's own turn markup: <|user|> ... <|end|>; its eos is </s>
@@ -60,25 +79,25 @@ def scripted(monkeypatch: pytest.MonkeyPatch, turns: list[str]) -> None:
                 out.append(Completion(got[:room]))
             return out
 
-    monkeypatch.setattr(rt, "engine_for", lambda model: Scripted())
+    monkeypatch.setattr(turn_loop, "engine_for", lambda model: Scripted())
 
 
 def run(model: Any, tok: Any, tools: ToolsConfig, *, T: int = 400) -> Any:
     sample = Sample(prompt=PROMPT, ground_truth="144", data_source="arith_tools")
-    return rt.tool_generate(model, tok, [sample], tools, n=1, max_new_tokens=T, temperature=0.0)
+    return tool_generate(model, tok, [sample], tools, n=1, max_new_tokens=T, temperature=0.0)
 
 
 def test_probe_tells_which_templates_render_tool_turns(policy: Any) -> None:
     _, tok = policy
     # the built-in template prints any non-user role as an assistant turn but never the call
-    t = tool_turns(tok)
+    t = probe_tool_template(tok)
     assert not t.renders and "tool_calls" in t.why_not and not t.schemas
     # a generic template that prints every role (as SmolLM2's ChatML one does) renders the tool
     # message but not the call: not a tool template either
     generic = copy.deepcopy(tok)
     generic.chat_template = "{% for m in messages %}<|user|>{{ m.role }}: {{ m.content }}<|end|>{% endfor %}"
-    assert not tool_turns(generic).renders and "tool_calls" in tool_turns(generic).why_not
-    h = tool_turns(with_template(tok, **TINY_TURNS))
+    assert not probe_tool_template(generic).renders and "tool_calls" in probe_tool_template(generic).why_not
+    h = probe_tool_template(with_template(tok, **TINY_TURNS))
     assert h.renders and h.end_of_turn == "<|end|>" and h.schemas
 
 
@@ -126,11 +145,13 @@ def test_observation_is_the_templates_tool_turn(policy: Any, monkeypatch: pytest
     prompt = b.prompt_ids_BP[0][b.prompt_mask_BP[0]].tolist()
     assert prompt + resp == after + ids(tok, "The answer is 144.") + [tok.eos_token_id]
     assert b.texts[0].startswith(CALL + "<tool_response>\n144\n</tool_response>")
-    # turns are still the episodes: the first ends at the call's last token, not inside the markup
-    assert segment_episodes(resp, tok, ProcessConfig()) == [n_call - 1, len(resp) - 1]
+    # turns are still the episodes, from the marks the rollout recorded: the first ends at the call's
+    # last token, not inside the markup
+    marks = obs[b.attention_BT()[0]].tolist()
+    assert segment_episodes(resp, tok, ProcessConfig(), marks) == [n_call - 1, len(resp) - 1]
     # what `stepcredit explain` marks as the result: from the call's end through </tool_response>
     text = tok.decode(resp, skip_special_tokens=False)
-    [(a, z)] = rt.PARSERS.get("hermes").observation_spans(text)
+    [(a, z)] = PARSERS.get("hermes").observation_spans(text)
     assert (a, text[a:z]) == (len(CALL), "<|end|><|user|><tool_response>\n144\n</tool_response>")
 
 
@@ -139,7 +160,7 @@ def test_eos_end_of_turn_is_left_out(policy: Any, monkeypatch: pytest.MonkeyPatc
     # response ends at its first eos, so the tool turn is the template's tokens without the eos ones.
     model, base = policy
     tok = with_template(base, turn_start="<|{role}|>", turn_end="</s>")
-    assert tool_turns(tok).end_of_turn == "</s>"
+    assert probe_tool_template(tok).end_of_turn == "</s>"
     scripted(monkeypatch, [CALL, "The answer is 144."])
     b, _ = run(model, tok, ToolsConfig(names=("calculator",), parser="hermes"))
     turn = tool_turn_text(tok, "144", prompt=PROMPT, call="calculator", tools=schemas(["calculator"]))
@@ -149,24 +170,23 @@ def test_eos_end_of_turn_is_left_out(policy: Any, monkeypatch: pytest.MonkeyPatc
     assert obs == want and tok.eos_token_id not in obs
     assert not b.truncated_B[0] and b.texts[0].endswith("The answer is 144.")
     resp = b.response_ids_BT[0][b.attention_BT()[0]].tolist()
-    assert segment_episodes(resp, tok, ProcessConfig())[0] == len(ids(tok, CALL)) - 1
+    marks = b.observation_BT[0][b.attention_BT()[0]].tolist()
+    assert segment_episodes(resp, tok, ProcessConfig(), marks)[0] == len(ids(tok, CALL)) - 1
 
 
 def test_result_cannot_write_markup_and_convention_is_kept(policy: Any) -> None:
     _, base = policy
     tok = with_template(base, **TINY_TURNS)
-    parser = rt.PARSERS.get("hermes")
+    parser = PARSERS.get("hermes")
     tc = ToolsConfig(names=("calculator",))
     # special-token strings a tool prints are removed before the template renders the result
-    got = rt._observation_ids(tok, "1</s><|assistant|>2", parser=parser, tools=tc, prompt=PROMPT)
+    got = rt.observation_ids(tok, "1</s><|assistant|>2", parser=parser, tools=tc, prompt=PROMPT)
     assert got == ids(tok, "<|end|><|user|><tool_response>\n12\n</tool_response><|end|><|assistant|>")
     # render=convention: the parser's text, whatever the template can do
-    conv = rt._observation_ids(
-        tok, "12", parser=parser, tools=ToolsConfig(render="convention"), prompt=PROMPT
-    )
+    conv = rt.observation_ids(tok, "12", parser=parser, tools=ToolsConfig(render="convention"), prompt=PROMPT)
     assert conv == ids(tok, "\n<tool_response>\n12\n</tool_response>\n")
     # a template that cannot render tool turns: auto keeps the convention, template refuses (one line)
-    assert rt._observation_ids(base, "12", parser=parser, tools=tc, prompt=PROMPT) == ids(
+    assert rt.observation_ids(base, "12", parser=parser, tools=tc, prompt=PROMPT) == ids(
         base, "\n<tool_response>\n12\n</tool_response>\n"
     )
     assert rt.check_tool_template(tok, ToolsConfig(render="template"))
@@ -203,7 +223,7 @@ def test_real_tool_rollout_with_a_hermes_template(policy: Any) -> None:
     tok = with_template(base, **TINY_TURNS)
     torch.manual_seed(0)
     samples = [Sample(prompt=({"role": "user", "content": q},), ground_truth="1") for q in ("1+1?", "2*3?")]
-    b, c = rt.tool_generate(
+    b, c = tool_generate(
         model, tok, samples, ToolsConfig(render="template"), n=2, max_new_tokens=24, temperature=1.0
     )
     assert len(b) == 4 and c["rollout/responses"] == 4

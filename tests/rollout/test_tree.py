@@ -21,7 +21,7 @@ from stepcredit.data import row_to_sample
 from stepcredit.data.arith import make_rows
 from stepcredit.models import load_policy, token_logprobs
 from stepcredit.process import segment_episodes, tree_values
-from stepcredit.rollout import ROLLOUT_MODES, generate
+from stepcredit.rollout import ROLLOUT_MODES, RolloutRequest, generate
 from stepcredit.rollout.tree import BRANCH_RULES, BranchContext, Leaf, leaf_segments
 
 SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
@@ -43,10 +43,8 @@ def samples(k: int = 3) -> list:
 
 def rollout(model, tok, cfg: RolloutConfig, *, with_logprobs: bool = True):
     seg = functools.partial(segment_episodes, tokenizer=tok, cfg=ProcessConfig(min_episode_tokens=1))
-    return ROLLOUT_MODES.get(cfg.mode).fn(
-        model, tok, samples(), cfg, group_offset=5, policy_version=0, with_logprobs=with_logprobs,
-        keep_cache=False, boundaries=seg,
-    )  # fmt: skip
+    request = RolloutRequest(samples(), cfg, seg, group_offset=5, with_logprobs=with_logprobs)
+    return ROLLOUT_MODES.get(cfg.mode).fn(model, tok, request)
 
 
 @pytest.mark.parametrize("branch_at", ["episode", "entropy"])

@@ -12,16 +12,35 @@ from typing import Any
 import pytest
 import torch
 
-import stepcredit.rollout.tools as rt
-from stepcredit.config import ArithConfig, TinyModelConfig, ToolsConfig
+import stepcredit.rollout.tool_render as rt
+import stepcredit.rollout.turns as turn_loop
+from stepcredit.config import ArithConfig, RolloutConfig, TinyModelConfig, ToolsConfig
 from stepcredit.data import row_to_sample
 from stepcredit.data.arith import make_tool_rows, tool_chain_of
 from stepcredit.errors import DataError
 from stepcredit.models import build_tiny, token_logprobs
+from stepcredit.rollout import RolloutRequest
 from stepcredit.rollout.engines import Completion
+from stepcredit.rollout.tool_mode import tools_rollout
 from stepcredit.tools import PARSERS, hermes_template
 from stepcredit.trainer.sft import sft_batch, sft_loss, sft_pairs
 from stepcredit.types import Sample
+
+
+def tool_generate(
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    tools: ToolsConfig,
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+) -> tuple[Any, dict[str, float]]:
+    """The ``tools`` mode on ``samples`` (calls run in this process)."""
+    cfg = RolloutConfig(n=n, max_new_tokens=max_new_tokens, tools=tools)
+    return tools_rollout(model, tok, RolloutRequest(samples, cfg, lambda ids: [], temperature=temperature))
+
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, tokenizer="bpe")
 TOOLS = ToolsConfig(names=("calculator",), parser="fenced")  # the arith_tools traces' convention
@@ -63,7 +82,7 @@ def write_trace(monkeypatch: pytest.MonkeyPatch, turns: list[str]) -> None:
                 out.append(Completion((got + [tok.eos_token_id] * (k + 1 == len(turns)))[:room]))
             return out
 
-    monkeypatch.setattr(rt, "engine_for", lambda model: Scripted())
+    monkeypatch.setattr(turn_loop, "engine_for", lambda model: Scripted())
 
 
 def test_sft_pair_is_the_rollout_that_writes_the_trace(policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,7 +91,7 @@ def test_sft_pair_is_the_rollout_that_writes_the_trace(policy: Any, monkeypatch:
     for s, (p, r, trained) in zip(samples(), sft_pairs(tok, samples(), TOOLS), strict=True):
         # the tool rollout of a policy that writes the trace's own turns, the real calculator answering
         write_trace(monkeypatch, policy_turns(s))
-        b, c = rt.tool_generate(model, tok, [s], TOOLS, n=1, max_new_tokens=600, temperature=0.0)
+        b, c = tool_generate(model, tok, [s], TOOLS, n=1, max_new_tokens=600, temperature=0.0)
         assert c["tools/calls"] == s.extra_info["steps"] and c["tools/failed_calls"] == 0
         att = b.attention_BT()[0]
         # prompt, response and the untrained tokens are the rollout's, token for token
@@ -88,7 +107,7 @@ def test_sft_pair_is_the_rollout_that_writes_the_trace(policy: Any, monkeypatch:
         ]
         totals = tool_chain_of(s.prompt[0]["content"])
         fenced = PARSERS.get("fenced")
-        want = [rt._observation_ids(tok, str(v), parser=fenced, tools=TOOLS, prompt=s.prompt) for v in totals]
+        want = [rt.observation_ids(tok, str(v), parser=fenced, tools=TOOLS, prompt=s.prompt) for v in totals]
         assert runs == want
         assert (
             tok.decode(runs[0])

@@ -101,13 +101,12 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from stepcredit.rollout import ROLLOUT_MODES
-    from stepcredit.trainer.rollout import uses_tools
     from stepcredit.trainer.setup import policy
 
     torch.set_num_threads(cfg.trainer.threads)
     # rollout.mode=tools: answers call tools as in the trainer's validation (the mode's own start-up
     # check imports rollout.tools.modules and checks the names and the parser)
-    tools = cfg.rollout.tools if uses_tools(cfg) else None
+    tools = cfg.rollout.tools if ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools else None
     check = ROLLOUT_MODES.get(cfg.rollout.mode).check
     if tools is not None and check is not None:
         check(cfg)
@@ -149,9 +148,8 @@ def _evaluate_into(
     whole or absent), with a progress bar on stderr; the :class:`~stepcredit.trainer.evaluate.EvalReport`."""
     from stepcredit.reward import build_rewarder
     from stepcredit.trainer.evaluate import evaluate
-    from stepcredit.trainer.rollout import tool_runner, uses_tools
+    from stepcredit.trainer.rollout import tool_context
 
-    tools = cfg.rollout.tools if uses_tools(cfg) else None
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     bar = _bar(len(samples) * args.n, enabled=not args.no_progress)
@@ -165,8 +163,7 @@ def _evaluate_into(
             report = evaluate(
                 model, tok, samples, rewarder, n=args.n, temperature=temperature, max_new_tokens=max_new,
                 batch_size=args.batch_size, seed=cfg.trainer.seed if args.seed is None else args.seed,
-                score_truncated=args.score_truncated, on_rows=write, tools=tools,
-                run_tools=None if tools is None else tool_runner(cfg, rewarder),
+                score_truncated=args.score_truncated, on_rows=write, tools=tool_context(cfg, rewarder),
             )  # fmt: skip
         tmp.replace(out)
     except BaseException:

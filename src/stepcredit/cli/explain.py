@@ -324,13 +324,13 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.reward import REWARDS, build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
     from stepcredit.trainer.explain import explain
-    from stepcredit.trainer.rollout import tool_turns, uses_tools
+    from stepcredit.trainer.rollout import tool_context
     from stepcredit.trainer.setup import policy
 
     check_config(cfg)
     # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
     # imports rollout.tools.modules and checks the names and the parser)
-    with_tools = uses_tools(cfg)
+    with_tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
     check = ROLLOUT_MODES.get(cfg.rollout.mode).check
     if with_tools and check is not None:
         check(cfg)
@@ -343,7 +343,7 @@ def run(args: argparse.Namespace) -> int:
             model, tok, prompt, response, answer, cfg, rewarder, raw_prompt=args.raw_prompt,
             data_source=source,
             # the calls run in the reward agent, as the trainer's continuations do
-            tools=tool_turns(cfg, rewarder) if with_tools else None,
+            tools=tool_context(cfg, rewarder),
         )  # fmt: skip
     print(_table(report))
     if args.html is not None:

@@ -245,12 +245,12 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
     from stepcredit.trainer.probe import probe
-    from stepcredit.trainer.rollout import tool_turns, uses_tools
+    from stepcredit.trainer.rollout import tool_context
     from stepcredit.trainer.setup import policy
 
     # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
     # imports rollout.tools.modules and checks the names and the parser)
-    with_tools = uses_tools(cfg)
+    with_tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
     check = ROLLOUT_MODES.get(cfg.rollout.mode).check
     if with_tools and check is not None:
         check(cfg)
@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
             deltas=deltas, seed=args.seed, credit_forms=forms,
             tree_rollout=cfg.rollout if args.grow_trees else None,
             # the calls run in the reward agent, as the trainer's continuations do
-            tools=tool_turns(cfg, rewarder) if with_tools else None,
+            tools=tool_context(cfg, rewarder),
         )  # fmt: skip
     print(_table(report))
     if args.png is not None:

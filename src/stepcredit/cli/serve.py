@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from stepcredit.reward.verifiers.code.fusion_server import SandboxServer
+from stepcredit.sandbox.fusion_server import SandboxServer
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -24,9 +24,10 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.data.domains import build_data
     from stepcredit.models import save_pretrained
     from stepcredit.reward import build_rewarder
+    from stepcredit.rollout import ROLLOUT_MODES
     from stepcredit.stats import wilson_interval
     from stepcredit.trainer.loop import seed_everything
-    from stepcredit.trainer.rollout import tool_runner, uses_tools
+    from stepcredit.trainer.rollout import tool_context
     from stepcredit.trainer.setup import engine_bound, load_model
     from stepcredit.trainer.sft import run_sft
     from stepcredit.trainer.validate import validate
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(cfg.trainer.threads)
     seed_everything(cfg.trainer.seed)
     train_set, val_set, _ = build_data(cfg.data, seed=cfg.trainer.seed)  # every domain, as train does
-    tools = uses_tools(cfg)
+    tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
     model, tok = load_model(cfg)
     m = run_sft(
         model, tok, train_set, cfg.sft, seed=cfg.trainer.seed, tools=cfg.rollout.tools if tools else None
@@ -49,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
             val_set,
             rewarder,
             max_new_tokens=cfg.rollout.max_new_tokens,
-            tools=cfg.rollout.tools if tools else None,
-            run_tools=tool_runner(cfg, rewarder) if tools else None,
+            tools=tool_context(cfg, rewarder),
         )
     m.update(vm)
     (out / "sft_metrics.json").write_text(json.dumps(m, indent=2))

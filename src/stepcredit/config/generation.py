@@ -233,7 +233,7 @@ class VLLMConfig:
 
 @dataclass(frozen=True)
 class ToolsConfig:
-    """Multi-turn rollouts whose turns call tools (``rollout.mode=tools``, :mod:`stepcredit.rollout.tools`)."""
+    """Multi-turn rollouts whose turns call tools (``rollout.mode=tools``, :mod:`stepcredit.rollout.tool_mode`)."""
 
     names: tuple[str, ...] = ("calculator",)
     """Tools offered to the policy (``stepcredit.tools.TOOLS``: ``calculator``, ``python``, your own)."""

@@ -23,6 +23,7 @@ from stepcredit.process.forced import (
 from stepcredit.process.segment import segment_episodes, token_char_spans
 from stepcredit.process.stage import (
     PrefixValues,
+    batch_observed,
     batch_token_ids,
     build_requests,
     check_config,
@@ -69,6 +70,7 @@ __all__ = [
     "ValueEstimatorSpec",
     "ValueQuery",
     "answer_suffix",
+    "batch_observed",
     "batch_token_ids",
     "blame_credit",
     "build_requests",

@@ -12,7 +12,7 @@ our decode loop, or vLLM), as every other generating stage is. Every text a batc
 (:data:`~stepcredit.process.values.ScoreFn`) in one call, after the generation.
 
 On a tool rollout (``rollout.mode=tools``, ``tools`` given) a continuation is a tool rollout from the
-prefix (:func:`stepcredit.rollout.tools.run_turns`, the rollout's own turn loop): a prefix that ends at
+prefix (:func:`stepcredit.rollout.turns.run_turns`, the rollout's own turn loop): a prefix that ends at
 a call (a turn's end) first gets that call run and its result appended, then turns go on with the
 rollout's tools, parser and runner, its turn limit less the calls already in the prefix, and its length
 budget (results count) capped at ``process.mc_max_new_tokens`` past the prefix. So V(prefix) is the
@@ -27,7 +27,7 @@ from typing import Any
 
 from stepcredit.process.values import PrefixRequest, ValueContext, ValueEstimator, register_value_estimator
 from stepcredit.rollout.engines import SamplingSpec, engine_for
-from stepcredit.rollout.tools import default_runner, resume_row, run_turns
+from stepcredit.rollout.turns import resume_row, run_turns
 from stepcredit.types import Sample
 
 
@@ -163,21 +163,22 @@ def _continue(
         r = ctx.requests[owners[0][0]]  # the owners of one context share its prompt and prefix
         n = r.prefix_lens[owners[0][1]]
         limit = min(tools.max_new_tokens, n + spec.max_tokens)
+        # the prefix's results are the ones the rollout marked when it appended them (r.observed)
+        marks = list(r.observed[:n]) if r.observed else [False] * n
         for _ in range(spec.n):
             rows.append(
                 resume_row(
-                    ctx.tokenizer, r.prompt_ids, r.sample, r.response_ids[:n], tools.tools, limit=limit
+                    ctx.tokenizer,
+                    r.prompt_ids,
+                    r.sample,
+                    r.response_ids[:n],
+                    tools,
+                    observed=marks,
+                    limit=limit,
                 )
             )
             starts.append(n)
-    run_turns(
-        ctx.model,
-        ctx.tokenizer,
-        rows,
-        tools.tools,
-        default_runner(tools.tools, tools.run_tools),
-        temperature=spec.temperature,
-    )
+    run_turns(ctx.model, ctx.tokenizer, rows, tools, temperature=spec.temperature)
     return [row.ids[n:] for row, n in zip(rows, starts, strict=True)]  # what the loop appended
 
 

@@ -14,7 +14,6 @@ same numbers at different costs; ``packed`` values all prefixes of a response in
 
 from __future__ import annotations
 
-import bisect
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -23,10 +22,9 @@ from typing import Any, Protocol
 import torch
 
 from stepcredit.errors import ConfigError, DataError
-from stepcredit.process.segment import token_char_spans
-from stepcredit.process.values import PrefixRequest, ToolTurns, ValueContext, register_value_estimator
+from stepcredit.process.values import PrefixRequest, ToolContext, ValueContext, register_value_estimator
 from stepcredit.registry import Registry
-from stepcredit.tools import PARSERS
+from stepcredit.rollout.turns import observation_runs
 from stepcredit.types import RolloutCache
 
 
@@ -464,22 +462,17 @@ def forced_answer_values(
         return STRATEGIES.get(strategy)(model, queries, max_tokens_per_forward, body)
 
 
-def past_results(tokenizer: Any, requests: Sequence[PrefixRequest], tools: ToolTurns) -> list[PrefixRequest]:
+def past_results(
+    tokenizer: Any, requests: Sequence[PrefixRequest], tools: ToolContext
+) -> list[PrefixRequest]:
     """The requests with each prefix that ends at a call (a turn's end) extended over the call's result,
-    which follows it in the response (the rollout's own result tokens): a forced answer at a turn's
-    end then reads the result, as a continuation from there does after running the call."""
-    parser = PARSERS.get(tools.tools.parser)
+    which follows it in the response (the rollout's own result tokens, as it marked them in
+    ``observed``): a forced answer at a turn's end then reads the result, as a continuation from there
+    does after running the call."""
     out = []
     for r in requests:
-        text, spans = token_char_spans(r.response_ids, tokenizer)
-        ends = [e for _, e in spans]
-        result_end = dict(parser.observation_spans(text))  # where a result starts -> where it ends
-        lens = []
-        for n in r.prefix_lens:
-            end = result_end.get(ends[n - 1]) if n > 0 else None
-            # the first token whose text reaches the result's end closes the prefix
-            lens.append(n if end is None else bisect.bisect_left(ends, end) + 1)
-        out.append(replace(r, prefix_lens=lens))
+        result_end = dict(observation_runs(r.observed))  # where a result starts -> where it ends (tokens)
+        out.append(replace(r, prefix_lens=[result_end.get(n, n) if n > 0 else n for n in r.prefix_lens]))
     return out
 
 

@@ -8,8 +8,11 @@ the step delimiter of GSM8K, PRM800K and Math-Shepherd traces; with no marker wi
 and episodes shorter than ``min_episode_tokens`` are merged into their neighbour.
 
 A multi-turn response (``rollout.mode=tools``) is split at its turns instead: an episode ends at the
-last token of each tool call (just before the call's result, which every registered tool-call
-convention marks), and the last one at the response's end, so turns are the process channel's steps.
+last token of each tool call (just before the call's result), and the last one at the response's end,
+so turns are the process channel's steps. Where the results are is what the rollout recorded when it
+appended them (``observed``, from ``Batch.observation_BT``), never what the text looks like: a tool
+whose output prints a convention's markup cannot add a turn. A trace given as text (``stepcredit
+explain``, the probe) has no such record: :func:`trace_observed` reads its result blocks once.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import ProcessConfig
+from stepcredit.rollout.turns import turn_ends
 from stepcredit.tools import PARSERS
 
 # A sentence (or line) starts after a newline, or after . ! ? followed by white space. The white space is
@@ -131,11 +135,13 @@ def marker_starts(text: str, markers: Sequence[str]) -> list[int]:
     return out
 
 
-def turn_starts(text: str) -> list[int]:
-    """Character positions where a tool result starts (every registered convention's), sorted."""
-    return sorted(
-        {c for name in PARSERS.names() for c in PARSERS.get(name).observation_starts(text) if c > 0}
-    )
+def trace_observed(response_ids: Sequence[int], tokenizer: Any) -> list[bool]:
+    """Per token of a trace given as text (not a rollout, which records its own marks), whether it is
+    inside a tool result block of a registered convention (a token across a block's edge is the
+    policy's)."""
+    text, spans = token_char_spans(response_ids, tokenizer)
+    blocks = sorted(b for name in PARSERS.names() for b in PARSERS.get(name).observation_spans(text))
+    return [any(a <= s and e <= b and s < e for a, b in blocks) for s, e in spans]
 
 
 def _plan(n: int, markers: list[int], sentences: list[int], *, max_len: int, min_len: int) -> list[int]:
@@ -160,15 +166,25 @@ def _plan(n: int, markers: list[int], sentences: list[int], *, max_len: int, min
     return ends
 
 
-def segment_episodes(response_ids: Sequence[int], tokenizer: Any, cfg: ProcessConfig) -> list[int]:
+def segment_episodes(
+    response_ids: Sequence[int],
+    tokenizer: Any,
+    cfg: ProcessConfig,
+    observed: Sequence[bool] | None = None,
+) -> list[int]:
     """Token indices (into ``response_ids``) of each episode's last token.
 
     The last episode ends at the last token of ``response_ids`` (pass the response without padding).
-    An empty response has no episodes.
+    An empty response has no episodes. ``observed``: per token, a tool result's as the rollout recorded
+    it; a response with results is split at its turns (each call's last token), read from these marks.
     """
     n = len(response_ids)
     if n == 0:
         return []
+    if observed is not None and any(observed):
+        if len(observed) != n:
+            raise ValueError(f"observed marks {len(observed)} tokens of a response of {n}")
+        return turn_ends(observed)
     text, spans = token_char_spans(response_ids, tokenizer)
     token_ends = [e for _, e in spans]
 
@@ -184,9 +200,6 @@ def segment_episodes(response_ids: Sequence[int], tokenizer: Any, cfg: ProcessCo
     def to_tokens(chars: list[int]) -> list[int]:
         return sorted({k for k in (token_at(c) for c in chars) if 0 < k < n})
 
-    turns = to_tokens(turn_starts(text))
-    if turns:  # a tool-calling response: one episode per turn (a result belongs to the turn after it)
-        return [k - 1 for k in turns] + ([n - 1] if turns[-1] - 1 < n - 1 else [])
     starts = marker_starts(text, cfg.markers)
     if cfg.split_lines:
         starts += line_starts(text)

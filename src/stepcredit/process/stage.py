@@ -26,7 +26,7 @@ from stepcredit.process.values import (
     VALUE_ESTIMATORS,
     PrefixRequest,
     ScoreFn,
-    ToolTurns,
+    ToolContext,
     ValueContext,
     estimate,
 )
@@ -55,14 +55,23 @@ def _content_len(ids: list[int], tokenizer: Any) -> int:
 
 
 def prefix_request(
-    sample: Any, prompt_ids: list[int], response_ids: list[int], tokenizer: Any, cfg: ProcessConfig
+    sample: Any,
+    prompt_ids: list[int],
+    response_ids: list[int],
+    tokenizer: Any,
+    cfg: ProcessConfig,
+    observed: Sequence[bool] | None = None,
 ) -> tuple[list[int], PrefixRequest]:
-    """Episode ends and the value request of one response (token ids without padding)."""
-    ends = segment_episodes(response_ids, tokenizer, cfg)
+    """Episode ends and the value request of one response (token ids without padding; ``observed``:
+    its tool results' tokens as the rollout marked them, or None)."""
+    ends = segment_episodes(response_ids, tokenizer, cfg, observed)
     n_content = _content_len(response_ids, tokenizer)
     lens = [0] + [min(e + 1, n_content) for e in ends]
     complete = bool(response_ids) and response_ids[-1] == getattr(tokenizer, "eos_token_id", None)
-    return ends, PrefixRequest(sample, prompt_ids, response_ids, lens, str(sample.ground_truth), complete)
+    marks = list(observed) if observed is not None and any(observed) else []
+    return ends, PrefixRequest(
+        sample, prompt_ids, response_ids, lens, str(sample.ground_truth), complete, observed=marks
+    )
 
 
 def build_requests(
@@ -71,12 +80,14 @@ def build_requests(
     response_ids: Sequence[Sequence[int]],
     tokenizer: Any,
     cfg: ProcessConfig,
+    observed: Sequence[Sequence[bool]] | None = None,
 ) -> tuple[list[list[int]], list[PrefixRequest]]:
     """Episode ends and the value requests of every response (token ids without padding; the gold
-    answer is ``str(sample.ground_truth)``)."""
+    answer is ``str(sample.ground_truth)``; ``observed``: each response's result marks, or None)."""
     ends_all, requests = [], []
-    for sample, prompt, resp in zip(samples, prompt_ids, response_ids, strict=True):
-        ends, req = prefix_request(sample, list(prompt), list(resp), tokenizer, cfg)
+    marks = list(observed) if observed is not None else [None] * len(response_ids)
+    for sample, prompt, resp, obs in zip(samples, prompt_ids, response_ids, marks, strict=True):
+        ends, req = prefix_request(sample, list(prompt), list(resp), tokenizer, cfg, obs)
         ends_all.append(ends)
         requests.append(req)
     return ends_all, requests
@@ -93,6 +104,15 @@ def batch_token_ids(batch: Batch) -> tuple[list[list[int]], list[list[int]]]:
     return prompts, responses
 
 
+def batch_observed(batch: Batch) -> list[list[bool]] | None:
+    """Per response of ``batch`` (padding removed, as :func:`batch_token_ids`), which tokens are tool
+    results, as the rollout recorded them (``observation_BT``); None for a batch without tools."""
+    if batch.observation_BT is None:
+        return None
+    obs = batch.observation_BT.to(batch.response_mask_BT.device)
+    return [o[m.bool()].tolist() for o, m in zip(obs, batch.attention_BT(), strict=True)]
+
+
 def prefix_values(
     model: Any,
     tokenizer: Any,
@@ -103,7 +123,8 @@ def prefix_values(
     *,
     score_fn: ScoreFn | None = None,
     body: RolloutCache | None = None,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
+    observed: Sequence[Sequence[bool]] | None = None,
 ) -> PrefixValues:
     """Episode ends and [V_0, V_1, ..., V_S] of every response, by ``cfg.value_estimator``.
 
@@ -115,9 +136,9 @@ def prefix_values(
     ``greedy_continuation``): without it those raise a ConfigError. ``tools``: the responses are a
     tool rollout's (``rollout.mode=tools``), and an estimator that ``takes_tools`` values a prefix that
     ends at a call after the call's result (:attr:`ValueEstimatorSpec.takes_tools`); the others
-    ignore it.
+    ignore it. ``observed``: each response's result marks (``Batch.observation_BT``): the turns.
     """
-    ends, requests = build_requests(samples, prompt_ids, response_ids, tokenizer, cfg)
+    ends, requests = build_requests(samples, prompt_ids, response_ids, tokenizer, cfg, observed)
     return PrefixValues(ends, estimate(ValueContext(model, tokenizer, requests, cfg, score_fn, body, tools)))
 
 
@@ -128,7 +149,7 @@ def compute_prefix_values(
     cfg: ProcessConfig,
     *,
     score_fn: ScoreFn | None = None,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
 ) -> PrefixValues:
     """:func:`prefix_values` of every response of ``batch`` (continuing from its rollout cache when it
     carries one); the batch is left as it was."""
@@ -143,6 +164,7 @@ def compute_prefix_values(
         score_fn=score_fn,
         body=batch.kv_cache,
         tools=tools,
+        observed=batch_observed(batch),
     )
 
 

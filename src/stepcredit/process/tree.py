@@ -197,6 +197,7 @@ def grown_tree_values(
             if needs_entropy
             else [],
             [(0, 0)],
+            observed=list(r.observed),  # a trace's results: its turns are where the tree branches
         )
         for i, r in enumerate(requests)
     ]

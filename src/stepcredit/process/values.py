@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from stepcredit.config import ProcessConfig, ToolsConfig
+from stepcredit.config import ProcessConfig
 from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
-from stepcredit.rollout.tools import ToolRunner
+from stepcredit.rollout.tool_context import ToolContext
 from stepcredit.types import RolloutCache, Sample
 
 ScoreFn = Callable[[Sequence[Sample], Sequence[str]], list[float]]
@@ -64,19 +64,10 @@ class PrefixRequest:
     """The gold answer text (``str(sample.ground_truth)``)."""
     complete: bool = False
     """The response ended by itself (eos): monte_carlo scores the whole response instead of sampling."""
-
-
-@dataclass(frozen=True)
-class ToolTurns:
-    """How the continuations of a tool rollout's prefixes run (``rollout.mode=tools``): as tool
-    rollouts, with the rollout's tools, parser, turn limit, length budget and runner."""
-
-    tools: ToolsConfig
-    """The offered tools, the call convention and the turn limit (``rollout.tools``)."""
-    max_new_tokens: int
-    """The length budget of a whole response, results included (``rollout.max_new_tokens``)."""
-    run_tools: ToolRunner | None = None
-    """The run's tool runner (the trainer's reward agent); None: calls run in this process."""
+    observed: list[bool] = field(default_factory=list)
+    """Per response token, a tool result's, as the rollout recorded it when it appended the result
+    (``Batch.observation_BT``); empty for a response without tools. Turn boundaries and a
+    continuation's calls so far are read from these marks, never re-parsed from the text."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +87,7 @@ class ValueContext:
     """The batched verifier; given whenever the estimator's registry entry says ``needs_verifier``."""
     body: RolloutCache | None = None
     """The rollout's KV cache over exactly these responses (read, never modified), if it was kept."""
-    tools: ToolTurns | None = None
+    tools: ToolContext | None = None
     """The responses are a tool rollout's: how its continuations run (None: no tools)."""
 
     @property
@@ -141,7 +132,7 @@ class ValueEstimatorSpec:
     exact step value), not a likelihood or a score on its own scale (a forced answer's log-probability):
     credit forms that compare V with a certain success (``blame``'s V_0 := 1) need it."""
     takes_tools: bool = False
-    """It reads ``ctx.tools`` (:class:`ToolTurns`), which the caller sets on a tool rollout, so that its
+    """It reads ``ctx.tools`` (:class:`ToolContext`), which the caller sets on a tool rollout, so that its
     value of a prefix that ends at a call sees the call's result: continuations run as tool rollouts
     (``monte_carlo``, ``greedy_continuation``), a forced answer is forced after the result."""
 

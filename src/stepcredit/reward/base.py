@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
 from stepcredit.types import RewardResult, Sample, Status
+from stepcredit.user_code import load_file, loaded_by_path
 
 PerSampleFn = Callable[..., Any]
 FastFn = Callable[..., "RewardResult | None"]
@@ -80,6 +81,10 @@ class RewardFn:
     """Where a worker process finds ``fn`` (derived from ``fn`` when not given)."""
     post_process: Callable[[list[float]], list[float]] | None = None
     """Optional ``post_process_scores(scores_of_one_group) -> scores`` of a stateful custom scorer."""
+    reruns: bool = True
+    """A failed or lost call may run again (the agent's retries, and re-submission after its worker
+    died); False for a function with side effects that must run at most once (a tool call): a death is
+    then its result."""
     validate: Callable[[Sample], None] | None = None
     """Optional check of a row before it is scored (``validate(sample)`` raises a UserError naming the
     row, e.g. an IFEval instruction id no checker knows); run when data is loaded and when routed."""
@@ -104,7 +109,7 @@ def ref_of(fn: Callable[..., Any]) -> FnRef:
         raise ConfigError(f"reward function {fn!r} must be defined at module level to run in a worker")
     mod = sys.modules.get(module)
     spec = getattr(mod, "__spec__", None)
-    if module and module != "__main__" and spec is not None and spec.origin and not _loaded_by_path(module):
+    if module and module != "__main__" and spec is not None and spec.origin and not loaded_by_path(module):
         return FnRef("module", module, qual)
     path = inspect.getsourcefile(fn) or ""
     if not path:
@@ -112,47 +117,11 @@ def ref_of(fn: Callable[..., Any]) -> FnRef:
     return FnRef("file", os.path.abspath(path), qual)
 
 
-_BY_PATH_PREFIX = "_stepcredit_user_"
-
-
-def _loaded_by_path(module: str) -> bool:
-    # Modules we (or pytest's importlib mode) loaded from a file path cannot be re-imported by name.
-    if module.startswith(_BY_PATH_PREFIX):
-        return True
-    try:
-        return importlib.util.find_spec(module) is None
-    except (ImportError, ValueError):
-        return True
-
-
-_FILE_CACHE: dict[str, Any] = {}
-
-
-def _load_file(path: str) -> Any:
-    if path in _FILE_CACHE:
-        return _FILE_CACHE[path]
-    if not os.path.isfile(path):
-        raise ConfigError(f"reward function file {path} does not exist")
-    name = _BY_PATH_PREFIX + str(abs(hash(path)))
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"reward function file {path} is not a Python file")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except Exception as e:
-        sys.modules.pop(name, None)
-        raise ConfigError(f"reward function file {path} failed to import: {type(e).__name__}: {e}") from None
-    _FILE_CACHE[path] = mod
-    return mod
-
-
 def load_ref(ref: FnRef) -> Any:
     """Import the object a reference names, or raise a ConfigError saying what is missing."""
     match ref.kind:
         case "file":
-            obj = _load_file(ref.target)
+            obj = load_file(ref.target, what="reward function")
         case _:
             try:
                 obj = importlib.import_module(ref.target)
@@ -188,11 +157,13 @@ def register_reward(
     isolate: bool = True,
     override: bool = False,
     validate: Callable[[Sample], None] | None = None,
+    reruns: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register a per-sample reward function under ``data_source`` names (or patterns like
     ``aime*``). ``fast``: an inline pre-check with the same signature (None = undecided, run the
     function); ``isolate``: run the function in the kill-safe pool; ``validate``: a check of each row
-    (raises a UserError naming it). Returns the function unchanged."""
+    (raises a UserError naming it); ``reruns=False``: never run a call twice (:attr:`RewardFn.reruns`).
+    Returns the function unchanged."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         entry = RewardFn(
@@ -202,6 +173,7 @@ def register_reward(
             isolate=isolate,
             ref=ref_of(fn) if isolate else None,
             validate=validate,
+            reruns=reruns,
         )
         REWARDS.register(name, *aliases, override=override)(entry)
         return fn

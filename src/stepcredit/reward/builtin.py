@@ -1,17 +1,16 @@
 """Imports every built-in reward module so that each registers itself in ``REWARDS``.
 
-Add one import line here per new built-in module (the pool's workers import this module too).
+Add one import line here per new built-in module (the pool's workers import this module too). Each
+line imports the module by its full name (``import stepcredit.reward.x``), not through the package
+(``from stepcredit.reward import x`` would import ``stepcredit.reward``, which imports this module:
+a cycle).
 """
 
-import stepcredit.reward.custom  # noqa: F401  (reward.custom.style=trl; not through the package: no cycle)
-from stepcredit.reward import tools  # noqa: F401  (style tool: multi-turn rollouts' tool calls; arith_tools)
-from stepcredit.reward.scorers import (  # noqa: F401  (each module registers itself)
-    judge,  # LLM judge: data_source judge
-    reward_model,  # reward models: reward_model.style model
-)
-from stepcredit.reward.verifiers import (
-    ifeval,  # noqa: F401  (ifeval: IFEval's instruction constraints)
-    math,  # noqa: F401  (math, gsm8k, MATH, arith, ...)
-    multiple_choice,  # noqa: F401  (multiple_choice, mmlu*, gpqa*, ...)
-)
-from stepcredit.reward.verifiers.code import sandbox  # noqa: F401  (data_source code, VeRL's code sources)
+import stepcredit.reward.custom  # reward.custom.style=trl
+import stepcredit.reward.scorers.judge  # LLM judge: data_source judge
+import stepcredit.reward.scorers.reward_model  # reward models: reward_model.style model
+import stepcredit.reward.tools  # style tool: multi-turn rollouts' tool calls; arith_tools
+import stepcredit.reward.verifiers.code.sandbox  # data_source code, VeRL's code sources
+import stepcredit.reward.verifiers.ifeval  # ifeval: IFEval's instruction constraints
+import stepcredit.reward.verifiers.math  # math, gsm8k, MATH, arith, ...
+import stepcredit.reward.verifiers.multiple_choice  # noqa: F401  multiple_choice, mmlu*, gpqa*, ...

@@ -3,13 +3,17 @@ kill-safe workers, so a tool gets the same deadlines (a hanging tool's worker is
 limits and no-lost-request guarantees as a reward function.
 
 A call is submitted as a row of style ``tool`` whose response is the call as JSON; the reward
-function registered under that style runs :func:`stepcredit.tools.execute_call` in a worker and
-returns the observation in its result's ``info``. :class:`ToolRunner` turns a batch of calls into
-observations, and a deadline or a crashed worker into an error observation of its own kind.
+function registered under that style runs :func:`stepcredit.tools.execute_call` in a worker, under the
+run's ``reward.sandbox`` settings, and returns the observation in its result's ``info``.
+:class:`AgentCallRunner` turns a batch of calls into observations, and a deadline or a crashed worker
+into an error observation of its own kind. A call runs at most once (the style is registered with
+``reruns=False``: no retry, no re-submission after a worker died) unless its tool is registered
+``idempotent`` (style ``tool_idempotent``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
@@ -17,6 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from stepcredit.config import SandboxConfig
 from stepcredit.errors import ConfigError
 from stepcredit.reward.base import FnRef, load_ref, register_reward
 from stepcredit.reward.verifiers import math as _math  # noqa: F401  (registers "math")
@@ -25,6 +30,8 @@ from stepcredit.types import RewardResult, Sample, Status
 
 TOOL_STYLE = "tool"
 """The row style (and reward name) of a tool call (style routing comes before ``reward.custom``)."""
+IDEMPOTENT_TOOL_STYLE = "tool_idempotent"
+"""The style of a call of an ``idempotent`` tool: the agent may run it again after its worker died."""
 
 _FINAL_RE = re.compile(r"answer is\b", re.IGNORECASE)
 _INTEGER_RE = re.compile(r"(-?\d+)(?:\s+[A-Za-z]+)?")  # "47056" or "47056 eggs"
@@ -52,7 +59,7 @@ def integer_answer(data_source: str, solution_str: str, ground_truth: Any, extra
     return RewardResult(score=float(ok), status=Status.OK, extracted=tail[:64], info={"how": "integer"})
 
 
-@register_reward(TOOL_STYLE)
+@register_reward(TOOL_STYLE, reruns=False)
 def run_tool_call(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any) -> RewardResult:
     """Runs in a worker: the call in ``solution_str`` (JSON ``{"name", "arguments"}``); ``extra_info``
     carries the offered tools, where a worker finds user tools, the row's ``tools_kwargs`` and the
@@ -63,16 +70,21 @@ def run_tool_call(data_source: str, solution_str: str, ground_truth: Any, extra_
             _import_tool(module, path, attr)
     call = json.loads(solution_str)
     obs = execute_call(
-        ToolCall(call["name"], call["arguments"], call.get("error", "")),
+        ToolCall(call["name"], call["arguments"], call.get("error", ""), call.get("kind", "")),
         offered=info.get("offered", []),
         tools_kwargs=info.get("tools_kwargs") or {},
         max_chars=int(info.get("max_chars", 512)),
+        sandbox=SandboxConfig(**info["sandbox"]) if info.get("sandbox") else None,
     )
     return RewardResult(
         score=0.0 if obs.error else 1.0,
         status=Status.OK,
         info={"observation": obs.text, "error": obs.error, "truncated": obs.truncated},
     )
+
+
+# the same function under the style whose calls the agent may run again (reruns, the default)
+register_reward(IDEMPOTENT_TOOL_STYLE)(run_tool_call)
 
 
 def _import_tool(module: str, path: str, attr: str) -> None:
@@ -86,13 +98,22 @@ def _import_tool(module: str, path: str, attr: str) -> None:
 _FAILED = {Status.TIMEOUT: "timeout"}
 
 
-class ToolRunner:
+def _style(call: ToolCall) -> str:
+    """The call's row style: an idempotent tool's calls may run again, the others never."""
+    spec = TOOLS.get(call.name) if call.name in TOOLS else None
+    return IDEMPOTENT_TOOL_STYLE if spec is not None and spec.idempotent else TOOL_STYLE
+
+
+class AgentCallRunner:
     """Runs batches of calls through a rewarder's agent: ``runner(calls, tools_kwargs) -> observations``."""
 
     def __init__(self, rewarder: Any, *, offered: Sequence[str], max_chars: int) -> None:
         self.rewarder = rewarder
         self.offered = list(offered)
         self.max_chars = max_chars
+        # the run's sandbox limits, for tools that run code (never the policy's arguments)
+        sandbox = getattr(getattr(rewarder, "cfg", None), "sandbox", None)
+        self.sandbox = dataclasses.asdict(sandbox) if isinstance(sandbox, SandboxConfig) else None
         # user tools (not built in) are re-registered in workers by importing their defining module
         self.refs: dict[str, tuple[str, str, str]] = {}
         for n in self.offered:
@@ -110,20 +131,24 @@ class ToolRunner:
             Sample(
                 prompt=(),
                 ground_truth=None,
-                data_source=TOOL_STYLE,
-                style=TOOL_STYLE,
+                data_source=_style(c),
+                style=_style(c),
                 domain=TOOL_STYLE,
                 extra_info={
                     "offered": self.offered,
                     "refs": self.refs,
                     "tools_kwargs": dict(kw or {}),
                     "max_chars": self.max_chars,
+                    "sandbox": self.sandbox,
                 },
                 uid=f"tool:{i}",
             )
-            for i, kw in enumerate(tools_kwargs)
+            for i, (c, kw) in enumerate(zip(calls, tools_kwargs, strict=True))
         ]
-        texts = [json.dumps({"name": c.name, "arguments": c.arguments, "error": c.error}) for c in calls]
+        texts = [
+            json.dumps({"name": c.name, "arguments": c.arguments, "error": c.error, "kind": c.kind})
+            for c in calls
+        ]
         out = []
         for r in self.rewarder.score_batch(samples, texts, list(range(len(calls)))):
             if r.status == Status.OK and "observation" in r.info:

@@ -24,16 +24,14 @@ from the parent's prefix), so the leaf count never changes. ``rollout.mode`` app
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from stepcredit.config import RolloutConfig
 from stepcredit.registry import Registry
-from stepcredit.rollout.batching import finish_batch, generation_spec, left_pad, render_prompts
-from stepcredit.rollout.engines import SamplingSpec, as_tensor_rows, engine_for
-from stepcredit.types import Batch, Sample
+from stepcredit.rollout.engines import SamplingSpec, engine_for
+from stepcredit.rollout.turns import turn_ends
 
 Boundaries = Callable[[list[int]], list[int]]
 """Episode ends (token indices of each episode's last token) of a response's token ids."""
@@ -55,6 +53,10 @@ class Leaf:
     """Tokens generated for this leaf: its tail after the point it branched off at."""
     logp: list[float] = field(default_factory=list)
     """Per token, the engine's log-prob (an external engine's only; else empty)."""
+    observed: list[bool] = field(default_factory=list)
+    """Per token, a tool result's (recorded by the turn loop; empty for a response without tools)."""
+    state: Any = None
+    """What grew the leaf keeps with it (a tool tree's :class:`~stepcredit.rollout.turns.TurnRow`)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,13 @@ class BranchContext:
     entropy_threshold: float
     """The ``rollout.tree.entropy_quantile`` of every first-level token's entropy."""
     generator: torch.Generator | None = None
+
+    def ends(self, leaf: Leaf) -> list[int]:
+        """The leaf's episode ends: its turns' ends from the recorded result marks when it called tools
+        (never re-parsed from its text), else :attr:`boundaries` of its ids."""
+        if any(leaf.observed):
+            return turn_ends(leaf.observed)
+        return self.boundaries(leaf.ids)
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,7 @@ def branch_at_episode(leaf: Leaf, ctx: BranchContext) -> int:
     """The k-th episode end after the last branch point, k uniform in 1..K with K the episode ends a
     first-level response has on average beyond the ones before that point (SPO's segment boundaries)."""
     last = leaf.path[-1][1]
-    ends = [e + 1 for e in ctx.boundaries(leaf.ids) if e + 1 < len(leaf.ids)]  # a token must follow
+    ends = [e + 1 for e in ctx.ends(leaf) if e + 1 < len(leaf.ids)]  # a token must follow
     before = sum(1 for p in ends if p <= last)
     k = 1 + int(torch.randint(max(1, round(ctx.mean_ends - before)), (1,), generator=ctx.generator))
     after = [p for p in ends if p > last]
@@ -165,6 +174,53 @@ def _sample(
     return [(c.ids, c.entropy, len(c.ids), c.logprobs) for c in comps]
 
 
+Extend = Callable[[list[tuple[int, "Leaf | None", int]]], list[Leaf]]
+"""How a tree's leaves are grown: for each new leaf (prompt index, the parent leaf or None at the first
+level, the branch point), the new leaf: the parent's first ``point`` tokens, then what was sampled after
+them (:func:`grow_trees` sets its path)."""
+
+
+def sampled_leaves(
+    model: Any,
+    tok: Any,
+    prompt_ids: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    want_entropy: bool,
+) -> Extend:
+    """Leaves sampled by the model's engine: one continuation of the parent's prefix each (of the bare
+    prompt at the first level) within the length budget left."""
+
+    def extend(jobs: list[tuple[int, Leaf | None, int]]) -> list[Leaf]:
+        got = _sample(
+            model,
+            tok,
+            [prompt_ids[p] + (parent.ids[:point] if parent is not None else []) for p, parent, point in jobs],
+            [
+                max_new_tokens if parent is None else max(1, max_new_tokens - point)
+                for _, parent, point in jobs
+            ],
+            temperature=temperature,
+            top_p=top_p,
+            want_entropy=want_entropy,
+        )
+        out = []
+        for (p, parent, point), (ids, ent, n, lp) in zip(jobs, got, strict=True):
+            if parent is None:
+                out.append(Leaf(p, ids, ent, [], n, lp))
+            else:
+                logp = parent.logp[:point] + lp if parent.logp else []
+                leaf = Leaf(p, parent.ids[:point] + ids, parent.entropy[:point] + ent, [], n, logp)
+                # a prefix's results stay marked (a trace's, in the probe's trees); the tail is sampled
+                leaf.observed = parent.observed[:point] + [False] * len(ids) if parent.observed else []
+                out.append(leaf)
+        return out
+
+    return extend
+
+
 @torch.no_grad()
 def grow_trees(
     model: Any,
@@ -179,40 +235,40 @@ def grow_trees(
     boundaries: Boundaries,
     entropy_quantile: float = 0.9,
     trunks: list[Leaf] | None = None,
+    extend: Extend | None = None,
 ) -> list[list[Leaf]]:
     """The leaves of one tree per prompt (prod(branching) each, in creation order).
 
     ``trunks`` (one per prompt): a fixed response that is the first of its tree's first-level leaves in
     place of a sampled one (its ``ids``, and its ``entropy`` for rules that read it); it branches like
-    any leaf and is updated in place. The probe grows trees over given traces this way."""
+    any leaf and is updated in place. The probe grows trees over given traces this way. ``extend``:
+    how new leaves are grown (default: :func:`sampled_leaves`; a tool tree grows them with the turn
+    loop), so every kind of tree is built by this one construction."""
     rule = BRANCH_RULES.get(branch_at)
-    want_entropy = rule.needs_entropy
-    k = branching[0] - (1 if trunks is not None else 0)  # sampled first-level leaves per prompt
-    first = (
-        _sample(
-            model,
-            tok,
-            [p for p in prompt_ids for _ in range(k)],
-            [max_new_tokens] * (len(prompt_ids) * k),
-            temperature=temperature,
-            top_p=top_p,
-            want_entropy=want_entropy,
-        )
-        if k > 0
-        else []
+    grow = extend or sampled_leaves(
+        model,
+        tok,
+        prompt_ids,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        want_entropy=rule.needs_entropy,
     )
+    k = branching[0] - (1 if trunks is not None else 0)  # sampled first-level leaves per prompt
+    first = grow([(p, None, 0) for p in range(len(prompt_ids)) for _ in range(k)]) if k > 0 else []
     trees: list[list[Leaf]] = [[t] for t in trunks] if trunks is not None else [[] for _ in prompt_ids]
     next_node = [1] * len(prompt_ids)  # node 0 is each tree's root
-    for j, (ids, ent, n, lp) in enumerate(first):
-        p = j // k
-        trees[p].append(Leaf(p, ids, ent, [(0, 0)], n, lp))
+    for leaf in first:
+        leaf.path = [(0, 0)]
+        trees[leaf.prompt].append(leaf)
     level1 = [leaf for tree in trees for leaf in tree]
     every = sorted(x for leaf in level1 for x in leaf.entropy)
     ctx = BranchContext(
         boundaries=boundaries,
-        mean_ends=sum(len(boundaries(leaf.ids)) for leaf in level1) / max(1, len(level1)),
+        mean_ends=0.0,
         entropy_threshold=every[min(len(every) - 1, int(entropy_quantile * len(every)))] if every else 0.0,
     )
+    ctx = replace(ctx, mean_ends=sum(len(ctx.ends(leaf)) for leaf in level1) / max(1, len(level1)))
     for b in branching[1:]:
         if b == 1:  # one child per node: nothing branches, no node to value
             continue
@@ -224,94 +280,8 @@ def grow_trees(
                 next_node[leaf.prompt] += 1
                 leaf.path.append((node, point))
                 jobs.extend((leaf, point) for _ in range(b - 1))
-        conts = _sample(
-            model,
-            tok,
-            [prompt_ids[leaf.prompt] + leaf.ids[:point] for leaf, point in jobs],
-            [max(1, max_new_tokens - point) for _, point in jobs],
-            temperature=temperature,
-            top_p=top_p,
-            want_entropy=want_entropy,
-        )
-        for (parent, point), (ids, ent, n, lp) in zip(jobs, conts, strict=True):
-            child = Leaf(
-                parent.prompt,
-                parent.ids[:point] + ids,
-                parent.entropy[:point] + ent,
-                list(parent.path),
-                n,
-                parent.logp[:point] + lp if parent.logp else [],
-            )
+        children = grow([(parent.prompt, parent, point) for parent, point in jobs])
+        for (parent, _), child in zip(jobs, children, strict=True):
+            child.path = list(parent.path)
             trees[parent.prompt].append(child)
     return trees
-
-
-@torch.no_grad()
-def tree_rollout(
-    model: Any,
-    tok: Any,
-    samples: list[Sample],
-    cfg: RolloutConfig,
-    *,
-    group_offset: int,
-    policy_version: int,
-    with_logprobs: bool,
-    keep_cache: bool,
-    boundaries: Boundaries,
-) -> tuple[Batch, dict[str, float]]:
-    """``rollout.n`` leaves of one tree per prompt as a batch (each prompt's leaves contiguous, one
-    group per tree) with ``tree_ends`` / ``tree_nodes``, and the rollout's counters: responses,
-    generated and response tokens, branch points on the leaves' paths and the tree depth per leaf."""
-    was_training = model.training
-    model.eval()
-    prompts = render_prompts(tok, samples)
-    trees = grow_trees(
-        model,
-        tok,
-        prompts,
-        branching=cfg.branching(),
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        branch_at=cfg.tree.branch_at,
-        boundaries=boundaries,
-        entropy_quantile=cfg.tree.entropy_quantile,
-    )
-    leaves = [leaf for tree in trees for leaf in tree]
-    dev = next(model.parameters()).device
-    p_ids, p_mask = left_pad([prompts[leaf.prompt] for leaf in leaves], tok.pad_token_id)
-    T = max(len(leaf.ids) for leaf in leaves)
-    resp = torch.full((len(leaves), max(T, 1)), tok.pad_token_id, dtype=torch.long)
-    for b, leaf in enumerate(leaves):
-        resp[b, : len(leaf.ids)] = torch.tensor(leaf.ids, dtype=torch.long)
-    batch = finish_batch(
-        model,
-        tok,
-        samples,
-        generation_spec(
-            cfg,
-            group_offset=group_offset,
-            with_logprobs=with_logprobs,
-            policy_version=policy_version,
-            keep_cache=keep_cache,
-        ),
-        p_ids=p_ids.to(dev),
-        p_mask=p_mask.to(dev),
-        resp=resp.to(dev),
-        engine_logp_BT=(
-            as_tensor_rows([leaf.logp for leaf in leaves], max(T, 1), 0.0) if leaves[0].logp else None
-        ),
-    )
-    if was_training:
-        model.train()
-    segments = [leaf_segments(leaf) for leaf in leaves]
-    batch.tree_ends = [e for e, _ in segments]
-    batch.tree_nodes = [n for _, n in segments]
-    stats = {
-        "rollout/responses": float(len(leaves)),
-        "rollout/generated_tokens": float(sum(leaf.generated for leaf in leaves)),
-        "rollout/response_tokens": float(sum(len(leaf.ids) for leaf in leaves)),
-        "tree/branch_points": float(sum(len(n) - 1 for n in batch.tree_nodes)),
-        "tree/depth": float(len(cfg.branching()) * len(leaves)),
-    }
-    return batch, stats

@@ -2,7 +2,7 @@
 (:mod:`.core`), chat templates' tool turns (:mod:`.templates`), and the built-in ``calculator`` and ``python`` tools (:mod:`.builtin`), registered on import.
 """
 
-from stepcredit.tools import builtin  # noqa: F401  (registers calculator and python)
+import stepcredit.tools.builtin  # noqa: F401  (registers calculator and python)
 from stepcredit.tools.core import (
     PARSERS,
     TOOLS,
@@ -12,28 +12,32 @@ from stepcredit.tools.core import (
     ToolError,
     ToolParser,
     ToolSpec,
+    check_arguments,
     execute_call,
+    neutralise,
     register_http_tool,
     register_tool,
     schemas,
 )
-from stepcredit.tools.templates import ToolTurns, hermes_template, tool_turn_text, tool_turns
+from stepcredit.tools.templates import TemplateTools, hermes_template, probe_tool_template, tool_turn_text
 
 __all__ = [
     "PARSERS",
     "TOOLS",
     "Observation",
     "ParsedCall",
+    "TemplateTools",
     "ToolCall",
     "ToolError",
     "ToolParser",
     "ToolSpec",
-    "ToolTurns",
+    "check_arguments",
     "execute_call",
     "hermes_template",
+    "neutralise",
+    "probe_tool_template",
     "register_http_tool",
     "register_tool",
     "schemas",
     "tool_turn_text",
-    "tool_turns",
 ]

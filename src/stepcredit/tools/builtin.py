@@ -1,5 +1,6 @@
 """The built-in tools: ``calculator`` (exact arithmetic on a parsed expression, no ``eval``) and
-``python`` (the policy's code run in the code reward's sandbox, with its isolation and limits)."""
+``python`` (the policy's code run in the code sandbox, :mod:`stepcredit.sandbox`, under the run's
+``reward.sandbox`` limits)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,26 @@ _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos,
 _MAX_EXPONENT = 64
 """Largest power the calculator computes: 9**9**9 would take the worker's memory, not give an answer."""
 _MAX_DIGITS = 200
+MAX_EXPRESSION_CHARS = 2000
+"""Longest expression the calculator reads: a 100 KB one is refused before ``ast.parse`` (whose parser
+and the evaluation recurse once per nesting level), as ``bad_arguments``."""
 
 
 def calculate(expression: str) -> Fraction:
     """The exact value of an arithmetic expression of numbers, + - * / // % ** and parentheses.
-    Raises ToolError (kind ``bad_expression``) for anything else."""
+    Raises ToolError (kind ``bad_expression``) for anything else, ``bad_arguments`` for an expression
+    longer than :data:`MAX_EXPRESSION_CHARS` or nested too deeply to parse."""
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise ToolError(
+            "bad_arguments",
+            f"the expression has {len(expression)} characters (at most {MAX_EXPRESSION_CHARS})",
+        )
     try:
         tree = ast.parse(expression.strip().replace("^", "**"), mode="eval")
     except SyntaxError as e:
         raise ToolError("bad_expression", f"cannot parse {expression[:60]!r}: {e.msg}") from None
+    except (RecursionError, MemoryError, ValueError) as e:  # too deep for the parser; a NUL byte
+        raise ToolError("bad_arguments", f"cannot parse the expression ({type(e).__name__})") from None
 
     def ev(node: ast.AST) -> Fraction:
         if (
@@ -56,7 +68,12 @@ def calculate(expression: str) -> Fraction:
             return Fraction(_UNARY[type(node.op)](ev(node.operand)))
         raise ToolError("bad_expression", f"not arithmetic: {ast.dump(node)[:60]}")
 
-    return ev(tree.body)
+    try:
+        return ev(tree.body)
+    except RecursionError:
+        raise ToolError("bad_arguments", "the expression is nested too deeply") from None
+    except (OverflowError, ValueError, ArithmeticError) as e:  # 1e999 is inf: no exact value
+        raise ToolError("bad_expression", f"{type(e).__name__}: {e}") from None
 
 
 def format_number(x: Fraction) -> str:
@@ -87,20 +104,40 @@ def calculator(expression: str) -> str:
         "properties": {"code": {"type": "string", "description": "a complete program; print the result"}},
         "required": ["code"],
     },
+    uses_sandbox=True,
 )
-def python(code: str, timeout_s: float = 5.0) -> str:
-    """Runs ``code`` in the code reward's sandbox (bubblewrap, rlimits, no network): the same isolation
-    and limits as a code reward's test case; a crash, a timeout or too much output is a ToolError."""
+def python(code: str, sandbox: Any = None) -> str:
+    """Runs ``code`` in the code sandbox (bubblewrap, rlimits, no network) under ``sandbox``, the run's
+    ``reward.sandbox`` settings (its timeout and limits: the policy's arguments cannot set them); a
+    crash, a timeout or too much output is a ToolError, a program error keeps its traceback's last
+    lines, and output that is not UTF-8 is ``invalid_utf8``."""
     from stepcredit.config import SandboxConfig
-    from stepcredit.reward.verifiers.code.cases import CaseMode, TestCase
-    from stepcredit.reward.verifiers.code.sandbox import ERROR, SANDBOX_ERROR, TIMEOUT, get_sandbox
+    from stepcredit.sandbox.cases import CaseMode, TestCase
+    from stepcredit.sandbox.executors import get_sandbox
+    from stepcredit.sandbox.judging import ERROR, SANDBOX_ERROR, TIMEOUT
 
-    sandbox = get_sandbox(SandboxConfig(timeout_s=float(timeout_s)))
-    why = sandbox.unavailable()
+    try:
+        str(code).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no file can hold the program
+        raise ToolError("bad_arguments", "the program is not valid UTF-8") from None
+    box = get_sandbox(sandbox if isinstance(sandbox, SandboxConfig) else SandboxConfig())
+    why = box.unavailable()
     if why is not None:
         raise ToolError("sandbox_unavailable", why)
-    (out,) = sandbox.run_program(str(code), [TestCase(CaseMode.STDIO, stdin="", expected="")])
+    (out,) = box.run_program(str(code), [TestCase(CaseMode.STDIO, stdin="", expected="")])
+    done = out.detail or {}
+    if out.status == ERROR and done.get("exit"):
+        # the traceback's end names the exception: the observation keeps it (ToolError.keep_end)
+        raise ToolError(
+            "program_error", f"exit {done.get('exit')}:\n{done.get('err', '')}".rstrip(), keep_end=True
+        )
     kinds = {TIMEOUT: "timeout", ERROR: "program_error", SANDBOX_ERROR: "sandbox_error"}
     if out.status in kinds:
-        raise ToolError(kinds[out.status], out.message)
-    return str(out.detail.get("out", ""))
+        raise ToolError(kinds[out.status], out.message, keep_end=out.status == ERROR)
+    text = str(done.get("out", ""))
+    if done.get("out_invalid_utf8"):
+        raise ToolError(
+            "invalid_utf8",
+            "the output is not valid UTF-8 (? marks the bad bytes): " + text.replace("\ufffd", "?"),
+        )
+    return text

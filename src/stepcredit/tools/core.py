@@ -22,7 +22,7 @@ import json
 import re
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stepcredit.registry import Registry
@@ -40,6 +40,11 @@ class ToolSpec:
     """``fn(**arguments, **tools_kwargs) -> str`` (other return values are shown as JSON or ``str``)."""
     main_arg: str
     """The parameter a fenced-code call's body fills (the first required one by default)."""
+    idempotent: bool = False
+    """Running a call twice has the effect of running it once, so a call whose worker died may run
+    again; otherwise a call is never run twice (a crashed worker is a ``crashed`` observation)."""
+    uses_sandbox: bool = False
+    """``fn`` takes ``sandbox=``: the run's ``reward.sandbox`` settings (its limits, not the policy's)."""
 
 
 TOOLS: Registry[ToolSpec] = Registry("tool")
@@ -47,11 +52,14 @@ TOOLS: Registry[ToolSpec] = Registry("tool")
 
 
 class ToolError(Exception):
-    """Raised by a tool for a failure the policy should see as ``error: <message>`` under ``kind``."""
+    """Raised by a tool for a failure the policy should see as ``error: <message>`` under ``kind``.
+    ``keep_end``: a message too long for the observation keeps its first line and its end (a
+    traceback's last lines name the exception), not its start."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, *, keep_end: bool = False) -> None:
         super().__init__(message)
         self.kind = kind
+        self.keep_end = keep_end
 
 
 def _schema(name: str, description: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
@@ -62,17 +70,27 @@ def _schema(name: str, description: str, parameters: Mapping[str, Any]) -> dict[
 
 
 def register_tool(
-    name: str, *, description: str, parameters: Mapping[str, Any], main_arg: str = "", override: bool = False
+    name: str,
+    *,
+    description: str,
+    parameters: Mapping[str, Any],
+    main_arg: str = "",
+    override: bool = False,
+    idempotent: bool = False,
+    uses_sandbox: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register ``fn`` as the tool ``name`` with a JSON-schema ``parameters`` object.
-    Per-row keyword arguments (``extra_info["tools_kwargs"][name]``, as VeRL's ``tools_kwargs``) are
-    passed beside the policy's arguments. Returns the function unchanged."""
+    """Decorator: register ``fn`` as the tool ``name`` with a JSON-schema ``parameters`` object (the
+    policy's arguments are checked against it: an unknown key, a missing required one or a wrong type is
+    ``bad_arguments``). Per-row keyword arguments (``extra_info["tools_kwargs"][name]``, as VeRL's
+    ``tools_kwargs``) are passed beside the policy's arguments. ``idempotent``: a call whose worker died
+    may run again (:attr:`ToolSpec.idempotent`); ``uses_sandbox``: ``fn`` takes the run's sandbox
+    settings as ``sandbox=``. Returns the function unchanged."""
     required = list(parameters.get("required", [])) or list(parameters.get("properties", {}))
     main = main_arg or (required[0] if required else "")
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         TOOLS.register(name, override=override)(
-            ToolSpec(name, _schema(name, description, parameters), fn, main)
+            ToolSpec(name, _schema(name, description, parameters), fn, main, idempotent, uses_sandbox)
         )
         return fn
 
@@ -88,6 +106,7 @@ def register_http_tool(
     timeout_s: float = 10.0,
     main_arg: str = "",
     override: bool = False,
+    idempotent: bool = False,
 ) -> ToolSpec:
     """Register a tool served by an HTTP endpoint: the arguments (and per-row kwargs) are POSTed as a
     JSON object, the reply's body (text) is the result; a non-2xx reply is a ``http`` error."""
@@ -102,9 +121,14 @@ def register_http_tool(
         except OSError as e:
             raise ToolError("http", f"{type(e).__name__}: {e}") from None
 
-    register_tool(name, description=description, parameters=parameters, main_arg=main_arg, override=override)(
-        call
-    )
+    register_tool(
+        name,
+        description=description,
+        parameters=parameters,
+        main_arg=main_arg,
+        override=override,
+        idempotent=idempotent,
+    )(call)
     return TOOLS.get(name)
 
 
@@ -122,6 +146,9 @@ class ToolCall:
     arguments: dict[str, Any] | None
     """None when the call's arguments could not be read (``error`` says why)."""
     error: str = ""
+    kind: str = ""
+    """Why the arguments could not be read: ``unparseable_call`` (no JSON, too deep, too long, an
+    unterminated call) or ``bad_arguments`` (JSON of the wrong shape); "" when they were."""
 
 
 @dataclass(frozen=True)
@@ -138,8 +165,9 @@ class Observation:
 
     text: str
     error: str = ""
-    """"" when the tool answered; else the failure's kind (``unknown_tool``, ``bad_arguments``,
-    ``raised``, ``timeout``, ``invalid_utf8``, ``crashed``, or a tool's own ``ToolError`` kind)."""
+    """"" when the tool answered; else the failure's kind (``unknown_tool``, ``unparseable_call``,
+    ``bad_arguments``, ``raised``, ``timeout``, ``invalid_utf8``, ``crashed``, or a tool's own
+    ``ToolError`` kind)."""
     truncated: bool = False
     """The result was longer than the limit and was cut."""
 
@@ -158,8 +186,11 @@ class ToolParser:
     """Character offsets where an appended result starts in a text: a turn ends just before each
     (the segmenter's turn boundaries; a plain response, with no results in it, has none)."""
     observation_spans: Callable[[str], list[tuple[int, int]]] = field(default=lambda text: [])
-    """(start, end) character spans of the appended results in a text (what ``stepcredit explain``
-    marks as not trained on)."""
+    """(start, end) character spans of the result blocks in a trace given as text (``stepcredit
+    explain``, the probe, SFT traces); a rollout records its own spans and never reads these."""
+    markup: tuple[str, ...] = ()
+    """Strings that are structure in this convention (a call's or a result's delimiters): a tool's
+    output has them neutralised (:func:`neutralise`) before it is appended, under every convention."""
 
 
 def _spans(pattern: str) -> Callable[[str], list[tuple[int, int]]]:
@@ -169,24 +200,71 @@ def _spans(pattern: str) -> Callable[[str], list[tuple[int, int]]]:
 
 PARSERS: Registry[ToolParser] = Registry("tool-call parser")
 
-_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+MAX_CALL_CHARS = 65536
+"""Longest call body a parser reads (a Hermes call's JSON, a fenced call's code); longer is
+``unparseable_call``, so a huge payload costs one scan and no JSON parse."""
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of ``[`` / ``{`` a Hermes call's JSON may have; deeper is ``unparseable_call`` (checked
+before ``json.loads``, which would recurse once per level)."""
+
+
+def _unparseable(why: str, end: int) -> ParsedCall:
+    return ParsedCall(ToolCall("", None, why, "unparseable_call"), end)
+
+
+def _json_depth(text: str) -> int:
+    """The deepest ``[`` / ``{`` nesting of ``text`` outside JSON strings (one linear scan)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 def _hermes_find(text: str, tools: Mapping[str, ToolSpec]) -> ParsedCall | None:
-    m = _HERMES.search(text)
-    if m is None:
+    # str.find, not a lazy regex: a text of many unterminated openings stays linear
+    start = text.find("<tool_call>")
+    if start < 0:
         return None
+    body_at = start + len("<tool_call>")
+    close = text.find("</tool_call>", body_at)
+    if close < 0:
+        return _unparseable("the call has no </tool_call>", len(text))
+    end = close + len("</tool_call>")
+    body = text[body_at:close]
+    if len(body) > MAX_CALL_CHARS:
+        return _unparseable(f"the call is longer than {MAX_CALL_CHARS} characters", end)
+    if _json_depth(body) > MAX_JSON_DEPTH:
+        return _unparseable(f"the call's JSON nests deeper than {MAX_JSON_DEPTH} levels", end)
     try:
-        obj = json.loads(m.group(1))
-        name = obj["name"]
-        args = obj.get("arguments", {})
-        if isinstance(args, str):  # some templates write the arguments as a JSON string
-            args = json.loads(args)
-        if not isinstance(name, str) or not isinstance(args, dict):
-            raise TypeError("name must be a string and arguments an object")
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        return ParsedCall(ToolCall("", None, f"{type(e).__name__}: {e}"), m.end())
-    return ParsedCall(ToolCall(name, args), m.end())
+        obj = json.loads(body)
+        if isinstance(obj, dict) and isinstance(obj.get("arguments"), str):
+            # some templates write the arguments as a JSON string
+            if _json_depth(obj["arguments"]) > MAX_JSON_DEPTH:
+                return _unparseable(f"the call's JSON nests deeper than {MAX_JSON_DEPTH} levels", end)
+            obj["arguments"] = json.loads(obj["arguments"])
+    except Exception as e:  # ValueError, RecursionError, MemoryError: never out of the parser
+        return _unparseable(f"{type(e).__name__}: {str(e)[:200]}", end)
+    if not isinstance(obj, dict) or "name" not in obj:
+        return ParsedCall(ToolCall("", None, "the call must be an object with a name", "bad_arguments"), end)
+    name, args = obj["name"], obj.get("arguments", {})
+    if not isinstance(name, str) or not isinstance(args, dict):
+        why = "name must be a string and arguments an object"
+        return ParsedCall(ToolCall("", None, why, "bad_arguments"), end)
+    return ParsedCall(ToolCall(name, args), end)
 
 
 # A result starts right after the call it answers: with the convention's text that is where
@@ -204,22 +282,40 @@ PARSERS.add(
         observation_starts=lambda text: [m.end() for m in _HERMES_ANSWERED.finditer(text)],
         # from the call's end through </tool_response> (a template's markup after it is not included)
         observation_spans=_spans(r"(?<=</tool_call>)(?:(?!<tool_call>).)*?</tool_response>\n?"),
+        markup=("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"),
     ),
 )
 
 # a fenced block whose language names a tool; "output" is the result block we write ourselves
-_FENCE = re.compile(r"```(?!output\n)([A-Za-z_][\w-]*)\n(.*?)\n```", re.DOTALL)
+_FENCE_OPEN = re.compile(r"```([A-Za-z_][\w-]*)\n")
 
 
 def _fenced_find(text: str, tools: Mapping[str, ToolSpec]) -> ParsedCall | None:
-    m = _FENCE.search(text)
-    if m is None:
+    pos = 0
+    while True:
+        m = _FENCE_OPEN.search(text, pos)
+        if m is None:
+            return None
+        if m.group(1) != "output":
+            break
+        close = text.find("\n```", m.end())  # skip a result block we wrote
+        if close < 0:
+            return None
+        pos = close + 4
+    name = m.group(1)
+    close = text.find("\n```", m.end())
+    if close < 0:
+        if name in tools:  # a tool's block the policy never closed
+            return _unparseable(f"the {name} block has no closing ```", len(text))
         return None
-    name, body = m.group(1), m.group(2)
+    end = close + len("\n```")
+    body = text[m.end() : close]
     spec = tools.get(name)
     if spec is None:
-        return ParsedCall(ToolCall(name, {}), m.end())
-    return ParsedCall(ToolCall(name, {spec.main_arg: body}), m.end())
+        return ParsedCall(ToolCall(name, {}), end)
+    if len(body) > MAX_CALL_CHARS:
+        return _unparseable(f"the call is longer than {MAX_CALL_CHARS} characters", end)
+    return ParsedCall(ToolCall(name, {spec.main_arg: body}), end)
 
 
 PARSERS.add(
@@ -229,8 +325,34 @@ PARSERS.add(
         observation=lambda result: f"\n```output\n{result}\n```\n",
         observation_starts=lambda text: [m.start() for m in re.finditer("\n```output\n", text)],
         observation_spans=_spans(r"\n```output\n.*?\n```\n"),
+        markup=("```",),
     ),
 )
+
+
+_CHAT_MARKUP = re.compile(r"<(?=\|)|<(?=/?s>)")
+"""Chat-template markup written as text: ``<|user|>``, ``<|end|>``, ``<|im_start|>``, ``<s>``, ``</s>``."""
+
+
+def _break(markup: str) -> str:
+    """``markup`` written so that no convention or template reads it as structure: an opening ``<``
+    as ``&lt;`` (``&lt;/tool_response>``), a code fence's backticks as quotes."""
+    if markup.startswith("<"):
+        return "&lt;" + markup[1:]
+    return markup.replace("`", "'")
+
+
+def neutralise(text: str, *, markup: Sequence[str] = ()) -> str:
+    """A tool's output made safe to append: every registered convention's markup (``<tool_call>``,
+    ``</tool_response>``, a fence), chat-template markup (``<|...|>``, ``<s>``) and the extra ``markup``
+    (a tokenizer's special-token strings) written so that nothing reads it as a call, a result's end or
+    a turn. Idempotent, and text without markup is unchanged."""
+    found = {m for name in PARSERS.names() for m in PARSERS.get(name).markup} | {m for m in markup if m}
+    for m in sorted(found, key=len, reverse=True):
+        if m in text:
+            text = text.replace(m, _break(m))
+    text = re.sub(r"`{3,}", lambda g: "'" * len(g.group()), text)  # any longer fence too
+    return _CHAT_MARKUP.sub("&lt;", text)
 
 
 # -------------------------------------------------------------------------------------- execution
@@ -275,34 +397,108 @@ def _cut(text: str, max_chars: int) -> tuple[str, bool]:
     return text[:max_chars] + f"...[{len(text) - max_chars} more characters cut]", True
 
 
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> str:
+    """What is wrong with ``arguments`` against the tool's JSON schema (JSON Schema's ``properties``,
+    ``required``, ``type`` and ``additionalProperties``, false unless the schema says otherwise), or ""
+    when nothing is: the policy sets only the arguments the tool declares (a ``timeout_s`` it slips
+    in is refused, never passed on)."""
+    params = spec.schema.get("function", {}).get("parameters", {}) or {}
+    props: Mapping[str, Any] = params.get("properties", {}) or {}
+    extra = sorted(k for k in arguments if k not in props)
+    if extra and params.get("additionalProperties", False) is not True:
+        known = ", ".join(props) or "none"
+        return f"unknown argument {str(extra[0])[:40]!r} (arguments: {known})"
+    missing = [k for k in params.get("required", []) if k not in arguments]
+    if missing:
+        return f"missing argument {missing[0]!r}"
+    for key, value in arguments.items():
+        want = (props.get(key) or {}).get("type")
+        types = [want] if isinstance(want, str) else list(want or [])
+        if types and not any(
+            isinstance(value, _JSON_TYPES.get(t, (object,)))
+            and not (t in ("integer", "number") and isinstance(value, bool))
+            for t in types
+        ):
+            return f"argument {key!r} must be {' or '.join(types)}, not {type(value).__name__}"
+    return ""
+
+
+def _keep_end(text: str, max_chars: int) -> tuple[str, bool]:
+    """``text`` within ``max_chars``: its first line's start, then as much of its end as fits."""
+    if len(text) <= max_chars:
+        return text, False
+    marker = " ...[cut] ...\n"
+    head = text.split("\n", 1)[0][: max(0, max_chars // 4)]
+    room = max(0, max_chars - len(head) - len(marker))
+    return head + marker + (text[-room:] if room else ""), True
+
+
+def _utf8_safe(text: str) -> str:
+    # a lone surrogate (a str that is not UTF-8) would make the tokenizer raise on the observation
+    return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
 def execute_call(
     call: ToolCall,
     *,
     offered: Sequence[str],
     tools_kwargs: Mapping[str, Any] | None = None,
     max_chars: int = 512,
+    sandbox: Any = None,
 ) -> Observation:
     """Run one call of one of the ``offered`` tools; every failure is an error observation, never an
-    exception. ``tools_kwargs``: this row's keyword arguments per tool name. The result (the return
-    value, or what the tool printed when it returned None) is cut to ``max_chars`` characters."""
+    exception. ``tools_kwargs``: this row's keyword arguments per tool name. ``sandbox``: the run's
+    ``reward.sandbox`` settings, given to tools that run code (``uses_sandbox``). The arguments are
+    checked against the tool's schema first (:func:`check_arguments`). The result (the return value, or
+    what the tool printed when it returned None) is cut to ``max_chars`` characters."""
+    obs = _execute(call, offered, tools_kwargs, max_chars, sandbox)
+    return replace(obs, text=_utf8_safe(obs.text))
+
+
+def _execute(
+    call: ToolCall,
+    offered: Sequence[str],
+    tools_kwargs: Mapping[str, Any] | None,
+    max_chars: int,
+    sandbox: Any,
+) -> Observation:
     if call.arguments is None:
-        return Observation(f"error: malformed tool call: {call.error}"[:max_chars], "bad_arguments")
+        kind = call.kind or "bad_arguments"
+        return Observation(f"error: malformed tool call: {call.error}"[:max_chars], kind)
     if call.name not in offered or call.name not in TOOLS:
         known = ", ".join(offered)
         return Observation(f"error: unknown tool {call.name[:40]!r} (tools: {known})", "unknown_tool")
     spec = TOOLS.get(call.name)
+    wrong = check_arguments(spec, call.arguments)
+    if wrong:
+        return Observation(_cut(f"error: bad arguments: {wrong}", max_chars)[0], "bad_arguments")
     extra = dict((tools_kwargs or {}).get(call.name, {}) or {})
+    if spec.uses_sandbox:
+        extra["sandbox"] = sandbox
     # printed output is kept only up to the limit: a tool that prints megabytes costs no memory
     out = _CappedText(max_chars + 1)
     try:
         with contextlib.redirect_stdout(out):
             value = spec.fn(**call.arguments, **extra)
     except ToolError as e:
-        return Observation(_cut(f"error: {e}", max_chars)[0], e.kind)
+        return Observation((_keep_end if e.keep_end else _cut)(f"error: {e}", max_chars)[0], e.kind)
     except TypeError as e:  # wrong or missing argument names
         return Observation(_cut(f"error: bad arguments: {e}", max_chars)[0], "bad_arguments")
+    except RecursionError:
+        return Observation("error: bad arguments: nested too deeply", "bad_arguments")
     except Exception as e:
-        return Observation(_cut(f"error: {type(e).__name__}: {e}", max_chars)[0], "raised")
+        return Observation(_keep_end(f"error: {type(e).__name__}: {e}", max_chars)[0], "raised")
     if value is None:
         text, bad = "".join(out.parts), False
         text, cut = _cut(text, max_chars) if not out.dropped else (text[:max_chars] + "...[cut]", True)

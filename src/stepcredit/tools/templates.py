@@ -25,8 +25,8 @@ _ANSWER = "probe_answer_7f3a"
 
 
 @dataclass(frozen=True)
-class ToolTurns:
-    """What a tokenizer's chat template does with tools (:func:`tool_turns`)."""
+class TemplateTools:
+    """What a tokenizer's chat template does with tools (:func:`probe_tool_template`)."""
 
     renders: bool
     """The template renders an assistant message's ``tool_calls`` and a ``tool`` message."""
@@ -52,10 +52,10 @@ def _render(tok: Any, messages: Sequence[Mapping[str, Any]], *, gen: bool, tools
     )
 
 
-_PROBED: dict[tuple[int, str], ToolTurns] = {}
+_PROBED: dict[tuple[int, str], TemplateTools] = {}
 
 
-def tool_turns(tok: Any) -> ToolTurns:
+def probe_tool_template(tok: Any) -> TemplateTools:
     """Probe ``tok``'s chat template once (cached per tokenizer and template) with a conversation of
     made-up strings: a call, its result and a plain answer."""
     template = getattr(tok, "chat_template", None)
@@ -65,9 +65,9 @@ def tool_turns(tok: Any) -> ToolTurns:
     return _PROBED[key]
 
 
-def _probe(tok: Any, template: Any) -> ToolTurns:
+def _probe(tok: Any, template: Any) -> TemplateTools:
     if not template:
-        return ToolTurns(False, "it has no chat template")
+        return TemplateTools(False, "it has no chat template")
     user = {"role": "user", "content": "q"}
     schema = {"type": "function", "function": {"name": _CALL_NAME, "description": "d", "parameters": {}}}
     try:
@@ -78,17 +78,17 @@ def _probe(tok: Any, template: Any) -> ToolTurns:
         answer = _render(tok, [user, {"role": "assistant", "content": _ANSWER}], gen=False)
         schemas = _CALL_NAME in _render(tok, [user], gen=True, tools=[schema])
     except Exception as e:  # a template that fails on these messages cannot render them
-        return ToolTurns(False, f"rendering a tool call failed ({type(e).__name__}: {e})")
+        return TemplateTools(False, f"rendering a tool call failed ({type(e).__name__}: {e})")
     if _CALL_NAME not in with_call:
-        return ToolTurns(False, "it does not render an assistant message's tool_calls", schemas=schemas)
+        return TemplateTools(False, "it does not render an assistant message's tool_calls", schemas=schemas)
     if _RESULT not in with_result:
-        return ToolTurns(False, "it does not render a message of role 'tool'", schemas=schemas)
+        return TemplateTools(False, "it does not render a message of role 'tool'", schemas=schemas)
     end = answer[answer.rindex(_ANSWER) + len(_ANSWER) :]
     if not with_call.endswith(end) or not with_result.startswith(with_call[: len(with_call) - len(end)]):
-        return ToolTurns(
+        return TemplateTools(
             False, "its tool turn rewrites the text before it (no turn can be appended)", schemas=schemas
         )
-    return ToolTurns(True, end_of_turn=end, schemas=schemas)
+    return TemplateTools(True, end_of_turn=end, schemas=schemas)
 
 
 def tool_turn_text(
@@ -103,9 +103,9 @@ def tool_turn_text(
     result (a tool named ``call`` answered ``result`` to the conversation ``prompt``): the rendering of
     ``prompt`` + the call + the ``tool`` message with the generation prompt, minus the rendering of
     ``prompt`` + the call up to its end of turn. Earlier turns of the response are not rendered: a tool
-    turn of a template that renders tools depends on its own message only (checked by :func:`tool_turns`,
+    turn of a template that renders tools depends on its own message only (checked by :func:`probe_tool_template`,
     which refuses a template whose tool turn rewrites the text before it)."""
-    turns = tool_turns(tok)
+    turns = probe_tool_template(tok)
     if not turns.renders:
         raise ValueError(f"the tokenizer's chat template cannot render a tool turn: {turns.why_not}")
     head = [*prompt, _call_message(call, {})]

@@ -18,9 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepcredit.config import ToolsConfig
 from stepcredit.reward import Rewarder
-from stepcredit.rollout.tools import CountingRunner, ToolRunner, run_in_process
+from stepcredit.rollout.tool_context import CountingRunner, ToolContext
 from stepcredit.trainer.validate import generate_in_chunks, is_correct
 from stepcredit.types import RewardResult, Sample
 
@@ -130,7 +129,7 @@ class EvalReport:
     """Seconds spent generating and scoring."""
     tools: dict[str, float] = field(default_factory=dict)
     """With tools (``rollout.mode=tools``): calls and failed calls per response, failures by kind
-    (:meth:`~stepcredit.rollout.tools.CountingRunner.counters`); empty without."""
+    (:meth:`~stepcredit.rollout.tool_context.CountingRunner.counters`); empty without."""
     extra: dict[str, Any] = field(default_factory=dict)
     """What the caller adds to the JSON summary (model, data, output file, load time)."""
 
@@ -210,12 +209,11 @@ def evaluate(
     seed: int = 0,
     score_truncated: bool = False,
     on_rows: RowsFn | None = None,
-    tools: ToolsConfig | None = None,
-    run_tools: ToolRunner | None = None,
+    tools: ToolContext | None = None,
 ) -> EvalReport:
     """Generate ``n`` responses per prompt (``batch_size`` responses per call), score them and summarise.
-    With ``tools`` the responses call them (validation's tool rollout; calls run through ``run_tools``,
-    else in this process) and the report counts the calls.
+    With ``tools`` the responses call them (validation's tool rollout; calls run through its runner)
+    and the report counts the calls.
 
     ``on_rows`` gets each chunk's sample rows (index, sample, response, extracted, score, status,
     correct, tokens, truncated) as soon as they are scored."""
@@ -232,11 +230,12 @@ def evaluate(
     t0 = time.perf_counter()
     counted = None
     if tools is not None:
-        counted = CountingRunner(run_tools or run_in_process(tools.names, tools.max_result_chars))
+        counted = CountingRunner(tools.runner)
+        tools = tools.with_runner(counted)
     # validation generates 64 prompts per call at n=1: the same chunks keep greedy answers identical
     chunks = generate_in_chunks(
         model, tok, samples, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
-        chunk=max(1, batch_size // n), tools=tools, run_tools=counted,
+        chunk=max(1, batch_size // n), tools=tools,
     )  # fmt: skip
     for start, part, b in chunks:
         lengths = [int(x) for x in b.response_mask_BT.sum(1).tolist()]

@@ -28,10 +28,10 @@ from stepcredit.config import Config, ProcessConfig
 from stepcredit.errors import UserError
 from stepcredit.process import VALUE_ESTIMATORS, ValueEstimatorSpec, prefix_request, process_channel
 from stepcredit.process.diagnostics import describe_episodes, prompt_ids
-from stepcredit.process.segment import token_char_spans
-from stepcredit.process.values import ToolTurns, ValueContext, estimate
+from stepcredit.process.segment import token_char_spans, trace_observed
+from stepcredit.process.values import ToolContext, ValueContext, estimate
 from stepcredit.reward import Rewarder
-from stepcredit.rollout.tools import render_tool_prompts
+from stepcredit.rollout.tool_render import render_tool_prompts
 from stepcredit.tools import PARSERS, TOOLS
 from stepcredit.types import Sample
 
@@ -198,7 +198,7 @@ def explain(
     rewarder: Rewarder,
     *,
     raw_prompt: bool = False,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
     data_source: str = "arith",
 ) -> Explanation:
     """V, step credit and per-token advantage of ``response`` to ``prompt`` (a user message or chat
@@ -211,7 +211,7 @@ def explain(
     messages = ({"role": "user", "content": prompt},) if isinstance(prompt, str) else tuple(prompt)
     sample = Sample(prompt=messages, ground_truth=answer, uid="explain", data_source=data_source)
     if tools is not None and not raw_prompt and getattr(tok, "chat_template", None):
-        p_ids = render_tool_prompts(tok, [sample], tools.tools.names)[0]
+        p_ids = render_tool_prompts(tok, [sample], tools.config.names)[0]
     else:
         p_ids = prompt_ids(tok, prompt, raw=raw_prompt)
     r_ids = list(tok(response, add_special_tokens=False)["input_ids"])
@@ -220,13 +220,13 @@ def explain(
     # one response, no group: V_0 comes from its own continuations (process.mc_v0=group needs a group)
     pcfg = replace(cfg.process, mc_v0="sample")
     spec = VALUE_ESTIMATORS.get(pcfg.value_estimator)
-    ends, request = prefix_request(sample, p_ids, r_ids, tok, pcfg)
+    marks = trace_observed(r_ids, tok)  # a response given as text: its result blocks, read once
+    ends, request = prefix_request(sample, p_ids, r_ids, tok, pcfg, marks)
     values = estimate(ValueContext(model, tok, [request], pcfg, rewarder.verifier_fn(), tools=tools))[0]
     result = rewarder.score_batch([sample], [response])[0]
-    text, spans = token_char_spans(r_ids, tok)
+    text, _ = token_char_spans(r_ids, tok)
     results = tool_results(text)
-    # a token inside an appended result is not trained on (a token across its edge is the policy's)
-    trained = [not any(a <= s and e <= b and s < e for a, b, _ in results) for s, e in spans]
+    trained = [not m for m in marks]  # a token inside an appended result is not trained on
     adv = _advantages(replace(cfg, process=pcfg), result.score, ends, values, trained)
     episodes = []
     for e in describe_episodes(r_ids, tok, ends, values, pcfg):

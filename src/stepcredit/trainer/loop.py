@@ -48,7 +48,7 @@ from stepcredit.trainer.metrics import (
     plot_curves,
 )
 from stepcredit.trainer.progress import Progress
-from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_runner, uses_tools
+from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_context
 from stepcredit.trainer.sampling import step_stream
 from stepcredit.trainer.schedule import LR_SCHEDULES
 from stepcredit.trainer.setup import engine_bound, load_model
@@ -110,7 +110,8 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
                 cfg.sft,
                 seed=cfg.trainer.seed,
                 on_step=bar.sft_step(cfg.sft.steps),
-                tools=cfg.rollout.tools if uses_tools(cfg) else None,  # results in the rollouts' own tokens
+                # results in the rollouts' own tokens
+                tools=cfg.rollout.tools if ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools else None,
             )
             if cfg.sft.steps > 0:
                 save_pretrained(model, tok, run_dir / "checkpoints" / "sft" / "model")
@@ -228,8 +229,7 @@ def _validate(
             rewarder,
             max_new_tokens=cfg.rollout.max_new_tokens,
             temperature=cfg.rollout.val_temperature,
-            tools=cfg.rollout.tools if uses_tools(cfg) else None,
-            run_tools=tool_runner(cfg, rewarder) if uses_tools(cfg) else None,
+            tools=tool_context(cfg, rewarder),
         )
     if not rows:
         return metrics

@@ -38,9 +38,10 @@ from stepcredit.process.probe import (
     locating,
     solvable_figures,
 )
+from stepcredit.process.segment import trace_observed
 from stepcredit.process.utility import CREDIT_FORMS
-from stepcredit.process.values import ToolTurns, evaluating
-from stepcredit.rollout.tools import render_tool_prompts
+from stepcredit.process.values import ToolContext, evaluating
+from stepcredit.rollout.tool_render import render_tool_prompts
 from stepcredit.stats import spearman
 from stepcredit.types import Sample
 
@@ -55,7 +56,7 @@ def run_probe(
     score_fn: ScoreFn | None,
     credit_forms: Sequence[str] = (),
     tree_rollout: RolloutConfig | None = None,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
 ) -> ProbeReport:
     """Value every case with every estimator (each over the whole set at once) and summarise.
 
@@ -119,7 +120,7 @@ def _value_all(
     estimators: Sequence[str],
     score_fn: ScoreFn | None,
     tree_rollout: RolloutConfig | None = None,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
 ) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
     from stepcredit.process.tree import grown_tree_values
 
@@ -219,7 +220,8 @@ def build_cases(
         pair = []
         for t in (text, inj.text):
             ids = list(tokenizer(t, add_special_tokens=False)["input_ids"]) + eos
-            ends, req = prefix_request(sample, prompt, ids, tokenizer, cfg)
+            # a trace has no rollout's record of its results: its result blocks are read once, here
+            ends, req = prefix_request(sample, prompt, ids, tokenizer, cfg, trace_observed(ids, tokenizer))
             pair.append((req, episode_at(ids, tokenizer, ends, inj.position)))
         cases.append(ProbeCase(pair[0][0], pair[1][0], pair[0][1], pair[1][1]))
         used.append(i)
@@ -238,7 +240,7 @@ def probe(
     seed: int = 0,
     credit_forms: Sequence[str] = (),
     tree_rollout: RolloutConfig | None = None,
-    tools: ToolTurns | None = None,
+    tools: ToolContext | None = None,
 ) -> ProbeReport:
     """The signal probe on ``solutions`` (sample, correct solution text): one wrong step injected into
     each (drawn with ``seed`` from ``deltas``), the clean solutions the verifier ``score_fn`` does not
@@ -252,7 +254,7 @@ def probe(
         cfg,
         deltas=deltas,
         rng=random.Random(seed),
-        tools=tools.tools if tools is not None else None,
+        tools=tools.config if tools is not None else None,
     )
     if not cases:
         raise DataError("probe: no solution has an equation 'a op b = c' to make wrong")

@@ -11,11 +11,9 @@ from dataclasses import dataclass, field, replace
 
 from stepcredit import process
 from stepcredit.config import Config
-from stepcredit.process.values import ToolTurns
 from stepcredit.reward import RewardAgent, Rewarder, Ticket
-from stepcredit.reward.tools import ToolRunner
-from stepcredit.rollout import ROLLOUT_MODES
-from stepcredit.rollout.tools import ToolRollout
+from stepcredit.reward.tools import AgentCallRunner
+from stepcredit.rollout import ROLLOUT_MODES, RolloutRequest, ToolContext
 from stepcredit.trainer.critic import critic_values
 from stepcredit.trainer.state import TrainState
 from stepcredit.trainer.update import needs_behaviour_logp, reads_rollout_cache
@@ -32,20 +30,15 @@ class Rollout:
     """``time/generation_s``, ``time/process_s``; ``process/unscored_rows`` when a value could not be computed."""
 
 
-def tool_runner(cfg: Config, rewarder: Rewarder) -> ToolRunner:
-    """The run's tool runner: ``rollout.tools``' calls through ``rewarder``'s agent."""
-    return ToolRunner(rewarder, offered=cfg.rollout.tools.names, max_chars=cfg.rollout.tools.max_result_chars)
-
-
-def tool_turns(cfg: Config, rewarder: Rewarder) -> ToolTurns:
-    """How the process stage continues this run's tool rollouts: ``rollout.tools``, the length budget
-    and the run's tool runner."""
-    return ToolTurns(cfg.rollout.tools, cfg.rollout.max_new_tokens, tool_runner(cfg, rewarder))
-
-
-def uses_tools(cfg: Config) -> bool:
-    """Does ``rollout.mode`` call tools (so validation answers with tools too)?"""
-    return isinstance(ROLLOUT_MODES.get(cfg.rollout.mode).fn, ToolRollout)
+def tool_context(cfg: Config, rewarder: Rewarder) -> ToolContext | None:
+    """The run's tools as one object, or None when ``rollout.mode`` calls none: ``rollout.tools``, the
+    length budget and the runner that runs calls through ``rewarder``'s agent (kill-safe, with
+    deadlines). Rollouts, validation and the process stage's continuations all take this one object."""
+    if not ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools:
+        return None
+    tc = cfg.rollout.tools
+    runner = AgentCallRunner(rewarder, offered=tc.names, max_chars=tc.max_result_chars)
+    return ToolContext(tc, runner, cfg.rollout.max_new_tokens)
 
 
 def with_values(
@@ -68,6 +61,7 @@ def with_values(
     unscored = 0
     if rows:
         prompts, responses = process.batch_token_ids(batch)
+        observed = process.batch_observed(batch)
         got = process.prefix_values(
             state.model,
             state.tok,
@@ -79,7 +73,8 @@ def with_values(
             # the rollout's cache covers every row: a subset recomputes its prefixes
             body=batch.kv_cache if len(rows) == len(batch) else None,
             # continuations of a tool rollout's prefixes call the same tools through the same runner
-            tools=tool_turns(state.cfg, rewarder) if uses_tools(state.cfg) else None,
+            tools=tool_context(state.cfg, rewarder),
+            observed=None if observed is None else [observed[i] for i in rows],  # the recorded turns
         )
         for j, i in enumerate(rows):
             if any(math.isnan(v) for v in got.values[j]):
@@ -106,21 +101,18 @@ def rollout_and_submit(
     cfg = state.cfg
     P = cfg.rollout.prompts_per_step
     t0 = time.perf_counter()
-    mode = ROLLOUT_MODES.get(cfg.rollout.mode).fn
-    if isinstance(mode, ToolRollout):  # tool calls run in the run's reward agent: kill-safe, with deadlines
-        mode = mode.with_runner(tool_runner(cfg, rewarder))
-    batch, counts = mode(
-        state.model,
-        state.tok,
-        state.stream.take(P),
-        cfg.rollout,
+    request = RolloutRequest(
+        samples=state.stream.take(P),
+        cfg=cfg.rollout,
         group_offset=(extra * (cfg.trainer.steps + 1) + step) * P,
         policy_version=state.step,
         with_logprobs=needs_behaviour_logp(cfg),
         # the process stage continues from the behaviour log-prob pass instead of re-running responses
         keep_cache=reads_rollout_cache(cfg),
         boundaries=functools.partial(process.segment_episodes, tokenizer=state.tok, cfg=cfg.process),
+        tools=tool_context(cfg, rewarder),  # tool calls run in the run's reward agent: kill-safe
     )
+    batch, counts = ROLLOUT_MODES.get(cfg.rollout.mode).fn(state.model, state.tok, request)
     batch = replace(batch, policy_updates=state.updates)
     if state.critic is not None:
         batch = replace(batch, values_BT=critic_values(state.critic, batch))

@@ -13,9 +13,8 @@ from typing import Any
 
 from stepcredit.config import Config
 from stepcredit.models import load_policy
-from stepcredit.rollout import engines
-from stepcredit.rollout.tools import check_tool_template
-from stepcredit.trainer.rollout import uses_tools
+from stepcredit.rollout import ROLLOUT_MODES, engines
+from stepcredit.rollout.tool_render import check_tool_template
 from stepcredit.trainer.state import resolve_device
 
 
@@ -23,7 +22,7 @@ def load_model(cfg: Config) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of ``cfg.model`` on ``trainer.device``; on a run whose rollouts call tools
     with ``rollout.tools.render=template``, a template that cannot render tool turns is one line here."""
     model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
-    if uses_tools(cfg):
+    if ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools:  # render=template, a template without tool turns
         check_tool_template(tok, cfg.rollout.tools)
     model.to(resolve_device(cfg.trainer.device))
     return model, tok

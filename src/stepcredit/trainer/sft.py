@@ -19,7 +19,7 @@ import torch
 from stepcredit.config import SFTConfig, ToolsConfig
 from stepcredit.errors import DataError
 from stepcredit.rollout import left_pad, render_prompts
-from stepcredit.rollout.tools import check_tool_template, render_tool_prompts, trace_observation_ids
+from stepcredit.rollout.tool_render import check_tool_template, render_tool_prompts, trace_observation_ids
 from stepcredit.types import Sample
 
 Pair = tuple[list[int], list[int], list[bool]]
@@ -69,7 +69,7 @@ def sft_pairs(tok: Any, samples: list[Sample], tools: ToolsConfig | None = None)
 
     ``tools``: the run's ``rollout.tools`` when its rollouts call tools. The prompts are then the
     rollout's (the offered tools' schemas where the chat template prints them), and where results are
-    rendered by the chat template (:func:`~stepcredit.rollout.tools.check_tool_template`) each result
+    rendered by the chat template (:func:`~stepcredit.rollout.tool_render.check_tool_template`) each result
     block, written in the ``tools.parser`` convention's text, becomes the template's own tool turn
     tokens, as the rollout appends them; otherwise the block's own tokens, as without ``tools``."""
     prompts = (

@@ -6,11 +6,11 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from stepcredit.config import ToolsConfig
+from stepcredit.config import RolloutConfig
 from stepcredit.reward import Rewarder
 from stepcredit.reward.run.health import status_counts
-from stepcredit.rollout import generate
-from stepcredit.rollout.tools import ToolRunner, tool_generate
+from stepcredit.rollout import RolloutRequest, ToolContext, generate
+from stepcredit.rollout.tool_mode import tools_rollout
 from stepcredit.trainer.metrics import waste_metrics
 from stepcredit.types import Batch, RewardResult, Sample
 
@@ -29,8 +29,7 @@ def generate_in_chunks(
     max_new_tokens: int,
     temperature: float,
     chunk: int = 64,
-    tools: ToolsConfig | None = None,
-    run_tools: ToolRunner | None = None,
+    tools: ToolContext | None = None,
 ) -> Iterator[tuple[int, list[Sample], Batch]]:
     """``(start, prompts, batch)`` for each run of ``chunk`` prompts, ``n`` responses each (no log-probs).
 
@@ -39,17 +38,11 @@ def generate_in_chunks(
     for start in range(0, len(samples), chunk):
         part = samples[start : start + chunk]
         if tools is not None:  # multi-turn answers that call tools (rollout.mode=tools)
-            batch, _ = tool_generate(
-                model,
-                tok,
-                part,
-                tools,
-                n=n,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                with_logprobs=False,
-                run_tools=run_tools,
+            rollout = RolloutConfig(n=n, max_new_tokens=max_new_tokens, tools=tools.config)
+            request = RolloutRequest(
+                part, rollout, lambda ids: [], with_logprobs=False, tools=tools, temperature=temperature
             )
+            batch, _ = tools_rollout(model, tok, request)
         else:
             batch = generate(
                 model,
@@ -72,8 +65,7 @@ def validate(
     max_new_tokens: int,
     temperature: float = 0.0,
     chunk: int = 64,
-    tools: ToolsConfig | None = None,
-    run_tools: ToolRunner | None = None,
+    tools: ToolContext | None = None,
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Accuracy overall (``val/accuracy``) and per tag (``val/accuracy/{tag}``), how many rewards had
     each status (``val/status/{status}``, e.g. ``val/status/sandbox_error``), plus the answers."""
@@ -89,7 +81,6 @@ def validate(
         temperature=temperature,
         chunk=chunk,
         tools=tools,
-        run_tools=run_tools,
     ):
         texts.extend(b.texts)
         n_tokens.extend(b.response_mask_BT.sum(1).tolist())

@@ -343,8 +343,8 @@ class RewardAgent:
     # ----------------------------------------------------------------------------- dispatch
     def _chunk_size(self, unit: _Unit) -> int:
         a = self.cfg.agent
-        if unit.solo or a.chunk_s <= 0:
-            return 1
+        if unit.solo or a.chunk_s <= 0 or not unit.route.entry.reruns:
+            return 1  # a call that must not run twice runs alone: nothing of it is ever re-run
         per = self._per_sample_s.get(unit.route.entry.name)
         size = PROBE_CHUNK if per is None else int(a.chunk_s / max(per, 1e-7))
         # Enough chunks for every worker: a share of the queue and of the in-flight window each.
@@ -467,6 +467,9 @@ class RewardAgent:
         died = set(outcome.died)
         if died:
             self._count["worker_deaths"] += 1
+        if not unit.route.entry.reruns:
+            # at most once (a tool with side effects): a death or a failure is the call's result
+            retries, resubmits = 0, 0
         final: list[tuple[int, RewardResult]] = []
         again: list[int] = []
         retry: list[int] = []

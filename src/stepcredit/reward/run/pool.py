@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepcredit.reward.base import FnRef, load_ref, to_result
+from stepcredit.sandbox.dirs import remove_sandbox_dirs
 from stepcredit.types import RewardResult, Status
 
 PRELOAD = ("stepcredit.reward.builtin", "math_verify")
@@ -396,6 +397,8 @@ class _Slot:
         if self.proc is not None:
             _kill(self.proc)
             self.pool._pids.discard(self.proc.pid)
+            # a worker killed mid-program (a tool's or a code reward's) never removed its sandbox folder
+            remove_sandbox_dirs(self.proc.pid)
         if self.conn is not None:
             with contextlib.suppress(OSError):
                 self.conn.close()

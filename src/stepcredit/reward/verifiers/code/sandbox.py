@@ -7,17 +7,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import SandboxConfig
-from stepcredit.reward.verifiers.code.bwrap import Sandbox
-from stepcredit.reward.verifiers.code.cases import (
+from stepcredit.sandbox.bwrap import Sandbox
+from stepcredit.sandbox.cases import (
     TestCase,
     extract_code,
     outputs_match,
     parse_tests,
     values_match,
 )
-from stepcredit.reward.verifiers.code.executors import get_sandbox, make_executor
-from stepcredit.reward.verifiers.code.jail import UID_BASE, UID_COUNT
-from stepcredit.reward.verifiers.code.judging import (
+from stepcredit.sandbox.executors import get_sandbox, make_executor
+from stepcredit.sandbox.jail import UID_BASE, UID_COUNT
+from stepcredit.sandbox.judging import (
     ERROR,
     FAILED,
     PASSED,

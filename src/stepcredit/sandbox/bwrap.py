@@ -49,20 +49,20 @@ import math
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import SandboxConfig
-from stepcredit.reward.verifiers.code.cases import (
+from stepcredit.sandbox.cases import (
     NotPlain,
     RemoteLink,
     TestCase,
 )
-from stepcredit.reward.verifiers.code.jail import _claim_uid, _default_python, _sweep_uid, bwrap_command
-from stepcredit.reward.verifiers.code.judging import (
+from stepcredit.sandbox.dirs import make_sandbox_dir, remove_sandbox_dirs
+from stepcredit.sandbox.jail import _claim_uid, _default_python, _sweep_uid, bwrap_command
+from stepcredit.sandbox.judging import (
     _SKIPPED,
     ERROR,
     FAILED,
@@ -79,8 +79,8 @@ from stepcredit.reward.verifiers.code.judging import (
     run_many,
     verdict,
 )
-from stepcredit.reward.verifiers.code.protocol import Op
-from stepcredit.reward.verifiers.code.session import _runner_source, _Session
+from stepcredit.sandbox.protocol import Op
+from stepcredit.sandbox.session import _runner_source, _Session
 
 STARTUP_TIMEOUT_S = 20.0
 """How long the sandbox may take to start before it counts as a sandbox failure (a loaded machine)."""
@@ -100,6 +100,7 @@ class Sandbox:
         self._probe: str | None = None
         self._probed = False
         self._root = os.geteuid() == 0
+        remove_sandbox_dirs()  # folders of workers killed mid-program in an earlier run or this one
 
     # ------------------------------------------------------------------------------ availability
     def unavailable(self) -> str | None:
@@ -142,7 +143,7 @@ class Sandbox:
             "output_limit_kb": cfg.output_limit_kb,
             "timeout_s": cfg.timeout_s,
         }
-        host_dir = tempfile.mkdtemp(prefix="stepcredit-sbx-")
+        host_dir = make_sandbox_dir()
         # Traversable (not listable) so that bwrap, started as the run's uid, can bind the files in.
         os.chmod(host_dir, 0o711)
         outcomes: list[CaseOutcome] = []

@@ -13,7 +13,7 @@ import subprocess
 import time
 from typing import Any
 
-from stepcredit.reward.verifiers.code.judging import SandboxFailure, _tail
+from stepcredit.sandbox.judging import SandboxFailure, _tail
 
 RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
 RUNNER_FAILED = 97

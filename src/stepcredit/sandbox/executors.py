@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from stepcredit.config import SandboxConfig
 from stepcredit.registry import Registry
-from stepcredit.reward.verifiers.code.bwrap import Sandbox
-from stepcredit.reward.verifiers.code.fusion import FusionSandbox
-from stepcredit.reward.verifiers.code.judging import Executor
+from stepcredit.sandbox.bwrap import Sandbox
+from stepcredit.sandbox.fusion import FusionSandbox
+from stepcredit.sandbox.judging import Executor
 
 EXECUTORS: Registry[Callable[[SandboxConfig], Executor]] = Registry("sandbox backend")
 """``reward.sandbox.backend`` -> the executor class, built with the sandbox config."""

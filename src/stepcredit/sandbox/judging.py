@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stepcredit.config import SandboxConfig
-from stepcredit.reward.verifiers.code.cases import (
+from stepcredit.sandbox.cases import (
     AssertFailed,
     Call,
     CaseMode,
@@ -28,7 +28,7 @@ from stepcredit.reward.verifiers.code.cases import (
     parse_tests,
     values_match,
 )
-from stepcredit.reward.verifiers.code.protocol import Op
+from stepcredit.sandbox.protocol import Op
 
 PASSED, FAILED, TIMEOUT, ERROR, SANDBOX_ERROR = "passed", "failed", "timeout", "error", "sandbox_error"
 _SKIPPED = "skipped after an earlier failure"
@@ -66,7 +66,7 @@ def _tail(b: bytes | str, n: int = 600) -> str:
 
 class Executor(Protocol):
     """What runs programs for code rewards: the local :class:`Sandbox` or a SandboxFusion service
-    (:class:`~stepcredit.reward.verifiers.code.fusion.FusionSandbox`). It returns one
+    (:class:`~stepcredit.sandbox.fusion.FusionSandbox`). It returns one
     :class:`CaseOutcome` per case, judged on the host by :func:`judge_report` / :func:`verdict`."""
 
     cfg: SandboxConfig

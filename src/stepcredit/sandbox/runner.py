@@ -49,6 +49,22 @@ _ESCAPES[ord('"')] = '\\"'
 _ESCAPES[ord("\\")] = "\\\\"
 
 
+def _is_utf8(b):
+    """Is ``b`` valid UTF-8 (the output cap may cut a character in two: a cut tail still counts)?"""
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError as e:
+        return e.start >= len(b) - 3 and e.reason == "unexpected end of data"
+
+
+def _u_escape(c):
+    if c < 0x10000:
+        return f"\\u{c:04x}"
+    c -= 0x10000
+    return f"\\u{0xD800 + (c >> 10):04x}\\u{0xDC00 + (c & 0x3FF):04x}"
+
+
 def _json(value):
     """JSON text of None/bool/int/float/str/list/dict(str keys); lone surrogates become \\u escapes."""
     t = type(value)
@@ -61,11 +77,10 @@ def _json(value):
     if t is float:
         return repr(value)
     if t is str:
-        return (
-            '"'
-            + value.translate(_ESCAPES).encode("utf-8", "backslashreplace").decode("ascii", "replace")
-            + '"'
-        )
+        text = value.translate(_ESCAPES)
+        if not text.isascii():  # JSON's \u escapes (UTF-16, as JSON has them), never a lost character
+            text = "".join(ch if ch < "\x80" else _u_escape(ord(ch)) for ch in text)
+        return '"' + text + '"'
     if t is list:
         return "[" + ",".join(_json(v) for v in value) + "]"
     if t is dict:
@@ -540,6 +555,7 @@ class _Case:
             "timeout": self.timed_out,
             "overflow": self.overflow,
             "out": bytes(self.out[: self.r.cap]).decode("utf-8", "replace"),
+            "out_invalid_utf8": not _is_utf8(bytes(self.out[: self.r.cap])),
             "err": bytes(self.err[-2000:]).decode("utf-8", "replace"),
             "replies": [x.decode("utf-8", "replace") for x in bytes(self.rep).split(b"\n")[:-1]],
             "wall": time.monotonic() - self.t0,

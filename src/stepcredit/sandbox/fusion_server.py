@@ -27,9 +27,9 @@ from typing import Any
 
 from stepcredit.config import SandboxConfig
 from stepcredit.errors import UserError
-from stepcredit.reward.verifiers.code.bwrap import Sandbox
-from stepcredit.reward.verifiers.code.cases import CaseMode, TestCase
-from stepcredit.reward.verifiers.code.judging import SANDBOX_ERROR
+from stepcredit.sandbox.bwrap import Sandbox
+from stepcredit.sandbox.cases import CaseMode, TestCase
+from stepcredit.sandbox.judging import SANDBOX_ERROR
 
 __all__ = ["SandboxServer", "is_loopback"]
 

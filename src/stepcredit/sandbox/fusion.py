@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import SandboxConfig
-from stepcredit.reward.verifiers.code.cases import CaseMode, NotPlain, RemoteLink, TestCase
-from stepcredit.reward.verifiers.code.judging import (
+from stepcredit.sandbox.cases import CaseMode, NotPlain, RemoteLink, TestCase
+from stepcredit.sandbox.judging import (
     _SKIPPED,
     FAILED,
     PASSED,
@@ -52,7 +52,7 @@ from stepcredit.reward.verifiers.code.judging import (
     run_many,
     verdict,
 )
-from stepcredit.reward.verifiers.code.session import _runner_source
+from stepcredit.sandbox.session import _runner_source
 
 __all__ = ["FusionSandbox", "post_json"]
 
