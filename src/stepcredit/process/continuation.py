@@ -23,9 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
-from stepcredit.process.values import PrefixRequest, ValueContext, ValueEstimator, register_value_estimator
+from stepcredit.process.values import (
+    Capabilities,
+    PrefixRequest,
+    ValueContext,
+    ValueEstimator,
+    register_value_estimator,
+)
 from stepcredit.rollout.engines import SamplingSpec, engine_for
 from stepcredit.rollout.turns import resume_row, run_turns
 from stepcredit.types import Sample
@@ -201,16 +207,15 @@ def _values(plan: _Plan, scores: list[float], k: int, max_prefixes: int) -> list
     return out
 
 
-def continuation_estimator(name: str, **more: bool) -> Callable[[ValueEstimator], ValueEstimator]:
+def continuation_estimator(
+    name: str, **more: Unpack[Capabilities]
+) -> Callable[[ValueEstimator], ValueEstimator]:
     """Register a continuation value: it samples from the policy and scores text with the verifier, and
     its V is a chance of success whose value after a complete response is that response's reward."""
-    caps = {
-        "needs_verifier": True,
-        "generates": True,
-        "terminal_is_reward": True,
-        "success_probability": True,
-    }
-    return register_value_estimator(name, **caps, **more)
+    caps = Capabilities(
+        needs_verifier=True, generates=True, terminal_is_reward=True, success_probability=True
+    )
+    return register_value_estimator(name, **(caps | more))
 
 
 @continuation_estimator("monte_carlo", takes_tools=True)

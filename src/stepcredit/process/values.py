@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from stepcredit.config import ProcessConfig
 from stepcredit.errors import ConfigError
@@ -148,35 +148,27 @@ class ValueEstimatorSpec:
 VALUE_ESTIMATORS: Registry[ValueEstimatorSpec] = Registry("value estimator")
 
 
+class Capabilities(TypedDict, total=False):
+    """What :func:`register_value_estimator` takes: the :class:`ValueEstimatorSpec` fields after ``fn``
+    and ``name`` (each documented there; every one False unless given)."""
+
+    needs_verifier: bool
+    generates: bool
+    terminal_is_reward: bool
+    from_outcomes: bool
+    needs_step_values: bool
+    success_probability: bool
+    takes_tools: bool
+
+
 def register_value_estimator(
-    name: str,
-    /,
-    *,
-    needs_verifier: bool,
-    generates: bool,
-    terminal_is_reward: bool = False,
-    from_outcomes: bool = False,
-    needs_step_values: bool = False,
-    success_probability: bool = False,
-    takes_tools: bool = False,
+    name: str, /, **capabilities: Unpack[Capabilities]
 ) -> Callable[[ValueEstimator], ValueEstimator]:
-    """Decorator: add ``fn`` to :data:`VALUE_ESTIMATORS` with its capabilities."""
+    """Decorator: add ``fn`` to :data:`VALUE_ESTIMATORS` with its capabilities (say ``needs_verifier``
+    and ``generates`` even when False: they are what a caller reads first)."""
 
     def deco(fn: ValueEstimator) -> ValueEstimator:
-        VALUE_ESTIMATORS.add(
-            name,
-            ValueEstimatorSpec(
-                fn,
-                name=name,
-                needs_verifier=needs_verifier,
-                generates=generates,
-                terminal_is_reward=terminal_is_reward,
-                from_outcomes=from_outcomes,
-                needs_step_values=needs_step_values,
-                success_probability=success_probability,
-                takes_tools=takes_tools,
-            ),
-        )
+        VALUE_ESTIMATORS.add(name, ValueEstimatorSpec(fn, name=name, **capabilities))
         return fn
 
     return deco
