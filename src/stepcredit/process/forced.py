@@ -492,13 +492,11 @@ def forced_answer_logprob(ctx: ValueContext) -> list[list[float]]:
     tokenizer, requests, cfg = ctx.tokenizer, ctx.requests, ctx.cfg
     if ctx.tools is not None:
         requests = past_results(tokenizer, requests, ctx.tools)
-    suffixes = request_suffixes(
-        tokenizer,
-        requests,
-        cfg.force_prompt,
-        row=lambda _b, r: f"sample {r.sample.uid or '?'}",
-        key="process.force_prompt",
-    )
+
+    def where(_b: int, r: PrefixRequest) -> str:  # the row an error names
+        return f"sample {r.sample.uid or '?'}"
+
+    suffixes = request_suffixes(tokenizer, requests, cfg.force_prompt, row=where, key="process.force_prompt")
     queries = [
         ValueQuery(r.prompt_ids, r.response_ids, r.prefix_lens, suffix, n_answer)
         for r, (suffix, n_answer) in zip(requests, suffixes, strict=True)
