@@ -74,6 +74,37 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
         raise
 
 
+def _warm_up(
+    cfg: Config, run_dir: Path, model: Any, tok: Any, train_set: list[Sample], bar: Progress
+) -> dict[str, float]:
+    """Phase 1: supervised warm-up on the training prompts' solutions (results in the rollouts' own tokens
+    on a tools run), the SFT policy saved for ``eval`` and pushed to the engine; its time."""
+    t0 = time.perf_counter()
+    uses_tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
+    run_sft(
+        model,
+        tok,
+        train_set,
+        cfg.sft,
+        seed=cfg.trainer.seed,
+        on_step=bar.sft_step(cfg.sft.steps),
+        tools=cfg.rollout.tools if uses_tools else None,
+    )
+    if cfg.sft.steps > 0:
+        save_pretrained(model, tok, run_dir / "checkpoints" / "sft" / "model")
+    engines.sync(model)  # the SFT policy to the engine (validation generates with it)
+    return {"time/sft_s": time.perf_counter() - t0}
+
+
+def _maybe_save(cfg: Config, run_dir: Path, state: TrainState, pending: Rollout | None) -> None:
+    """A checkpoint every ``trainer.save_every`` steps and at the last one; the next step's batch when it
+    was generated ahead (one-step off-policy) is saved with it."""
+    step = state.step
+    if cfg.trainer.save_every > 0 and (step % cfg.trainer.save_every == 0 or step == _last_step(cfg, 0)):
+        ahead = {"pending": pending.batch.without_rewards() if pending is not None else None}
+        save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **ahead})
+
+
 def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool]) -> dict[str, Any]:
     # --- set-up: data, policy, rewards (a route no reward scores fails here, before any work)
     _start_run(cfg, run_dir)
@@ -102,23 +133,8 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
 
         # --- phase 1: supervised warm-up; the reference model is the SFT policy, saved for `eval`
         if ckpt is None:
-            t0 = time.perf_counter()
-            run_sft(
-                model,
-                tok,
-                train_set,
-                cfg.sft,
-                seed=cfg.trainer.seed,
-                on_step=bar.sft_step(cfg.sft.steps),
-                # results in the rollouts' own tokens
-                tools=cfg.rollout.tools if ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools else None,
-            )
-            if cfg.sft.steps > 0:
-                save_pretrained(model, tok, run_dir / "checkpoints" / "sft" / "model")
-            engines.sync(model)  # the SFT policy to the engine (validation below generates with it)
-            log_row(
-                log, bar, {"step": 0, "phase": "sft", "time/sft_s": time.perf_counter() - t0, **validation(0)}
-            )
+            sft = _warm_up(cfg, run_dir, model, tok, train_set, bar)
+            log_row(log, bar, {"step": 0, "phase": "sft", **sft, **validation(0)})
         else:
             state.load_state_dict(ckpt)
             engines.sync(model)  # the checkpoint's weights to the engine
@@ -164,12 +180,7 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
             log_row(log, bar, last, t_step)
             if cfg.trainer.generations_every > 0 and step % cfg.trainer.generations_every == 0:
                 log.log_samples(step, "train", _generations(arrived, cfg.trainer.generations_to_log))
-            if cfg.trainer.save_every > 0 and (
-                step % cfg.trainer.save_every == 0 or step == _last_step(cfg, 0)
-            ):
-                # the next step's batch when it was generated ahead (one-step off-policy) is saved with it
-                ahead = {"pending": pending.batch.without_rewards() if pending is not None else None}
-                save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **ahead})
+            _maybe_save(cfg, run_dir, state, pending)
         state.export(run_dir / "checkpoints" / "final")
     (run_dir / "summary.json").write_text(json.dumps(history.summary(), indent=2) + "\n")
     plot_curves(run_dir)
