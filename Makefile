@@ -16,7 +16,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 ARGS   ?=
 
-.PHONY: demo test lint typecheck pytest pytest-verl pytest-vllm setup setup-test setup-verl setup-vllm bench bench-engines bench-trl clean
+.PHONY: demo test lint typecheck pytest pytest-verl pytest-vllm pytest-gpu gpu-check setup setup-test setup-verl setup-vllm bench bench-guard bench-engines bench-trl clean
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ $(VENV)/.sandbox: $(VENV)/.torch
 	  "sandbox_error until it is installed (apt-get install bubblewrap; then rm $@)"
 	touch $@
 
-# Core install (the default job): the package plus tensorboard and math-verify.
+# Core install (the default job): the package (math-verify is a core dependency) plus tensorboard.
 $(VENV)/.core: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 	$(PIP) install -e ".[tensorboard,math]"
 	touch $@
@@ -94,12 +94,28 @@ pytest-vllm: setup-vllm
 
 test: lint typecheck pytest pytest-verl pytest-vllm
 
+# The GPU group (tests/gpu/, marker `gpu`): `make pytest` collects it and skips its cuda half where torch
+# sees no CUDA device (its cpu half runs there). On a GPU machine: `make pytest-gpu` with this venv, or
+# benchmarks/gpu_check.sh (the group and the GPU benchmarks in <= 8 minutes, on a machine without this
+# venv; `bash benchmarks/gpu_check.sh --prepare` first, where pip works, to carry math-verify).
+pytest-gpu: setup-test
+	$(VENV)/bin/pytest -m gpu tests/gpu $(ARGS)
+
+gpu-check:
+	bash benchmarks/gpu_check.sh
+
 # Every script in benchmarks/ with its defaults (each marks its JSON "valid": false when the machine was
-# busy); _*.py are helpers. trl_compare.py needs TRL, which lives in its own venv (TRL_PYTHON): `make bench-trl`;
-# rollout_engines.py needs vLLM (.venv-vllm): `make bench-engines`.
+# busy); _*.py are helpers, guard.py runs the others (`make bench-guard`). trl_compare.py needs TRL, which lives in its own venv (TRL_PYTHON): `make bench-trl`;
+# rollout_engines.py needs vLLM (.venv-vllm): `make bench-engines`; gpu_generate.py needs CUDA (`make gpu-check`).
 bench: setup-test
-	for b in benchmarks/*.py; do case $$b in *trl_compare.py|*rollout_engines.py|benchmarks/_*) continue;; esac; \
+	for b in benchmarks/*.py; do case $$b in *trl_compare.py|*rollout_engines.py|*guard.py|*gpu_generate.py|benchmarks/_*) continue;; esac; \
 	  echo "== $$b"; $(PY) $$b --json || exit 1; done
+
+# The fast benchmarks alone (refused on a busy machine), alternated with HEAD~1's tree (ARGS="--base X"),
+# every ratio appended with its commit to benchmarks/history.jsonl, and the ratios that moved beyond their
+# run-to-run spread named. Run it on a quiet machine after a change to a hot path; commit the history.
+bench-guard: setup-test
+	$(PY) benchmarks/guard.py $(ARGS)
 
 bench-engines: setup-vllm
 	$(VENV_VLLM)/bin/python benchmarks/rollout_engines.py --json $(ARGS)

@@ -16,6 +16,10 @@ math-verify. Also reported: our throughput through the full :class:`~stepcredit.
 (routing + kill-safe pool for what the fast path leaves). The three timed passes alternate
 (``--repeats`` rounds; medians with min/max) and the machine's load is recorded around each
 (``benchmarks/_harness.py``; ``"valid": false`` says the figures cannot be trusted, and why).
+Beside each wall-time ``speedup``, ``speedup_cpu`` is the same ratio of the main thread's CPU time
+(``time.thread_time``): both verifiers are single-threaded Python on the main thread, so on a quiet
+machine the two agree, and on a busy one the CPU ratio is the work ratio while a GSM8K pass of ours
+(tens of milliseconds) can lose a whole time slice to another process and the wall ratio with it.
 
     python benchmarks/verifier.py [--json] [--limit N] [--repeats 3]
 """
@@ -131,30 +135,30 @@ def clear_caches() -> None:
         f.cache_clear()
 
 
-def run_ours(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool], float]:
-    """Time, verdicts, and the share of pairs that reached the slow path (math-verify)."""
+def run_ours(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool], float, float]:
+    """Time, verdicts, the share of pairs that reached the slow path (math-verify), main-thread CPU time."""
     from stepcredit.reward.verifiers.math import math_compute_score
 
     clear_caches()
-    t0 = time.perf_counter()
+    c0, t0 = time.thread_time(), time.perf_counter()
     results = [math_compute_score(ds, resp, gt) for ds, resp, gt, _ in pairs]
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
     slow = sum(r.info.get("path") != "fast" for r in results) / max(1, len(results))
-    return dt, [r.score == 1.0 for r in results], slow
+    return dt, [r.score == 1.0 for r in results], slow, cpu
 
 
-def run_math_verify(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool]]:
+def run_math_verify(pairs: list[tuple[str, str, str, bool]]) -> tuple[float, list[bool], float]:
     """math-verify with its default configuration, as a user who swaps it for us runs it and as the
     differential test (tests/reward/test_math_differential.py) uses it: ``verify(parse(gold),
     parse(response))``."""
     from math_verify import parse, verify
 
     clear_caches()
-    t0 = time.perf_counter()
+    c0, t0 = time.thread_time(), time.perf_counter()
     verdicts = []
     for _, resp, gt, _ in pairs:
         verdicts.append(bool(verify(parse(gt), parse(resp))))
-    return time.perf_counter() - t0, verdicts
+    return time.perf_counter() - t0, verdicts, time.thread_time() - c0
 
 
 def partial_gold_reading(gold: str) -> bool:
@@ -198,7 +202,9 @@ def bench(dataset: str, limit: int, variant: str, mon: Monitor, repeats: int) ->
         repeats=repeats,
     )
     ours_t = [r[0] for r in runs[f"ours {where}"]]
-    mv_t = [t for t, _ in runs[f"math_verify {where}"]]
+    mv_t = [r[0] for r in runs[f"math_verify {where}"]]
+    c_ours = statistics.median(r[3] for r in runs[f"ours {where}"])
+    c_mv = statistics.median(r[2] for r in runs[f"math_verify {where}"])
     t_ours, ours, slow = statistics.median(ours_t), runs[f"ours {where}"][0][1], runs[f"ours {where}"][0][2]
     t_mv, mv = statistics.median(mv_t), runs[f"math_verify {where}"][0][1]
     t_rw = statistics.median(runs[f"rewarder {where}"])
@@ -210,9 +216,12 @@ def bench(dataset: str, limit: int, variant: str, mon: Monitor, repeats: int) ->
         "ours_per_s": round(n / t_ours, 1),
         "math_verify_per_s": round(n / t_mv, 1),
         "speedup": round(t_mv / t_ours, 2),
+        "speedup_cpu": round(c_mv / c_ours, 2),
         "slow_share": round(slow, 3),
         "t_ours": t_ours,
         "t_mv": t_mv,
+        "c_ours": c_ours,
+        "c_mv": c_mv,
         "agree": round(sum(a == b for a, b in zip(ours, mv, strict=True)) / n, 4),
         "ours_correct": round(sum(a == y for a, y in zip(ours, labels, strict=True)) / n, 4),
         "math_verify_correct": round(sum(b == y for b, y in zip(mv, labels, strict=True)) / n, 4),
@@ -242,7 +251,16 @@ def main(argv: list[str] | None = None) -> int:
         }
         for name in args.datasets.split(",")
     }
-    cols = ["pairs", "ours_per_s", "math_verify_per_s", "speedup", "slow_share", "agree", "ours_correct"]
+    cols = [
+        "pairs",
+        "ours_per_s",
+        "math_verify_per_s",
+        "speedup",
+        "speedup_cpu",
+        "slow_share",
+        "agree",
+        "ours_correct",
+    ]
     cols += ["math_verify_correct", "worse", "deliberate", "better", "rewarder_per_s"]
     print(f"{'dataset':<17}" + "".join(f"{c:>20}" for c in cols))
     for name, variants in out.items():
@@ -254,10 +272,20 @@ def main(argv: list[str] | None = None) -> int:
         rows = list(out[name].values())
         t_ours = sum(r.pop("t_ours") for r in rows)
         t_mv = sum(r.pop("t_mv") for r in rows)
+        c_ours = sum(r.pop("c_ours") for r in rows)
+        c_mv = sum(r.pop("c_mv") for r in rows)
         n = sum(r["pairs"] for r in rows)
         slow = sum(r["slow_share"] * r["pairs"] for r in rows) / n
-        out[name]["all"] = {"speedup": round(t_mv / t_ours, 2), "slow_share": round(slow, 3), "pairs": n}
-        print(f"{style}: {t_mv / t_ours:.1f}x math-verify (boxed + unboxed), slow-path share {slow:.1%}")
+        out[name]["all"] = {
+            "speedup": round(t_mv / t_ours, 2),
+            "speedup_cpu": round(c_mv / c_ours, 2),
+            "slow_share": round(slow, 3),
+            "pairs": n,
+        }
+        print(
+            f"{style}: {t_mv / t_ours:.1f}x math-verify (boxed + unboxed; CPU time {c_mv / c_ours:.1f}x), "
+            f"slow-path share {slow:.1%}"
+        )
     import math_verify
 
     side = {"thread": "main", "caches": "cleared before each timed pass", "limit": args.limit}

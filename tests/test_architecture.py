@@ -2,7 +2,7 @@
 only ``integrations/verl`` imports verl.
 
     sandbox -> tools -> data -> rollout -> reward -> process -> advantages -> losses -> trainer
-                                                                          (then cli, integrations)
+                                                                 (then recipes, cli, integrations)
 
 ``sandbox`` (programs run under bubblewrap) and ``tools`` (what a policy calls) sit below every stage:
 the code reward and the ``python`` tool both import the sandbox, and rollouts, rewards and values all
@@ -32,6 +32,7 @@ ORDER = [
     "advantages",
     "losses",
     "trainer",
+    "recipes",
     "cli",
     "integrations",
 ]

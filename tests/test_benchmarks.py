@@ -58,7 +58,8 @@ def test_a_script_run_carries_the_load_record_both_settings_and_spread() -> None
 
 
 def test_every_benchmark_script_uses_the_harness() -> None:
-    scripts = [f for f in BENCH.glob("*.py") if not f.name.startswith("_")]
+    # guard.py is not a benchmark: it runs the others and reads their JSON
+    scripts = [f for f in BENCH.glob("*.py") if not f.name.startswith("_") and f.name != "guard.py"]
     assert len(scripts) >= 10
     missing = [f.name for f in scripts if "from _harness import" not in f.read_text()]
     assert not missing, missing
@@ -101,3 +102,211 @@ def test_the_async_bound_is_a_wall_time_every_schedule_needs() -> None:
     # schedule: median of 2, 3 and 1 s, plus the steps' bound of the baseline runs
     piped = [{**run, "wall_s": 18.0}, {**run, "wall_s": 19.0}, {**run, "wall_s": 17.0}]
     assert async_reward.ideal_wall([run, run], piped) == 2 + 7.5
+
+
+# ------------------------------------------------------------------------------ the benchmark guard
+def _guard():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(BENCH))
+    try:
+        import guard  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(BENCH))
+    return guard
+
+
+def test_guard_picks_ratios_by_dotted_path_and_list_selector() -> None:
+    g = _guard()
+    obj = {
+        "gsm8k": {"all": {"speedup": 30.5}},
+        "results": [
+            {"estimator": "grpo", "shape": "1024x4096", "speedup": 3.0},
+            {"estimator": "reinforce_pp", "shape": "256x1024", "speedup": 9.0},
+            {"estimator": "reinforce_pp", "shape": "1024x4096", "speedup": 18.4},
+        ],
+        "valid": True,
+    }
+    assert g.pick(obj, "gsm8k.all.speedup") == 30.5
+    assert g.pick(obj, "results[estimator=reinforce_pp,shape=1024x4096].speedup") == 18.4
+    assert g.pick(obj, "results[estimator=gae].speedup") is None  # no such row
+    assert g.pick(obj, "math500.all.speedup") is None
+    assert g.pick(obj, "valid") is None  # a bool is not a figure
+    assert g.last_json("table\n\n" + json.dumps(obj) + "\n") == obj
+    assert g.last_json("no json here") is None
+
+
+def test_guard_counts_only_other_processes_cpu_from_proc_stat() -> None:
+    g = _guard()
+    tick = g._TICK
+    # user nice system idle iowait irq softirq steal: busy = all but idle and iowait
+    before = g.cpu_jiffies("cpu  100 0 50 1000 10 0 0 0 0 0\ncpu0 ...")
+    after = g.cpu_jiffies(f"cpu  {100 + 2 * tick} 0 {50 + tick} {1000 + tick} 10 0 0 0 0 0\n")
+    assert before == (150, 1160)
+    assert after[0] - before[0] == 3 * tick  # 3 s of busy CPU time over the window
+    # 3 busy CPU-seconds in a 2 s window, 1 of them ours: the others used (3 - 1) / 2 = 1 core
+    assert g.foreign_cores(before, after, own_cpu_s=1.0, wall_s=2.0) == 1.0
+    # ours alone (tick rounding can make it look negative): never below 0
+    assert g.foreign_cores(before, after, own_cpu_s=3.2, wall_s=2.0) == 0.0
+
+
+def _hist(name: str, *runs: tuple[bool, list[float]]) -> list[dict]:
+    return [
+        {"commit": f"c{i}", "valid": ok, "ratios": {name: {"values": v, "median": sorted(v)[len(v) // 2]}}}
+        for i, (ok, v) in enumerate(runs)
+    ]
+
+
+def test_guard_flags_a_move_only_beyond_the_run_to_run_spread() -> None:
+    g = _guard()
+    r = g.Ratio("verifier.gsm8k_speedup", "gsm8k.all.speedup", goal=30.0)
+    # valid records' ranges 2.0, 0.6, 1.0 -> typical spread (median) 1.0; the invalid record's range 10
+    # and the single-value record do not count
+    hist = _hist(
+        r.name, (True, [29.0, 31.0]), (True, [30.0, 30.6]), (False, [20.0, 30.0]), (True, [29.5, 30.5])
+    )
+    hist += _hist(r.name, (True, [30.0]))
+    assert g.historical_spread(hist, r.name) == 1.0
+    # medians 29.3 vs 30.05: -0.75 is within the spread max(0.2, 0.1, 1.0) = 1.0
+    steady = g.moved(r, [29.2, 29.4], [30.0, 30.1], reference_from="base x", history=hist)
+    assert not steady.moved and steady.spread == 1.0 and steady.meets_goal is False
+    # 27.1 vs 30.05: -2.95 beyond 1.0, downwards on a higher-is-better ratio: slipped
+    slip = g.moved(r, [27.0, 27.2], [30.0, 30.1], reference_from="base x", history=hist)
+    assert slip.moved and not slip.better and "SLIPPED" in slip.line() and "NOT MET" in slip.line()
+    # a wide head range is its own spread: 27.1 -> 30.05 with head [25, 35] is within max range 10
+    noisy = g.moved(r, [25.0, 35.0], [30.0, 30.1], reference_from="base x", history=hist)
+    assert not noisy.moved
+    # lower is better (a cost ratio): 1.2 -> 2.0 is a slip, 2.0 -> 1.2 an improvement that meets 1.2
+    cost = g.Ratio("process_cost.tree_vs_flat", "tree_vs_flat", higher_is_better=False, goal=1.2)
+    up = g.moved(cost, [1.9, 2.1], [1.19, 1.21], reference_from="base x", history=[])
+    down = g.moved(cost, [1.19, 1.21], [1.9, 2.1], reference_from="base x", history=[])
+    assert up.moved and not up.better and down.moved and down.better and down.meets_goal
+    # one value a side and no history: no spread is known, so nothing is called moved
+    once = g.moved(cost, [2.0], [1.2], reference_from="base x", history=[])
+    assert not once.moved and not once.spread_known and "no spread known" in once.line()
+
+
+def test_guard_compares_with_the_history_when_the_base_did_not_run() -> None:
+    g = _guard()
+    r = g.Ratio("fake.speedup", "speedup")
+    suite = [g.Bench("fake", "fake.py", [], [r])]
+    hist = _hist(r.name, (True, [4.0, 4.2]), (False, [9.0, 9.0]))
+    hist[0]["commit"] = "older"
+    hist[1]["commit"] = "invalid-run"
+    moves = g.compare(suite, {r.name: [2.0, 2.1]}, {}, head_commit="head", base_commit=None, history=hist)
+    assert len(moves) == 1 and moves[0].reference_from == "history older" and moves[0].moved
+    assert moves[0].reference == [4.0, 4.2]
+    # nothing valid to compare with: left out (the report says so)
+    assert g.compare(suite, {r.name: [2.0]}, {}, head_commit="h", base_commit=None, history=hist[1:]) == []
+
+
+FAKE_BENCH = """
+import json, pathlib
+here = pathlib.Path(__file__).parent
+print("a fake benchmark")
+print(json.dumps({"valid": True, "speedup": float((here / "speed.txt").read_text()), "steady": 3.0}))
+"""
+
+
+def test_guard_alternates_head_with_base_records_both_and_names_the_slip(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    g = _guard()
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    (repo / "src").mkdir()
+    (repo / "benchmarks" / "fake.py").write_text(FAKE_BENCH)
+
+    def commit(speed: str, msg: str) -> str:
+        (repo / "benchmarks" / "speed.txt").write_text(speed)
+        env = {
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        }
+        for cmd in (["add", "-A"], ["commit", "-qm", msg]):
+            subprocess.run(
+                ["git", "-C", str(repo), *cmd], check=True, env={**__import__("os").environ, **env}
+            )
+        return subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    base = commit("10.0", "fast")
+    head = commit("5.0", "slow")
+    suite = tmp_path / "suite.json"
+    suite.write_text(
+        json.dumps(
+            [{"name": "fake", "script": "fake.py", "ratios": [
+                {"name": "fake.speedup", "path": "speedup", "goal": 8.0},
+                {"name": "fake.steady", "path": "steady"},
+            ]}]
+        )
+    )  # fmt: skip
+    history = tmp_path / "history.jsonl"
+    args = ["--repo", str(repo), "--suite", str(suite), "--history", str(history), "--rounds", "2"]
+    args += ["--probe-s", "0.1", "--allow-busy", "--max-foreign-cores", "1000"]
+    assert g.main(args) == 0
+    out = capsys.readouterr().out
+    recs = [json.loads(line) for line in history.read_text().splitlines()]
+    # one record per benchmarked commit, each with its two alternated rounds
+    assert [(r["commit"], r["role"]) for r in recs] == [(head, "head"), (base, "base")]
+    assert recs[0]["ratios"]["fake.speedup"]["values"] == [5.0, 5.0]
+    assert recs[1]["ratios"]["fake.speedup"]["values"] == [10.0, 10.0]
+    assert recs[0]["guard_run"] == recs[1]["guard_run"]
+    # head and base alternate: head round 1, base round 1, head round 2, base round 2
+    order = [line.split(" round")[0].split()[-1] for line in out.splitlines() if " round " in line]
+    assert order == ["head", "base", "head", "base"]
+    speed = next(line for line in out.splitlines() if line.startswith("fake.speedup"))
+    assert "SLIPPED" in speed and "NOT MET" in speed
+    assert "steady" in next(line for line in out.splitlines() if line.startswith("fake.steady"))
+    assert "slipped: fake.speedup" in out
+    # the base's worktree is gone again
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True
+    ).stdout
+    assert len(listed.strip().splitlines()) == 1
+    # --fail-on-slip turns the slip into exit 1; a second run compares head with the same base again
+    assert g.main([*args, "--fail-on-slip", "--no-record"]) == 1
+
+
+def test_guard_refuses_a_busy_machine_and_records_nothing(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    g = _guard()
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    history = tmp_path / "history.jsonl"
+    try:
+        time.sleep(0.3)
+        # a spinning process uses about one core whatever else runs: far above half a core
+        code = g.main(
+            ["--history", str(history), "--probe-s", "1.0", "--max-foreign-cores", "0.5", "--no-base"]
+        )
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert code == 3
+    assert "REFUSED" in capsys.readouterr().out
+    assert not history.exists()
+
+
+def test_agent_throughput_says_when_its_ray_cluster_could_not_start(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The Ray figure names how it ran: a multi-node cluster, or one local node and why (no Ray is
+    started here: the cluster fails and ray.init is a stub)."""
+    import ray
+    import ray.cluster_utils
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import agent_throughput  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(BENCH))
+
+    class NoCluster:
+        def __init__(self, *a, **k):  # type: ignore[no-untyped-def]
+            raise OSError("no free port")
+
+    inits: list[dict] = []
+    monkeypatch.setattr(ray.cluster_utils, "Cluster", NoCluster)
+    monkeypatch.setattr(ray, "init", lambda **kw: inits.append(kw))
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    info, cluster = agent_throughput.ray_cluster(2, 1)
+    assert cluster is None and info["nodes"] == 1 and info["cpus_per_node"] == 2
+    assert "did not start" in info["how"] and "no free port" in info["how"]
+    assert inits == [{"num_cpus": 2, "include_dashboard": False}]  # one node with both nodes' CPUs

@@ -81,16 +81,20 @@ def commands_of(code: str) -> list[tuple[str, str]]:
     return [c for line in code.replace("\\\n", " ").splitlines() for c in COMMAND_RE.findall(line)]
 
 
-def synopsis(readme: str) -> str:
-    """The README's command synopsis: the first code block under '## Command line'."""
-    section = readme.split("## Command line", 1)[1]
+GUIDE = ROOT / "docs" / "guide.md"
+"""The guide: every command and flag, presets, rewards (what the README was before it became a front page)."""
+
+
+def synopsis(guide: str) -> str:
+    """The guide's command synopsis: the first code block under '## Command line'."""
+    section = guide.split("## Command line", 1)[1]
     return code_blocks(section)[0]
 
 
-def test_readme_synopsis_lists_every_subcommand() -> None:
-    listed = {cmd for cmd, _ in commands_of(synopsis((ROOT / "README.md").read_text()))}
+def test_guide_synopsis_lists_every_subcommand() -> None:
+    listed = {cmd for cmd, _ in commands_of(synopsis(GUIDE.read_text()))}
     assert listed == set(COMMANDS), (
-        f"missing from the README synopsis: {sorted(set(COMMANDS) - listed)}; "
+        f"missing from the guide's synopsis: {sorted(set(COMMANDS) - listed)}; "
         f"not a subcommand: {sorted(listed - set(COMMANDS))}"
     )
 
@@ -134,10 +138,10 @@ def test_the_checker_sees_a_wrong_flag() -> None:
     assert wrong_commands("```\nstepcredit eval --model tiny --data arith --n 4\n```") == []
 
 
-def test_readme_synopsis_shows_every_flag() -> None:
+def test_guide_synopsis_shows_every_flag() -> None:
     # each subcommand's synopsis line(s) name every option its parser accepts (help and version aside)
     # whole lines: alternatives (``--preset NAME | --config FILE``) and the comment ("# or --from-run DIR")
-    lines = [ln.split() for ln in synopsis((ROOT / "README.md").read_text()).splitlines()]
+    lines = [ln.split() for ln in synopsis(GUIDE.read_text()).splitlines()]
     missing = {}
     for cmd, parser in SUBCOMMANDS.items():
         shown = " ".join(" ".join(w) for w in lines if w[:2] == ["stepcredit", cmd])
@@ -145,7 +149,7 @@ def test_readme_synopsis_shows_every_flag() -> None:
         absent = sorted(f for f in flags if not re.search(rf"{re.escape(f)}(?![\w-])", shown))
         if absent:
             missing[cmd] = absent
-    assert not missing, f"flags missing from the README synopsis: {missing}"
+    assert not missing, f"flags missing from the guide's synopsis: {missing}"
 
 
 # ------------------------------------------------------------------------------ config keys, names
@@ -282,12 +286,12 @@ def test_documented_presets_exist(page: Path) -> None:
     )
 
 
-def test_readme_lists_every_preset() -> None:
+def test_guide_lists_every_preset() -> None:
     from stepcredit.cli.common import preset_names
 
-    section = (ROOT / "README.md").read_text().split("Presets:", 1)[1].split("\n\n", 1)[0]
+    section = GUIDE.read_text().split("Presets:", 1)[1].split("\n\n", 1)[0]
     missing = [p for p in preset_names() if f"`{p}`" not in section]
-    assert not missing, f"presets the README's list omits: {missing}"
+    assert not missing, f"presets the guide's list omits: {missing}"
 
 
 @pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -353,8 +357,8 @@ def test_config_docs_list_every_registered_name(capsys: pytest.CaptureFixture[st
     )
 
 
-def test_bpe_ratio_as_the_readme_says() -> None:
-    # README, "What the default job does": the BPE tokenizer writes the default arith rows in 3.1x fewer
+def test_bpe_ratio_as_the_guide_says() -> None:
+    # docs/guide.md, "What the default job does": the BPE tokenizer writes the default arith rows in 3.1x fewer
     # tokens than characters (reference solutions) and 4.5x (questions); a count, not a timing
     from stepcredit.config import ArithConfig
     from stepcredit.data.arith import make_rows
@@ -362,7 +366,7 @@ def test_bpe_ratio_as_the_readme_says() -> None:
 
     rows = make_rows(ArithConfig(), 1000, seed=0, split="train")
     char, bpe = build_tokenizer("char"), build_tokenizer("bpe")
-    readme = (ROOT / "README.md").read_text()
+    readme = GUIDE.read_text()
     for texts, stated in (
         ([r["extra_info"]["solution"] for r in rows], "3.1x"),
         ([r["prompt"][0]["content"] for r in rows], "4.5x"),
@@ -373,11 +377,11 @@ def test_bpe_ratio_as_the_readme_says() -> None:
 
 
 # ------------------------------------------------------------------------------ data and config blocks
-def test_readme_score_rows_score_as_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # the README's example rows for `stepcredit score` (verl's and TRL's layouts) are read and scored
+def test_guide_score_rows_score_as_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the guide's example rows for `stepcredit score` (verl's and TRL's layouts) are read and scored
     from stepcredit.cli.main import main
 
-    section = (ROOT / "README.md").read_text().split("### Scoring a file", 1)[1]
+    section = GUIDE.read_text().split("### Scoring a file", 1)[1]
     rows = code_blocks(section, "json")[0]
     inp, out = tmp_path / "rows.jsonl", tmp_path / "scored.jsonl"
     inp.write_text(rows)
@@ -401,3 +405,156 @@ def test_yaml_blocks_are_valid_config(page: Path) -> None:
 
     for block in code_blocks(page.read_text(), "yaml"):
         from_dict(merge(load_preset("default"), yaml.safe_load(block)))
+
+
+# ------------------------------------------------------------------------------ the README as a front page
+README = ROOT / "README.md"
+COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
+FIGURE = re.compile(r"[-+]?\d+\.\d+|\d+(?:,\d{3})+|\b\d+ ?%|\b\d+(?:\.\d+)?x\b|p = ")
+"""What counts as a measured figure: a decimal, a thousands-separated count, a percentage, a ratio, a p-value."""
+
+
+def _paragraphs(text: str) -> list[str]:
+    """Prose paragraphs and table rows of a page, code blocks left out."""
+    out: list[str] = []
+    for para in FENCE.sub("", text).split("\n\n"):
+        lines = para.strip().splitlines()
+        rows = [ln for ln in lines if ln.startswith("|")]
+        out += rows
+        prose = " ".join(ln for ln in lines if not ln.startswith("|"))
+        if prose:
+            out.append(prose)
+    return out
+
+
+def test_readme_is_a_front_page() -> None:
+    text = README.read_text()
+    assert len(text) <= 12_000, f"README.md is {len(text)} characters (at most 12,000)"
+    for heading in ("## The two commands", "## Quick start", "## Features", "## Results"):
+        assert heading in text
+    # every figure names its commit: a paragraph or table row with a measured number carries a commit id
+    # (inline code is a setting or a version, not a measurement)
+    bare = [p for p in _paragraphs(text) if FIGURE.search(re.sub(r"`[^`]*`", "", p)) and not COMMIT.search(p)]
+    assert not bare, f"README figures without a commit: {bare}"
+    # the greedy-continuation claim is marked as not replicated, with the rerun's figures
+    row = next(p for p in _paragraphs(text) if "Greedy-continuation" in p)
+    assert "NOT replicated" in row and "-1.0 +- 1.3" in row and "p = 0.46" in row and "0c439ee" in row
+    # every link into docs/ points at a file that is there
+    for target in re.findall(r"\]\(((?:docs|examples)/[^)#]*)", text):
+        assert (ROOT / target).exists(), target
+
+
+def test_the_checker_sees_a_figure_without_a_commit() -> None:
+    assert [
+        p for p in _paragraphs("| a | +3.25 points | x |\n| b | +2.3 (4600a9a) | y |") if not COMMIT.search(p)
+    ] == ["| a | +3.25 points | x |"]
+    assert FIGURE.search("3.85x") and FIGURE.search("p = 0.006") and not FIGURE.search("rank 8 on 2 layers")
+
+
+def quick_start() -> list[list[str]]:
+    """The README's quick-start commands, each as argv after ``stepcredit``."""
+    import shlex
+
+    block = code_blocks(README.read_text().split("## Quick start", 1)[1], "bash")[0]
+    return [
+        shlex.split(line.split(" #", 1)[0])[1:]
+        for line in block.splitlines()
+        if line.startswith("stepcredit ")
+    ]
+
+
+SMOKE_SIZE = [
+    "model.tiny.hidden_size=32",
+    "model.tiny.num_layers=1",
+    "model.tiny.num_heads=2",
+    "model.tiny.intermediate_size=64",
+    "data.train_size=16",
+    "data.val_size=2",
+    "sft.steps=20",  # enough for the tiny model to write something (explain refuses an empty response)
+    "sft.batch_size=8",
+    "trainer.steps=1",
+    "trainer.save_every=0",
+    "trainer.threads=1",
+    "trainer.progress=false",
+    "trainer.tensorboard=false",
+    "rollout.prompts_per_step=2",
+    "rollout.n=2",
+    "rollout.max_new_tokens=16",
+    "process.mc_max_new_tokens=16",
+]
+"""What the quick-start test appends to a `train` line: the same job at the size of a test."""
+
+
+def _quick_start_inputs(cwd: Path) -> None:
+    # what the score lines read: verl's parquet layout (plus a response column) and TRL's rows
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    verl = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "9 + 9?"}], "ability": "math",
+             "reward_model": {"style": "rule", "ground_truth": "18"}, "extra_info": {"index": 0}, "responses": "#### 18"}]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(verl), cwd / "test.parquet")
+    (cwd / "trl.jsonl").write_text(
+        json.dumps({"prompt": "9 + 9?", "completion": "#### 18", "answer": "#### 18"}) + "\n"
+    )
+
+
+def test_quick_start_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each command of the README's quick start runs as written, `train` at smoke size (appended
+    overrides), `probe` on fewer traces; the vLLM line runs in the vLLM venv (the next test)."""
+    from stepcredit.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    _quick_start_inputs(tmp_path)
+    ran = []
+    for argv in quick_start():
+        extra: list[str] = []
+        if argv[0] == "train":
+            if "rollout.engine=vllm" in argv:
+                continue
+            extra = SMOKE_SIZE
+        elif argv[0] == "probe":
+            extra = ["--n", "4"]
+        code = main([*argv, *extra])
+        out = capsys.readouterr()
+        assert code == 0, f"stepcredit {' '.join(argv)}: exit {code}\n{out.err[-2000:]}"
+        ran.append(argv[0])
+    assert sorted(set(ran)) == ["explain", "probe", "score", "train"] and ran.count("train") == 4
+    assert json.loads((tmp_path / "runs" / "lora" / "summary.json").read_text())["params"]["trainable"] > 0
+
+
+@pytest.mark.vllm
+def test_quick_start_vllm_line_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("vllm")
+    from stepcredit.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    (argv,) = [a for a in quick_start() if "rollout.engine=vllm" in a]
+    # vLLM's CPU kernels want head size 32: the smoke model's own width (64, 2 heads), smaller otherwise
+    size = [o for o in SMOKE_SIZE if not o.startswith("model.tiny.")]
+    assert main([*argv, *size]) == 0
+
+
+def test_midchain_greedy_is_the_measured_arm() -> None:
+    """The `midchain_greedy` preset is the `mid_greedy` arm of the experiment that measured it
+    (benchmarks/longchain_experiment.py: a preset plus overrides), field for field."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from longchain_experiment import VARIANTS
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from stepcredit.cli.common import apply_overrides, load_preset
+    from stepcredit.config import from_dict, to_dict
+
+    base, overrides = VARIANTS["mid_greedy"]
+    measured = from_dict(apply_overrides(load_preset(base), list(overrides)))
+    assert to_dict(from_dict(load_preset("midchain_greedy"))) == to_dict(measured)
+    # and the README's recipe line runs that preset, not a hand-written variant of it
+    assert next(a for a in quick_start() if "midchain_greedy" in a)[:3] == [
+        "train",
+        "--preset",
+        "midchain_greedy",
+    ]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from stepcredit.runtime import keep_freed_memory
+from stepcredit.errors import ConfigError
+from stepcredit.runtime import THREADS_ENV, keep_freed_memory, set_threads, thread_count, usable_cpus
 
 # An advantage estimator's allocation pattern at 1024 x 4096: several 16 MiB temporaries per call.
 WORKLOAD = """
@@ -51,3 +54,76 @@ def test_freed_tensors_are_reused_without_page_faults() -> None:
     # an absolute bound below half a tensor to show no 16 MiB block is faulted in again.
     assert kept < 2048, (kept, system)
     assert system > 4 * kept, (system, kept)
+
+
+# ------------------------------------------------------------------------------- a shared machine
+# Records OMP_WAIT_POLICY at the moment torch is first imported (libgomp reads it then), while the
+# command line builds its parser (every command module imported) and parses --help.
+FIRST_TORCH_IMPORT = """
+import importlib.abc, json, os, sys
+seen = {}
+class Spy(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and "policy" not in seen:
+            seen["policy"] = os.environ.get("OMP_WAIT_POLICY")
+        return None
+sys.meta_path.insert(0, Spy())
+from stepcredit.cli.main import main
+try:
+    main(["train", "--help"])
+except SystemExit:
+    pass
+import torch  # (if no command module imported it)
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_command_line_sets_the_wait_policy_before_torch_loads(given: str | None, expected: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given  # the user's choice wins
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_TORCH_IMPORT],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        env=env,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"policy": expected}
+
+
+def test_thread_count_never_exceeds_the_usable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    assert usable_cpus() == 3
+    assert [thread_count(n) for n in (1, 2, 3, 8, 0)] == [1, 2, 3, 3, 3]  # 0: every usable CPU
+    monkeypatch.setenv(THREADS_ENV, "2")  # the environment wins over trainer.threads
+    assert thread_count(1) == 2 and thread_count(0) == 2
+    monkeypatch.setenv(THREADS_ENV, "0")
+    assert thread_count(1) == 3
+    monkeypatch.setenv(THREADS_ENV, "two")
+    with pytest.raises(ConfigError, match="STEPCREDIT_THREADS='two': expected an integer"):
+        thread_count(1)
+
+
+def test_set_threads_sets_torchs_intra_op_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    try:
+        assert set_threads(8) == 2 and torch.get_num_threads() == 2
+        assert set_threads(1) == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_trainer_threads_must_not_be_negative() -> None:
+    from stepcredit.config import TrainerConfig
+
+    assert TrainerConfig(threads=0).threads == 0
+    with pytest.raises(ConfigError, match=r"trainer\.threads"):
+        TrainerConfig(threads=-1)

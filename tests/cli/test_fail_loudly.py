@@ -90,6 +90,59 @@ def test_judge_failing_mid_run_stops_at_the_breaker(
         judge.close()
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, err
-    assert len(err) == 1 and "reward source 'judge'" in err[0] and "error=" in err[0], err
+    # the judge's error is shown once when it first appears; the stop is the last line and names it
+    assert "reward source 'judge'" in err[-1] and "error=" in err[-1] and " x " in err[-1], err
+    assert sum(ln.startswith("reward 'judge' failed at step") for ln in err) == 1, err
     steps = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines() if r.strip()]
     assert 1 <= max(r.get("step", 0) for r in steps) < 8, "stopped mid-run, after some good steps"
+
+
+ODD_RAISES = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if "boxed" not in solution_str and len(solution_str) % 2:  # the start-up probe is boxed: it passes
+        raise ValueError(f"cannot read a response of odd length {len(solution_str)}")
+    return 1.0 if str(ground_truth) in solution_str else 0.0
+"""
+
+
+@pytest.mark.parametrize("breaker", [True, False])
+def test_a_custom_reward_that_raises_is_shown_counted_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_train: list[str], breaker: bool
+) -> None:
+    fn = tmp_path / "odd.py"
+    fn.write_text(ODD_RAISES)
+    out = tmp_path / "run"
+    args = [*tiny_train, *TINY_CHANGES, "sft.steps=2", "trainer.steps=3", "trainer.progress=true"]
+    args += [f"reward.custom.path={fn}", f"reward.breaker.enabled={str(breaker).lower()}"]
+    args += [
+        "reward.breaker.min_samples=1",
+        "reward.breaker.max_failure_share=0.1",
+        "reward.breaker.window_steps=1",
+    ]
+    code = main(["train", "--preset", "smoke", "--out", str(out), *args])
+    cap = capsys.readouterr()
+    err = cap.err.splitlines()
+    rows = [json.loads(x) for x in (out / "reward_errors.jsonl").read_text().splitlines()]
+    # every failure in the run directory with its message, traceback (the user's raise) and row
+    assert rows and all(
+        r["message"].startswith("ValueError: cannot read a response of odd length") for r in rows
+    )
+    assert all(f'File "{fn}", line 4' in r["traceback"] and len(r["response"]) % 2 for r in rows)
+    # shown once on stderr with the raising line
+    assert sum(ln.startswith("reward 'custom' failed at step 1 on row ") for ln in err) == 1, err
+    assert any("raise ValueError" in ln for ln in err), err
+    steps = [ln for ln in cap.out.splitlines() if ln.startswith("step ")]
+    assert "reward_failed " in steps[1], steps  # step 1's line counts them
+    if breaker:
+        assert code == 2
+        assert err[-1].startswith("stepcredit train: error: reward source 'custom' failed"), err
+        assert f"{len(rows)} x ValueError: cannot read a response of odd length" in err[-1], err
+    else:
+        assert code == 0
+        warnings = [ln for ln in err if ln.startswith("warning: step ")]
+        failed_steps = sorted({r["step"] for r in rows})
+        assert [int(w.split()[2].rstrip(":")) for w in warnings] == failed_steps
+        assert all("x ValueError: cannot read" in w for w in warnings)
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["reward_failures"]["failed"] == len(rows)
+        assert any(ln.startswith(f"reward failures: {len(rows)} ") for ln in cap.out.splitlines())

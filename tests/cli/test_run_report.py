@@ -212,3 +212,72 @@ def test_sft_alone_covers_every_domain_and_prints_an_interval(tmp_path: Path) ->
     assert "(95 % Wilson interval, 8 prompts)" in proc.stdout  # 4 validation prompts per domain
     m = json.loads((out / "sft_metrics.json").read_text())
     assert {"val/accuracy/arith", "val/accuracy/code"} <= set(m)
+
+
+def test_step_line_adds_process_tool_and_failure_figures_only_when_there() -> None:
+    from stepcredit.trainer.progress import step_line
+
+    base = {"train/reward_sampled": 0.5, "time/step_s": 1.0, "reward/failed": 0.0}
+    assert step_line(1, 2, base) == "step 1/2  reward_sampled 0.500  s/step 1.00"  # 0 failures: not shown
+    full = {
+        **base,
+        "process/u_abs_mean": 0.1234,
+        "process/episodes_per_response": 3.25,
+        "tools/calls_per_response": 1.5,
+        "tools/failed_calls_per_response": 0.25,
+        "reward/failed": 3.0,
+    }
+    assert step_line(1, 2, full) == (
+        "step 1/2  reward_sampled 0.500  process_|U| 0.123  episodes 3.2  tool_calls 1.50  tool_failed 0.25  "
+        "reward_failed 3  s/step 1.00"
+    )
+
+
+def test_other_packages_deprecation_warnings_are_collected_once(tmp_path: Path) -> None:
+    import warnings
+
+    from stepcredit.cli.train import WARNINGS_FILE, third_party_warnings
+
+    shown: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda m, *a, **k: shown.append(str(m))
+        with third_party_warnings(tmp_path) as collected:
+            for _ in range(3):
+                warnings.warn_explicit(
+                    "`past_key_values` is deprecated", FutureWarning, "/site/transformers/x.py", 7
+                )
+            warnings.warn_explicit("mine", FutureWarning, str(Path(cli_train_file()).parent / "x.py"), 1)
+            warnings.warn_explicit("a user warning", UserWarning, "/site/peft/y.py", 2)
+    # the third-party deprecation once, in the log; stepcredit's own and other categories still shown
+    assert collected == ["FutureWarning: `past_key_values` is deprecated (/site/transformers/x.py:7)"]
+    assert (tmp_path / WARNINGS_FILE).read_text() == collected[0] + "\n"
+    assert shown == ["mine", "a user warning"]
+
+
+def cli_train_file() -> str:
+    import stepcredit.cli.train
+
+    return str(stepcredit.cli.train.__file__)
+
+
+def test_the_run_starts_with_a_banner(
+    tmp_path: Path, tiny_train: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stepcredit.cli.main import main
+
+    run = tmp_path / "run"
+    args = [*tiny_train, "sft.steps=1", "trainer.steps=1", "trainer.val_every=0", "trainer.save_every=0"]
+    assert main(["train", "--preset", "smoke", *args, "process.enabled=true", "--out", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"stepcredit train: run directory {run.resolve()}"
+    banner = "\n".join(out[:7])
+    for needle in (
+        "tiny (built in: 32 wide, 1 layer)",
+        "on cpu in float32",
+        "SFT 1 steps trains all; RL trains all",
+        "rewards    math (breaker on)",
+        "process credit on: forced_answer_logprob values",
+        "tools      none",
+    ):
+        assert needle in banner, banner

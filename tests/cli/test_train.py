@@ -68,6 +68,10 @@ def test_smoke_preset_writes_the_run_directory(tmp_path: Path) -> None:
         (["rollout.n=zero"], "rollout.n"),
         (["model.path=/does/not/exist"], "/does/not/exist"),
         (["algorithm.advantage=nope"], "nope"),
+        (
+            ["model.path=Qwen/Qwen2.5-0.5B-Instruct"],
+            "hub downloads are not supported here; pass a local directory",
+        ),
     ],
 )
 def test_bad_config_is_one_line_and_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -118,3 +122,50 @@ def test_resume_continues_exactly(tmp_path: Path) -> None:
     for key in ("reward/mean", "response_length/mean", "loss", "kl", "entropy", "grad_norm", "adv/abs_mean"):
         x, y = a[3][key], b[3][key]
         assert (x is None and y is None) or math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9), (key, x, y)
+
+
+def test_saved_config_paths_are_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_train: list[str]
+) -> None:
+    import yaml
+
+    from stepcredit.cli.train import absolute_paths
+    from stepcredit.config import from_dict
+
+    work = tmp_path / "work"
+    (work / "rewards").mkdir(parents=True)
+    (work / "rewards" / "mine.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n"
+    )
+    (work / "model").mkdir()
+    monkeypatch.chdir(work)
+    cfg = from_dict(
+        {
+            "model": {"path": "model"},
+            "data": {"task": "files", "train_files": ["t.jsonl"], "val_files": ["sub/v.parquet"]},
+            "reward": {
+                "custom": {"path": "rewards/mine.py:compute_score,pkg.mod:fn", "style": "trl"},
+                "domains": {"a": {"fn": "math"}, "b": {"fn": "rewards/mine.py"}},
+            },
+            "rollout": {"tools": {"modules": ["my_tools.py", "pkg.tools"]}},
+        }
+    )
+    got = absolute_paths(cfg, work)
+    # files and directories from the working directory; module specs and registered names as written
+    assert got.model.path == str(work / "model")
+    assert got.data.train_files == (str(work / "t.jsonl"),) and got.data.val_files == (
+        str(work / "sub/v.parquet"),
+    )
+    assert got.reward.custom.path == f"{work}/rewards/mine.py:compute_score,pkg.mod:fn"
+    assert got.reward.domains["a"].fn == "math" and got.reward.domains["b"].fn == f"{work}/rewards/mine.py"
+    assert got.rollout.tools.modules == (str(work / "my_tools.py"), "pkg.tools")
+    assert absolute_paths(from_dict({}), work).model.path == "tiny"  # the built-in model is a name
+    # through train: the saved config.yaml names the file absolutely, so it loads from anywhere
+    run = tmp_path / "run"
+    args = [*tiny_train, "sft.steps=0", "trainer.steps=1", "trainer.val_every=0", "trainer.save_every=0"]
+    assert (
+        main(["train", "--preset", "smoke", *args, "reward.custom.path=rewards/mine.py", "--out", str(run)])
+        == 0
+    )
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["reward"]["custom"]["path"] == str(work / "rewards" / "mine.py")

@@ -9,7 +9,14 @@ import copy
 import pytest
 import torch
 
-from stepcredit.models.decode_step import fast_step, llama_step, supports_llama_step
+from stepcredit.models.decode_step import (
+    DecodeOptions,
+    decode_options,
+    fast_step,
+    llama_step,
+    static_width,
+    supports_llama_step,
+)
 
 
 def llama(kv_heads: int) -> torch.nn.Module:
@@ -63,10 +70,20 @@ def test_models_it_cannot_stand_in_for_are_left_to_their_forward() -> None:
     model.config._attn_implementation = "eager"
     assert fast_step(model) is None
     model.config._attn_implementation = "sdpa"
+    model.forward = lambda *a, **k: None  # a forward wrapper of someone else's: it must run
+    assert fast_step(model) is None
+
+
+def test_a_bf16_autocast_model_takes_the_fast_step_under_its_autocast() -> None:
     from stepcredit.models import use_bf16_autocast
 
-    use_bf16_autocast(model)  # the autocast wrapper must run: its forward is the model's
-    assert fast_step(model) is None
+    model = llama(2)
+    use_bf16_autocast(model)  # model.dtype=bfloat16: float32 weights, bfloat16 products
+    step = fast_step(model)
+    assert step is not None
+    ref, got = _one_step(model, step)
+    assert ref.dtype == got.dtype == torch.bfloat16  # the step ran under the same autocast
+    assert torch.equal(got, ref)  # the same operations in the same order: bit for bit
 
 
 def lora_policy(kv_heads: int) -> torch.nn.Module:
@@ -146,3 +163,102 @@ def test_a_lora_policy_draws_the_same_greedy_tokens_on_the_fast_path(monkeypatch
         )
     assert used and real(policy) is not None  # the fast path ran the first time
     assert outs[0].shape[1] > 5 and torch.equal(outs[0], outs[1])
+
+
+# ------------------------------------------------------------------- static cache, compiled step, merged LoRA
+def _prompts() -> tuple[torch.Tensor, torch.Tensor]:
+    """Four left-padded prompts, two of them the same (a group shares its prefill)."""
+    torch.manual_seed(0)
+    ids = torch.randint(3, 50, (4, 7))
+    ids[3] = ids[2]
+    mask = torch.ones(4, 7, dtype=torch.long)
+    mask[1, :3] = 0  # left padding
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def _greedy(model: torch.nn.Module, options: DecodeOptions, max_new: int = 24, eos: int = 2) -> torch.Tensor:
+    from stepcredit.rollout.sampling import decode
+
+    ids, mask = _prompts()
+    with decode_options(options):
+        return decode(
+            model, ids, mask, max_new_tokens=max_new, eos_token_id=eos, pad_token_id=0, temperature=0.0
+        )
+
+
+# aot_eager: dynamo traces the step into one graph and runs it (what inductor would compile on a GPU),
+# in a second here instead of a C++ build
+STATIC = DecodeOptions(compile="default", backend="aot_eager")
+
+
+def test_static_width_rounds_up_to_a_multiple_of_64() -> None:
+    assert [static_width(n) for n in (1, 64, 65, 200)] == [64, 64, 128, 256]
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_the_compiled_static_step_draws_the_same_greedy_tokens(kv_heads: int) -> None:
+    import stepcredit.models.decode_step as ds
+
+    model = llama(kv_heads)
+    eager = _greedy(model, DecodeOptions())
+    compiled = _greedy(model, STATIC)
+    assert eager.shape[1] > 5 and torch.equal(compiled, eager)
+    # a second decode reuses the compiled step and the buffers of its shape
+    state = ds._STATIC[model]
+    fns = [k for k in state if k[0] == "fn"]
+    assert fns == [("fn", "default", "aot_eager")]
+    assert torch.equal(_greedy(model, STATIC), eager)
+    assert [k for k in state if k[0] == "fn"] == fns and len([k for k in state if k[0] == "bufs"]) == 1
+
+
+def test_the_static_step_stops_rows_at_eos_like_the_eager_loop() -> None:
+    # an eos that the greedy rows reach at different steps: finished rows stay in the static batch
+    # (fixed shapes) and emit padding, as the eager loop's dropped rows do
+    model = llama(4)
+    free = _greedy(model, DecodeOptions(), eos=-1)  # no eos: every row runs 24 tokens
+    eos = int(free[0, 4])  # a token row 0 draws: as eos it ends row 0 by its 5th token
+    eager = _greedy(model, DecodeOptions(), eos=eos)
+    assert torch.equal(_greedy(model, STATIC, eos=eos), eager)
+    ended = (eager == eos).any(dim=1)
+    assert ended.any() and eager.shape[1] > 5
+
+
+def test_a_bf16_autocast_model_draws_the_same_greedy_tokens_compiled() -> None:
+    from stepcredit.models import use_bf16_autocast
+
+    model = llama(2)
+    use_bf16_autocast(model)
+    assert torch.equal(_greedy(model, STATIC), _greedy(model, DecodeOptions()))
+
+
+def test_a_lora_policy_draws_the_same_greedy_tokens_merged_and_compiled() -> None:
+    from peft.tuners.lora import LoraLayer
+
+    from stepcredit.models.lora import adapters_merged
+
+    policy = lora_policy(2)
+    base = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    unmerged = _greedy(policy, DecodeOptions(merge_lora=False))
+    merged = _greedy(policy, DecodeOptions(merge_lora=True))
+    assert unmerged.shape[1] > 5 and torch.equal(merged, unmerged)
+    assert torch.equal(_greedy(policy, DecodeOptions(compile="default", backend="aot_eager")), unmerged)
+    # afterwards every weight is what it was, bit for bit, and no layer is left marked merged
+    assert all(torch.equal(base[n], p) for n, p in policy.named_parameters())
+    layers = [m for m in policy.modules() if isinstance(m, LoraLayer)]
+    assert layers and not any(m.merged for m in layers)
+    # inside the block: W + (alpha / r) B A in the base weight, and the layer runs its base layer alone
+    q = next(m for m in layers if m.get_base_layer().out_features == 32)
+    with adapters_merged(policy) as n:
+        assert n == len(layers) and q.merged
+        delta = q.get_delta_weight("default")
+        assert torch.allclose(q.get_base_layer().weight, base_weight(base, q, policy) + delta, atol=1e-6)
+    policy.train()  # training mode (LoRA dropout live): nothing is merged
+    with adapters_merged(policy) as n:
+        assert n == 0
+
+
+def base_weight(
+    base: dict[str, torch.Tensor], layer: torch.nn.Module, policy: torch.nn.Module
+) -> torch.Tensor:
+    name = next(n for n, m in policy.named_modules() if m is layer)
+    return base[f"{name}.base_layer.weight"]

@@ -153,7 +153,7 @@ def test_sandbox_actors_only_where_the_resource_is_and_a_killed_node_loses_nothi
         assert m["agent/completed"] == len(samples) and m["agent/resubmits"] >= 1
         assert any(k.startswith("agent/node_completed/") for k in m)
         pids = backend.all_pids()
-    end = time.monotonic() + 15
+    end = time.monotonic() + 60  # that they die, not how fast (Ray took over 10 s on a loaded machine)
     while time.monotonic() < end and any(_alive(p) for p in pids):
         time.sleep(0.1)
     assert not any(_alive(p) for p in pids), "actors left behind"

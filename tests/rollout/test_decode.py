@@ -139,3 +139,47 @@ def test_the_fast_llama_step_draws_the_same_tokens(monkeypatch: pytest.MonkeyPat
         outs.append(decode(model, ids, mask, max_new_tokens=20, eos_token_id=2, pad_token_id=0))
     assert used and real(model) is not None
     assert torch.equal(outs[0], outs[1])
+
+
+def test_bucketed_prefill_of_ragged_contexts_draws_the_same_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Contexts of very different lengths (a tree's prompt + prefix continuations) are prefilled in
+    buckets of similar length: the same sampled and greedy tokens as one padded prefill, and the
+    buckets really ran (each pass only as wide as its longest context)."""
+    model, tok = load_policy(SMALL, seed=1)
+    model.eval()
+    rows = make_rows(ArithConfig(max_steps=5), 12, seed=0, split="train")
+    prompts = render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)])
+    # the first 20, 30, ..., 130 tokens of each prompt: widths far apart, padding well over a quarter
+    contexts = [(p * 2)[: 20 + 10 * i] for i, p in enumerate(prompts)]
+    ids, mask = left_pad(contexts, 0)
+    assert float(mask.sum()) < (1 - decode_mod.BUCKET_PAD_SHARE) * mask.numel()
+    widths: list[int] = []
+    forward = type(model).forward
+
+    def spy(self, *args, **kw):  # type: ignore[no-untyped-def]
+        if kw.get("input_ids") is not None and kw["input_ids"].shape[1] > 1:
+            widths.append(int(kw["input_ids"].shape[1]))
+        return forward(self, *args, **kw)
+
+    monkeypatch.setattr(type(model), "forward", spy)
+    outs = []
+    for bucketed in (True, False):
+        if not bucketed:
+            monkeypatch.setattr(decode_mod, "BUCKET_PAD_SHARE", 2.0)  # never: one padded pass
+        for temperature in (1.0, 0.0):
+            torch.manual_seed(5)
+            outs.append(
+                decode(
+                    model,
+                    ids,
+                    mask,
+                    max_new_tokens=12,
+                    eos_token_id=2,
+                    pad_token_id=0,
+                    temperature=temperature,
+                )
+            )
+    assert torch.equal(outs[0], outs[2]) and torch.equal(outs[1], outs[3])
+    # bucketed: 4 passes per decode, the narrowest far narrower than the padded width; then one each
+    assert len(widths) == 2 * decode_mod.BUCKETS + 2
+    assert min(widths[: decode_mod.BUCKETS]) < ids.shape[1] // 2 and widths[-1] == ids.shape[1]

@@ -44,7 +44,7 @@ def t_surrogate(x: str) -> str:
 
 @register_tool("t_sleeps", description="hangs", parameters=OBJ)
 def t_sleeps(x: str) -> str:
-    time.sleep(60)
+    time.sleep(3600)  # killed at the reward deadline: a test that waited for it would hang an hour
     return "never"
 
 
@@ -154,7 +154,9 @@ def test_calls_run_through_the_reward_agent_with_a_deadline() -> None:
             ],
             [None, None, {"t_kw": {"secret": "s"}}, None, None],
         )
-        assert time.perf_counter() - t0 < 30
+        # the hang ends at its 1 s deadline (the "timeout" below), not after its hour; the bound is
+        # 10x a loaded machine's time (12 s measured with other work on both cores; worker start-up)
+        assert time.perf_counter() - t0 < 120
     assert [o.error for o in obs] == ["timeout", "", "", "raised", "bad_arguments"]
     assert obs[0].text.startswith("error: the tool timeout")
     assert [o.text for o in obs[1:3]] == ["144", "b:s"]

@@ -92,6 +92,9 @@ FACTORS: dict[str, list[Any]] = {
     "credit": ["plain", "blame", "treerl"],
     # the RL learning rate constant or decaying along a cosine (optim.schedule)
     "lr_schedule": ["constant", "cosine"],
+    # an experiment's placebo arm: each response's step credits permuted among its episodes
+    # (process.placebo=shuffle_within_response)
+    "placebo": [False, True],
 }
 
 
@@ -101,6 +104,8 @@ def allowed(run: dict[str, Any]) -> bool:
         return False  # tree values need a tree rollout (refused at start-up, tested below)
     if run.get("credit", "plain") != "plain" and run.get("process") == "off":
         return False  # credit forms need process rewards
+    if run.get("placebo") and run.get("process") == "off":
+        return False  # the placebo moves step credits (refused at start-up without them: tests/process)
     # TreeRL's credit needs tree values (refused at start-up otherwise: tests/process), and the cost as a
     # return an estimator that reads a step's credit as its advantage (not gae's critic)
     tree_only = (
@@ -199,6 +204,8 @@ def config(run: dict[str, Any], **over: Any) -> Any:
             # the oracle's level also charges every step a cost (process.step_cost)
             "step_cost": 0.05 if run["process"] == "step_oracle" or run["credit"] != "plain" else 0.0,
         }
+        if run.get("placebo"):
+            d["process"]["placebo"] = "shuffle_within_response"
         if run["credit"] == "blame":
             d["process"].update(credit="blame", step_cost_as="outcome")
         if run["credit"] == "treerl":
@@ -254,6 +261,14 @@ def test_switches_compose(run: dict[str, Any], tmp_path: Path) -> None:
         assert r["samples/generated"] >= 16
         if not run["dynamic_sampling"]:
             assert r["samples/dropped"] == r["samples/dropped_failed"]
+    # compute accounting: the running total of generated tokens is the sum of the steps' own, and a
+    # step that generated (its rollout counters are logged) counts its responses' tokens at least
+    total = 0.0
+    for r in steps:
+        if "rollout/generated_tokens_per_response" in r:
+            assert r["generated/step_tokens"] > r.get("process/generated_tokens", 0.0)
+        total += r["generated/step_tokens"]
+        assert r["generated_tokens"] == pytest.approx(total)
     # staleness is 1 exactly when off-policy is on (step 2 trains on a batch made before step 1's update)
     assert steps[0]["staleness"] == 0.0
     assert steps[1]["staleness"] == (1.0 if run["off_policy"] else 0.0)

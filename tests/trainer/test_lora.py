@@ -158,3 +158,29 @@ def test_lora_adapters_start_as_the_sft_policy() -> None:
     assert state.ref is not None
     with torch.no_grad():
         assert torch.equal(state.model(input_ids=ids).logits, state.ref(input_ids=ids).logits)
+
+
+def test_a_lora_run_prints_what_it_wrote_and_counts_its_parameters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    args = [*FAST, *LORA, "sft.steps=1", "trainer.steps=1", "trainer.val_every=0", "trainer.save_every=0"]
+    assert main(["train", *args, "--out", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    printed = [Path(ln.split()[1]) for ln in out if ln.startswith("model: ")]
+    # every model path printed exists (no merged final/model was asked for, so none is printed)
+    final = run / "checkpoints" / "final"
+    assert printed == [run / "checkpoints" / "sft" / "model", final / "adapter", final / "base"]
+    assert all(p.is_dir() for p in printed) and not (final / "model").exists()
+    # LoRA rank 8 on the seven projections of a 32-wide model (MLP 64), 2 layers: r (in + out) per layer
+    # q, k, v, o: 8 (32 + 32) = 512 each; gate, up: 8 (32 + 64) = 768 each; down: 8 (64 + 32) = 768
+    # -> 4 * 512 + 3 * 768 = 4,352 per layer, 8,704 for two
+    params = json.loads((run / "summary.json").read_text())["params"]
+    cfg = from_dict(
+        {"model": {"tiny": {"hidden_size": 32, "num_layers": 2, "num_heads": 1, "intermediate_size": 64}}}
+    )
+    total = sum(p.numel() for p in load_policy(cfg.model, seed=0)[0].parameters())
+    assert params == {"trainable": 8_704, "total": total}
+    banner = next(ln for ln in out if ln.strip().startswith("trains"))
+    assert f"RL trains 8,704 LoRA weights ({100 * 8704 / total:.1f} %" in banner
+    assert f"parameters: 8,704 trained of {total:,}" in "\n".join(out)

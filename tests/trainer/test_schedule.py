@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stepcredit.cli.main import main
-from stepcredit.trainer.schedule import LR_SCHEDULES, lr_factor
+from stepcredit.trainer.schedule import LR_SCHEDULES, lr_factor, short_run_warning
 
 
 def test_cosine_by_hand() -> None:
@@ -24,12 +24,29 @@ def test_cosine_by_hand() -> None:
     assert LR_SCHEDULES.get("constant")(73, 100, 0.1) == 1.0
 
 
-def test_warmup_multiplies_the_schedule() -> None:
-    # step 5 of a 10-step warm-up: 0.5 x the cosine at 5/100
-    want = 0.5 * (0.1 + 0.9 * (1 + math.cos(math.pi * 0.05)) / 2)
-    assert lr_factor(5, total=100, warmup=10, schedule="cosine", min_ratio=0.1) == pytest.approx(want)
+def test_warmup_then_the_schedule_from_the_configured_lr() -> None:
+    # 10 warm-up steps of 100: step s <= 10 gets s/10 (step 10 is the peak, exactly lr); then the cosine
+    # runs over the 90 steps left: step 10 + t gets m + (1 - m)(1 + cos(pi t / 90))/2, m = 0.1
+    def f(s: int) -> float:
+        return lr_factor(s, total=100, warmup=10, schedule="cosine", min_ratio=0.1)
+
+    assert [f(s) for s in (1, 5, 10)] == pytest.approx([0.1, 0.5, 1.0])
+    assert f(55) == pytest.approx(0.1 + 0.9 * 0.5)  # t = 45 of 90: halfway down
+    assert f(11) == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi / 90)) / 2)
+    assert f(100) == pytest.approx(0.1) and f(120) == pytest.approx(0.1)
+    # the peak is the configured lr whatever the length: the largest factor of a 12-step run is 1
+    assert (
+        max(lr_factor(s, total=12, warmup=10, schedule="cosine", min_ratio=0.0) for s in range(1, 13)) == 1.0
+    )
     assert lr_factor(5, total=100, warmup=10, schedule="constant", min_ratio=0.1) == pytest.approx(0.5)
     assert lr_factor(20, total=100, warmup=0, schedule="constant", min_ratio=0.1) == 1.0
+
+
+def test_a_run_shorter_than_its_warmup_is_warned_at_start_up() -> None:
+    # 3 steps of a 10-step warm-up: the lr peaks at 3/10 of 3e-5 = 9e-6
+    w = short_run_warning(steps=3, warmup=10, lr=3.0e-5)
+    assert w is not None and "peaks at 9e-06, not optim.lr=3e-05" in w
+    assert short_run_warning(steps=10, warmup=10, lr=3.0e-5) is None  # step 10 reaches lr
 
 
 def test_a_run_logs_the_decayed_learning_rate(tmp_path: Path, tiny_train: list[str]) -> None:
@@ -38,8 +55,10 @@ def test_a_run_logs_the_decayed_learning_rate(tmp_path: Path, tiny_train: list[s
     assert main(["train", *args, "--out", str(tmp_path)]) == 0
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["optim/lr"] for r in rows if "optim/lr" in r]
-    want = [1e-3 * (0.2 + 0.8 * (1 + math.cos(math.pi * t / 4)) / 2) for t in range(1, 5)]
+    # step 1 ends the 1-step warm-up at lr; steps 2-4 are t = 1, 2, 3 of the 3 cosine steps left
+    want = [1e-3] + [1e-3 * (0.2 + 0.8 * (1 + math.cos(math.pi * t / 3)) / 2) for t in range(1, 4)]
     assert lrs == pytest.approx(want)
+    assert lrs[-1] == pytest.approx(0.2e-3)  # the floor at the last step
 
 
 @pytest.mark.parametrize(

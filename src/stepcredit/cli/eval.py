@@ -98,12 +98,13 @@ def run(args: argparse.Namespace) -> int:
     if temperature < 0:
         raise UserError(f"--temperature {temperature}: must be >= 0")
     setup_runtime()
-    import torch
 
+    from stepcredit.reward.run.routing import check_packages
     from stepcredit.rollout import ROLLOUT_MODES
+    from stepcredit.runtime import set_threads
     from stepcredit.trainer.setup import policy
 
-    torch.set_num_threads(cfg.trainer.threads)
+    set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     # rollout.mode=tools: answers call tools as in the trainer's validation (the mode's own start-up
     # check imports rollout.tools.modules and checks the names and the parser)
     tools = cfg.rollout.tools if ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools else None
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     samples = load_eval_samples(cfg, args.data, args.data_dir)[: args.limit or None]
     if not samples:
         raise UserError(f"--data {args.data}: no prompts to evaluate")
+    check_packages(cfg.reward, samples)  # before generating: a reward's missing package, one line
     with_tools = "" if tools is None else f"; tools {','.join(tools.names)} ({tools.parser})"
     print(
         f"model {model_ref.spec} ({model_ref.kind}); settings from {source}; max_new_tokens {max_new}{with_tools}"

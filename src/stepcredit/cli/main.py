@@ -13,6 +13,7 @@ import sys
 
 from stepcredit import __version__
 from stepcredit.errors import UserError
+from stepcredit.runtime import share_cpus
 
 COMMANDS: dict[str, str] = {
     "train": "Train with RL (SFT warm-up first): stepcredit train [--preset NAME] [key=value ...]",
@@ -23,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "eval": "pass@1, pass@k and maj@k of a model: stepcredit eval --model PATH|tiny|smollm2 --data arith|gsm8k|math500|FILE [--n K] [--temperature T] [--limit N]",
     "config": "Print the merged configuration as YAML with each field's documentation: stepcredit config [--preset NAME | --config F] [key=value ...]",
     "probe": "Do process rewards find a wrong step? stepcredit probe --model M --data arith|gsm8k|FILE [--estimators a,b] [--png F] [--json]",
+    "experiment": "Run a pre-registered comparison of arms over paired seeds: stepcredit experiment FILE.yaml [--jobs K] [--out DIR] [key=value ...]",
     "serve": "Serve the code sandbox behind SandboxFusion's /run_code API: stepcredit serve sandbox [--host H] [--port P]",
 }
 
@@ -40,8 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before any command module imports torch: OpenMP's threads sleep rather than spin when they wait,
+    # so other work on the machine slows a run in proportion (stepcredit.runtime)
+    share_cpus()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # key=value overrides may follow options that follow a command's own positional argument
+    # (`stepcredit experiment FILE.yaml --jobs 4 trainer.device=cuda`): argparse leaves them over
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if isinstance(getattr(args, "overrides", None), list) and all(
+            "=" in e and not e.startswith("-") for e in extra
+        ):
+            args.overrides = [*args.overrides, *extra]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args._run(args) or 0)
     except UserError as e:

@@ -239,11 +239,11 @@ def run(args: argparse.Namespace) -> int:
     cfg, model_ref, _ = config_for_model(args, args.model)
     check_config(cfg)
     setup_runtime()
-    import torch
 
     from stepcredit.data.wrong_step import load_solutions
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
+    from stepcredit.runtime import set_threads
     from stepcredit.trainer.probe import probe
     from stepcredit.trainer.rollout import tool_context
     from stepcredit.trainer.setup import policy
@@ -260,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
             "(drop --grow-trees: continuations at every episode end run the tools)"
         )
     solutions = load_solutions(args.data, cfg.data.arith, n=args.n, seed=args.seed, src=args.data_dir)
-    torch.set_num_threads(cfg.trainer.threads)
+    set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     if with_tools:
         tc = cfg.rollout.tools
         print(

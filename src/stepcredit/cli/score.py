@@ -1,18 +1,25 @@
-"""``stepcredit score --in FILE.jsonl --out FILE.jsonl [--preset P | --config F] [key=value ...]``.
+"""``stepcredit score --in FILE --out FILE.jsonl [--preset P | --config F] [key=value ...]``.
 
 Scores a file of model outputs with the rewards of the same config tree as ``train`` (``reward.*``: the
 judge, the reward model, the sandbox, custom functions, per-domain routing and their overrides), so
-what a run would reward can be checked before (or after) a run. Each input line has ``data_source``,
-the response (``response``, verl's ``solution_str`` or TRL's ``completion``: a string or a list of
-chat messages, whose assistant contents are joined) and ``ground_truth`` (or verl's
-``reward_model.ground_truth``), optionally ``prompt`` (a chat list or a string: the judge and the
-reward model see it), ``ability``, ``domain``, ``tag``, ``extra_info`` and ``reward_model.style``.
-Each is written back with ``score``, ``status``, ``extracted``, ``source`` and ``info`` (what decided
-the verdict: the extracted answer's form, test cases, IFEval's per-instruction results) added; a
-summary of statuses (overall and per source) and of the scores is printed. A malformed line is
-reported as ``file:line: what is wrong`` and written back with status ``error``; unless
-``--skip-bad-rows`` is given the command then exits 2. The output appears only once complete (a
-temp file renamed into place), so it is never half-written.
+what a run would reward can be checked before (or after) a run. The input is JSON lines or a Parquet
+file (by its extension, or ``--format``): verl's parquet (``data_source``, ``prompt``,
+``reward_model.ground_truth``, plus a response column) and TRL's rows (``prompt``, ``completion``,
+``answer``) are read as they are written. Each row has a data source (``data_source``, or ``--source``
+for rows without one), the response (``--response-key``, else ``response``, verl's ``solution_str`` or
+TRL's ``completion``: a string or a list of chat messages, whose assistant contents are joined) and the
+ground truth (``--answer-key``, else ``ground_truth``, verl's ``reward_model.ground_truth`` or TRL's
+``answer``), optionally ``prompt`` (``--prompt-key``; a chat list or a string: the judge and the reward
+model see it), ``ability``, ``domain``, ``tag``, ``extra_info`` and ``reward_model.style``. A TRL-style
+custom function (``reward.custom.style=trl``) needs no ground truth and sees every other column.
+
+Each row is written back (JSON lines) with ``score``, ``status``, ``extracted``, ``source`` and ``info``
+added; a summary per data source (statuses, mean score, accuracy) and the most frequent failure
+messages are printed. A malformed row is reported as ``file:line: what is wrong`` and written back
+with status ``error``; unless ``--skip-bad-rows`` is given the command then exits 2. It also exits 2,
+with one line saying why, when the input has no row, or when more rows failed (no verdict) than
+training's breaker allows (``reward.breaker.max_failure_share``). The output appears only once
+complete (a temp file renamed into place), so it is never half-written.
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ import os
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from stepcredit.config import RewardConfig
 from stepcredit.errors import DataError
+from stepcredit.reward.run.failures import format_top, top_failures
 from stepcredit.reward.run.health import format_counts
 from stepcredit.types import RewardResult, Sample, Status
 
@@ -39,12 +48,29 @@ if TYPE_CHECKING:
 CHUNK = 512
 """Rows scored per call of the rewarder (bounds memory on big files)."""
 
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+"""Input format by file extension (``--format`` overrides it)."""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from stepcredit.cli.common import add_config_args
 
-    parser.add_argument("--in", dest="inp", required=True, help="input jsonl")
+    parser.add_argument("--in", dest="inp", required=True, help="input: .jsonl or .parquet")
     parser.add_argument("--out", required=True, help="output jsonl (may equal --in)")
+    parser.add_argument(
+        "--format",
+        choices=("auto", "jsonl", "parquet"),
+        default="auto",
+        help="input format (auto: by the extension of --in)",
+    )
+    parser.add_argument("--response-key", default=None, help="column of the response (default: response, "
+                        "solution_str or completion)")  # fmt: skip
+    parser.add_argument("--answer-key", default=None, help="column of the ground truth, dotted for a nested "
+                        "one (default: ground_truth, reward_model.ground_truth or answer)")  # fmt: skip
+    parser.add_argument("--prompt-key", default=None, help="column of the prompt (default: prompt)")
+    parser.add_argument(
+        "--source", default=None, help="data source of rows without data_source (e.g. gsm8k, math)"
+    )
     # Shortcuts for reward.workers, reward.timeout_s, reward.kwargs.math.mode and reward.custom.path;
     # when given they win over the preset/config and the overrides.
     parser.add_argument("--workers", type=int, default=None, help="processes of the kill-safe pool")
@@ -61,54 +87,101 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_config_args(parser)
 
 
-def parse_row(line: str, where: str) -> tuple[dict[str, Any], Sample, str]:
-    """The row, its Sample and its response; DataError naming ``where`` when malformed."""
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """Where a row's fields are (``--response-key``, ``--answer-key``, ``--prompt-key``, ``--source``)."""
+
+    response: str | None = None
+    """The response column; None = the first of :data:`RESPONSE_KEYS` present."""
+    answer: str | None = None
+    """The ground truth's column, dotted for a nested one; None = the first of :data:`ANSWER_KEYS`."""
+    prompt: str | None = None
+    """The prompt's column; None = ``prompt``."""
+    source: str | None = None
+    """The data source of a row without ``data_source``."""
+    trl: bool = False
+    """A TRL-style custom function scores the rows: no ground truth needed, every column passed on."""
+
+
+RESPONSE_KEYS = ("response", "solution_str", "completion")
+"""Where a row's response is: ours, verl's ``compute_score(solution_str=...)``, TRL's ``completion``
+column (the first present wins)."""
+
+ANSWER_KEYS = ("ground_truth", "reward_model.ground_truth", "answer")
+"""Where a row's ground truth is: ours, verl's parquet layout, TRL datasets' ``answer`` column (GSM8K's
+full solution ending in ``#### N`` is read by the math verifier as its final answer)."""
+
+_KNOWN = frozenset({"data_source", "prompt", "reward_model", "extra_info", "ability", "domain", "tag"})
+
+
+def _get(row: dict[str, Any], key: str) -> Any:
+    """``row[key]``, a dotted key read through nested objects (``reward_model.ground_truth``)."""
+    node: Any = row
+    for part in key.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def parse_row(line: str, where: str, cols: Columns | None = None) -> tuple[dict[str, Any], Sample, str]:
+    """The JSON line's row, its Sample and its response; DataError naming ``where`` when malformed."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise DataError(f"{where}: invalid JSON ({e.msg})") from None
+    return parse_record(row, where, cols or Columns())
+
+
+def parse_record(row: Any, where: str, cols: Columns) -> tuple[dict[str, Any], Sample, str]:
+    """A row (a JSON object or a Parquet record), its Sample and its response; DataError naming
+    ``where`` and the missing or malformed field (and the flag that maps it) when it cannot be read."""
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
     rm_raw = row.get("reward_model")
     rm: dict[str, Any] = rm_raw if isinstance(rm_raw, dict) else {}
-    gt = row.get("ground_truth", rm.get("ground_truth"))
-    key = next((k for k in RESPONSE_KEYS if row.get(k) is not None), None)
+    gt_key = cols.answer or next((k for k in ANSWER_KEYS if _get(row, k) is not None), None)
+    gt = _get(row, gt_key) if gt_key else None
+    key = cols.response or next((k for k in RESPONSE_KEYS if row.get(k) is not None), None)
+    source = row.get("data_source")
+    if source is None:
+        source = cols.source if cols.source is not None else ("custom" if cols.trl else None)
     missing = [
-        k
-        for k, v in (
-            ("data_source", row.get("data_source")),
-            ("response (or solution_str, completion)", key),
-            ("ground_truth", gt),
+        label
+        for label, v in (
+            ("data_source (or pass --source NAME)", source),
+            (f"{cols.response} (--response-key)" if cols.response else "response (or solution_str, "
+             "completion; or pass --response-key COLUMN)", row.get(key) if key else None),
+            (f"{cols.answer} (--answer-key)" if cols.answer else "ground_truth (or reward_model.ground_truth, "
+             "answer; or pass --answer-key COLUMN)", gt if not cols.trl else 0),
         )
         if v is None
-    ]
+    ]  # fmt: skip
     if missing:
         raise DataError(f"{where}: missing {', '.join(missing)}")
     assert key is not None
-    if not isinstance(row["data_source"], str):
-        raise DataError(f"{where}: data_source must be a string, got {type(row['data_source']).__name__}")
+    if not isinstance(source, str):
+        raise DataError(f"{where}: data_source must be a string, got {type(source).__name__}")
     response = _response(row[key], key, where)
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
         raise DataError(f"{where}: extra_info must be an object")
+    if cols.trl:  # TRL passes every dataset column to its reward functions by name
+        used = {key, cols.prompt or "prompt"}
+        extra = {**{k: v for k, v in row.items() if k not in _KNOWN and k not in used}, **extra}
     routing = {k: row[k] for k in ("ability", "domain", "tag") if row.get(k) is not None}
     if any(not isinstance(v, str) for v in routing.values()):
         raise DataError(f"{where}: ability, domain and tag must be strings")
     sample = Sample(
-        prompt=_prompt(row.get("prompt"), where),
+        prompt=_prompt(row.get(cols.prompt or "prompt"), where),
         ground_truth=gt,
-        data_source=row["data_source"],
+        data_source=source,
         style=str(rm.get("style", "rule") or "rule"),
         extra_info=extra,
         uid=where,
         **routing,
     )
     return row, sample, response
-
-
-RESPONSE_KEYS = ("response", "solution_str", "completion")
-"""Where a row's response is: ours, verl's ``compute_score(solution_str=...)``, TRL's ``completion``
-column (the first present wins)."""
 
 
 def _response(raw: Any, key: str, where: str) -> str:
@@ -180,23 +253,39 @@ def _annotate(row: dict[str, Any], res: RewardResult) -> dict[str, Any]:
 
 @dataclasses.dataclass
 class _Tally:
-    """What the summary reports: statuses overall and per source, the scores of the scored rows, and
-    how many lines were malformed."""
+    """What the summary reports: statuses overall, per data source and per reward source, scores per
+    data source, the failed results (for their most frequent messages) and how many rows were malformed."""
 
     counts: Counter[str] = dataclasses.field(default_factory=Counter)
     by_source: dict[str, Counter[str]] = dataclasses.field(default_factory=dict)
-    scores: list[float] = dataclasses.field(default_factory=list)
+    by_data: dict[str, Counter[str]] = dataclasses.field(default_factory=dict)
+    scores: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    failed: list[RewardResult] = dataclasses.field(default_factory=list)
     n_bad: int = 0
 
-    def add(self, res: RewardResult) -> None:
+    def add(self, res: RewardResult, data_source: str | None) -> None:
+        """Count ``res``; ``data_source`` None for a malformed row (counted in statuses, not per source)."""
         self.counts[res.status.value] += 1
+        if data_source is None:
+            return
         self.by_source.setdefault(res.source or "?", Counter())[res.status.value] += 1
+        self.by_data.setdefault(data_source, Counter())[res.status.value] += 1
         if res.ok:
-            self.scores.append(res.score)
+            self.scores.setdefault(data_source, []).append(res.score)
+        else:
+            self.failed.append(res)
+
+    @property
+    def n(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def all_scores(self) -> list[float]:
+        return [x for xs in self.scores.values() for x in xs]
 
 
 _Row = tuple[int, dict[str, Any], Sample | None, str]
-"""A line of the input: its number, the row as read, the parsed sample (None if malformed), the response."""
+"""A row of the input: its number, the row as read, the parsed sample (None if malformed), the response."""
 
 
 def _flush(rewarder: Rewarder, batch: list[_Row], out: TextIO, tally: _Tally) -> None:
@@ -206,40 +295,79 @@ def _flush(rewarder: Rewarder, batch: list[_Row], out: TextIO, tally: _Tally) ->
     results = iter(rewarder.score_batch([s for s, _ in good], [r for _, r in good]))
     for _, row, s, _ in batch:
         res = next(results) if s is not None else RewardResult.failure(Status.ERROR, row.pop("_error"))
-        tally.add(res)
+        tally.add(res, s.data_source if s is not None else None)
         out.write(json.dumps(_annotate(row, res), ensure_ascii=False, default=str) + "\n")
     batch.clear()
 
 
-def _score_lines(inp: Path, rewarder: Rewarder, out: TextIO, tally: _Tally) -> None:
-    """Score ``inp`` line by line in chunks of ``CHUNK`` rows; a malformed line is reported on stderr
-    and written back as an ``error`` row."""
+def input_format(inp: Path, fmt: str) -> str:
+    """``jsonl`` or ``parquet``: ``fmt`` unless ``auto``, else by the extension (unknown: JSON lines)."""
+    return fmt if fmt != "auto" else FORMATS.get(inp.suffix.lower(), "jsonl")
+
+
+def read_records(inp: Path, fmt: str) -> Iterator[tuple[int, str, Any]]:
+    """(row number from 1, where, the row or the JSON line's text) for every row of ``inp``; a file
+    that cannot be read as ``fmt`` is a DataError of one line naming the file and the way out."""
+    if fmt == "parquet":
+        yield from _parquet_records(inp)
+        return
+    try:
+        with inp.open(encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if line.strip():
+                    yield i, f"{inp}:{i}", line
+    except UnicodeDecodeError:
+        hint = " (a Parquet file? pass --format parquet)" if inp.suffix.lower() not in FORMATS else ""
+        raise DataError(f"{inp}: not UTF-8 text, so not JSON lines{hint}") from None
+
+
+def _parquet_records(inp: Path) -> Iterator[tuple[int, str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(inp)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{inp}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+    i = 0
+    for batch in pf.iter_batches(batch_size=CHUNK):
+        for rec in batch.to_pylist():  # nested columns (reward_model, extra_info, prompt) as dicts/lists
+            i += 1
+            yield i, f"{inp}:row {i}", rec
+
+
+def _score_rows(inp: Path, fmt: str, cols: Columns, rewarder: Rewarder, out: TextIO, tally: _Tally) -> None:
+    """Score ``inp`` in chunks of ``CHUNK`` rows; a malformed row is reported on stderr and written
+    back as an ``error`` row."""
     batch: list[_Row] = []
-    with inp.open() as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row, sample, resp = parse_row(line, f"{inp}:{i}")
-                batch.append((i, row, sample, resp))
-            except DataError as e:
-                tally.n_bad += 1
-                print(f"stepcredit score: {e}", file=sys.stderr)
-                batch.append((i, {"line": i, "raw": line.rstrip("\n"), "_error": str(e)}, None, ""))
-            if len(batch) >= CHUNK:
-                _flush(rewarder, batch, out, tally)
+    for i, where, rec in read_records(inp, fmt):
+        try:
+            if isinstance(rec, str):
+                row, sample, resp = parse_row(rec, where, cols)
+            else:
+                row, sample, resp = parse_record(rec, where, cols)
+            batch.append((i, row, sample, resp))
+        except DataError as e:
+            tally.n_bad += 1
+            print(f"stepcredit score: {e}", file=sys.stderr)
+            raw = rec.rstrip("\n") if isinstance(rec, str) else rec
+            batch.append((i, {"line": i, "raw": raw, "_error": str(e)}, None, ""))
+        if len(batch) >= CHUNK:
+            _flush(rewarder, batch, out, tally)
     _flush(rewarder, batch, out, tally)
 
 
-def _score_file(inp: Path, out_path: Path, rewarder: Rewarder) -> _Tally:
+def _score_file(inp: Path, fmt: str, cols: Columns, out_path: Path, rewarder: Rewarder) -> _Tally:
     """Score ``inp`` into ``out_path`` through a temp file renamed into place, so the output is never
-    half-written; the rewarder is closed in any case."""
+    half-written (nor written at all for an input without rows); the rewarder is closed in any case."""
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
     tally = _Tally()
     try:
         with os.fdopen(fd, "w") as out:
-            _score_lines(inp, rewarder, out, tally)
+            _score_rows(inp, fmt, cols, rewarder, out, tally)
+        if tally.n == 0:
+            raise DataError(f"{inp}: no rows to score (an empty {fmt} file)")
         os.replace(tmp, out_path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -250,14 +378,26 @@ def _score_file(inp: Path, out_path: Path, rewarder: Rewarder) -> _Tally:
 
 
 def _print_summary(tally: _Tally, out_path: Path) -> None:
-    total = sum(tally.counts.values())
-    print(f"scored {total} rows -> {out_path}" + (f" ({tally.n_bad} malformed)" if tally.n_bad else ""))
+    print(f"scored {tally.n} rows -> {out_path}" + (f" ({tally.n_bad} malformed)" if tally.n_bad else ""))
     for st in Status:
         if tally.counts[st.value]:
             print(f"  {st.value:<14}{tally.counts[st.value]:>8}")
+    print("per data source:")
+    for data, c in sorted(tally.by_data.items()):
+        scores = tally.scores.get(data, [])
+        line = f"  {data}: {sum(c.values())} rows, {format_counts(dict(c))}"
+        if scores:
+            line += f", mean score {sum(scores) / len(scores):.4f}"
+            if all(x in (0.0, 1.0) for x in scores):
+                line += f", accuracy {sum(x == 1.0 for x in scores) / len(scores):.4f}"
+        print(line)
     for source, c in sorted(tally.by_source.items()):
-        print(f"  source {source}: {format_counts(dict(c))}")
-    print(*score_summary(tally.scores), sep="\n")
+        print(f"  reward {source}: {format_counts(dict(c))}")
+    if tally.failed:
+        print(
+            f"failed rows ({len(tally.failed)}), most frequent causes: {format_top(top_failures(tally.failed))}"
+        )
+    print(*score_summary(tally.all_scores), sep="\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -266,15 +406,41 @@ def run(args: argparse.Namespace) -> int:
     inp = Path(args.inp)
     if not inp.is_file():
         raise DataError(f"{inp}: no such file")
-    cfg = reward_config(args)
-    rewarder = build_rewarder(cfg)  # a missing custom function fails here, before any output
     out_path = Path(args.out)
-    tally = _score_file(inp, out_path, rewarder)
+    if out_path.suffix.lower() in (".parquet", ".pq"):
+        raise DataError(f"--out {out_path}: score writes JSON lines; name the output .jsonl")
+    fmt = input_format(inp, args.format)
+    cfg = reward_config(args)
+    cols = Columns(
+        response=args.response_key,
+        answer=args.answer_key,
+        prompt=args.prompt_key,
+        source=args.source,
+        trl=bool(cfg.custom.path) and cfg.custom.style == "trl",
+    )
+    rewarder = build_rewarder(cfg)  # a missing custom function fails here, before any output
+    tally = _score_file(inp, fmt, cols, out_path, rewarder)
     _print_summary(tally, out_path)
-    if tally.n_bad and not args.skip_bad_rows:
+    return _verdict(tally, cfg, args.skip_bad_rows)
+
+
+def _verdict(tally: _Tally, cfg: RewardConfig, skip_bad_rows: bool) -> int:
+    """The exit code, and on stderr the one line that says why it is not 0."""
+    if tally.n_bad and not skip_bad_rows:
         print(
             f"stepcredit score: error: {tally.n_bad} malformed row(s), listed above (written back with status "
             f"error); fix them or pass --skip-bad-rows",
+            file=sys.stderr,
+        )
+        return 2
+    # rows that were read but got no verdict (an unknown data source, a reward that raised, a missing
+    # package): past the share training's breaker allows, the file is not scored, and the exit says so
+    read = tally.n - tally.n_bad
+    limit = cfg.breaker.max_failure_share
+    if read and len(tally.failed) / read > limit:
+        print(
+            f"stepcredit score: error: {len(tally.failed)}/{read} rows got no verdict, more than "
+            f"reward.breaker.max_failure_share={limit:g} allows: {format_top(top_failures(tally.failed))}",
             file=sys.stderr,
         )
         return 2

@@ -19,12 +19,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     out = args.out or Path("runs") / time.strftime("sft-%Y%m%d-%H%M%S")
     setup_runtime()
-    import torch
 
     from stepcredit.data.domains import build_data
     from stepcredit.models import save_pretrained
     from stepcredit.reward import build_rewarder
+    from stepcredit.reward.run.routing import check_packages
     from stepcredit.rollout import ROLLOUT_MODES
+    from stepcredit.runtime import set_threads
     from stepcredit.stats import wilson_interval
     from stepcredit.trainer.loop import seed_everything
     from stepcredit.trainer.rollout import tool_context
@@ -32,9 +33,10 @@ def run(args: argparse.Namespace) -> int:
     from stepcredit.trainer.sft import run_sft
     from stepcredit.trainer.validate import validate
 
-    torch.set_num_threads(cfg.trainer.threads)
+    set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     seed_everything(cfg.trainer.seed)
     train_set, val_set, _ = build_data(cfg.data, seed=cfg.trainer.seed)  # every domain, as train does
+    check_packages(cfg.reward, train_set + val_set)  # before SFT: a reward's missing package, one line
     tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
     model, tok = load_model(cfg)
     m = run_sft(

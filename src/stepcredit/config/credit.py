@@ -10,6 +10,9 @@ from stepcredit.config.checks import _check, check_bounds, check_choices
 StepCostAs = Literal["token", "return", "outcome"]
 """Where ``process.step_cost`` is charged (``stepcredit.process.STEP_COST_FORMS``)."""
 
+Placebo = Literal["none", "shuffle_within_response"]
+"""How ``process.placebo`` moves the step credits (``stepcredit.process.PLACEBOS``)."""
+
 
 # --------------------------------------------------------------------------------------- process
 @dataclass(frozen=True)
@@ -103,6 +106,13 @@ class ProcessConfig:
     and every later step, -c x (steps from i to the end), as a return; for estimators that read a step's
     credit as its advantage, ``vineppo``/``grpo_vineppo``) or ``outcome`` (-c x episodes on the outcome
     score before its group normalisation; the step credits pay nothing)."""
+    placebo: Placebo = "none"
+    """A control for an experiment's process-credit arm: ``shuffle_within_response`` permutes each
+    response's step credits among its own episodes (a seeded permutation, before the step cost), so the
+    same numbers, sparsity and scale reach the same credit path on the wrong steps; what step location
+    adds is then the arm minus its placebo. ``none``: the credits stay where they were earned."""
+    placebo_seed: int = 0
+    """Seed of the placebo's permutations (each response's own, from this seed, its group and its rank)."""
 
     @property
     def zero_last(self) -> bool:
@@ -142,7 +152,7 @@ class ProcessConfig:
         )
         _check(self.clip >= 0, "process.clip", "must be >= 0 (0 disables clipping)")
         _check(self.step_cost >= 0, "process.step_cost", "must be >= 0 (0 disables it)")
-        check_choices(self, "process")  # step_cost_as, last_episode, mc_v0
+        check_choices(self, "process")  # step_cost_as, last_episode, mc_v0, placebo
         _check(self.mc_prefixes >= 0, "process.mc_prefixes", "must be >= 0 (0 = every prefix)")
 
 

@@ -55,6 +55,10 @@ class LoRAConfig:
     """Names of the linear layers that get adapters (the last part of the module name)."""
     merge_on_export: bool = False
     """Also write the merged model (adapters folded in) as a plain model directory, ``final/model``."""
+    merge_for_generation: bool = True
+    """Generate with the adapters merged into the base weights (W + (alpha / rank) B A, restored exactly
+    afterwards): the decode then runs the base model's matrix products only, no adapter products per
+    token (stepcredit.models.lora.adapters_merged)."""
 
     def __post_init__(self) -> None:
         _check(self.rank >= 0, "model.lora.rank", "must be >= 0 (0 = off)")
@@ -290,6 +294,12 @@ class RolloutConfig:
     loop) or ``vllm`` (an in-process vLLM engine fed the policy's weights before it generates)."""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     """Settings of the ``vllm`` engine."""
+    decode_compile: str = "off"
+    """The ``hf`` engine's token step: ``off`` (eager, the default) or a torch.compile mode (``default``,
+    ``reduce-overhead``: CUDA graphs, ``max-autotune-no-cudagraphs``) of the step over a static KV cache
+    (stepcredit.models.decode_step.StaticStep). A GPU option: compiling costs seconds to minutes and pays
+    off over many tokens. Greedy tokens are the eager step's (up to floating-point ties); sampled ones come
+    from the same distribution, though not the same draws (finished rows stay in the batch and draw too)."""
 
     def branching(self) -> tuple[int, ...]:
         """The tree's branching factors, root first (``tree.branching`` or the default derived from n)."""
@@ -312,5 +322,10 @@ class RolloutConfig:
             leaves == self.n,
             "rollout.tree.branching",
             f"the product of the branching factors ({leaves}) must equal rollout.n ({self.n})",
+        )
+        _check(
+            self.decode_compile in ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+            "rollout.decode_compile",
+            "off, default, reduce-overhead or max-autotune-no-cudagraphs",
         )
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")

@@ -227,7 +227,8 @@ class AgentConfig:
     batch_size: int = 0
     """Samples per call of a batched reward function (whole groups); 0 = one group per call."""
     ray_address: str = ""
-    """Ray cluster to connect to; empty = the running instance, or a new local one."""
+    """Ray cluster to connect to; empty = the one this process already joined, or a new local one of its
+    own (never another process's cluster found on the machine)."""
     ray_local_cpus: int = 2
     """CPUs of a local Ray instance started by the agent."""
     ray_num_cpus: float = 0.5

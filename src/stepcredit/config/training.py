@@ -70,7 +70,8 @@ class OptimConfig:
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value (0 disables)."""
     warmup_steps: int = 10
-    """RL steps over which the learning rate rises linearly from lr/warmup_steps to lr."""
+    """RL steps over which the learning rate rises linearly from lr/warmup_steps to lr (reached at this
+    step); the schedule starts after them. A run with fewer steps never reaches lr (warned at start-up)."""
     schedule: str = "constant"
     """Learning-rate schedule of the RL phase after the warm-up (``stepcredit.trainer.schedule.
     LR_SCHEDULES``): ``constant``, or ``cosine`` (decay to ``min_lr_ratio`` x lr at ``trainer.steps``)."""
@@ -131,7 +132,10 @@ class TrainerConfig:
     save_every: int = 20
     """Write a checkpoint every this many steps (and at the end); 0 disables."""
     threads: int = 2
-    """torch intra-op threads."""
+    """torch intra-op threads; 0: every CPU this process may run on (its affinity). Never more than
+    those; the environment variable STEPCREDIT_THREADS overrides it. The command line also lets OpenMP's
+    idle threads sleep (OMP_WAIT_POLICY=PASSIVE unless set): a busy machine then slows a run in
+    proportion to the cores it gets (stepcredit.runtime)."""
     device: str = "cpu"
     """Where the policy, reference, critic, rollout and process values run: ``cpu``, ``cuda``
     (``cuda:N``) or ``auto`` (the GPU when there is one); ``model.dtype=bfloat16`` for bf16."""
@@ -156,6 +160,7 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         check_bounds(self, "trainer", at_least_0=("steps", "stop_after_steps"))
+        _check(self.threads >= 0, "trainer.threads", "must be >= 0 (0: every usable CPU)")
         _check(
             self.generations_to_log >= 0 and self.generations_every >= 0,
             "trainer.generations_to_log",

@@ -11,8 +11,10 @@ The policy is a ``peft.PeftModel``; its forward takes the transformers keyword a
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +186,46 @@ def base_source(path: str, *, sft_steps: int) -> str | None:
         if sft_steps == 0 and os.path.isfile(os.path.join(path, "config.json"))
         else None
     )
+
+
+@contextlib.contextmanager
+def adapters_merged(policy: Any) -> Iterator[int]:
+    """Within the block each active adapter of ``policy`` (a peft LoRA model in eval mode, adapters
+    enabled) is merged into its base weight, ``W <- W + (alpha / r) B A``, and marked merged, so each
+    adapted layer runs its base layer alone: generation then costs the base model's products, not
+    theirs plus two small ones per layer per token. Afterwards every base weight is copied back from a
+    saved copy, bit for bit (an unmerge by subtraction would leave rounding in the frozen weights,
+    which are also the reference's), in the same storage (a compiled decode step keeps its guards).
+    Yields the number of merged layers (0: nothing to merge, the block runs unchanged: not a LoRA
+    model, training mode, adapters disabled or already merged, DoRA)."""
+    if (
+        not (hasattr(policy, "peft_config") and callable(getattr(policy, "get_base_model", None)))
+        or policy.training
+    ):
+        yield 0
+        return
+    from peft.tuners.lora import LoraLayer
+
+    merged: list[tuple[Any, torch.Tensor, torch.Tensor, list[str]]] = []
+    try:
+        with torch.no_grad():
+            for m in policy.get_base_model().modules():
+                if not isinstance(m, LoraLayer) or m.disable_adapters or m.merged:
+                    continue
+                layer: Any = m
+                names = [a for a in layer.active_adapters if a in layer.lora_A]
+                if not names or any(layer.use_dora.get(a, False) for a in names):
+                    continue
+                w: torch.Tensor = layer.get_base_layer().weight
+                saved = w.detach().clone()
+                merged.append((layer, w, saved, names))
+                for a in names:
+                    w.add_(layer.get_delta_weight(a).to(w.dtype))
+                layer.merged_adapters.extend(names)
+        yield len(merged)
+    finally:
+        with torch.no_grad():
+            for layer, w, saved, names in merged:
+                w.copy_(saved)
+                for a in names:
+                    layer.merged_adapters.remove(a)

@@ -35,8 +35,10 @@ from stepcredit.process.stage import (
 from stepcredit.process.tree import outcome_values, tree_credits, tree_values
 from stepcredit.process.utility import (
     CREDIT_FORMS,
+    PLACEBOS,
     STEP_COST_FORMS,
     CreditFormSpec,
+    apply_placebo,
     blame_credit,
     marginal_utilities,
     min_form_credit,
@@ -59,6 +61,7 @@ from stepcredit.process.values import (
 
 __all__ = [
     "CREDIT_FORMS",
+    "PLACEBOS",
     "STEP_COST_FORMS",
     "STRATEGIES",
     "VALUE_ESTIMATORS",
@@ -70,6 +73,7 @@ __all__ = [
     "ValueEstimatorSpec",
     "ValueQuery",
     "answer_suffix",
+    "apply_placebo",
     "batch_observed",
     "batch_token_ids",
     "blame_credit",

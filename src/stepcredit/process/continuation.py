@@ -30,6 +30,8 @@ from stepcredit.process.values import (
     PrefixRequest,
     ValueContext,
     ValueEstimator,
+    count_generated,
+    count_verified,
     register_value_estimator,
 )
 from stepcredit.rollout.engines import SamplingSpec, engine_for
@@ -140,6 +142,7 @@ def continuation_values(
     for s in range(0, len(jobs), per_call):
         chunk = jobs[s : s + per_call]
         rows = _continue(ctx, chunk, spec)
+        count_generated(sum(len(r) for r in rows))  # the experiment's compute accounting
         for j, (_, owners) in enumerate(chunk):
             conts = rows[j * k : (j + 1) * k]
             for ri, pi in owners:
@@ -148,6 +151,7 @@ def continuation_values(
                 plan.continued.append((ri, pi, len(plan.texts)))
                 plan.to_score += [r.sample] * k
                 plan.texts += [tokenizer.decode(head + cont, skip_special_tokens=True) for cont in conts]
+    count_verified(len(plan.texts))
     scores = [float(x) for x in ctx.verifier(plan.to_score, plan.texts)] if plan.texts else []
     if len(scores) != len(plan.texts):
         raise ValueError(f"the verifier returned {len(scores)} scores for {len(plan.texts)} texts")

@@ -17,6 +17,7 @@ step to the outcome reward alone.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, get_args
@@ -24,7 +25,7 @@ from typing import Protocol, get_args
 import torch
 
 from stepcredit.config import ProcessConfig
-from stepcredit.config.credit import StepCostAs
+from stepcredit.config.credit import Placebo, StepCostAs
 from stepcredit.registry import Registry
 
 
@@ -180,12 +181,46 @@ def blame_credit(
     return marginal_utilities([1.0, *list(values)[1:]], clip=clip, scale=scale, zero_last=zero_last)
 
 
-def step_credits(values: Sequence[float], cfg: ProcessConfig) -> list[float]:
+def step_credits(values: Sequence[float], cfg: ProcessConfig, *, row_key: int | None = None) -> list[float]:
     """[c_1, ..., c_S] of one response by the configured credit form, clip, scale and last-episode rule,
-    less its share of ``step_cost`` by ``step_cost_as`` (every step pays, the last one too unless
-    ``last_episode="zero"`` leaves it to the outcome)."""
+    moved by ``process.placebo`` (``row_key`` names the response's own permutation), less its share of
+    ``step_cost`` by ``step_cost_as`` (every step pays, the last one too unless ``last_episode="zero"``
+    leaves it to the outcome)."""
     credits = CREDIT_FORMS.get(cfg.credit)(values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.zero_last)
-    return charge_step_cost(credits, cfg)
+    return charge_step_cost(apply_placebo(credits, cfg, row_key=row_key), cfg)
+
+
+def _keep(credits: Sequence[float], rng: random.Random) -> list[float]:
+    return list(credits)
+
+
+def _shuffle(credits: Sequence[float], rng: random.Random) -> list[float]:
+    out = list(credits)
+    rng.shuffle(out)  # Fisher-Yates: every permutation equally likely
+    return out
+
+
+PLACEBOS: dict[str, Callable[[Sequence[float], random.Random], list[float]]] = {
+    "none": _keep,
+    # the same numbers on the wrong steps: the multiset of each response's credits (hence their sum,
+    # sparsity and scale) is kept, only where they land changes
+    "shuffle_within_response": _shuffle,
+}
+"""``process.placebo``: ``fn(credits, rng) -> credits`` of one response (a permutation of them)."""
+assert set(PLACEBOS) == set(get_args(Placebo))
+
+
+def apply_placebo(credits: Sequence[float], cfg: ProcessConfig, *, row_key: int | None = None) -> list[float]:
+    """``credits`` moved by ``process.placebo``. The permutation is drawn from a stream seeded by
+    (``process.placebo_seed``, ``row_key``), so a rerun moves the same credits the same way. With
+    ``last_episode="zero"`` the last step keeps its 0 (the outcome's alone) and only the credited steps
+    are permuted, so the placebo has the arm's sparsity."""
+    out = [float(c) for c in credits]
+    if cfg.placebo == "none" or len(out) < 2:
+        return out
+    n = len(out) - 1 if cfg.zero_last else len(out)
+    rng = random.Random(f"{cfg.placebo_seed}:{row_key if row_key is not None else 0}")
+    return PLACEBOS[cfg.placebo](out[:n], rng) + out[n:]
 
 
 def charge_step_cost(credits: Sequence[float], cfg: ProcessConfig) -> list[float]:
@@ -217,6 +252,7 @@ def process_channel(
     cfg: ProcessConfig,
     *,
     credits: Sequence[Sequence[float]] | None = None,
+    row_keys: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The process channel: (process_BT float32, process_mask_BT bool) on a right-padded response layout.
 
@@ -227,7 +263,9 @@ def process_channel(
     verl's batch, a domain without process rewards) gets an all-zero channel. The one version used by
     the trainer and the verl plugin. ``credits`` (one list per row, one credit per episode): step credits
     computed elsewhere (TreeRL's tree credit, :func:`stepcredit.process.tree.tree_credits`), placed
-    instead of the credit form's; the step cost is charged on them all the same.
+    instead of the credit form's; the step cost is charged on them all the same. ``row_keys`` (one int
+    per row, default the row index): what seeds each row's ``process.placebo`` permutation; the trainer
+    passes (group id, rank in the group), so a response's placebo does not depend on its mini-batch.
     """
     mask_BT = response_mask_BT.bool()
     B, T = mask_BT.shape
@@ -240,7 +278,11 @@ def process_channel(
             continue
         if len(values) != len(ends) + 1:
             raise ValueError(f"row {b}: {len(ends)} episodes need {len(ends) + 1} values, got {len(values)}")
-        row = step_credits(values, cfg) if credits is None else charge_step_cost(credits[b], cfg)
+        key = row_keys[b] if row_keys is not None else b
+        if credits is None:
+            row = step_credits(values, cfg, row_key=key)
+        else:
+            row = charge_step_cost(apply_placebo(credits[b], cfg, row_key=key), cfg)
         for e, c in zip(ends, row, strict=True):
             if 0 <= e < T:
                 process_BT[b, e] = c

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict, Unpack
 
@@ -195,3 +196,42 @@ def estimate(ctx: ValueContext, name: str | None = None) -> list[list[float]]:
     spec = VALUE_ESTIMATORS.get(name or ctx.cfg.value_estimator)
     with evaluating(ctx.model):
         return spec(ctx)
+
+
+@dataclass
+class Spent:
+    """What valuing prefixes cost beyond the rollout, counted while :func:`spending` is open: the
+    compute accounting an experiment compares arms by (the estimators' signature stays as it is)."""
+
+    generated_tokens: int = 0
+    """Tokens the estimator sampled from the policy (continuations: up to and including eos)."""
+    verifier_calls: int = 0
+    """Texts the estimator had the verifier score."""
+
+
+_SPENT: ContextVar[Spent | None] = ContextVar("stepcredit_process_spent", default=None)
+
+
+@contextlib.contextmanager
+def spending() -> Iterator[Spent]:
+    """Count what the value estimators called inside the block generate (:func:`count_generated`)."""
+    spent = Spent()
+    token = _SPENT.set(spent)
+    try:
+        yield spent
+    finally:
+        _SPENT.reset(token)
+
+
+def count_generated(n: int) -> None:
+    """An estimator sampled ``n`` tokens (counted when a :func:`spending` block is open)."""
+    spent = _SPENT.get()
+    if spent is not None:
+        spent.generated_tokens += int(n)
+
+
+def count_verified(n: int) -> None:
+    """An estimator had ``n`` texts scored by the verifier (counted when a :func:`spending` block is open)."""
+    spent = _SPENT.get()
+    if spent is not None:
+        spent.verifier_calls += int(n)

@@ -88,6 +88,9 @@ class RewardFn:
     validate: Callable[[Sample], None] | None = None
     """Optional check of a row before it is scored (``validate(sample)`` raises a UserError naming the
     row, e.g. an IFEval instruction id no checker knows); run when data is loaded and when routed."""
+    requires: tuple[str, ...] = ()
+    """Modules it imports beyond the core install, checked once per route when the data is first routed
+    (before SFT, before ``score`` writes a row): a missing one stops the run with the pip command."""
 
 
 REWARDS: Registry[RewardFn] = Registry("reward function")
@@ -158,12 +161,14 @@ def register_reward(
     override: bool = False,
     validate: Callable[[Sample], None] | None = None,
     reruns: bool = True,
+    requires: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register a per-sample reward function under ``data_source`` names (or patterns like
     ``aime*``). ``fast``: an inline pre-check with the same signature (None = undecided, run the
     function); ``isolate``: run the function in the kill-safe pool; ``validate``: a check of each row
-    (raises a UserError naming it); ``reruns=False``: never run a call twice (:attr:`RewardFn.reruns`).
-    Returns the function unchanged."""
+    (raises a UserError naming it); ``reruns=False``: never run a call twice (:attr:`RewardFn.reruns`);
+    ``requires``: the modules it needs beyond the core install (:attr:`RewardFn.requires`). Returns the
+    function unchanged."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         entry = RewardFn(
@@ -174,6 +179,7 @@ def register_reward(
             ref=ref_of(fn) if isolate else None,
             validate=validate,
             reruns=reruns,
+            requires=tuple(requires),
         )
         REWARDS.register(name, *aliases, override=override)(entry)
         return fn
@@ -182,14 +188,14 @@ def register_reward(
 
 
 def register_scorer(
-    name: str, *aliases: str, override: bool = False
+    name: str, *aliases: str, override: bool = False, requires: tuple[str, ...] = ()
 ) -> Callable[[ScorerFactory], ScorerFactory]:
     """Decorator: register ``factory(reward_config) -> Scorer`` under ``data_source`` names (or a row
-    style such as ``model``). Returns the factory unchanged."""
+    style such as ``model``); ``requires`` as for :func:`register_reward`. Returns the factory unchanged."""
 
     def deco(factory: ScorerFactory) -> ScorerFactory:
         REWARDS.register(name, *aliases, override=override)(
-            RewardFn(name=name, factory=factory, isolate=False)
+            RewardFn(name=name, factory=factory, isolate=False, requires=tuple(requires))
         )
         return factory
 

@@ -37,6 +37,7 @@ from typing import Any
 from stepcredit.config import RewardConfig, RewardCustomConfig
 from stepcredit.errors import ConfigError
 from stepcredit.reward.base import CUSTOM_STYLES, RewardFn, load_ref, parse_spec
+from stepcredit.reward.run.failures import user_traceback
 from stepcredit.types import RewardResult, Sample, Status
 
 TrlFn = Callable[..., Sequence[Any]]
@@ -149,7 +150,9 @@ class TrlScorer:
                 fut.cancel()
                 failed = RewardResult.failure(Status.TIMEOUT, f"{f.name} ran past {self.timeout_s:g} s")
             except Exception as e:
-                failed = RewardResult.failure(Status.ERROR, f"{f.name}: {type(e).__name__}: {e}")
+                failed = RewardResult.failure(
+                    Status.ERROR, f"{f.name}: {type(e).__name__}: {e}", traceback=user_traceback(e)
+                )
             if failed is not None:
                 break
         if failed is not None:

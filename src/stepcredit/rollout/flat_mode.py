@@ -27,6 +27,8 @@ def generate(
     :class:`~stepcredit.rollout.engines.GenerationSpec`, or its fields as keywords
     (``generate(model, tok, samples, n=4, max_new_tokens=32)``). Generation runs on the model's device;
     the returned batch is on the CPU (its cache stays on the device)."""
+    if fields.get("row_seeds", ()) is None:  # None: the engine's shared stream, as ()
+        del fields["row_seeds"]
     if spec is None:
         spec = GenerationSpec(**fields)
     elif fields:

@@ -12,17 +12,31 @@ group) are prefilled once; the keys and values are written in place into one buf
 
 Sampling follows ``generate``'s order of warpers: logits / temperature, then nucleus (top-p) filtering
 (Holtzman et al. 2020), then a multinomial draw; temperature 0 is greedy (argmax).
+
+Per-row random streams (``row_keys_B``): each row draws its token at position t by the Gumbel-max trick
+with noise that is a hash of (the row's key, t, token id) (:func:`row_gumbel_BV`), in place of a draw
+from torch's global stream. A row's tokens then depend on its own key and logits only: two identical
+models given the same keys sample the same tokens, and a row that finishes early (and leaves the
+batch) or runs longer never shifts another row's draws. Validation uses it for common random numbers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
 import torch
 
 from stepcredit.models import shared_prompts, takes_logits_to_keep
-from stepcredit.models.decode_step import fast_step
+from stepcredit.models.decode_step import (
+    DecodeOptions,
+    current_options,
+    fast_step,
+    static_step,
+    static_width,
+)
+from stepcredit.models.lora import adapters_merged
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once at least this share of the active rows has finished: each
@@ -90,8 +104,127 @@ def preallocate(cache: Any, rows_B: torch.Tensor, capacity: int) -> bool:
     return True
 
 
-def sample_next(logits_BV: torch.Tensor, *, temperature: float, top_p: float) -> torch.Tensor:
-    """One token per row from the last-position logits: greedy when ``temperature <= 0``."""
+BUCKET_PAD_SHARE = 0.25
+"""Prefill left-padded prompts of very different lengths in buckets of similar length when at least this
+share of the padded positions is padding (:func:`_bucketed_prefill`)."""
+BUCKETS = 4
+"""Most buckets of a bucketed prefill (each is one forward pass)."""
+
+
+def _bucketed_prefill(
+    model: Any,
+    ids_NP: torch.Tensor,
+    mask_NP: torch.Tensor,
+    pos_NP: torch.Tensor,
+    rows_B: torch.Tensor,
+    capacity: int,
+) -> tuple[torch.Tensor, Any] | None:
+    """The prefill of N left-padded prompts as ``BUCKETS`` forward passes over rows of similar length,
+    each only as wide as its longest prompt: (last-position logits of the rows ``rows_B``, a cache whose
+    layers are ``BufferLayer`` objects holding those rows, keys and values right-aligned at ``P``).
+
+    Why: a tree rollout's later levels continue from prompt + prefix contexts of very different lengths
+    (e.g. 64 contexts of 24 to 118 tokens, half of the padded positions padding), and a prefill over the
+    padded batch pays for every padding position (issue 48: 365 ms of CPU for one such pass). Positions
+    follow the mask and padding is masked, so each row's keys, values and logits are the same as in one
+    padded pass (up to floating-point rounding of differently shaped products). None, for one padded
+    pass instead, when padding is under ``BUCKET_PAD_SHARE``, there are fewer than two rows per bucket,
+    or the model's cache is not transformers' plain ``DynamicCache`` (checked on the first bucket)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    N, P = ids_NP.shape
+    len_N = mask_NP.long().sum(1)
+    if N < 2 * BUCKETS or float(len_N.sum()) > (1 - BUCKET_PAD_SHARE) * N * P:
+        return None
+    order = torch.argsort(len_N, stable=True)
+    keep = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    logits_NV: torch.Tensor | None = None
+    cache: Any = None
+    for rows in torch.tensor_split(order, BUCKETS):
+        w = int(len_N[rows].max())
+        out = model(
+            input_ids=ids_NP[rows, P - w :],
+            attention_mask=mask_NP[rows, P - w :],
+            position_ids=pos_NP[rows, P - w :],
+            use_cache=True,
+            **keep,
+        )
+        c = out.past_key_values
+        if not isinstance(c, DynamicCache) or any(type(x) is not DynamicLayer for x in c.layers):
+            return None
+        kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for layer in c.layers:
+            assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+            kv.append((layer.keys, layer.values))
+        if cache is None:  # the first bucket sets the shapes (and its cache object carries the result)
+            cache = c
+            logits_NV = out.logits.new_zeros((N, out.logits.shape[-1]))
+            for k, v in kv:
+                keys.append(k.new_zeros((N, k.shape[1], P, k.shape[-1])))
+                values.append(v.new_zeros((N, v.shape[1], P, v.shape[-1])))
+        assert logits_NV is not None
+        logits_NV[rows] = out.logits[:, -1, :]
+        for i, (k, v) in enumerate(kv):
+            keys[i][rows, :, P - w :] = k
+            values[i][rows, :, P - w :] = v
+    for i in range(len(keys)):
+        cache.layers[i] = buffer_layer_class()(keys[i][rows_B], values[i][rows_B], capacity)
+    assert logits_NV is not None
+    return logits_NV[rows_B], cache
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: Any, m: int) -> Any:
+    """``x * m mod 2**32`` for ``0 <= x < 2**32`` (a Python int or an int64 tensor) without int64
+    overflow: the 32-bit constant is split in two 16-bit halves, every partial product stays < 2**49."""
+    return (x * (m & 0xFFFF) + (((x * (m >> 16)) & 0xFFFF) << 16)) & _M32
+
+
+def mix32(x: Any) -> Any:
+    """A 32-bit integer hash with good avalanche (``lowbias32`` from C. Wellons' hash-prospector:
+    xorshift-multiply rounds, constants 0x7feb352d and 0x846ca68b); Python ints or int64 tensors."""
+    x = x & _M32
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def row_key(*parts: int) -> int:
+    """One 32-bit key from integers (e.g. seed, step, prompt index), each folded in by :func:`mix32`:
+    the seed of one row's random stream (``decode(row_keys_B=...)``)."""
+    h = 0x9E3779B9  # any non-zero start; this is 2**32 / golden ratio
+    for p in parts:
+        h = mix32(h ^ mix32((int(p) + 0x632BE5AB) & _M32))
+    return int(h)
+
+
+def row_gumbel_BV(keys_B: torch.Tensor, t: int, V: int) -> torch.Tensor:
+    """Standard Gumbel noise ``[B, V]`` (float32) for position ``t``, a function of (key, t, token id)
+    alone: u = (24 bits of the hash + 1/2) / 2**24 in (0, 1), g = -log(-log u) (Gumbel 1954)."""
+    k_B = mix32(keys_B.long() ^ mix32(t + 1))
+    v_V = torch.arange(V, device=keys_B.device, dtype=torch.long)
+    h_BV = mix32(mix32(k_B[:, None] ^ v_V[None, :]) + 0x2545F491)
+    u_BV = ((h_BV >> 8).float() + 0.5) * (1.0 / (1 << 24))
+    return -torch.log(-torch.log(u_BV))
+
+
+def sample_next(
+    logits_BV: torch.Tensor,
+    *,
+    temperature: float,
+    top_p: float,
+    keys_B: torch.Tensor | None = None,
+    t: int = 0,
+) -> torch.Tensor:
+    """One token per row from the last-position logits: greedy when ``temperature <= 0``. ``keys_B``
+    (int64, one 32-bit key per row): draw with each row's own stream at position ``t``
+    (:func:`row_gumbel_BV`), not torch's global one."""
     if temperature <= 0:
         return logits_BV.argmax(dim=-1)
     logits_BV = logits_BV.float()
@@ -106,62 +239,12 @@ def sample_next(logits_BV: torch.Tensor, *, temperature: float, top_p: float) ->
         remove_sorted[..., -1:] = False
         remove = remove_sorted.scatter(1, order, remove_sorted)
         logits_BV = logits_BV.masked_fill(remove, float("-inf"))
+    if keys_B is not None:
+        # Gumbel-max: argmax_v (z_v + g_v) with g iid Gumbel(0, 1) is a draw from softmax(z) (Gumbel 1954;
+        # Maddison, Tarlow & Minka 2014, "A* Sampling"); tokens top-p removed are -inf and never win
+        return (logits_BV + row_gumbel_BV(keys_B, t, logits_BV.shape[-1])).argmax(dim=-1)
     probs = torch.softmax(logits_BV, dim=-1)
     return torch.multinomial(probs, num_samples=1).squeeze(1)
-
-
-def _prefill(
-    model: Any,
-    prompt_ids_BP: torch.Tensor,
-    prompt_mask_BP: torch.Tensor,
-    mask_BP: torch.Tensor,
-    pos_BP: torch.Tensor,
-    max_new_tokens: int,
-) -> tuple[Any, torch.Tensor, Any]:
-    """The prompts' pass: (KV cache with one row per prompt row, last-position logits ``[B, V]``, the
-    fast token step or None). A GRPO group's rows share one prompt: each distinct prompt is run once, and
-    its keys and values (and its next-token logits) are copied to its rows."""
-    B, P = prompt_ids_BP.shape
-    shared = shared_prompts(prompt_ids_BP, prompt_mask_BP.bool())
-    first = shared[0] if shared is not None else slice(None)
-    out = model(
-        input_ids=prompt_ids_BP[first],
-        attention_mask=mask_BP[first],
-        position_ids=pos_BP[first],
-        use_cache=True,
-        **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}),
-    )
-    cache = out.past_key_values
-    logits_BV = out.logits[:, -1, :]
-    rows_of = shared[1] if shared is not None else torch.arange(B, device=prompt_ids_BP.device)
-    step = None
-    if preallocate(cache, rows_of, P + max_new_tokens):
-        step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
-    elif shared is not None:
-        cache.batch_select_indices(rows_of)
-    return cache, logits_BV[rows_of] if shared is not None else logits_BV, step
-
-
-def _record(
-    logits_BV: torch.Tensor,
-    tok_A: torch.Tensor,
-    done_A: torch.Tensor,
-    rows: torch.Tensor,
-    t: int,
-    *,
-    temperature: float,
-    entropy_BT: torch.Tensor | None,
-    logp_BT: torch.Tensor | None,
-) -> None:
-    """Write step ``t``'s entropy (after temperature, before top-p) and the sampled tokens' log-probs
-    under softmax(logits / temperature) (1 when greedy) into the active rows ``rows`` of the buffers."""
-    if entropy_BT is not None:
-        logp_AV = torch.log_softmax(logits_BV.float() / max(temperature, 1e-6), dim=-1)
-        entropy_BT[rows, t] = -(logp_AV.exp() * logp_AV).sum(-1).to(entropy_BT.dtype)
-    if logp_BT is not None:
-        z_AV = logits_BV.float() / (temperature if temperature > 0 else 1.0)
-        lp_A = z_AV.gather(1, tok_A.unsqueeze(1)).squeeze(1) - torch.logsumexp(z_AV, dim=-1)
-        logp_BT[rows, t] = lp_A.masked_fill(done_A, 0.0)
 
 
 @torch.no_grad()
@@ -178,6 +261,7 @@ def decode(
     entropy_BT: torch.Tensor | None = None,
     limit_B: torch.Tensor | None = None,
     logp_BT: torch.Tensor | None = None,
+    row_keys_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Sampled continuations ``[B, T]`` (T <= max_new_tokens) of left-padded prompts: each row up to
     and including its first eos, then ``pad_token_id``.
@@ -190,29 +274,100 @@ def decode(
     ``logp_BT`` (``[B, max_new_tokens]``, float32, zeros, on the model's device): filled with the
     log-probability of each sampled token under ``softmax(logits / temperature)`` (before top-p; 1 when
     greedy), the distribution the training pass scores: the behaviour log-probs without a pass of their own.
+    ``row_keys_B`` (``[B]`` int64, 32-bit keys, e.g. :func:`row_key` of (seed, step, prompt index)):
+    row b draws from its own stream (the module docstring), not from torch's global one.
 
     The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
-    same distribution (greedy: the same tokens up to floating-point ties), computed with less work."""
+    same distribution (greedy: the same tokens up to floating-point ties), computed with less work.
+    How the token steps run (a compiled step over a static cache, LoRA adapters merged for the decode)
+    is the enclosing engine's :func:`~stepcredit.models.decode_step.decode_options`."""
+    options = current_options()
+    merge = adapters_merged(model) if options.merge_lora else contextlib.nullcontext(0)
+    with merge:
+        return _decode(
+            model, prompt_ids_BP, prompt_mask_BP, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, entropy_BT=entropy_BT,
+            limit_B=limit_B, logp_BT=logp_BT, options=options, row_keys_B=row_keys_B,
+        )  # fmt: skip
+
+
+def _decode(
+    model: Any,
+    prompt_ids_BP: torch.Tensor,
+    prompt_mask_BP: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    temperature: float,
+    top_p: float,
+    entropy_BT: torch.Tensor | None,
+    limit_B: torch.Tensor | None,
+    logp_BT: torch.Tensor | None,
+    options: DecodeOptions,
+    row_keys_B: torch.Tensor | None = None,
+) -> torch.Tensor:
     B, P = prompt_ids_BP.shape
     device = prompt_ids_BP.device
     out_BT = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
-    mask_BW = torch.zeros((B, P + max_new_tokens), dtype=torch.long, device=device)
+    # a static step attends over a fixed width (rounded up: prompts of other lengths share its compilation)
+    width = P + max_new_tokens if options.compile == "off" else static_width(P + max_new_tokens)
+    mask_BW = torch.zeros((B, width), dtype=torch.long, device=device)
     mask_BW[:, :P] = prompt_mask_BP.long()
     # positions follow the mask, so left padding does not shift them (as generate does)
     next_pos_B = prompt_mask_BP.long().sum(dim=1)
     pos_BP = (prompt_mask_BP.long().cumsum(-1) - 1).clamp(min=0)
-    cache, logits_BV, step = _prefill(
-        model, prompt_ids_BP, prompt_mask_BP, mask_BW[:, :P], pos_BP, max_new_tokens
+    # a GRPO group's rows share one prompt: each distinct prompt is run once, and its keys and values
+    # (and its next-token logits) are copied to its rows
+    shared = shared_prompts(prompt_ids_BP, prompt_mask_BP.bool())
+    first = shared[0] if shared is not None else slice(None)
+    rows_of = shared[1] if shared is not None else torch.arange(B, device=device)
+    step = None
+    static = None
+    # the bucketed prefill leaves its own buffer cache; a static step starts from the plain prefill's
+    bucketed = (
+        _bucketed_prefill(
+            model, prompt_ids_BP[first], mask_BW[first, :P], pos_BP[first], rows_of, P + max_new_tokens
+        )
+        if options.compile == "off"
+        else None
     )
+    if bucketed is not None:
+        logits_BV, cache = bucketed
+        step = fast_step(model)
+    else:
+        out = model(
+            input_ids=prompt_ids_BP[first],
+            attention_mask=mask_BW[first, :P],
+            position_ids=pos_BP[first],
+            use_cache=True,
+            **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}),
+        )
+        cache = out.past_key_values
+        logits_BV = out.logits[:, -1, :]
+        # the static cache keeps every row to the end (fixed shapes); otherwise finished rows are dropped
+        static = static_step(model, cache, rows_of, width, options)
+        if static is None:
+            if preallocate(cache, rows_of, P + max_new_tokens):
+                step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
+            elif shared is not None:
+                cache.batch_select_indices(rows_of)
+        logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     rows = torch.arange(B, device=device)  # the original row of each active row
     done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
     T = 0
     for t in range(max_new_tokens):
         # a finished row that is still in the batch (until the next compaction) emits padding
-        tok_A = sample_next(logits_BV, temperature=temperature, top_p=top_p).masked_fill(done_A, pad_token_id)
-        _record(
-            logits_BV, tok_A, done_A, rows, t, temperature=temperature, entropy_BT=entropy_BT, logp_BT=logp_BT
-        )
+        keys_A = None if row_keys_B is None else row_keys_B.to(device)[rows]
+        tok_A = sample_next(logits_BV, temperature=temperature, top_p=top_p, keys_B=keys_A, t=t)
+        tok_A = tok_A.masked_fill(done_A, pad_token_id)
+        if entropy_BT is not None:
+            logp_AV = torch.log_softmax(logits_BV.float() / max(temperature, 1e-6), dim=-1)
+            entropy_BT[rows, t] = -(logp_AV.exp() * logp_AV).sum(-1).to(entropy_BT.dtype)
+        if logp_BT is not None:
+            z_AV = logits_BV.float() / (temperature if temperature > 0 else 1.0)
+            lp_A = z_AV.gather(1, tok_A.unsqueeze(1)).squeeze(1) - torch.logsumexp(z_AV, dim=-1)
+            logp_BT[rows, t] = lp_A.masked_fill(done_A, 0.0)
         out_BT[rows, t] = tok_A
         T = t + 1
         done_A |= tok_A == eos_token_id
@@ -221,13 +376,15 @@ def decode(
         n_done = int(done_A.sum())
         if t == max_new_tokens - 1 or n_done == len(rows):
             break
-        if n_done >= max(1, int(COMPACT_FRACTION * len(rows))):
+        if static is None and n_done >= max(1, int(COMPACT_FRACTION * len(rows))):
             idx = (~done_A).nonzero().squeeze(1)
             rows, tok_A, next_pos_B, mask_BW = rows[idx], tok_A[idx], next_pos_B[idx], mask_BW[idx]
             done_A = done_A[idx]
             cache.batch_select_indices(idx)
         mask_BW[:, P + t] = 1
-        if step is not None:
+        if static is not None:
+            logits_BV = static(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW, P + t)
+        elif step is not None:
             logits_BV = step(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW[:, : P + t + 1], cache)
         else:
             out = model(

@@ -27,6 +27,7 @@ from stepcredit.rollout.modes import RolloutRequest
 from stepcredit.rollout.tool_context import ToolContext
 from stepcredit.rollout.tool_render import render_tool_prompts
 from stepcredit.rollout.turns import TurnRow, rows_batch, run_turns, turn_counters
+from stepcredit.runtime import require
 from stepcredit.tools import PARSERS, TOOLS
 from stepcredit.types import Batch
 from stepcredit.user_code import load_module
@@ -77,3 +78,7 @@ def check_tools(cfg: Config) -> None:
                     f"config key rollout.tools.{key}: unknown {registry.kind} {name!r} "
                     f"(valid: {', '.join(registry.names())})"
                 )
+    for (
+        name
+    ) in tc.names:  # packages a tool imports beyond the core install: before SFT, not at its first call
+        require(TOOLS.get(name).requires, what=f"tool {name!r} (config key rollout.tools.names)")

@@ -45,6 +45,8 @@ class ToolSpec:
     again; otherwise a call is never run twice (a crashed worker is a ``crashed`` observation)."""
     uses_sandbox: bool = False
     """``fn`` takes ``sandbox=``: the run's ``reward.sandbox`` settings (its limits, not the policy's)."""
+    requires: tuple[str, ...] = ()
+    """Modules ``fn`` imports beyond the core install, checked at start-up (``rollout.tools.names``)."""
 
 
 TOOLS: Registry[ToolSpec] = Registry("tool")
@@ -78,19 +80,29 @@ def register_tool(
     override: bool = False,
     idempotent: bool = False,
     uses_sandbox: bool = False,
+    requires: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register ``fn`` as the tool ``name`` with a JSON-schema ``parameters`` object (the
     policy's arguments are checked against it: an unknown key, a missing required one or a wrong type is
     ``bad_arguments``). Per-row keyword arguments (``extra_info["tools_kwargs"][name]``, as VeRL's
     ``tools_kwargs``) are passed beside the policy's arguments. ``idempotent``: a call whose worker died
     may run again (:attr:`ToolSpec.idempotent`); ``uses_sandbox``: ``fn`` takes the run's sandbox
-    settings as ``sandbox=``. Returns the function unchanged."""
+    settings as ``sandbox=``; ``requires``: the modules ``fn`` needs beyond the core install (checked
+    at start-up). Returns the function unchanged."""
     required = list(parameters.get("required", [])) or list(parameters.get("properties", {}))
     main = main_arg or (required[0] if required else "")
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         TOOLS.register(name, override=override)(
-            ToolSpec(name, _schema(name, description, parameters), fn, main, idempotent, uses_sandbox)
+            ToolSpec(
+                name,
+                _schema(name, description, parameters),
+                fn,
+                main,
+                idempotent,
+                uses_sandbox,
+                tuple(requires),
+            )
         )
         return fn
 

@@ -18,6 +18,7 @@ import functools
 import json
 import random
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,11 @@ from stepcredit.process import VALUE_ESTIMATORS
 from stepcredit.process.domains import process_domains
 from stepcredit.reward import Rewarder, build_agent, build_rewarder, shaping
 from stepcredit.reward.run import backends
-from stepcredit.reward.run.health import CircuitBreaker, probe_routes
+from stepcredit.reward.run.failures import FailureLog
+from stepcredit.reward.run.health import CircuitBreaker, RewardBackendError, probe_routes
 from stepcredit.rollout import ROLLOUT_MODES, engines
+from stepcredit.rollout.sampling import row_key
+from stepcredit.runtime import set_threads
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import (
     MetricsLogger,
@@ -47,10 +51,10 @@ from stepcredit.trainer.metrics import (
     peak_rss_mb,
     plot_curves,
 )
-from stepcredit.trainer.progress import Progress
+from stepcredit.trainer.progress import Progress, banner_lines, param_counts
 from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_context
 from stepcredit.trainer.sampling import step_stream
-from stepcredit.trainer.schedule import LR_SCHEDULES
+from stepcredit.trainer.schedule import LR_SCHEDULES, short_run_warning
 from stepcredit.trainer.setup import engine_bound, load_model
 from stepcredit.trainer.sft import run_sft
 from stepcredit.trainer.state import TrainState, build_state
@@ -114,8 +118,10 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
     with contextlib.ExitStack() as closing:
         rewarder = closing.enter_context(build_rewarder(cfg.reward))
         check_routes(train_set + val_set, rewarder.route)
-        probe_routes(rewarder, train_set + val_set)  # a broken backend (no bwrap, judge down) stops here
+        routes = probe_routes(rewarder, train_set + val_set)  # a broken backend (bwrap, judge) stops here
         breaker = CircuitBreaker(cfg.reward.breaker)  # and one that breaks mid-run stops at its step
+        # every failed reward: printed once per distinct error, counted per step, kept in the run directory
+        failures = FailureLog(run_dir, warn=not cfg.reward.breaker.enabled)
         agent = closing.enter_context(build_agent(cfg.reward, rewarder))
         log = closing.enter_context(
             contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg)))
@@ -129,6 +135,7 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
         process.check_data(cfg.process, train_set, domains)
         rollout_for = functools.partial(rollout_and_submit, state, agent, rewarder, process_domains=domains)
         validation = functools.partial(_validate, state, val_set, rewarder, log, history)
+        _announce(cfg, run_dir, model, sorted(routes), len(train_set), len(val_set))  # every check passed
         started[0] = True
 
         # --- phase 1: supervised warm-up; the reference model is the SFT policy, saved for `eval`
@@ -171,10 +178,15 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
             for _ in range(cfg.pipeline.ppo_epochs - 1):  # later epochs replay mini-batches in arrival order
                 for p in prepared:
                     counts.add(update(state, p, train_policy=train_policy))
-            breaker.update([r for b in arrived for r in b.rewards or []], step=step)
             state.step = step
             last = _step_row(state, current.batch, arrived, counts, prepared, agent.metrics(), t_step)
+            last.update(failures.record(*_scored(arrived), step=step))  # printed once, counted, kept
             last["optim/lr"] = state.opt.param_groups[0]["lr"]
+            try:
+                breaker.update([r for b in arrived for r in b.rewards or []], step=step)
+            except RewardBackendError:
+                log_row(log, bar, last, t_step)  # the step that stops the run is shown and logged first
+                raise
             if cfg.trainer.val_every > 0 and (step % cfg.trainer.val_every == 0 or step == cfg.trainer.steps):
                 last.update(validation(step))
             log_row(log, bar, last, t_step)
@@ -182,7 +194,12 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
                 log.log_samples(step, "train", _generations(arrived, cfg.trainer.generations_to_log))
             _maybe_save(cfg, run_dir, state, pending)
         state.export(run_dir / "checkpoints" / "final")
-    (run_dir / "summary.json").write_text(json.dumps(history.summary(), indent=2) + "\n")
+        summary = {
+            **history.summary(),
+            "params": param_counts(state.model),
+            "reward_failures": failures.summary(),
+        }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_curves(run_dir)
     return last
 
@@ -200,7 +217,7 @@ _WAIT_KEYS = ("time/reward_wait_s", "time/generation_s", "time/process_s")
 
 
 def _start_run(cfg: Config, run_dir: Path) -> None:
-    torch.set_num_threads(cfg.trainer.threads)
+    set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     seed_everything(cfg.trainer.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
@@ -227,10 +244,13 @@ def _validate(
     cfg = state.cfg
     if cfg.trainer.val_every <= 0:
         return {}
-    # Common random numbers: sampled validation (rollout.val_temperature > 0) draws from a generator
-    # seeded by (trainer.seed, step) in a fork of the RNG, so two variants of one seed are scored with
-    # the same random numbers (their paired difference loses most of the sampling noise), and
-    # validating does not move the training run's random stream (val_every changes nothing else).
+    # Common random numbers: sampled validation (rollout.val_temperature > 0) draws each prompt's answer
+    # from a random stream of its own, keyed (trainer.seed, step, prompt index) (rollout/sampling.py),
+    # so two variants of one seed are scored with the same random numbers row by row: identical models
+    # give identical answers, and a row that ends earlier never shifts another row's draws (their paired
+    # difference loses most of the sampling noise). The fork keeps validation off the training run's
+    # random stream (val_every changes nothing else; tool rollouts still draw from the forked stream).
+    t0 = time.perf_counter()
     with torch.random.fork_rng():
         torch.manual_seed(cfg.trainer.seed * 1_000_003 + step)
         metrics, rows = validate(
@@ -241,14 +261,34 @@ def _validate(
             max_new_tokens=cfg.rollout.max_new_tokens,
             temperature=cfg.rollout.val_temperature,
             tools=tool_context(cfg, rewarder),
+            row_seeds=[row_key(cfg.trainer.seed, step, i) for i in range(len(val_set))],
         )
     if not rows:
         return metrics
     kind = "sampled" if cfg.rollout.val_temperature > 0 else "greedy"
     metrics[f"val/accuracy_{kind}"] = metrics["val/accuracy"]
+    metrics["time/val_s"] = time.perf_counter() - t0  # inside the step's time: compute accounts take it out
     history.add(step, [is_correct(RewardResult(r["score"], Status(r["status"]))) for r in rows], kind)
     log.log_samples(step, "val", rows)
     return metrics
+
+
+def _announce(cfg: Config, run_dir: Path, model: Any, sources: list[str], n_train: int, n_val: int) -> None:
+    """The start-up banner on stdout (:func:`~stepcredit.trainer.progress.banner_lines`), and on stderr
+    a warning when the run ends inside its learning-rate warm-up."""
+    tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
+    for line in banner_lines(cfg, run_dir, model, sources=sources, n_train=n_train, n_val=n_val, tools=tools):
+        print(line, flush=True)
+    o = cfg.optim
+    if warning := short_run_warning(steps=cfg.trainer.steps, warmup=o.warmup_steps, lr=o.lr):
+        print(warning, file=sys.stderr, flush=True)
+
+
+def _scored(arrived: list[Batch]) -> tuple[list[Sample], list[str], list[RewardResult]]:
+    """The step's scored responses as three parallel lists (samples, texts, results)."""
+    samples = [s for b in arrived for s in b.samples]
+    texts = [t for b in arrived for t in b.texts]
+    return samples, texts, [r for b in arrived for r in b.rewards or []]
 
 
 def _generations(arrived: list[Batch], n: int) -> list[dict[str, Any]]:
@@ -308,6 +348,14 @@ def _step_row(
     # the mean score of this step's sampled (rollout.temperature) responses; "reward/mean" is its older name
     row["train/reward_sampled"] = row["reward/mean"]
     row["time/reward_s"] = row.get("time/reward_wait_s", 0.0)
+    # compute accounting (docs/experiments.md): tokens sampled from the policy this step, rollouts (a
+    # tree's shared prefixes once, dynamic sampling's refills included) plus the process stage's
+    # continuations, and their running total over the run (checkpointed, so a resumed run continues it)
+    row["generated/step_tokens"] = row.get("rollout/generated_tokens", 0.0) + row.get(
+        "process/generated_tokens", 0.0
+    )
+    state.generated_tokens += row["generated/step_tokens"]
+    row["generated_tokens"] = state.generated_tokens
     if responses := row.pop("rollout/responses", 0.0):  # this step's rollouts' counters, per response
         for key, name in _PER_RESPONSE.items():
             if key in row:

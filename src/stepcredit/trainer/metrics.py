@@ -487,9 +487,22 @@ class ValHistory:
 
 
 def summary_lines(s: dict[str, Any]) -> list[str]:
-    """The run's result in a few plain lines (see :meth:`ValHistory.summary`)."""
-    if not s:
-        return []
+    """The run's result in a few plain lines (see :meth:`ValHistory.summary`), then the parameters
+    that trained and the reward failures when the summary has them."""
+    lines = _validation_lines(s) if "final" in s else []
+    if params := s.get("params"):
+        lines.append(
+            f"parameters: {params['trainable']:,} trained of {params['total']:,} "
+            f"({100 * params['trainable'] / max(1, params['total']):.1f} %)"
+        )
+    if (fails := s.get("reward_failures")) and fails.get("failed"):
+        top = "; ".join(f"{t['count']} x {t['message']}" for t in fails["top"][:3])
+        where = f" (every one in {fails['file']})" if fails.get("file") else ""
+        lines.append(f"reward failures: {fails['failed']}{where}: {top}")
+    return lines
+
+
+def _validation_lines(s: dict[str, Any]) -> list[str]:
     n = s["final"]["n"]
     lines = [f"validation accuracy ({s['kind']}, {n} prompts, 95 % Wilson interval):"]
     for key, label in (("post_sft", "post-SFT"), ("best", "best"), ("final", "final")):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from stepcredit import process
 from stepcredit.config import Config
+from stepcredit.process.values import spending
 from stepcredit.reward import RewardAgent, Rewarder, Ticket
 from stepcredit.reward.tools import AgentCallRunner
 from stepcredit.rollout import ROLLOUT_MODES, RolloutRequest, ToolContext
@@ -122,7 +123,12 @@ def rollout_and_submit(
     # the agent leaves the rollout cache behind, so the cache is freed once the values are computed).
     ticket = agent.submit(batch.without_rewards())
     if cfg.process.enabled:
-        batch, unscored = with_values(state, batch, rewarder, process_domains)
+        with spending() as spent:  # what valuing cost beyond the rollout (an experiment's accounting)
+            batch, unscored = with_values(state, batch, rewarder, process_domains)
         times["time/process_s"] = time.perf_counter() - t1
         times["process/unscored_rows"] = float(unscored)
+        times["process/generated_tokens"] = float(spent.generated_tokens)  # continuations sampled
+        times["process/verifier_calls"] = float(spent.verifier_calls)  # texts the estimator had scored
+        # V(prefix) computed (a forced answer's is one scoring pass over its suffix: no generation)
+        times["process/values"] = float(sum(len(v) for v in batch.prefix_values or []))
     return Rollout(batch, ticket, times)

@@ -1,7 +1,10 @@
 """The RL phase's learning-rate schedules (``optim.schedule``): a multiplier of ``optim.lr`` per step.
 
-Each schedule is ``f(step, total_steps, min_ratio) -> factor``; the linear warm-up
-(``optim.warmup_steps``) multiplies whatever the schedule gives, so every schedule starts gently.
+Each schedule is ``f(step, total_steps, min_ratio) -> factor`` over the steps after the warm-up: a
+linear warm-up (``optim.warmup_steps``: lr/W, 2 lr/W, ..., lr at step W) reaches the configured ``lr``,
+and the schedule then runs from that peak over the remaining ``trainer.steps - W`` steps (the shape of
+transformers' ``get_cosine_schedule_with_warmup``; Goyal et al. 2017 for the warm-up). A run shorter
+than its warm-up never reaches ``lr``: :func:`short_run_warning` says so at start-up.
 """
 
 from __future__ import annotations
@@ -31,6 +34,20 @@ def cosine(step: int, total: int, min_ratio: float) -> float:
 
 
 def lr_factor(step: int, *, total: int, warmup: int, schedule: str, min_ratio: float) -> float:
-    """The multiplier of ``optim.lr`` at RL step ``step`` (1-based): warm-up times the schedule."""
-    warm = min(1.0, step / max(1, warmup))
-    return warm * LR_SCHEDULES.get(schedule)(step, total, min_ratio)
+    """The multiplier of ``optim.lr`` at RL step ``step`` (1-based): ``step / warmup`` up to the end
+    of the warm-up (1 at step ``warmup``: the peak is the configured lr), then the schedule at
+    ``step - warmup`` of ``total - warmup`` steps."""
+    if step <= warmup:
+        return step / warmup
+    return LR_SCHEDULES.get(schedule)(step - warmup, max(1, total - warmup), min_ratio)
+
+
+def short_run_warning(*, steps: int, warmup: int, lr: float) -> str | None:
+    """One line when a run of ``steps`` RL steps ends inside its warm-up (its lr peaks at
+    ``lr * steps / warmup``), else None."""
+    if steps >= warmup or steps <= 0:
+        return None
+    return (
+        f"warning: trainer.steps={steps} ends inside the warm-up (optim.warmup_steps={warmup}): the learning "
+        f"rate peaks at {lr * steps / warmup:.3g}, not optim.lr={lr:.3g}; lower optim.warmup_steps to reach it"
+    )

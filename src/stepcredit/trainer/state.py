@@ -54,10 +54,12 @@ class TrainState:
     step: int = 0
     updates: int = 0
     zero_pass: ZeroPassTracker = field(default_factory=ZeroPassTracker)
+    generated_tokens: float = 0.0
+    """Tokens sampled from the policy so far (rollouts and process continuations; ``generated_tokens``)."""
 
     def set_lr(self, step: int) -> None:
-        """Linear warm-up (Adam's first steps move every weight by ~lr whatever the gradient's size)
-        times ``optim.schedule``."""
+        """Linear warm-up (Adam's first steps move every weight by ~lr whatever the gradient's size),
+        then ``optim.schedule`` from the configured lr (:func:`~stepcredit.trainer.schedule.lr_factor`)."""
         o = self.cfg.optim
         lr = o.lr * lr_factor(
             step,
@@ -120,6 +122,7 @@ class TrainState:
             "policy_step": self.step,
             "policy_updates": self.updates,
             "zero_pass": self.zero_pass.state_dict(),
+            "generated_tokens": self.generated_tokens,
         }
 
     def load_state_dict(self, ckpt: dict[str, Any]) -> None:
@@ -134,6 +137,7 @@ class TrainState:
         self.step = int(ckpt.get("policy_step", ckpt["step"]))
         self.updates = int(ckpt.get("policy_updates", 0))
         self.zero_pass.load_state_dict(ckpt.get("zero_pass") or {})
+        self.generated_tokens = float(ckpt.get("generated_tokens", 0.0))
 
 
 def build_state(cfg: Config, model: Any, tok: Any, stream: PromptStream | MixedStream) -> TrainState:

@@ -191,11 +191,22 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
         if batch.episode_ends is None or values is None:
             raise ValueError("process rewards are enabled but the batch has no V(prefix) values")
         process_BT, process_mask_BT = process_channel(
-            batch.episode_ends, values, mask_BT, cfg.process, credits=credits
+            batch.episode_ends, values, mask_BT, cfg.process, credits=credits, row_keys=group_ranks(batch)
         )
     return batch, Channels(
         outcome_BT, process_BT, process_mask_BT, score_B, valid_B, length_penalty_B, verdict_B
     )
+
+
+def group_ranks(batch: Batch) -> list[int]:
+    """One key per response that does not depend on the mini-batch it is in: its group id and its rank
+    within the group, ``group * 65536 + rank`` (seeds ``process.placebo``'s permutation)."""
+    seen: dict[int, int] = {}
+    keys = []
+    for g in batch.group_B.tolist():
+        keys.append(int(g) * 65536 + seen.get(g, 0))
+        seen[g] = seen.get(g, 0) + 1
+    return keys
 
 
 def advantages_by_domain(cfg: AlgorithmConfig, inp: AdvantageInputs, domain_B: list[str]) -> AdvantageOutputs:

@@ -30,11 +30,14 @@ def generate_in_chunks(
     temperature: float,
     chunk: int = 64,
     tools: ToolContext | None = None,
+    row_seeds: list[int] | None = None,
 ) -> Iterator[tuple[int, list[Sample], Batch]]:
     """``(start, prompts, batch)`` for each run of ``chunk`` prompts, ``n`` responses each (no log-probs).
 
     Validation and ``stepcredit eval`` generate through this one loop: left padding depends on a
-    chunk's longest prompt, so equal chunks keep their greedy answers identical."""
+    chunk's longest prompt, so equal chunks keep their greedy answers identical. ``row_seeds`` (one per
+    prompt): each prompt samples from a random stream of its own (:func:`stepcredit.rollout.generate`);
+    tool rollouts draw from the shared stream (their turns interleave with tool calls)."""
     for start in range(0, len(samples), chunk):
         part = samples[start : start + chunk]
         if tools is not None:  # multi-turn answers that call tools (rollout.mode=tools)
@@ -52,6 +55,7 @@ def generate_in_chunks(
                 max_new_tokens=max_new_tokens,
                 temperature=temperature,
                 with_logprobs=False,
+                row_seeds=None if row_seeds is None else row_seeds[start : start + chunk],
             )
         yield start, part, batch
 
@@ -66,9 +70,11 @@ def validate(
     temperature: float = 0.0,
     chunk: int = 64,
     tools: ToolContext | None = None,
+    row_seeds: list[int] | None = None,
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Accuracy overall (``val/accuracy``) and per tag (``val/accuracy/{tag}``), how many rewards had
-    each status (``val/status/{status}``, e.g. ``val/status/sandbox_error``), plus the answers."""
+    each status (``val/status/{status}``, e.g. ``val/status/sandbox_error``), plus the answers.
+    ``row_seeds``: one per prompt, its own random stream (:func:`generate_in_chunks`)."""
     if not samples:
         return {}, []
     texts: list[str] = []
@@ -81,6 +87,7 @@ def validate(
         temperature=temperature,
         chunk=chunk,
         tools=tools,
+        row_seeds=row_seeds,
     ):
         texts.extend(b.texts)
         n_tokens.extend(b.response_mask_BT.sum(1).tolist())

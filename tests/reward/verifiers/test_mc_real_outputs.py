@@ -125,13 +125,18 @@ def test_extraction_is_linear_in_the_response() -> None:
     small, big = unit * 200, unit * 2000
     for text in (small, big):
         extract_choice(text + "\nThe answer is (C).", letters=LETTERS)
-    t0 = time.perf_counter()
-    extract_choice(small + "\nThe answer is (C).", letters=LETTERS)
-    t1 = time.perf_counter()
-    got, _ = extract_choice(big + "\nThe answer is (C).", letters=LETTERS)
-    t2 = time.perf_counter()
+    # the fastest of 5 alternating runs of each size: other work on the machine only adds time, so
+    # the minimum is each size's own cost, and a burst of load during one run does not decide
+    t_small, t_big = [], []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        extract_choice(small + "\nThe answer is (C).", letters=LETTERS)
+        t1 = time.perf_counter()
+        got, _ = extract_choice(big + "\nThe answer is (C).", letters=LETTERS)
+        t_small.append(t1 - t0)
+        t_big.append(time.perf_counter() - t1)
     assert got == ["C"]
-    assert (t2 - t1) < 40 * max(t1 - t0, 1e-4)  # 10x the text: far below 100x the time
+    assert min(t_big) < 40 * max(min(t_small), 1e-4)  # 10x the text: far below 100x the time
 
 
 def test_dict_options_in_any_order_index_from_a() -> None:

@@ -90,6 +90,8 @@ class BackendSpec:
     """Can run scorers (sandbox, reward model) as placed workers (``reward.agent.ray_scorers``)."""
     uses_ray: bool = False
     """Reads the ``reward.agent.ray_*`` settings."""
+    requires: tuple[str, ...] = ()
+    """Modules it imports beyond the core install (checked at start-up by ``check_config``)."""
 
 
 BACKENDS: Registry[BackendSpec] = Registry("reward agent backend")
@@ -103,6 +105,7 @@ def register_backend(
     stops_hung_work: bool = True,
     hosts_scorers: bool = False,
     uses_ray: bool = False,
+    requires: tuple[str, ...] = (),
 ) -> Callable[[Callable[[BackendArgs], Backend]], Callable[[BackendArgs], Backend]]:
     """Decorator: ``@register_backend("thread", in_process=True)`` adds a backend factory to :data:`BACKENDS`."""
 
@@ -116,6 +119,7 @@ def register_backend(
                 stops_hung_work=stops_hung_work,
                 hosts_scorers=hosts_scorers,
                 uses_ray=uses_ray,
+                requires=tuple(requires),
             ),
         )
         return make

@@ -49,6 +49,7 @@ from stepcredit.reward.run.backend_api import (
 from stepcredit.reward.run.process_backend import ProcessBackend
 from stepcredit.reward.run.ray_backend import RayBackend, RewardActor, ScorerActor
 from stepcredit.reward.run.thread_backend import ThreadBackend
+from stepcredit.runtime import require
 
 __all__ = [
     "BACKENDS",
@@ -72,7 +73,7 @@ __all__ = [
 def check_config(cfg: RewardConfig) -> BackendSpec:
     """Start-up check of ``reward.agent`` against the backend registry; returns the backend's spec.
 
-    - the backend must be registered (the message lists the valid ones);
+    - the backend must be registered (the message lists the valid ones) and its packages installed;
     - ``ray_scorers`` needs a backend that hosts scorers, and each key must name a registered scorer;
     - ``ray_resources`` / ``ray_scorers`` need a backend that reads the Ray settings.
     """
@@ -81,6 +82,7 @@ def check_config(cfg: RewardConfig) -> BackendSpec:
         spec = BACKENDS.get(a.backend)
     except ConfigError as e:
         raise ConfigError(f"config key reward.agent.backend: {e}") from None
+    require(spec.requires, what=f"config key reward.agent.backend: {a.backend!r}")
     if a.ray_scorers and not spec.hosts_scorers:
         ok = ", ".join(n for n in BACKENDS if BACKENDS.get(n).hosts_scorers)
         raise ConfigError(

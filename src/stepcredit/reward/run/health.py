@@ -9,7 +9,8 @@ the rest. So:
   sandbox judges a known-good program, the judge answers one request, the reward model scores one row)
   and raises one line naming the route if it did not give a verdict;
 * :class:`CircuitBreaker` watches the share of failed rewards per source over the last few steps and
-  raises one line naming the source and its status counts when it passes ``reward.breaker``'s limit;
+  raises one line naming the source, its status counts and its most frequent errors (``110 x
+  ImportError: No module named math_verify``) when it passes ``reward.breaker``'s limit;
 * :func:`status_counts` / :func:`format_counts` count statuses for logs and validation.
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 
 from stepcredit.config import BreakerConfig
 from stepcredit.errors import UserError
+from stepcredit.reward.run.failures import ERRORS_FILE, format_top, top_failures
 from stepcredit.types import RewardResult, Sample
 
 
@@ -113,6 +115,8 @@ class CircuitBreaker:
     def __init__(self, cfg: BreakerConfig | None = None) -> None:
         self.cfg = cfg or BreakerConfig()
         self._steps: deque[dict[str, Counter[str]]] = deque(maxlen=self.cfg.window_steps)
+        # the failed results of the window per step, so the stop message can name the errors
+        self._failed: deque[list[RewardResult]] = deque(maxlen=self.cfg.window_steps)
 
     def update(
         self, results: Sequence[RewardResult], *, step: int | None = None
@@ -124,6 +128,7 @@ class CircuitBreaker:
                 r.status.value if r.ok else "!" + r.status.value
             ] += 1
         self._steps.append(per_source)
+        self._failed.append([r for r in results if not r.ok])
         window = self.window_counts()
         if not self.cfg.enabled:
             return window
@@ -133,10 +138,13 @@ class CircuitBreaker:
             if n >= self.cfg.min_samples and failed / n > self.cfg.max_failure_share:
                 at = f" at step {step}" if step is not None else ""
                 shown = format_counts({k.lstrip("!"): v for k, v in _merge_marks(counts).items()})
+                top = format_top(
+                    top_failures(r for rs in self._failed for r in rs if (r.source or "?") == source)
+                )
                 raise RewardBackendError(
                     f"reward source {source!r} failed {failed}/{n} rewards over the last {len(self._steps)} "
-                    f"step(s){at} ({shown}); its backend is broken (limit: reward.breaker.max_failure_share="
-                    f"{self.cfg.max_failure_share:g})"
+                    f"step(s){at} ({shown}): {top}; the run stops (limit: reward.breaker.max_failure_share="
+                    f"{self.cfg.max_failure_share:g}; every failure is in the run directory's {ERRORS_FILE})"
                 )
         return window
 

@@ -40,7 +40,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -48,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepcredit.reward.base import FnRef, load_ref, to_result
+from stepcredit.reward.run.failures import user_traceback
 from stepcredit.sandbox.dirs import remove_sandbox_dirs
 from stepcredit.types import RewardResult, Status
 
@@ -130,11 +130,11 @@ def finite(res: RewardResult) -> RewardResult:
     return res
 
 
-def failures(n: int, status: Status, message: str, source: str = "") -> list[RewardResult]:
+def failures(n: int, status: Status, message: str, source: str = "", **info: Any) -> list[RewardResult]:
     """``n`` failed results (each its own object: callers may annotate one without the others)."""
     out = []
     for _ in range(n):
-        r = RewardResult.failure(status, message)
+        r = RewardResult.failure(status, message, **info)
         r.source = source
         out.append(r)
     return out
@@ -173,7 +173,7 @@ def run_items(
             else:
                 got = [finite(to_result(v, source=source)) for v in value]
         except BaseException as e:  # user code may raise anything, SystemExit included
-            got = failures(len(items), Status.ERROR, f"{type(e).__name__}: {e}")
+            got = failures(len(items), Status.ERROR, f"{type(e).__name__}: {e}", traceback=user_traceback(e))
         dt = (time.perf_counter() - t0) / max(1, len(items))
         for r in got:
             r.latency_s = dt
@@ -194,9 +194,7 @@ def run_items(
                     value = asyncio.run(_await(value))
                 r = finite(to_result(value, source=source))
         except BaseException as e:  # user code may raise anything, SystemExit included
-            r = RewardResult.failure(
-                Status.ERROR, f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=-3)
-            )
+            r = RewardResult.failure(Status.ERROR, f"{type(e).__name__}: {e}", traceback=user_traceback(e))
             r.source = source
         r.latency_s = time.perf_counter() - t0
         out.append(r)

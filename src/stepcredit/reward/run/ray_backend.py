@@ -263,7 +263,9 @@ class RayBackend:
             if a.ray_address:
                 ray.init(address=a.ray_address)
             else:
-                ray.init(num_cpus=a.ray_local_cpus, include_dashboard=False)
+                # address="local": a new instance of our own, even when another Ray cluster runs on the
+                # machine (ray.init() alone would join it, through /tmp/ray/ray_current_cluster)
+                ray.init(address="local", num_cpus=a.ray_local_cpus, include_dashboard=False)
             self._started_ray = True
         path = list(sys.path)
         # max_concurrency=2: the second thread answers progress() while a chunk runs.
@@ -347,6 +349,6 @@ class RayBackend:
                 self.ray.shutdown()
 
 
-@register_backend("ray", default_concurrency=2, hosts_scorers=True, uses_ray=True)
+@register_backend("ray", default_concurrency=2, hosts_scorers=True, uses_ray=True, requires=("ray",))
 def _ray_backend(args: BackendArgs) -> Backend:
     return RayBackend(args)

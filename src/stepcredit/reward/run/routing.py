@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepcredit.config import RewardConfig, RewardCustomConfig
-from stepcredit.errors import ConfigError, UserError
+from stepcredit.errors import ConfigError, MissingPackageError, UserError
 from stepcredit.reward.base import (
     CUSTOM_STYLES,
     REWARDS,
@@ -36,6 +36,7 @@ from stepcredit.reward.base import (
     resolve_source,
 )
 from stepcredit.reward.run.pool import callable_of
+from stepcredit.runtime import require
 from stepcredit.types import RewardResult, Sample, Status
 
 
@@ -159,11 +160,18 @@ class Router:
     # ------------------------------------------------------------------------------ routing
     def route(self, sample: Sample) -> Route:
         """The reward function, weight and keyword arguments of one sample (raises ConfigError if none).
-        Samples alike in tag, domain, style, data source and ability share one Route object."""
+        Samples alike in tag, domain, style, data source and ability share one Route object. A new
+        route's ``requires`` packages are checked here, once: a missing one raises
+        :class:`~stepcredit.errors.MissingPackageError`, which stops the run rather than failing rows."""
         key = (sample.tag, sample.domain, sample.style, sample.data_source, sample.ability)
         got = self._routes.get(key)
         if got is None:
-            got = self._routes[key] = self._route(sample)
+            got = self._route(sample)
+            require(
+                got.entry.requires,
+                what=f"reward {got.entry.name!r} (data_source {sample.data_source!r}, row {sample.uid or '?'})",
+            )
+            self._routes[key] = got
         return got
 
     def is_batched(self, entry: RewardFn) -> bool:
@@ -213,6 +221,8 @@ class Router:
                 r = routes[i] = self.route(s)
                 if r.entry.validate is not None:
                     r.entry.validate(s)
+            except MissingPackageError:
+                raise  # the environment, not the row: every later row would fail the same way
             except UserError as e:
                 done.append((i, _fail(Status.ERROR, str(e), source=s.data_source)))
                 continue
@@ -331,3 +341,18 @@ def build_router(cfg: RewardConfig | None = None) -> Router:
     import stepcredit.reward.builtin  # noqa: F401  (registers the built-in reward functions)
 
     return Router(cfg)
+
+
+def check_packages(cfg: RewardConfig, samples: Sequence[Sample]) -> None:
+    """Start-up check for a command that scores later (``stepcredit sft``'s validation, ``eval``): route
+    each kind of sample once, so a reward whose package is missing stops the command now, with one line
+    (:class:`~stepcredit.errors.MissingPackageError`), not after the work. Other routing problems are
+    left to the scoring, which reports them per row."""
+    with build_router(cfg) as router:
+        for s in samples:
+            try:
+                router.route(s)
+            except MissingPackageError:
+                raise
+            except UserError:
+                continue

@@ -402,7 +402,7 @@ class JudgeScorer:
 def _register() -> None:
     from stepcredit.reward.base import register_scorer
 
-    @register_scorer("judge", "llm_judge")
+    @register_scorer("judge", "llm_judge", requires=("httpx",))
     def make_judge_scorer(cfg: Any) -> JudgeScorer:
         return JudgeScorer(cfg.judge)
 

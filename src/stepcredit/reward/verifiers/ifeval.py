@@ -421,4 +421,5 @@ register_reward(
     "ability:instruction_following",
     fast=ifeval_fast,
     validate=validate_sample,
+    requires=("if_verifiable",),
 )(ifeval_compute_score)

@@ -31,6 +31,10 @@ class SamplingSpec:
     seed: int | None = None
     """Seed of this call's draws (context i uses ``seed + i`` in vLLM, one seeded stream here); None =
     torch's global random stream (``hf`` draws from it, ``vllm`` draws its seed from it)."""
+    row_seeds: tuple[int, ...] = ()
+    """One seed per context (overrides ``seed``): context i's continuations draw from a stream of their
+    own (``hf``: keyed by (row_seeds[i], j) for continuation j; ``vllm``: a request seeded row_seeds[i]),
+    so what one context samples does not depend on the others. Empty: ``seed``'s rule."""
     logprobs: bool = False
     """Report each sampled token's log-probability (:attr:`Completion.logprobs`)."""
     entropy: bool = False
@@ -64,6 +68,10 @@ class GenerationSpec:
     keep_cache: bool = False
     """The behaviour log-prob pass keeps its KV cache in ``batch.kv_cache`` (the process stage continues
     from it instead of running the responses through the model again)."""
+    row_seeds: tuple[int, ...] = ()
+    """One seed per prompt: prompt i's responses draw from random streams of their own (validation's
+    common random numbers: a row's tokens depend on its seed and the model alone); empty: the engine's
+    shared stream (:attr:`SamplingSpec.row_seeds`)."""
     logprobs_from_sampling: bool = False
     """The behaviour log-probs are the sampling loop's own, with no pass of their own, where those are the
     training pass's distribution to float rounding (an engine that runs the trainer's model, float32;
@@ -74,6 +82,7 @@ class GenerationSpec:
             raise ValueError(
                 f"GenerationSpec: n, max_new_tokens >= 1, temperature >= 0, 0 < top_p <= 1: {self}"
             )
+        object.__setattr__(self, "row_seeds", tuple(self.row_seeds))  # a list given: kept as a tuple
 
     def sampling(self, *, logprobs: bool = False) -> SamplingSpec:
         """The per-context sampling request of this generation (what :meth:`Engine.sample` takes)."""
@@ -82,6 +91,7 @@ class GenerationSpec:
             temperature=self.temperature,
             top_p=self.top_p,
             max_tokens=self.max_new_tokens,
+            row_seeds=self.row_seeds,
             logprobs=logprobs,
         )
 

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from stepcredit.models.decode_step import DecodeOptions, decode_options
 from stepcredit.rollout.engines.api import Budgets, Completion, Contexts, SamplingSpec, cut_at_stop, left_pad
-from stepcredit.rollout.sampling import decode
+from stepcredit.rollout.sampling import decode, row_key
 
 if TYPE_CHECKING:
     from stepcredit.config import Config
@@ -30,9 +31,13 @@ def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
 
 
 class HFEngine:
-    """Generation by the model it is given (the trainer's policy)."""
+    """Generation by the model it is given (the trainer's policy); ``options``: how its sampling loop
+    runs the token steps (``rollout.decode_compile``, ``model.lora.merge_for_generation``)."""
 
     external = False
+
+    def __init__(self, options: DecodeOptions | None = None) -> None:
+        self.options = options or DecodeOptions()
 
     @torch.no_grad()
     def sample(
@@ -45,9 +50,16 @@ class HFEngine:
         ids, mask = left_pad(rows, tok.pad_token_id)
         ent = torch.zeros(len(rows), width, device=dev) if spec.entropy else None
         logp = torch.zeros(len(rows), width, dtype=torch.float32, device=dev) if spec.logprobs else None
+        keys = None
+        if spec.row_seeds:
+            if len(spec.row_seeds) != len(contexts):
+                raise ValueError(
+                    f"SamplingSpec.row_seeds: {len(spec.row_seeds)} seeds for {len(contexts)} contexts"
+                )
+            keys = torch.tensor([row_key(s, j) for s in spec.row_seeds for j in range(spec.n)], device=dev)
         was_training = model.training
         model.eval()
-        with seeded(spec.seed, dev):
+        with seeded(spec.seed, dev), decode_options(self.options):
             resp = decode(
                 model,
                 ids.to(dev),
@@ -60,6 +72,7 @@ class HFEngine:
                 entropy_BT=ent,
                 logp_BT=logp,
                 limit_B=None if limits is None else torch.tensor(limits, dtype=torch.long, device=dev),
+                row_keys_B=keys,
             ).cpu()
         if was_training:
             model.train()
@@ -97,4 +110,7 @@ HF_ENGINE = HFEngine()
 
 
 def build_hf(cfg: Config, model: Any, tok: Any) -> HFEngine:
-    return HF_ENGINE
+    options = DecodeOptions(
+        compile=cfg.rollout.decode_compile, merge_lora=cfg.model.lora.merge_for_generation
+    )
+    return HF_ENGINE if options == HF_ENGINE.options else HFEngine(options)

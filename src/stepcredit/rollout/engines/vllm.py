@@ -186,7 +186,7 @@ class VLLMEngine:
                 temperature=spec.temperature,
                 top_p=spec.top_p,
                 max_tokens=min(budgets[i], spec.max_tokens) if budgets else spec.max_tokens,
-                seed=(seed + i) % 2**31,
+                seed=(spec.row_seeds[i] if spec.row_seeds else seed + i) % 2**31,
                 stop_token_ids=[tok.eos_token_id],
                 logprobs=0 if spec.logprobs else None,
                 detokenize=False,

@@ -191,4 +191,6 @@ register_reward(
     "aime*",
     "arith",
     fast=math_fast,
+    # what the fast reader is unsure of goes to math-verify: without it those rows could not be scored
+    requires=("math_verify", "latex2sympy2_extended", "antlr4"),
 )(math_compute_score)
