@@ -15,7 +15,7 @@ This module imports no torch at module level so that verifiers can be used witho
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -146,6 +146,10 @@ _BATCH_TENSORS = (
 )
 
 
+_BATCH_WHOLE = ("policy_version", "policy_updates", "kv_cache")
+"""Fields of a :class:`Batch` that belong to the whole batch, not to each response (never indexed)."""
+
+
 @dataclass
 class Batch:
     """What a rollout produces and every later stage reads or extends.
@@ -221,27 +225,8 @@ class Batch:
                 return x.index_select(0, index.to(x.device))
             return [x[i] for i in idx]
 
-        return Batch(
-            samples=pick(self.samples),
-            group_B=pick(self.group_B),
-            prompt_ids_BP=pick(self.prompt_ids_BP),
-            prompt_mask_BP=pick(self.prompt_mask_BP),
-            response_ids_BT=pick(self.response_ids_BT),
-            response_mask_BT=pick(self.response_mask_BT),
-            behaviour_logp_BT=pick(self.behaviour_logp_BT),
-            texts=pick(self.texts),
-            truncated_B=pick(self.truncated_B),
-            policy_version=self.policy_version,
-            policy_updates=self.policy_updates,
-            values_BT=pick(self.values_BT),
-            rewards=pick(self.rewards),
-            episode_ends=pick(self.episode_ends),
-            prefix_values=pick(self.prefix_values),
-            tree_ends=pick(self.tree_ends),
-            tree_nodes=pick(self.tree_nodes),
-            observation_BT=pick(self.observation_BT),
-            engine_logp_BT=pick(self.engine_logp_BT),
-        )
+        per_response = (f.name for f in fields(self) if f.name not in _BATCH_WHOLE)
+        return replace(self, kv_cache=None, **{name: pick(getattr(self, name)) for name in per_response})
 
     def to(self, device: Any) -> Batch:
         """The same batch with its tensors on ``device`` (the rollout cache stays where it is)."""

@@ -61,8 +61,44 @@ def header(src: str, key: str) -> str | None:
     return m.group(1).strip() if m else None
 
 
+def _ppid(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    m = re.search(r"^PPid:\s+(\d+)", status, re.MULTILINE)
+    return int(m.group(1)) if m else 0
+
+
+def _sandboxed(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    uid = int(re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    return sb.UID_BASE <= uid < sb.UID_BASE + sb.UID_COUNT or b"/box/runner.py" in cmdline
+
+
+def _another_runs(pid: int) -> bool:
+    """Whether a sandbox process belongs to another live run on this machine (another test session
+    beside this one): its first ancestor outside the sandbox is neither init (an orphan that escaped
+    its run, which counts against us) nor this process or one of its descendants."""
+    own = os.getpid()
+    while pid > 1 and _sandboxed(pid):
+        pid = _ppid(pid)
+    if pid <= 1:
+        return False
+    while pid > 1:
+        if pid == own:
+            return False
+        pid = _ppid(pid)
+    return True
+
+
 def leftover_processes() -> list[str]:
-    """Processes of the sandbox uids, or running our runner: none may exist between runs."""
+    """Processes of the sandbox uids, or running our runner: none may exist between runs (those of
+    another test session running beside this one are not ours to judge)."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -74,7 +110,12 @@ def leftover_processes() -> list[str]:
             continue
         uid = int(re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE).group(1))  # type: ignore[union-attr]
         zombie = re.search(r"^State:\s+Z", status, re.MULTILINE)
-        if not zombie and (sb.UID_BASE <= uid < sb.UID_BASE + sb.UID_COUNT or "/box/runner.py" in cmdline):
+        mine = not _another_runs(int(name))
+        if (
+            not zombie
+            and mine
+            and (sb.UID_BASE <= uid < sb.UID_BASE + sb.UID_COUNT or "/box/runner.py" in cmdline)
+        ):
             found.append(f"{name} uid={uid} {cmdline[:80]}")
     return found
 

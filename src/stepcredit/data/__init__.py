@@ -31,14 +31,24 @@ TaskFn = Callable[[DataConfig], tuple[list[Sample], list[Sample]]]
 TASKS: Registry[TaskFn] = Registry("data task")
 
 
-@TASKS.register("arith")
-def _arith(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
-    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
-        return [row_to_sample(r, f"arith:{split}:{i}") for i, r in enumerate(rows)]
+def _generated(
+    name: str, make_rows: Callable[..., list[dict[str, Any]]], *, arith_cfg: bool = False
+) -> TaskFn:
+    """A task whose train and val rows a seeded generator makes: ``make_rows([cfg.arith,] n, seed=, split=)``
+    (``arith_cfg``: the generator takes the arithmetic settings first)."""
 
-    train = arith.make_rows(cfg.arith, cfg.train_size, seed=cfg.seed, split="train")
-    val = arith.make_rows(cfg.arith, cfg.val_size, seed=cfg.seed, split="val")
-    return conv(train, "train"), conv(val, "val")
+    def task(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
+        def split(size: int, part: str) -> list[Sample]:
+            head = (cfg.arith, size) if arith_cfg else (size,)
+            rows = make_rows(*head, seed=cfg.seed, split=part)
+            return [row_to_sample(r, f"{name}:{part}:{i}") for i, r in enumerate(rows)]
+
+        return split(cfg.train_size, "train"), split(cfg.val_size, "val")
+
+    return task
+
+
+TASKS.add("arith", _generated("arith", arith.make_rows, arith_cfg=True))
 
 
 StepValueFn = Callable[[Sample, str], float]
@@ -54,16 +64,8 @@ def _arith_step_value(sample: Sample, prefix: str) -> float:
     return arith.step_value(question, prefix)
 
 
-@TASKS.register("arith_tools")
-def _arith_tools(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
-    """Arithmetic with a 2-digit by 3-digit multiplication: traces call the ``calculator`` tool."""
-
-    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
-        return [row_to_sample(r, f"arith_tools:{split}:{i}") for i, r in enumerate(rows)]
-
-    train = arith.make_tool_rows(cfg.arith, cfg.train_size, seed=cfg.seed, split="train")
-    val = arith.make_tool_rows(cfg.arith, cfg.val_size, seed=cfg.seed, split="val")
-    return conv(train, "train"), conv(val, "val")
+# arithmetic with a 2-digit by 3-digit multiplication: traces call the ``calculator`` tool
+_arith_tools = TASKS.add("arith_tools", _generated("arith_tools", arith.make_tool_rows, arith_cfg=True))
 
 
 @TASKS.register("arith_tools_direct")
@@ -100,34 +102,9 @@ nothing), for the verbosity figures ``response/wasted_episodes_per_response`` an
 WASTED_EPISODES.add(arith.DATA_SOURCE, arith.count_wasted)
 
 
-@TASKS.register("code")
-def _code(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
-    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
-        return [row_to_sample(r, f"code:{split}:{i}") for i, r in enumerate(rows)]
-
-    train = codegen.make_rows(cfg.train_size, seed=cfg.seed, split="train")
-    val = codegen.make_rows(cfg.val_size, seed=cfg.seed, split="val")
-    return conv(train, "train"), conv(val, "val")
-
-
-@TASKS.register("ifeval")
-def _ifeval(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
-    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
-        return [row_to_sample(r, f"ifeval:{split}:{i}") for i, r in enumerate(rows)]
-
-    train = ifgen.make_rows(cfg.train_size, seed=cfg.seed, split="train")
-    val = ifgen.make_rows(cfg.val_size, seed=cfg.seed, split="val")
-    return conv(train, "train"), conv(val, "val")
-
-
-@TASKS.register("arith_mc")
-def _arith_mc(cfg: DataConfig) -> tuple[list[Sample], list[Sample]]:
-    def conv(rows: list[dict[str, Any]], split: str) -> list[Sample]:
-        return [row_to_sample(r, f"arith_mc:{split}:{i}") for i, r in enumerate(rows)]
-
-    train = ifgen.make_mc_rows(cfg.train_size, seed=cfg.seed, split="train")
-    val = ifgen.make_mc_rows(cfg.val_size, seed=cfg.seed, split="val")
-    return conv(train, "train"), conv(val, "val")
+TASKS.add("code", _generated("code", codegen.make_rows))
+TASKS.add("ifeval", _generated("ifeval", ifgen.make_rows))
+TASKS.add("arith_mc", _generated("arith_mc", ifgen.make_mc_rows))
 
 
 @TASKS.register("files")

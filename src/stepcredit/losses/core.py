@@ -288,6 +288,34 @@ class LossOutput:
     """pg_loss, clip_frac, approx_kl (pi vs old, k3), ppo_kl (k1), kl_ref, entropy, ..."""
 
 
+_LOSS_HPARAMS = ("clip_low", "clip_high", "dual_clip_c", "behav_weight_cap")
+"""The ``LossConfig`` fields every registered policy loss is called with (each takes what it uses)."""
+
+
+def _check_inputs(*, logp_BT: torch.Tensor, **others_BT: torch.Tensor | None) -> None:
+    """Every given tensor has ``logp_BT``'s (B, T) shape, and the mask is boolean."""
+    check_shape("logp_BT", logp_BT, (None, None))
+    for name, x in others_BT.items():
+        if x is not None:
+            check_shape(name, x, tuple(logp_BT.shape))
+    mask_BT = others_BT["mask_BT"]
+    if mask_BT is not None and mask_BT.dtype != torch.bool:
+        raise ValueError(f"mask_BT: expected dtype bool, got {mask_BT.dtype}")
+
+
+@torch.no_grad()
+def _policy_drift(
+    *, logp_BT: torch.Tensor, old_logp_BT: torch.Tensor, mask_BT: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """How far the policy moved from pi_old on the counted tokens: the mean negative log-ratio
+    (``ppo_kl``) and k3 = (r - 1) - log r >= 0 (``approx_kl``; Schulman 2020, CleanRL's approx_kl)."""
+    log_r_BT = (logp_BT - old_logp_BT).detach()
+    return {
+        "ppo_kl": masked_mean(-log_r_BT, mask_BT),
+        "approx_kl": masked_mean(torch.expm1(log_r_BT.clamp(-20, 20)) - log_r_BT, mask_BT),
+    }
+
+
 def compute_policy_loss(
     cfg: LossConfig,
     *,
@@ -310,20 +338,16 @@ def compute_policy_loss(
     engine's log-probs of the tokens; the policy loss is then weighted per token by
     :func:`truncated_is_weight` against ``old_logp_BT`` (cap ``cfg.tis_cap``) and the gap is reported.
     """
-    check_shape("logp_BT", logp_BT, (None, None))
-    shape = tuple(logp_BT.shape)
-    for name, x in (("old_logp_BT", old_logp_BT), ("adv_BT", adv_BT), ("mask_BT", mask_BT)):
-        check_shape(name, x, shape)
-    for name, y in (
-        ("ref_logp_BT", ref_logp_BT),
-        ("entropy_BT", entropy_BT),
-        ("prox_logp_BT", prox_logp_BT),
-        ("engine_logp_BT", engine_logp_BT),
-    ):
-        if y is not None:
-            check_shape(name, y, shape)
-    if mask_BT.dtype != torch.bool:
-        raise ValueError(f"mask_BT: expected dtype bool, got {mask_BT.dtype}")
+    _check_inputs(
+        logp_BT=logp_BT,
+        old_logp_BT=old_logp_BT,
+        adv_BT=adv_BT,
+        mask_BT=mask_BT,
+        ref_logp_BT=ref_logp_BT,
+        entropy_BT=entropy_BT,
+        prox_logp_BT=prox_logp_BT,
+        engine_logp_BT=engine_logp_BT,
+    )
     beta = cfg.kl_coef if kl_coef is None else kl_coef
     norm_len = cfg.agg_norm_len or None
 
@@ -333,10 +357,7 @@ def compute_policy_loss(
         adv_BT=adv_BT,
         mask_BT=mask_BT,
         prox_logp_BT=prox_logp_BT,
-        clip_low=cfg.clip_low,
-        clip_high=cfg.clip_high,
-        dual_clip_c=cfg.dual_clip_c,
-        behav_weight_cap=cfg.behav_weight_cap,
+        **{k: getattr(cfg, k) for k in _LOSS_HPARAMS},
     )
     if engine_logp_BT is not None:
         tis_BT, tis_metrics = truncated_is_weight(
@@ -346,11 +367,7 @@ def compute_policy_loss(
         tmetrics.update(tis_metrics)
     pg = aggregate(pg_BT, mask_BT, mode=cfg.agg, norm_len=norm_len)
     loss = pg
-    with torch.no_grad():
-        log_r_BT = (logp_BT - old_logp_BT).detach()
-        tmetrics["ppo_kl"] = masked_mean(-log_r_BT, mask_BT)
-        # k3 of pi_old vs pi_theta: (r - 1) - log r, >= 0 (Schulman 2020; CleanRL's approx_kl)
-        tmetrics["approx_kl"] = masked_mean(torch.expm1(log_r_BT.clamp(-20, 20)) - log_r_BT, mask_BT)
+    tmetrics.update(_policy_drift(logp_BT=logp_BT, old_logp_BT=old_logp_BT, mask_BT=mask_BT))
     metrics = {k: float(v) for k, v in tmetrics.items()}
     metrics["pg_loss"] = float(pg.detach())
 

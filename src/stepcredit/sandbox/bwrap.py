@@ -44,7 +44,6 @@ Test cases follow VeRL's ground-truth formats: ``{"inputs": [...], "outputs": [.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import shutil
@@ -55,11 +54,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import SandboxConfig
-from stepcredit.sandbox.cases import (
-    NotPlain,
-    RemoteLink,
-    TestCase,
-)
+from stepcredit.sandbox.cases import TestCase
 from stepcredit.sandbox.dirs import make_sandbox_dir, remove_sandbox_dirs
 from stepcredit.sandbox.jail import _claim_uid, _default_python, _sweep_uid, bwrap_command
 from stepcredit.sandbox.judging import (
@@ -80,6 +75,7 @@ from stepcredit.sandbox.judging import (
     verdict,
 )
 from stepcredit.sandbox.protocol import Op
+from stepcredit.sandbox.remote import RemoteLink, reply_object
 from stepcredit.sandbox.session import _runner_source, _Session
 
 STARTUP_TIMEOUT_S = 20.0
@@ -240,14 +236,7 @@ class Sandbox:
             msg = session.recv(deadline)
             if msg.get("op") != Op.REPLY:
                 raise _CaseEnded(msg)
-            raw = msg.get("r")
-            try:
-                reply = json.loads(raw) if isinstance(raw, str) else None
-            except (json.JSONDecodeError, RecursionError):
-                reply = None
-            if type(reply) is not dict:
-                raise NotPlain("an unreadable answer from the program")
-            return reply
+            return reply_object(msg.get("r"))
 
         try:
             result = verdict(case, RemoteLink(ask))

@@ -8,7 +8,7 @@ asked what the program does, never told an expected value or an assert:
 * a stdin/stdout case sends the program and the case's stdin; its stdout is compared here;
 * a call or assert case whose calls are known in advance (``f(1, 2)``, ``Solution().f(3)``) sends a
   driver: the program, then those calls made by the sandbox runner's own functions, their answers
-  written to stdout after a per-request marker and decoded here strictly (``cases.decode_plain``);
+  written to stdout after a per-request marker and decoded here strictly (``plain.decode_plain``);
 * a test that must talk to the program (references, comprehensions) is replayed: each question re-runs
   the program with every question so far and reads the last answer (at most ``MAX_ROUND_TRIPS``).
 
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepcredit.config import SandboxConfig
-from stepcredit.sandbox.cases import CaseMode, NotPlain, RemoteLink, TestCase
+from stepcredit.sandbox.cases import CaseMode, TestCase
 from stepcredit.sandbox.judging import (
     _SKIPPED,
     FAILED,
@@ -52,6 +52,7 @@ from stepcredit.sandbox.judging import (
     run_many,
     verdict,
 )
+from stepcredit.sandbox.remote import RemoteLink, reply_object
 from stepcredit.sandbox.session import _runner_source
 
 __all__ = ["FusionSandbox", "post_json"]
@@ -228,13 +229,7 @@ class FusionSandbox:
                 raise _CaseEnded(done)
             if len(replies) > len(asked):
                 raise _CaseEnded({**done, "exit": None, "sig": None, "forged": True})
-            try:
-                reply = json.loads(replies[-1])
-            except (json.JSONDecodeError, RecursionError):
-                reply = None
-            if type(reply) is not dict:
-                raise NotPlain("an unreadable answer from the program")
-            return reply
+            return reply_object(replies[-1])
 
         try:
             return verdict(case, RemoteLink(ask))

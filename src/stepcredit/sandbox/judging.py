@@ -12,23 +12,18 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stepcredit.config import SandboxConfig
-from stepcredit.sandbox.cases import (
-    AssertFailed,
+from stepcredit.sandbox.asserts import AssertFailed, evaluate_assert
+from stepcredit.sandbox.cases import CaseMode, TestCase, outputs_match, parse_tests, values_match
+from stepcredit.sandbox.plain import NotPlain
+from stepcredit.sandbox.protocol import Op
+from stepcredit.sandbox.remote import (
     Call,
-    CaseMode,
     NeedsConversation,
-    NotPlain,
     PrecomputedLink,
     ProgramRaised,
     Remote,
     RemoteLink,
-    TestCase,
-    evaluate_assert,
-    outputs_match,
-    parse_tests,
-    values_match,
 )
-from stepcredit.sandbox.protocol import Op
 
 PASSED, FAILED, TIMEOUT, ERROR, SANDBOX_ERROR = "passed", "failed", "timeout", "error", "sandbox_error"
 _SKIPPED = "skipped after an earlier failure"

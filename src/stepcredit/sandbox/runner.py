@@ -9,7 +9,7 @@ not be the host's).
 
 It is *not* trusted with the verdict and holds nothing secret: the host never sends it an expected
 value or an assert statement, only a case's stdin, or calls such as ``f(1, 2)`` to make. Its answers
-are checked by the host (``cases.decode_plain``), so a program that took it over could only claim
+are checked by the host (``plain.decode_plain``), so a program that took it over could only claim
 what it could have returned anyway. Being pid 1, it cannot be signalled from inside the namespace
 (signals without a handler are dropped for pid 1), and it makes itself non-dumpable, so the program
 can neither ptrace it nor open ``/proc/1/fd`` or ``/proc/1/mem``.
@@ -94,7 +94,7 @@ class NotPlain(Exception):
 
 
 def encode_plain(value, depth=0):
-    """Exact builtin types only (the host's cases.decode_plain re-checks everything)."""
+    """Exact builtin types only (the host's plain.decode_plain re-checks everything)."""
     if depth > 100:
         raise NotPlain("value nested too deeply")
     t = type(value)

@@ -83,14 +83,19 @@ def format_number(x: Fraction) -> str:
     return f"{float(x):.6f}".rstrip("0").rstrip(".")
 
 
+def _one_string(name: str, description: str) -> dict[str, Any]:
+    """The JSON schema of a tool's arguments when it takes one required string ``name``."""
+    return {
+        "type": "object",
+        "properties": {name: {"type": "string", "description": description}},
+        "required": [name],
+    }
+
+
 @register_tool(
     "calculator",
     description="Evaluate an arithmetic expression exactly (+ - * / // % ** and parentheses).",
-    parameters={
-        "type": "object",
-        "properties": {"expression": {"type": "string", "description": "e.g. 347*28+5"}},
-        "required": ["expression"],
-    },
+    parameters=_one_string("expression", "e.g. 347*28+5"),
 )
 def calculator(expression: str) -> str:
     return format_number(calculate(str(expression)))
@@ -99,11 +104,7 @@ def calculator(expression: str) -> str:
 @register_tool(
     "python",
     description="Run a Python program in a sandbox and return what it printed.",
-    parameters={
-        "type": "object",
-        "properties": {"code": {"type": "string", "description": "a complete program; print the result"}},
-        "required": ["code"],
-    },
+    parameters=_one_string("code", "a complete program; print the result"),
     uses_sandbox=True,
 )
 def python(code: str, sandbox: Any = None) -> str:

@@ -88,6 +88,31 @@ def _nested(xs: list[torch.Tensor]) -> torch.Tensor:
     return torch.nested.as_nested_tensor(xs, layout=torch.jagged)
 
 
+def _read_batch(batch: KVBatchMeta) -> tuple[DataProto, Any, Any]:
+    """The fields the advantage stage reads from verl's transfer queue: the padded tensors (with the
+    outcome as ``token_level_scores`` and the group ids as ``uid``), the rows' side fields, and the
+    nested response mask the results are written back with."""
+    fields = [
+        "uid",
+        "response_mask",
+        "rm_scores",
+        "rollout_log_probs",
+        "old_log_probs",
+        "ref_log_prob",
+        "values",
+    ]
+    raw = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    data = DataProto(batch=raw.to_padded_tensor())
+    data.batch["token_level_scores"] = data.batch["rm_scores"]
+    data.non_tensor_batch["uid"] = np.array(data.batch.pop("uid").tolist(), dtype=object)
+    side = tq.kv_batch_get(
+        keys=batch.keys,
+        partition_id=batch.partition_id,
+        select_fields=["prompts", "responses", "reward_model", "extra_fields"],
+    )
+    return data, side, raw["response_mask"]
+
+
 @register_trainer(NAME)
 class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
     """verl's ``sync`` trainer whose advantage stage is stepcredit's (see the module docstring)."""
@@ -106,38 +131,12 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
         if not est.startswith(PREFIX):  # verl's own estimators: verl's own stage
             return super()._compute_advantage(batch, metrics)
         algo = self.config.algorithm
-        fields = [
-            "uid",
-            "response_mask",
-            "rm_scores",
-            "rollout_log_probs",
-            "old_log_probs",
-            "ref_log_prob",
-            "values",
-        ]
-        raw = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        response_mask_nested = raw["response_mask"]
-        data = DataProto(batch=raw.to_padded_tensor())
-        data.batch["token_level_scores"] = data.batch["rm_scores"]
-        uids = np.array(data.batch.pop("uid").tolist(), dtype=object)
-        data.non_tensor_batch["uid"] = uids
-        side = tq.kv_batch_get(
-            keys=batch.keys,
-            partition_id=batch.partition_id,
-            select_fields=["prompts", "responses", "reward_model", "extra_fields"],
-        )
+        data, side, response_mask_nested = _read_batch(batch)
+        uids = data.non_tensor_batch["uid"]
         padding = [bool(t.get("is_padding", False)) for t in batch.tags]
 
         # 1. typed rewards -> failure policy (responses that could not be scored leave the loss)
-        group_B = group_ids(uids, len(uids))
-        results = []
-        for extra, score in zip(
-            _rows(side["extra_fields"]), data.batch["rm_scores"].sum(-1).tolist(), strict=True
-        ):
-            info = (extra or {}).get("reward_extra_info", {}) if isinstance(extra, dict) else {}
-            results.append(result_of(info, score))
-        _, valid_B, _ = apply_failure_policy(results, group_B, self.sc_reward)
-        valid_B &= ~torch.tensor(padding)
+        results, valid_B = self._valid_responses(side, data, uids, padding)
         metrics["stepcredit/reward_valid_frac"] = float(valid_B.float().mean())
 
         # 2. the process channel from V(prefix) under the current actor; with step_cost_as=outcome the
@@ -158,19 +157,7 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
             )
 
         # 3. verl's in-reward KL penalty and rollout correction, as in verl's own stage
-        if algo.use_kl_in_reward:
-            data, kl_metrics = apply_kl_penalty(
-                data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty
-            )
-            metrics.update(kl_metrics)
-        else:
-            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
-        rc = algo.get("rollout_correction", None)
-        bypass = rc and rc.get("bypass_mode", False)
-        rollout_correction = rc is not None and "rollout_log_probs" in data.batch and not bypass
-        if rollout_correction:
-            data, is_metrics = compute_rollout_correction_and_add_to_batch(data, rc)
-            metrics.update(is_metrics)
+        data, rollout_correction = self._verl_reward_stage(data, metrics)
 
         # 4. stepcredit's estimator with both channels
         adv, ret = verl_advantages(
@@ -197,6 +184,41 @@ class StepCreditTrainer(PPOTrainerSync):  # type: ignore[misc]
         return tq.kv_batch_put(
             keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(output, batch_size=len(batch))
         )
+
+    def _valid_responses(
+        self, side: Any, data: DataProto, uids: np.ndarray, padding: list[bool]
+    ) -> tuple[list[Any], torch.Tensor]:
+        """The typed reward result of each response (from the ``stepcredit`` reward manager's
+        ``reward_extra_info``) and which responses stay in the loss after stepcredit's failure policy."""
+        group_B = group_ids(uids, len(uids))
+        results = []
+        for extra, score in zip(
+            _rows(side["extra_fields"]), data.batch["rm_scores"].sum(-1).tolist(), strict=True
+        ):
+            info = (extra or {}).get("reward_extra_info", {}) if isinstance(extra, dict) else {}
+            results.append(result_of(info, score))
+        _, valid_B, _ = apply_failure_policy(results, group_B, self.sc_reward)
+        valid_B &= ~torch.tensor(padding)
+        return results, valid_B
+
+    def _verl_reward_stage(self, data: DataProto, metrics: dict) -> tuple[DataProto, bool]:
+        """verl's in-reward KL penalty (or the scores as they are) and its rollout correction, as verl's
+        own advantage stage applies them; whether the rollout correction ran."""
+        algo = self.config.algorithm
+        if algo.use_kl_in_reward:
+            data, kl_metrics = apply_kl_penalty(
+                data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algo.kl_penalty
+            )
+            metrics.update(kl_metrics)
+        else:
+            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+        rc = algo.get("rollout_correction", None)
+        bypass = rc and rc.get("bypass_mode", False)
+        rollout_correction = rc is not None and "rollout_log_probs" in data.batch and not bypass
+        if rollout_correction:
+            data, is_metrics = compute_rollout_correction_and_add_to_batch(data, rc)
+            metrics.update(is_metrics)
+        return data, rollout_correction
 
     # ------------------------------------------------------------------------ process rewards
     def _process_channel(

@@ -87,34 +87,19 @@ def checkers() -> dict[str, Any]:
         """langdetect with this module's own seeded factory (langdetect samples at random unless seeded)."""
 
         def check_following(self, value: str) -> bool:
-            from langdetect import LangDetectException
-
-            try:
-                return bool(_detect(value) == self._language)
-            except LangDetectException:
-                return True  # as the reference: an undetectable language counts as followed
+            return _detected_is(value, self._language)
 
     class EnglishCapital(instructions.CapitalLettersEnglishChecker):  # type: ignore[misc,name-defined]
         """The reference's test (all capitals, and langdetect says English) with the seeded factory."""
 
         def check_following(self, value: str) -> bool:
-            from langdetect import LangDetectException
-
-            try:
-                return value.isupper() and _detect(value) == "en"
-            except LangDetectException:
-                return True
+            return value.isupper() and _detected_is(value, "en")
 
     class EnglishLowercase(instructions.LowercaseLettersEnglishChecker):  # type: ignore[misc,name-defined]
         """The reference's test (all lower case, and langdetect says English) with the seeded factory."""
 
         def check_following(self, value: str) -> bool:
-            from langdetect import LangDetectException
-
-            try:
-                return value.islower() and _detect(value) == "en"
-            except LangDetectException:
-                return True
+            return value.islower() and _detected_is(value, "en")
 
     table = dict(INSTRUCTION_DICT)
     table["keywords:letter_frequency"] = LetterFrequency
@@ -142,6 +127,17 @@ def _detect(text: str) -> str:
     detector = _language_factory().create()
     detector.append(text)
     return str(detector.detect())
+
+
+def _detected_is(text: str, language: str) -> bool:
+    """Whether langdetect reads ``text`` as ``language``; True where it cannot tell (as the reference:
+    an undetectable language counts as followed)."""
+    from langdetect import LangDetectException
+
+    try:
+        return _detect(text) == language
+    except LangDetectException:
+        return True
 
 
 class _RandomDraw(Exception):
@@ -409,17 +405,12 @@ def ifeval_compute_score(
     )
 
 
-def ifeval_fast(*args: Any, **kwargs: Any) -> RewardResult:
-    """The whole verifier, inline: the checkers are regexes, counts and langdetect on one response."""
-    return ifeval_compute_score(*args, **kwargs)
-
-
 register_reward(
     "ifeval",
     "google/IFEval",
     "instruction_following",
     "ability:instruction_following",
-    fast=ifeval_fast,
+    fast=ifeval_compute_score,  # the whole verifier, inline: the checkers are regexes, counts and langdetect on one response
     validate=validate_sample,
     requires=("if_verifiable",),
 )(ifeval_compute_score)

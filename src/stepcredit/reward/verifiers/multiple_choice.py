@@ -508,11 +508,6 @@ def mc_compute_score(
     )
 
 
-def mc_fast(*args: Any, **kwargs: Any) -> RewardResult:
-    """The whole verifier, inline (regexes over one response)."""
-    return mc_compute_score(*args, **kwargs)
-
-
 register_reward(
     "multiple_choice",
     "mc",
@@ -525,5 +520,5 @@ register_reward(
     "supergpqa",
     "m-a-p/SuperGPQA",
     "ability:multiple_choice",
-    fast=mc_fast,
+    fast=mc_compute_score,  # the whole verifier, inline (regexes over one response)
 )(mc_compute_score)

@@ -72,26 +72,28 @@ def _mem_get_info(*_: Any) -> tuple[int, int]:
     return pages * size, os.sysconf("SC_PHYS_PAGES") * size
 
 
+_NO_OPS = (
+    "set_device",
+    "synchronize",
+    "empty_cache",
+    "ipc_collect",
+    "reset_peak_memory_stats",
+    "set_per_process_memory_fraction",
+)
+_ZERO_MEMORY = ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved")
+
 CPU_DEVICE = _CpuDevice(
     is_available=lambda: True,
     device_count=lambda: 1,
     current_device=lambda: "cpu",  # verl does tensor.to(get_device_id()): an int would mean cuda:i
-    set_device=_noop,
-    synchronize=_noop,
-    empty_cache=_noop,
-    ipc_collect=_noop,
     manual_seed=torch.manual_seed,
     manual_seed_all=torch.manual_seed,
     get_rng_state=torch.get_rng_state,
     set_rng_state=torch.set_rng_state,
-    memory_allocated=_zero,
-    memory_reserved=_zero,
-    max_memory_allocated=_zero,
-    max_memory_reserved=_zero,
-    reset_peak_memory_stats=_noop,
-    set_per_process_memory_fraction=_noop,
     mem_get_info=_mem_get_info,
     get_device_name=lambda *_: "cpu",
+    **dict.fromkeys(_NO_OPS, _noop),
+    **dict.fromkeys(_ZERO_MEMORY, _zero),
 )
 
 

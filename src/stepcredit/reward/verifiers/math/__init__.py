@@ -40,7 +40,8 @@ from stepcredit.reward.verifiers.math.extract import (
     strip_think,
 )
 from stepcredit.reward.verifiers.math.fast import fast_verdict
-from stepcredit.reward.verifiers.math.mv import (
+from stepcredit.reward.verifiers.math.mv import _mv_sure_false, math_verify_verdict
+from stepcredit.reward.verifiers.math.mv_read import (
     _MV_REGEX_MAX_CHARS,
     _fitted_readings,
     _mv_first_number,
@@ -48,13 +49,11 @@ from stepcredit.reward.verifiers.math.mv import (
     _mv_parse,
     _mv_parse_cached,
     _mv_parse_text,
-    _mv_sure_false,
     _plain_number,
     _reads_whole,
-    _set_reading,
     disable_math_verify_timeouts,
-    math_verify_verdict,
 )
+from stepcredit.reward.verifiers.math.mv_sets import _set_reading
 from stepcredit.reward.verifiers.math.score import _raw_golds, math_compute_score, math_fast, sure_candidate
 
 __all__ = [

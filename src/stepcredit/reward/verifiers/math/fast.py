@@ -7,7 +7,6 @@ from fractions import Fraction
 from typing import Any
 
 from stepcredit.reward.verifiers.latex import (
-    _DECIMAL_COMMA_RE,
     Seq,
     Union,
     compare_structures,
@@ -18,6 +17,7 @@ from stepcredit.reward.verifiers.latex import (
     to_complex,
     to_number,
 )
+from stepcredit.reward.verifiers.latex.normal import _DECIMAL_COMMA_RE
 
 
 # ------------------------------------------------------------------------------------ fast path

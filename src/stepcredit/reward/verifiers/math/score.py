@@ -21,13 +21,12 @@ from stepcredit.reward.verifiers.math.extract import (
 )
 from stepcredit.reward.verifiers.math.fast import fast_verdict
 from stepcredit.reward.verifiers.math.mv import (
-    _MV_REGEX_MAX_CHARS,
     READS_ANSWER_ALONE,
     _mv_sure_wrong,
     _number_surely_wrong,
-    _plain_number,
     math_verify_verdict,
 )
+from stepcredit.reward.verifiers.math.mv_read import _MV_REGEX_MAX_CHARS, _plain_number
 from stepcredit.types import RewardResult, Status
 
 

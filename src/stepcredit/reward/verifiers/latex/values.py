@@ -1,9 +1,5 @@
-"""Numbers in LaTeX answers, for the math verifier's fast path: exact rationals (``\\frac``, mixed
-numbers, decimals, plain arithmetic) as :class:`fractions.Fraction`, Gaussian rationals (``a + bi``), and
-constants (``\\pi``, ``\\sqrt``) as floating point where no exact form is at hand. Plain string,
-:mod:`ast` and :class:`fractions.Fraction` work, no sympy; the spelling they read is
-:func:`stepcredit.reward.verifiers.latex.normalize`'s.
-"""
+"""Exact numbers (:class:`fractions.Fraction`), Gaussian rationals and closed-form constants read from
+normalised LaTeX, without sympy."""
 
 from __future__ import annotations
 
@@ -16,7 +12,6 @@ import re
 from fractions import Fraction
 from typing import Any
 
-# ------------------------------------------------------------------------------------- numbers
 _FRAC_RE = re.compile(r"\\frac\{([^{}]*)\}\{([^{}]*)\}")
 _ARITH_OK_RE = re.compile(r"^[0-9+\-*/().]+$")
 _OPS: dict[type, Any] = {

@@ -1,7 +1,4 @@
-"""math-verify's readings of a MATH gold answer that is a fraction or a tuple, interval or union of
-intervals, built directly rather than by its LaTeX parser (20-50 ms a set, most of the cost of reading
-a gold answer): the same expression objects, so the grader compares them as it would its own.
-"""
+"""math-verify's reading of the set, interval and fraction answers MATH writes, built without its LaTeX parser."""
 
 from __future__ import annotations
 
