@@ -253,7 +253,7 @@ def test_eval_and_probe_accept_the_same_dataset_names(tmp_path: Path) -> None:
     from stepcredit.cli.eval import load_eval_samples
     from stepcredit.cli.main import build_parser
     from stepcredit.data.prepare import DATASETS, data_names
-    from stepcredit.process.probe import load_solutions
+    from stepcredit.data.wrong_step import load_solutions
 
     (tmp_path / "gsm8k").mkdir()
     (tmp_path / "gsm8k" / "test.jsonl").write_text(

@@ -205,3 +205,40 @@ def test_a_plain_response_has_no_turns(capsys: pytest.CaptureFixture[str]) -> No
     report = last_json(capsys.readouterr().out)
     assert report["turns"] == 0
     assert all(e["observation"] == "" and e["tool_call"] == "" for e in report["episodes"])
+
+
+def test_explain_states_the_scale_of_every_column(capsys: pytest.CaptureFixture[str]) -> None:
+    # two episodes, the default process preset's grpo_process on a group of this one response
+    response = "2 + 3 = 5. So the answer is 5."
+    argv = [
+        "explain",
+        "--model",
+        "tiny",
+        "--prompt",
+        "What is 2 + 3?",
+        "--response",
+        response,
+        "--answer",
+        "5",
+    ]
+    assert main([*argv, "--json"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert any(
+        x.startswith("value estimator: forced_answer_logprob; V = mean log-probability") for x in lines
+    )
+    assert any(
+        x.startswith("credit form: difference; c = V's units") and "process.scale 1" in x for x in lines
+    )
+    assert any(x.startswith("advantage: grpo_process") and "A = per token" in x and "std" in x for x in lines)
+    report = last_json(out)
+    assert report["credit_unit"] and report["advantage_unit"]
+    # The scale the legend states, by hand: the outcome part of a singleton group is R (mean 0, std 1);
+    # two step credits standardised with their unbiased std are -/+ (c1 - c2) / 2 / (|c1 - c2| / sqrt 2)
+    # = -/+ 1/sqrt 2; A at a token sums the standardised credits from its episode on:
+    # A_1 = R + z_1 + z_2 = R, A_2 = R + z_2 = R +/- 0.7071 (the sign of c_2 - c_1).
+    r = report["outcome"]
+    e1, e2 = report["episodes"]
+    sign = 1.0 if e2["utility"] > e1["utility"] else -1.0
+    assert e1["advantage"] == pytest.approx([r] * len(e1["advantage"]), abs=1e-4)
+    assert e2["advantage"] == pytest.approx([r + sign * 0.5**0.5] * len(e2["advantage"]), abs=1e-4)

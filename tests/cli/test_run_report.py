@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from stepcredit.stats import wilson_interval
 from stepcredit.trainer.metrics import (
     MetricsLogger,
     ValHistory,
@@ -20,7 +21,6 @@ from stepcredit.trainer.metrics import (
     plot_curves,
     summary_lines,
     two_proportion_p,
-    wilson_interval,
 )
 from stepcredit.trainer.progress import Progress
 
@@ -118,11 +118,11 @@ def test_progress_bars_on_a_terminal_plain_lines_elsewhere() -> None:
 def test_wilson_interval_by_hand() -> None:
     # 7/10, z = 1.96: centre (0.7 + 0.19208) / 1.38416 = 0.64450, half 1.96 sqrt(0.021 + 0.0096040) / 1.38416
     # = 0.24767 -> [0.3968, 0.8922] (the textbook Wilson interval of 7/10)
-    lo, hi = wilson_interval(7, 10)
+    lo, hi = wilson_interval(7 / 10, 10)
     assert lo == pytest.approx(0.3968, abs=1e-4) and hi == pytest.approx(0.8922, abs=1e-4)
     # 0/16 does not collapse to a point: [0, 2 * 0.0968]
-    assert wilson_interval(0, 16) == (0.0, pytest.approx(0.19361, abs=1e-5))
-    assert all(math.isnan(x) for x in wilson_interval(0, 0))
+    assert wilson_interval(0 / 16, 16) == (0.0, pytest.approx(0.19361, abs=1e-5))
+    assert all(math.isnan(x) for x in wilson_interval(0.0, 0))
 
 
 def test_paired_and_unpaired_tests_by_hand() -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stepcredit import models
 from stepcredit.config import ModelConfig, TinyModelConfig
-from stepcredit.models import _padded_logprobs, load_policy, token_logprobs
+from stepcredit.models import load_policy, token_logprobs
+from stepcredit.models import logprobs as models
+from stepcredit.models.logprobs import _padded_logprobs
 
 SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
 

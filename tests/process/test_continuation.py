@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -11,26 +11,32 @@ import torch
 from stepcredit.config import ProcessConfig
 from stepcredit.models import build_tokenizer
 from stepcredit.process import VALUE_ESTIMATORS, compute_prefix_values, mc_prefix_indices, score_each
+from stepcredit.rollout import engines
+from stepcredit.rollout.engines import Completion
 from stepcredit.types import Batch, Sample
 
 RESPONSE = "So 3 + 4 = 7. So 7 + 1 = 8. So done."  # episodes: "So 3 + 4 = 7. ", "So 7 + 1 = 8. ", "So done."
 
 
 class ScriptedPolicy(torch.nn.Module):
-    """``generate`` continues row i of each block of k identical rows with " ok" when i % k < 3, else
-    " no": a policy whose K samples are known, so Monte Carlo's mean is exact."""
+    """A policy bound to itself as its rollout engine (every stage samples through the bound engine):
+    continuation k of each context is " ok" when k < 3, else " no", so Monte Carlo's mean over K = 4
+    is exact (3/4). ``calls`` holds the rows (contexts x n) of each engine call."""
 
     def __init__(self, tok: Any) -> None:
         super().__init__()
         self.tok = tok
         self.w = torch.nn.Parameter(torch.zeros(1))
-        self.calls: list[torch.Tensor] = []
+        self.calls: list[int] = []
+        engines.bind(self, self)  # type: ignore[arg-type]
 
-    def generate(self, input_ids: torch.Tensor, *, do_sample: bool, **_: Any) -> torch.Tensor:
-        self.calls.append(input_ids)
-        k = 4 if do_sample else 1
-        conts = [self.tok(" ok" if i % k < 3 else " no")["input_ids"] for i in range(len(input_ids))]
-        return torch.cat([input_ids, torch.tensor(conts, dtype=torch.long)], dim=1)
+    def sample(self, model: Any, tok: Any, contexts: Sequence[Sequence[int]], spec: Any, **_: Any) -> list:
+        self.calls.append(len(contexts) * spec.n)
+        return [
+            Completion(self.tok(" ok" if k < 3 else " no")["input_ids"])
+            for _ in contexts
+            for k in range(spec.n)
+        ]
 
 
 def score_one(sample: Sample, text: str) -> float:
@@ -58,7 +64,7 @@ def test_monte_carlo_exact_with_a_scripted_policy(batch_factory: Callable[..., B
     assert values == [[0.75, 0.75, 0.0, 0.0]] * 2
     # one generate call for the whole batch; identical contexts are generated once: both responses have
     # the same prompt and first two episodes, so prompt + V_0/V_1/V_2 prefixes are 3 contexts, 4 rows each
-    assert len(model.calls) == 1 and model.calls[0].shape[0] == 3 * 4
+    assert len(model.calls) == 1 and model.calls[0] == 3 * 4
 
 
 def test_greedy_continuation_and_prefix_budget(batch_factory: Callable[..., Batch]) -> None:
@@ -67,7 +73,7 @@ def test_greedy_continuation_and_prefix_budget(batch_factory: Callable[..., Batc
         batch_factory(tok, [("q", RESPONSE, "7")]), tok, value_estimator="greedy_continuation"
     )
     # one greedy continuation (" ok") per prefix: V in {0, 1}
-    assert values == [[1.0, 1.0, 0.0, 0.0]] and model.calls[0].shape[0] == 3
+    assert values == [[1.0, 1.0, 0.0, 0.0]] and model.calls[0] == 3
     # mc_prefixes=2 estimates V_0 and V_3 only; V_1, V_2 repeat V_0 (so U_1 = U_2 = 0, U_3 carries it all)
     values, _ = run(
         batch_factory(tok, [("q", RESPONSE, "7")]), tok, value_estimator="monte_carlo", mc_prefixes=2
@@ -86,7 +92,7 @@ def test_monte_carlo_v0_from_the_group(batch_factory: Callable[..., Batch]) -> N
     # V_2: a and c hold no "= 8": 0.75; b holds "= 8": 0. V_3: each complete response's own reward.
     assert values == [[0.5, 0.75, 0.75, 1.0], [1.0, 0.75, 0.0, 0.0], [0.5, 0.75, 0.75, 1.0]]
     # no continuation for the bare prompt: contexts are V_1 (shared) and the three V_2 prefixes
-    assert len(model.calls) == 1 and model.calls[0].shape[0] == 4 * 4
+    assert len(model.calls) == 1 and model.calls[0] == 4 * 4
 
 
 def test_every_text_of_a_batch_goes_to_the_verifier_in_one_call(batch_factory: Callable[..., Batch]) -> None:
@@ -156,8 +162,9 @@ def test_chunked_generation_gives_the_same_values(batch_factory: Callable[..., B
 
 
 def test_the_probe_samples_v0_even_with_mc_v0_group() -> None:
-    from stepcredit.process.probe import ProbeCase, run_probe
+    from stepcredit.process.probe import ProbeCase
     from stepcredit.process.values import PrefixRequest
+    from stepcredit.trainer.probe import run_probe
 
     # a clean trace (reward 1) and its corrupted twin (reward 0) share a prompt, but are not samples of
     # the policy: V_0 must come from continuations (3 of 4 say "ok": 0.75), not from the twin's reward

@@ -237,8 +237,8 @@ def test_blame_refuses_values_that_are_not_chances_of_success(
 
     # a new estimator says what its values are; one that does not is not taken for a probability
     @register_value_estimator("_test_share", needs_verifier=False, generates=False)
-    def share(model, tokenizer, requests, cfg, *, score_fn=None, body=None):  # type: ignore[no-untyped-def]
-        return [[0.5] * len(r.prefix_lens) for r in requests]
+    def share(ctx):  # type: ignore[no-untyped-def]
+        return [[0.5] * len(r.prefix_lens) for r in ctx.requests]
 
     try:
         with pytest.raises(ConfigError, match="_test_share does not give"):

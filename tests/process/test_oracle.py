@@ -9,6 +9,7 @@ from stepcredit.config import ProcessConfig
 from stepcredit.errors import DataError
 from stepcredit.models import build_tokenizer
 from stepcredit.process import VALUE_ESTIMATORS, check_data, prefix_request, step_credits
+from stepcredit.process.values import ValueContext
 from stepcredit.types import Sample
 
 Q = "Ned has 5 apples. Then is given 8 more. Then loses 4. How many apples now?"
@@ -23,12 +24,12 @@ def test_oracle_credit_is_minus_one_at_the_slip_and_plus_one_at_its_correction()
     ends, req = prefix_request(sample, [1, 2], ids, tok, cfg)
     assert len(ends) == 4  # a marker opens an episode; "The answer is" joins the last one
     spec = VALUE_ESTIMATORS.get("step_oracle")
-    values = spec(None, tok, [req], cfg, score_fn=lambda ss, texts: [1.0] * len(texts))[0]
+    values = spec(ValueContext(None, tok, [req], cfg, lambda ss, texts: [1.0] * len(texts)))[0]
     # V_0 (nothing said) = 1; after the start 1; the slip 0; the correction 1; the rest with the answer: 1
     assert values == [1.0, 1.0, 0.0, 1.0, 1.0]
     assert step_credits(values, cfg) == [0.0, -1.0, 1.0, 0.0]
     # a complete response ends at its reward (the verifier's score), whatever its steps looked like
-    assert spec(None, tok, [req], cfg, score_fn=lambda ss, texts: [0.0] * len(texts))[0] == [
+    assert spec(ValueContext(None, tok, [req], cfg, lambda ss, texts: [0.0] * len(texts)))[0] == [
         1.0,
         1.0,
         0.0,

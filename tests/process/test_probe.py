@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from pathlib import Path
@@ -11,17 +12,16 @@ import pytest
 
 from stepcredit.config import ArithConfig
 from stepcredit.data.arith import make_rows
+from stepcredit.data.wrong_step import inject_wrong_step
 from stepcredit.process.probe import (
     ProbeCase,
     case_indicators,
     credit_indicators,
-    inject_wrong_step,
     solvable_figures,
-    spearman,
     verdict,
-    wilson_interval,
 )
 from stepcredit.process.values import PrefixRequest
+from stepcredit.stats import spearman, wilson_interval
 from stepcredit.types import Sample
 
 
@@ -178,7 +178,7 @@ def test_wilson_interval_and_verdict_by_hand() -> None:
     assert verdict(ci, 0.2, 20) == "signal"  # 0.299 > 0.2: the whole interval above chance
     assert verdict(ci, 0.35, 20) == "too few traces"  # reaches chance with n < 30
     assert verdict(ci40, 0.4, 40) == "no signal"  # reaches chance with enough traces
-    assert wilson_interval(0.3, 0).low == 0.0 and wilson_interval(0.3, 0).high == 1.0
+    assert all(math.isnan(x) for x in wilson_interval(0.3, 0))  # no traces: no interval
 
 
 def test_spearman_by_hand() -> None:
@@ -255,3 +255,42 @@ def test_probe_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "unknown 'oracle'" in capsys.readouterr().err
     assert main(["probe", "--model", "tiny", "--data", "arith", "--credits", "sum_of_squares"]) == 2
     assert "--credits: unknown 'sum_of_squares'" in capsys.readouterr().err
+
+
+def _figures_of(name: str, hits: int, n: int, *, solvable_hits: int = 0, n_solvable: int = 0, s: float = 1.0):
+    """An estimator's figures from ``hits`` of ``n`` traces whose argmin fell on the wrong step, with
+    4 episodes per trace (chance 0.25), and the same on ``n_solvable`` of them."""
+    from stepcredit.process.probe import EstimatorFigures, locating
+
+    def rows(k: int, m: int) -> list[dict[str, float]]:
+        return [{"lower": 1.0, "argmin": float(i < k), "chance": 0.25} for i in range(m)]
+
+    return EstimatorFigures(
+        name=name, all=locating(rows(hits, n)),
+        solvable=locating(rows(solvable_hits, n_solvable)) if n_solvable else None,
+        argmin_next=0.0, chance_next=0.5, argmin_next_vs_chance=0.0, final_drop=0.0, s_per_trace=s,
+        unscored=0, credits={},
+    )  # fmt: skip
+
+
+def test_the_probe_ends_with_one_recommendation_consistent_with_its_verdicts() -> None:
+    from stepcredit.process.probe import recommend
+
+    # 24 of 40 hits: rate 0.6, Wilson 95 % [0.446, 0.737] -> 1.78x-2.95x chance, wholly above 1: signal.
+    # 16 of 40: 0.4, [0.264, 0.554] -> 1.06x-2.22x: a signal too, with a lower lower bound.
+    strong = _figures_of("monte_carlo", 24, 40, solvable_hits=3, n_solvable=6)
+    weak = _figures_of("forced_answer_logprob", 16, 40)
+    assert strong.all.verdict == weak.all.verdict == "signal"
+    # the subset (3 of 6 solvable traces: [0.188, 0.812] reaches 0.25) is "too few traces" on its own:
+    # quoted, not a contradiction
+    assert strong.solvable is not None and strong.solvable.verdict == "too few traces"
+    rec = recommend({"forced_answer_logprob": weak, "monte_carlo": strong})
+    assert rec.estimator == "monte_carlo"
+    assert "1.78-2.95x" in rec.reason and "also: forced_answer_logprob" in rec.reason
+    assert "too few for a verdict of their own" in rec.reason
+    # 10 of 40: 0.25 = chance, interval [0.142, 0.404] reaches it with n >= 30: no signal -> none
+    none = recommend({"forced_answer_logprob": _figures_of("forced_answer_logprob", 10, 40)})
+    assert none.estimator is None and none.reason.startswith("none: ")
+    # 3 of 10: too few traces to tell: none yet, and the advice to probe more
+    few = recommend({"monte_carlo": _figures_of("monte_carlo", 3, 10)})
+    assert few.estimator is None and few.reason.startswith("none yet") and "--n" in few.reason

@@ -9,6 +9,7 @@ result after it (no tool ran) it can only guess a wrong answer.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import sys
@@ -18,8 +19,8 @@ from typing import Any
 
 import pytest
 
-import stepcredit.models
 import stepcredit.process.continuation as continuation
+import stepcredit.trainer.setup as setup
 from stepcredit.cli.main import main
 from stepcredit.models import build_tokenizer
 from stepcredit.reward.tools import AgentCallRunner
@@ -48,7 +49,8 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:
     """The copier policy as the model every command loads, and the runners its tool continuations got."""
     tok = build_tokenizer()
     model = tc.policy(monkeypatch, tok, tc.copier)  # the turn loop samples from the script
-    monkeypatch.setattr(stepcredit.models, "load_policy", lambda *a, **kw: (model, tok))
+    # the one model set-up hands every command this model, bound to itself as its engine
+    monkeypatch.setattr(setup, "policy", lambda cfg: contextlib.nullcontext((model, tok)))
     runners: list[Any] = []
     run_turns = continuation.run_turns
 

@@ -24,11 +24,11 @@ from stepcredit.config import ProcessConfig, RewardConfig, TinyModelConfig, Tool
 from stepcredit.models import build_tiny, build_tokenizer
 from stepcredit.process import VALUE_ESTIMATORS, prefix_values, score_each
 from stepcredit.process.segment import trace_observed
-from stepcredit.process.values import PrefixRequest
+from stepcredit.process.values import PrefixRequest, ValueContext
 from stepcredit.reward import build_rewarder
 from stepcredit.reward.base import REWARDS
 from stepcredit.reward.tools import AgentCallRunner
-from stepcredit.rollout import ToolContext
+from stepcredit.rollout import ToolContext, engines
 from stepcredit.rollout.engines import Completion
 from stepcredit.rollout.tool_context import in_process_runner
 from stepcredit.tools import Observation, ToolCall, register_tool
@@ -92,9 +92,9 @@ def failer(case: str) -> Callable[[str], str]:
 
 
 class Scripted(torch.nn.Module):
-    """``script(response so far) -> next turn``, through both paths: ``generate`` (the plain
-    continuation: turns written one after the other, no tool runs) and the rollout engine's
-    ``sample`` (one turn per call, as the turn loop asks)."""
+    """``script(response so far) -> next turn``, as the rollout engine's ``sample``, for both paths: a
+    plain continuation (turns written one after the other, no tool runs) and the turn loop's (one turn
+    per call, with a budget per context)."""
 
     def __init__(self, tok: Any, script: Callable[[str], str]) -> None:
         super().__init__()
@@ -110,21 +110,17 @@ class Scripted(torch.nn.Module):
         return list(ids) + ([self.tok.eos_token_id] if say.endswith(EOS) else [])
 
     def sample(
-        self, model: Any, tok: Any, contexts: Sequence[Sequence[int]], spec: Any, *, budgets: Any
+        self, model: Any, tok: Any, contexts: Sequence[Sequence[int]], spec: Any, *, budgets: Any = None
     ) -> list:
-        return [Completion(self.turn(list(c))[:room]) for c, room in zip(contexts, budgets, strict=True)]
-
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, **_: Any):
-        rows = []
-        for ids, att in zip(input_ids.tolist(), attention_mask.tolist(), strict=True):
-            ctx = [i for i, a in zip(ids, att, strict=True) if a]
-            out: list[int] = []
-            while len(out) < max_new_tokens and self.tok.eos_token_id not in out:
-                out += self.turn(ctx + out)
-            rows.append(out[:max_new_tokens])
-        width = max(len(r) for r in rows)
-        pad = [r + [self.tok.pad_token_id] * (width - len(r)) for r in rows]
-        return torch.cat([input_ids, torch.tensor(pad, dtype=torch.long)], dim=1)
+        if budgets is not None:  # the turn loop: one turn per call
+            return [Completion(self.turn(list(c))[:room]) for c, room in zip(contexts, budgets, strict=True)]
+        out = []  # a plain continuation: turns written one after the other, no tool runs
+        for c in contexts:
+            ids: list[int] = []
+            while len(ids) < spec.max_tokens and self.tok.eos_token_id not in ids:
+                ids += self.turn(list(c) + ids)
+            out += [Completion(ids[: spec.max_tokens])] * spec.n
+        return out
 
 
 verify = REWARDS.get("arith_tools").fn
@@ -148,6 +144,7 @@ def tok() -> Any:
 def policy(monkeypatch: pytest.MonkeyPatch, tok: Any, script: Callable[[str], str]) -> Scripted:
     model = Scripted(tok, script)
     monkeypatch.setattr(rt, "engine_for", lambda m: model)  # the turn loop samples from the script
+    engines.bind(model, model)  # type: ignore[arg-type]  # and so does every other stage
     return model
 
 
@@ -314,10 +311,12 @@ def test_a_forced_answer_at_a_call_is_forced_after_its_result(strategy: str) -> 
     )
     forced = VALUE_ESTIMATORS.get("forced_answer_logprob")
     with torch.no_grad():
-        got = forced(model, tok, [req], cfg, tools=ToolContext.in_process(TOOLS, 200))
-        plain = forced(model, tok, [req], cfg)
+        got = forced(ValueContext(model, tok, [req], cfg, tools=ToolContext.in_process(TOOLS, 200)))
+        plain = forced(ValueContext(model, tok, [req], cfg))
         # the reference: the same estimator without tools on prefixes that hold the call and its result
-        ref = forced(model, tok, [replace(req, prefix_lens=[0, n_call + n_obs, len(resp) - 1])], cfg)
+        ref = forced(
+            ValueContext(model, tok, [replace(req, prefix_lens=[0, n_call + n_obs, len(resp) - 1])], cfg)
+        )
     assert got == ref
     # only the prefix that ends at the call moved: the forced answer now reads 22944 there
     assert got[0][0] == plain[0][0] and got[0][2] == plain[0][2] and got[0][1] != plain[0][1]

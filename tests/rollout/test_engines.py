@@ -36,8 +36,8 @@ def test_hf_sampling_interface() -> None:
     model, tok = load_policy(SMALL, seed=0)
     ctx = _ctx(tok, "12+3=", "7*8=")
     spec = SamplingSpec(n=3, temperature=1.0, max_tokens=9, seed=11)
-    a = HF_ENGINE.sample(model, tok, ctx, spec, want_logprobs=True, want_entropy=True)
-    b = HF_ENGINE.sample(model, tok, ctx, spec, want_logprobs=True)
+    a = HF_ENGINE.sample(model, tok, ctx, dataclasses.replace(spec, logprobs=True, entropy=True))
+    b = HF_ENGINE.sample(model, tok, ctx, dataclasses.replace(spec, logprobs=True))
     assert len(a) == 6 and [c.ids for c in a] == [c.ids for c in b]  # the seed fixes the draws
     assert all(1 <= len(c.ids) <= 9 and len(c.logprobs) == len(c.ids) == len(c.entropy) for c in a)
     state = torch.random.get_rng_state()

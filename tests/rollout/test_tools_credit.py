@@ -17,6 +17,7 @@ from stepcredit.models import load_policy
 from stepcredit.process import build_requests, step_credits
 from stepcredit.process.oracle import step_oracle
 from stepcredit.process.segment import trace_observed
+from stepcredit.process.values import ValueContext
 from stepcredit.tools import PARSERS
 
 SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
@@ -53,7 +54,7 @@ def test_oracle_values_turns_of_a_response(tok: Any) -> None:
             float(t.rstrip(".").endswith(str(x.ground_truth))) for x, t in zip(samples, texts, strict=True)
         ]
 
-    values = step_oracle(None, tok, reqs, cfg, score_fn=score)
+    values = step_oracle(ValueContext(None, tok, reqs, cfg, score))
     # good: every call is on the chain (V = 1 throughout), the reward is 1
     assert values[0] == [1.0, 1.0, 1.0, 1.0]
     # bad: the first call computes the wrong product (V = 0), the second is on the chain again (V = 1)
@@ -67,7 +68,7 @@ def test_oracle_values_turns_of_a_response(tok: Any) -> None:
     )
     ids = tok(carried)["input_ids"] + [tok.eos_token_id]
     _, (req,) = build_requests([s], [[1]], [ids], tok, cfg, [trace_observed(ids, tok)])
-    assert step_oracle(None, tok, [req], cfg, score_fn=lambda xs, ts: [0.0])[0] == [1.0, 0.0, 0.0, 0.0]
+    assert step_oracle(ValueContext(None, tok, [req], cfg, lambda xs, ts: [0.0]))[0] == [1.0, 0.0, 0.0, 0.0]
 
 
 def _group(turns: list[list[float]], T: int = 12) -> AdvantageInputs:

@@ -69,8 +69,9 @@ def test_greedy_continuation_equals_the_trainers_after_an_update(policy: Any) ->
     assert before == [c.ids for c in HF_ENGINE.sample(model, tok, ctx, greedy)]
     pushes = engine.pushes
     _sft_step(model, tok, "12+34=46</s>7*8=56</s>")
-    after_vllm = engine.sample(model, tok, ctx, greedy, want_logprobs=True)
-    after_hf = HF_ENGINE.sample(model, tok, ctx, greedy, want_logprobs=True)
+    greedy = dataclasses.replace(greedy, logprobs=True)
+    after_vllm = engine.sample(model, tok, ctx, greedy)
+    after_hf = HF_ENGINE.sample(model, tok, ctx, greedy)
     assert engine.pushes == pushes + 1  # the step was seen and pushed once
     assert [c.ids for c in after_vllm] == [c.ids for c in after_hf]
     assert [c.ids for c in after_vllm] != before  # the new weights generated, not the old ones
@@ -108,8 +109,9 @@ def test_sampling_interface_and_statistics(policy: Any) -> None:
     model, tok, engine = policy
     ctx = _ctx(tok, "12+3=", "7*8=")
     spec = SamplingSpec(n=3, temperature=1.0, max_tokens=9, seed=11)
-    a = engine.sample(model, tok, ctx, spec, want_logprobs=True)
-    b = engine.sample(model, tok, ctx, spec, want_logprobs=True)
+    spec = dataclasses.replace(spec, logprobs=True)
+    a = engine.sample(model, tok, ctx, spec)
+    b = engine.sample(model, tok, ctx, spec)
     assert len(a) == 6 and [c.ids for c in a] == [c.ids for c in b]  # seeded
     assert all(1 <= len(c.ids) <= 9 and len(c.logprobs) == len(c.ids) for c in a)
     assert len({tuple(c.ids) for c in a[:3]}) > 1  # n samples of one context differ

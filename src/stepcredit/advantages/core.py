@@ -202,7 +202,7 @@ def check_config(cfg: Config) -> None:
                 f"config key process.value_estimator: algorithm.advantage={name} reads step rewards as "
                 f"changes of a value that ends at the reward; {p.value_estimator} does not (use {ok})"
             )
-        if p.last_episode != "utility":
+        if p.zero_last:
             raise ConfigError(
                 f"config key process.last_episode: algorithm.advantage={name} gets the outcome through the "
                 "last step's utility; set it to utility"

@@ -99,15 +99,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--temperature {temperature}: must be >= 0")
     setup_runtime()
 
-    from stepcredit.models import load_policy
-    from stepcredit.reward import build_rewarder
     from stepcredit.reward.run.routing import check_packages
-    from stepcredit.rollout import ROLLOUT_MODES, engines
-    from stepcredit.rollout.tool_render import check_tool_template
+    from stepcredit.rollout import ROLLOUT_MODES
     from stepcredit.runtime import set_threads
-    from stepcredit.trainer.evaluate import evaluate
-    from stepcredit.trainer.rollout import tool_context
-    from stepcredit.trainer.state import resolve_device
+    from stepcredit.trainer.setup import policy
 
     set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     # rollout.mode=tools: answers call tools as in the trainer's validation (the mode's own start-up
@@ -124,15 +119,39 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"model {model_ref.spec} ({model_ref.kind}); settings from {source}; max_new_tokens {max_new}{with_tools}"
     )
-    t_load = time.perf_counter()
-    model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
-    model.to(resolve_device(cfg.trainer.device))  # trainer.device=cuda: generation on the GPU, as in training
-    if tools is not None:  # render=template with a template that cannot render tool turns: one line
-        check_tool_template(tok, tools)
-    engines.bind(model, engines.build_engine(cfg, model, tok))  # rollout.engine generates, as in training
-    load_s = time.perf_counter() - t_load
     stem = args.data if args.data in (VAL, *data_names()) else Path(args.data).stem
     out = args.out or Path("eval") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    t_load = time.perf_counter()
+    with policy(cfg) as (model, tok):  # rollout.engine generates, as in training
+        load_s = time.perf_counter() - t_load
+        report = _evaluate_into(out, args, cfg, model, tok, samples, temperature=temperature, max_new=max_new)
+    report = replace(report, extra={"model": model_ref.spec, "data": args.data, "settings": source})
+    _print_table(report.table, report.status, out)
+    if report.tools:
+        _print_tools(report.tools)
+    if report.truncated:
+        _warn_truncated(report.truncated, report.prompts * report.n, max_new, report.score_truncated)
+    print(json.dumps({**report.to_dict(), "load_s": load_s, "out": str(out)}))
+    return 0
+
+
+def _evaluate_into(
+    out: Path,
+    args: argparse.Namespace,
+    cfg: Config,
+    model: Any,
+    tok: Any,
+    samples: list[Sample],
+    *,
+    temperature: float,
+    max_new: int,
+) -> Any:
+    """Evaluate, writing every sample to ``out`` as it is scored (through a temporary file: ``out`` is
+    whole or absent), with a progress bar on stderr; the :class:`~stepcredit.trainer.evaluate.EvalReport`."""
+    from stepcredit.reward import build_rewarder
+    from stepcredit.trainer.evaluate import evaluate
+    from stepcredit.trainer.rollout import tool_context
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     bar = _bar(len(samples) * args.n, enabled=not args.no_progress)
@@ -154,14 +173,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     finally:
         bar(None)
-    report = replace(report, extra={"model": model_ref.spec, "data": args.data, "settings": source})
-    _print_table(report.table, report.status, out)
-    if report.tools:
-        _print_tools(report.tools)
-    if report.truncated:
-        _warn_truncated(report.truncated, report.prompts * report.n, max_new, report.score_truncated)
-    print(json.dumps({**report.to_dict(), "load_s": load_s, "out": str(out)}))
-    return 0
+    return report
 
 
 def _print_tools(counters: dict[str, float]) -> None:

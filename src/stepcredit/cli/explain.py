@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,9 @@ def _legend(r: Explanation) -> list[str]:
     )
     lines = [
         f"value estimator: {r.value_estimator}; V = {r.value_unit}",
-        f"credit form: {r.credit}; outcome: {outcome} ({r.outcome_status}) against the gold answer {r.answer!r}",
-        f"advantage: {adv}",
+        f"credit form: {r.credit}; c = {r.credit_unit}",
+        f"advantage: {adv}; A = {r.advantage_unit}",
+        f"outcome: {outcome} ({r.outcome_status}) against the gold answer {r.answer!r}",
     ]
     if r.turns:
         lines.append(
@@ -207,15 +209,15 @@ def _svg(values: list[float], width: int = 640, height: int = 200) -> str:
     )
 
 
-def render_html(r: Explanation, prompt: Any) -> str:
-    """A self-contained page: the legend, the response with each episode coloured by its credit, the V
-    curve (SVG) and a table of V, credit and per-token advantage."""
-    eps = r.episodes
-    scale = max((abs(e.utility) for e in eps), default=0.0)
-    unit = "turn" if r.turns else "episode"
+def _own(e: Any) -> str:
+    """The episode's text without the tool result that opens it."""
+    return e.text[len(e.observation) :] if e.text.startswith(e.observation) else e.text
 
-    def own(e: Any) -> str:  # the episode's text without the tool result that opens it
-        return e.text[len(e.observation) :] if e.text.startswith(e.observation) else e.text
+
+def _html_response(r: Explanation, unit: str) -> str:
+    """The response, each episode coloured by its credit (green positive, red negative), its figures
+    in the tooltip; a tool result that opens an episode in grey italics."""
+    scale = max((abs(e.utility) for e in r.episodes), default=0.0)
 
     def obs(e: Any) -> str:
         if not e.observation:
@@ -225,15 +227,18 @@ def render_html(r: Explanation, prompt: Any) -> str:
             f"{html.escape(e.observation)}</span>"
         )
 
-    spans = "".join(
+    return "".join(
         f'{obs(e)}<span class="ep" style="background:{_colour(e.utility, scale)}" '
         f'title="{unit} {i}: V={e.value:.4f}  c={e.utility:+.4f}  A={_adv(e.advantage)}'
         f'{html.escape("  calls " + e.tool_call, quote=True) if e.tool_call else ""}">'
-        f"<sup>{i}</sup>{html.escape(own(e))}</span>"
-        for i, e in enumerate(eps, 1)
+        f"<sup>{i}</sup>{html.escape(_own(e))}</span>"
+        for i, e in enumerate(r.episodes, 1)
     )
-    turn_cols = "<th>tool result (not trained)</th><th>tool call</th>" if r.turns else ""
-    rows = "".join(
+
+
+def _html_rows(r: Explanation) -> str:
+    """The table's rows: per episode V, c, the advantage of each token (and a turn's result and call)."""
+    return "".join(
         f"<tr><td>{i}</td><td>{e.value:.4f}</td><td>{e.utility:+.4f}</td>"
         f"<td>{html.escape(' '.join(f'{a:+.3f}' for a in e.advantage) or '-')}</td>"
         + (
@@ -241,9 +246,19 @@ def render_html(r: Explanation, prompt: Any) -> str:
             if r.turns
             else ""
         )
-        + f"<td>{html.escape(own(e))}</td></tr>"
-        for i, e in enumerate(eps, 1)
+        + f"<td>{html.escape(_own(e))}</td></tr>"
+        for i, e in enumerate(r.episodes, 1)
     )
+
+
+def render_html(r: Explanation, prompt: Any) -> str:
+    """A self-contained page: the legend, the response with each episode coloured by its credit, the V
+    curve (SVG) and a table of V, credit and per-token advantage."""
+    eps = r.episodes
+    unit = "turn" if r.turns else "episode"
+    spans = _html_response(r, unit)
+    turn_cols = "<th>tool result (not trained)</th><th>tool call</th>" if r.turns else ""
+    rows = _html_rows(r)
     turns_note = (
         f"<p>{r.turns} turns: each tool call ends a turn; the tool's result (grey, in italics) "
         "opens the next turn and is attended to but never trained on: no credit, no advantage.</p>"
@@ -301,17 +316,16 @@ def run(args: argparse.Namespace) -> int:
     prompt, response, answer, spec = _inputs(args)
     model_ref = resolve_model(spec)
     cfg = _config(args, model_ref)
+    cfg = replace(cfg, model=replace(cfg.model, path=model_ref.path, gguf_file=args.gguf_file or ""))
     setup_runtime()
     import torch
 
-    from stepcredit.config import ModelConfig
-    from stepcredit.models import load_policy
     from stepcredit.process import check_config
     from stepcredit.reward import REWARDS, build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
-    from stepcredit.rollout.tool_render import check_tool_template
     from stepcredit.trainer.explain import explain
     from stepcredit.trainer.rollout import tool_context
+    from stepcredit.trainer.setup import policy
 
     check_config(cfg)
     # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
@@ -321,13 +335,10 @@ def run(args: argparse.Namespace) -> int:
     if with_tools and check is not None:
         check(cfg)
     torch.set_num_threads(min(2, torch.get_num_threads()))
-    model, tok = load_policy(ModelConfig(path=model_ref.path, gguf_file=args.gguf_file))
-    if with_tools:  # render=template with a template that cannot render tool turns: one line
-        check_tool_template(tok, cfg.rollout.tools)
     # the outcome is scored as the task's rows are: data.task names its reward where one is registered
     # under it (arith_tools: the integer answer), else the math verifier's arith
     source = cfg.data.task if cfg.data.task in REWARDS else "arith"
-    with build_rewarder(cfg.reward) as rewarder:
+    with policy(cfg) as (model, tok), build_rewarder(cfg.reward) as rewarder:
         report = explain(
             model, tok, prompt, response, answer, cfg, rewarder, raw_prompt=args.raw_prompt,
             data_source=source,

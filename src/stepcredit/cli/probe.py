@@ -7,7 +7,7 @@
 or a packaged model (``smollm2``, with its preset). ``--data arith`` takes validation problems of the
 config's ``data.arith`` setting, a registered dataset (``gsm8k``, ``math500``) its test split, a FILE
 verl-schema rows (jsonl/parquet) whose solution is ``response``, ``extra_info.solution`` or
-``extra_info.answer``. The command parses, calls :func:`stepcredit.process.probe.probe` and prints. Each solution gets one wrong step (a result changed
+``extra_info.answer``. The command parses, calls :func:`stepcredit.trainer.probe.probe` and prints. Each solution gets one wrong step (a result changed
 and carried forward, format kept); every estimator values the clean and the corrupted trace (one model
 load) and the table says, per estimator, how often U at the wrong step is lower than in the clean
 trace, how often the most negative U falls on it (against chance), how often the final V drops, and
@@ -149,6 +149,9 @@ def _table(r: ProbeReport) -> str:
         lines.append(f"rank correlation of {rc.x} V with {rc.y} V: {rc.spearman:.3f}")
     lines.append("verdict (does the most negative U fall on the wrong step more often than chance?):")
     lines += [f"  {name:<22} {_figures(e.all)}" for name, e in r.estimators.items()]
+    rec = r.recommendation
+    use = f"process.value_estimator={rec.estimator}" if rec.estimator else "no process rewards"
+    lines.append(f"recommendation: {use}: {rec.reason}")
     return "\n".join(lines)
 
 
@@ -237,14 +240,13 @@ def run(args: argparse.Namespace) -> int:
     check_config(cfg)
     setup_runtime()
 
-    from stepcredit.models import load_policy
-    from stepcredit.process.probe import load_solutions, probe
+    from stepcredit.data.wrong_step import load_solutions
     from stepcredit.reward import build_rewarder
     from stepcredit.rollout import ROLLOUT_MODES
-    from stepcredit.rollout.tool_render import check_tool_template
     from stepcredit.runtime import set_threads
+    from stepcredit.trainer.probe import probe
     from stepcredit.trainer.rollout import tool_context
-    from stepcredit.trainer.state import resolve_device
+    from stepcredit.trainer.setup import policy
 
     # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
     # imports rollout.tools.modules and checks the names and the parser)
@@ -259,15 +261,12 @@ def run(args: argparse.Namespace) -> int:
         )
     solutions = load_solutions(args.data, cfg.data.arith, n=args.n, seed=args.seed, src=args.data_dir)
     set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
-    model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
-    model.to(resolve_device(cfg.trainer.device))  # trainer.device=cuda: values on the GPU, as in training
-    if with_tools:  # render=template with a template that cannot render tool turns: one line
-        check_tool_template(tok, cfg.rollout.tools)
+    if with_tools:
         tc = cfg.rollout.tools
         print(
             f"continuations call tools: {','.join(tc.names)} ({tc.parser}), as rollout.mode={cfg.rollout.mode}"
         )
-    with build_rewarder(cfg.reward) as rewarder:
+    with policy(cfg) as (model, tok), build_rewarder(cfg.reward) as rewarder:
         report = probe(
             model, tok, solutions, cfg.process, estimators, score_fn=rewarder.verifier_fn(),
             deltas=deltas, seed=args.seed, credit_forms=forms,

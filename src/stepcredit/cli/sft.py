@@ -21,15 +21,15 @@ def run(args: argparse.Namespace) -> int:
     setup_runtime()
 
     from stepcredit.data.domains import build_data
-    from stepcredit.models import load_policy, save_pretrained
+    from stepcredit.models import save_pretrained
     from stepcredit.reward import build_rewarder
     from stepcredit.reward.run.routing import check_packages
     from stepcredit.rollout import ROLLOUT_MODES
-    from stepcredit.rollout.tool_render import check_tool_template
     from stepcredit.runtime import set_threads
+    from stepcredit.stats import wilson_interval
     from stepcredit.trainer.loop import seed_everything
-    from stepcredit.trainer.metrics import wilson_interval
     from stepcredit.trainer.rollout import tool_context
+    from stepcredit.trainer.setup import engine_bound, load_model
     from stepcredit.trainer.sft import run_sft
     from stepcredit.trainer.validate import validate
 
@@ -37,15 +37,14 @@ def run(args: argparse.Namespace) -> int:
     seed_everything(cfg.trainer.seed)
     train_set, val_set, _ = build_data(cfg.data, seed=cfg.trainer.seed)  # every domain, as train does
     check_packages(cfg.reward, train_set + val_set)  # before SFT: a reward's missing package, one line
-    model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
     tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
-    if tools:  # rollout.tools.render=template with a template that cannot render tool turns: one line
-        check_tool_template(tok, cfg.rollout.tools)
+    model, tok = load_model(cfg)
     m = run_sft(
         model, tok, train_set, cfg.sft, seed=cfg.trainer.seed, tools=cfg.rollout.tools if tools else None
     )
     save_pretrained(model, tok, out / "model")
-    with build_rewarder(cfg.reward) as rewarder:
+    # the engine is built from the SFT policy (vLLM copies the weights it is given)
+    with engine_bound(cfg, model, tok), build_rewarder(cfg.reward) as rewarder:
         # a tools config validates as training does: the tool rollout, its calls run by the reward layer
         vm, _ = validate(
             model,
@@ -61,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     acc = vm.get("val/accuracy", float("nan"))
     line = f"model saved to {out / 'model'}  val/accuracy_greedy {acc:.3f}"
     if n:
-        lo, hi = wilson_interval(round(acc * n), n)
+        lo, hi = wilson_interval(round(acc * n) / n, n)
         line += f" [{lo:.3f}, {hi:.3f}] (95 % Wilson interval, {n} prompts)"
     print(line)
     return 0

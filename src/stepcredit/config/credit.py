@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stepcredit.config.checks import _check
+from stepcredit.config.checks import _check, check_bounds, check_choices
 
 StepCostAs = Literal["token", "return", "outcome"]
 """Where ``process.step_cost`` is charged (``stepcredit.process.STEP_COST_FORMS``)."""
@@ -115,13 +114,34 @@ class ProcessConfig:
     placebo_seed: int = 0
     """Seed of the placebo's permutations (each response's own, from this seed, its group and its rank)."""
 
+    @property
+    def zero_last(self) -> bool:
+        """The last episode pays no step credit (``last_episode=zero``): the outcome speaks for it."""
+        return self.last_episode == "zero"
+
+    @property
+    def v0_from_group(self) -> bool:
+        """V_0 is the leave-one-out mean reward of the group's other responses (``mc_v0=group``)."""
+        return self.mc_v0 == "group"
+
     def __post_init__(self) -> None:
         _check(
             len(self.markers) > 0 and all(m.strip() for m in self.markers),
             "process.markers",
             "a non-empty list of non-blank strings",
         )
-        _check(self.min_episode_tokens >= 1, "process.min_episode_tokens", "must be >= 1")
+        check_bounds(
+            self,
+            "process",
+            at_least_1=(
+                "min_episode_tokens",
+                "max_tokens_per_forward",
+                "mc_samples",
+                "mc_max_new_tokens",
+                "max_answer_chars",
+            ),
+            above_0=("mc_temperature",),
+        )
         _check(
             self.max_episode_tokens >= self.min_episode_tokens,
             "process.max_episode_tokens",
@@ -132,20 +152,8 @@ class ProcessConfig:
         )
         _check(self.clip >= 0, "process.clip", "must be >= 0 (0 disables clipping)")
         _check(self.step_cost >= 0, "process.step_cost", "must be >= 0 (0 disables it)")
-        _check(
-            self.step_cost_as in typing.get_args(StepCostAs),
-            "process.step_cost_as",
-            "token, return or outcome",
-        )
-        _check(self.last_episode in ("utility", "zero"), "process.last_episode", "utility or zero")
-        _check(self.max_tokens_per_forward >= 1, "process.max_tokens_per_forward", "must be >= 1")
-        _check(self.mc_samples >= 1, "process.mc_samples", "must be >= 1")
-        _check(self.mc_max_new_tokens >= 1, "process.mc_max_new_tokens", "must be >= 1")
-        _check(self.mc_temperature > 0, "process.mc_temperature", "must be > 0")
-        _check(self.max_answer_chars >= 1, "process.max_answer_chars", "must be >= 1")
-        _check(self.mc_v0 in ("group", "sample"), "process.mc_v0", "group or sample")
+        check_choices(self, "process")  # step_cost_as, last_episode, mc_v0, placebo
         _check(self.mc_prefixes >= 0, "process.mc_prefixes", "must be >= 0 (0 = every prefix)")
-        _check(self.placebo in typing.get_args(Placebo), "process.placebo", "none or shuffle_within_response")
 
 
 # ------------------------------------------------------------------------------------- algorithm
@@ -169,8 +177,7 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         _check(0.0 <= self.gamma <= 1.0, "algorithm.gamma", "must be in [0, 1]")
         _check(0.0 <= self.lam <= 1.0, "algorithm.lam", "must be in [0, 1]")
-        _check(self.eps > 0, "algorithm.eps", "must be > 0")
-        _check(self.process_weight >= 0, "algorithm.process_weight", "must be >= 0")
+        check_bounds(self, "algorithm", above_0=("eps",), at_least_0=("process_weight",))
 
 
 @dataclass(frozen=True)
@@ -227,7 +234,7 @@ class DynamicSamplingConfig:
 
     enabled: bool = False
     """Filter groups as their rewards arrive (works with the mini-batch pipeline and one-step off-policy)."""
-    criterion: str = "std"
+    criterion: Literal["std", "mean_bounds"] = "std"
     """``std``: drop groups whose valid scores are all equal; ``mean_bounds``: keep only groups with
     ``mean_low < mean score < mean_high``."""
     mean_low: float = 0.0
@@ -238,13 +245,9 @@ class DynamicSamplingConfig:
     """Extra rollouts of ``rollout.prompts_per_step`` prompts drawn at most per step to refill the batch."""
 
     def __post_init__(self) -> None:
-        _check(
-            self.criterion in ("std", "mean_bounds"),
-            "postprocess.dynamic_sampling.criterion",
-            "std or mean_bounds",
-        )
+        check_choices(self, "postprocess.dynamic_sampling")
         _check(self.mean_low < self.mean_high, "postprocess.dynamic_sampling.mean_low", "must be < mean_high")
-        _check(self.max_extra_batches >= 0, "postprocess.dynamic_sampling.max_extra_batches", "must be >= 0")
+        check_bounds(self, "postprocess.dynamic_sampling", at_least_0=("max_extra_batches",))
 
 
 @dataclass(frozen=True)
@@ -278,7 +281,4 @@ class CriticConfig:
     """Clip the critic's gradient norm to this value (0 disables)."""
 
     def __post_init__(self) -> None:
-        _check(self.lr > 0, "critic.lr", "must be > 0")
-        _check(self.value_clip >= 0, "critic.value_clip", "must be >= 0")
-        _check(self.warmup >= 0, "critic.warmup", "must be >= 0")
-        _check(self.grad_clip >= 0, "critic.grad_clip", "must be >= 0")
+        check_bounds(self, "critic", above_0=("lr",), at_least_0=("value_clip", "warmup", "grad_clip"))

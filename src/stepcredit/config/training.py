@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from stepcredit.config.checks import _check
+from stepcredit.config.checks import _check, check_bounds, check_choices
 
 
 # ------------------------------------------------------------------------------------------ loss
@@ -45,15 +45,16 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         _check(self.clip_low >= 0 and self.clip_high >= 0, "loss.clip_low", "clip ranges must be >= 0")
-        _check(self.kl_coef >= 0, "loss.kl_coef", "must be >= 0")
+        check_bounds(
+            self,
+            "loss",
+            at_least_0=("kl_coef", "agg_norm_len", "behav_weight_cap"),
+            above_0=("kl_target", "kl_horizon"),
+        )
         aggs = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
         _check(self.agg in aggs, "loss.agg", f"one of {', '.join(aggs)}")
         _check(self.dual_clip_c == 0 or self.dual_clip_c > 1, "loss.dual_clip_c", "0 (off) or > 1")
-        _check(self.agg_norm_len >= 0, "loss.agg_norm_len", "must be >= 0")
-        _check(self.kl_ctrl in ("fixed", "adaptive"), "loss.kl_ctrl", "fixed or adaptive")
-        _check(self.kl_target > 0, "loss.kl_target", "must be > 0")
-        _check(self.kl_horizon > 0, "loss.kl_horizon", "must be > 0")
-        _check(self.behav_weight_cap >= 0, "loss.behav_weight_cap", "must be >= 0")
+        check_choices(self, "loss")
         _check(self.tis_cap >= 0, "loss.tis_cap", "must be >= 0 (0 = no correction)")
 
 
@@ -78,7 +79,7 @@ class OptimConfig:
     """The cosine schedule's floor, as a fraction of ``lr``."""
 
     def __post_init__(self) -> None:
-        _check(self.lr > 0, "optim.lr", "must be > 0")
+        check_bounds(self, "optim", above_0=("lr",))
         _check(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", "between 0 and 1")
         _check(len(self.betas) == 2, "optim.betas", "two numbers")
 
@@ -94,8 +95,7 @@ class SFTConfig:
     """AdamW learning rate of SFT (cosine decay to 10%)."""
 
     def __post_init__(self) -> None:
-        _check(self.steps >= 0, "sft.steps", "must be >= 0")
-        _check(self.batch_size >= 1, "sft.batch_size", "must be >= 1")
+        check_bounds(self, "sft", at_least_0=("steps",), at_least_1=("batch_size",))
 
 
 # -------------------------------------------------------------------------------------- pipeline
@@ -112,9 +112,7 @@ class PipelineConfig:
     """Largest allowed policy lag (in RL steps) of a batch; a staler batch is regenerated."""
 
     def __post_init__(self) -> None:
-        _check(self.mini_batch >= 0, "pipeline.mini_batch", "must be >= 0")
-        _check(self.ppo_epochs >= 1, "pipeline.ppo_epochs", "must be >= 1")
-        _check(self.max_staleness >= 0, "pipeline.max_staleness", "must be >= 0")
+        check_bounds(self, "pipeline", at_least_0=("mini_batch", "max_staleness"), at_least_1=("ppo_epochs",))
         _check(
             not self.one_step_off_policy or self.max_staleness >= 1,
             "pipeline.max_staleness",
@@ -161,18 +159,17 @@ class TrainerConfig:
     """Every this many RL steps also log ``generations_to_log`` sampled training completions (samples.jsonl, TensorBoard, W&B); 0: never."""
 
     def __post_init__(self) -> None:
-        _check(self.steps >= 0, "trainer.steps", "must be >= 0")
+        check_bounds(self, "trainer", at_least_0=("steps", "stop_after_steps"))
         _check(self.threads >= 0, "trainer.threads", "must be >= 0 (0: every usable CPU)")
         _check(
             self.generations_to_log >= 0 and self.generations_every >= 0,
             "trainer.generations_to_log",
             "generations_to_log and generations_every must be >= 0",
         )
-        _check(self.stop_after_steps >= 0, "trainer.stop_after_steps", "must be >= 0")
         _check(
             self.device in ("cpu", "auto") or self.device.split(":")[0] == "cuda",
             "trainer.device",
             "cpu, cuda, cuda:N or auto",
         )
         _check(self.val_every >= 0 and self.save_every >= 0, "trainer.val_every", "must be >= 0")
-        _check(self.wandb_mode in ("offline", "online"), "trainer.wandb_mode", "offline or online")
+        check_choices(self, "trainer")

@@ -2,12 +2,14 @@
 model directory, or a run directory; the one resolver every command and the trainer use.
 
 A run directory is what ``stepcredit train`` writes: ``config.yaml`` (the settings the run used) and
-``checkpoints/final/model``. A model directory saved inside a run (``RUN/checkpoints/NAME/model``) also
+``checkpoints/final/model``, or with LoRA ``checkpoints/final/adapter`` and its base (and the merged
+``final/model`` when ``model.lora.merge_on_export``). A model directory saved inside a run (``RUN/checkpoints/NAME/model``) also
 knows its run, so its generation settings can be read from the run's ``config.yaml``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -18,7 +20,25 @@ TINY = "tiny"
 """The name of the built-in tiny model (built in code from ``model.tiny``; nothing to load)."""
 
 RUN_MODEL = Path("checkpoints") / "final" / "model"
-"""Where a run directory keeps its final model."""
+"""Where a run directory keeps its final model (with LoRA: the merged export, when asked for)."""
+
+RUN_ADAPTER = Path("checkpoints") / "final" / "adapter"
+"""Where a LoRA run keeps its adapters (peft's files; ``adapter_config.json`` names their base,
+``checkpoints/final/base`` or the model the run started from)."""
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+"""What a Hugging Face hub id looks like (``org/name``)."""
+
+
+def hub_id_error(spec: str, flag: str) -> UserError | None:
+    """The one-line error for a Hugging Face hub id that is not a local directory (nothing is ever
+    downloaded here), or None when ``spec`` does not look like one."""
+    if Path(spec).exists() or not _HUB_ID.fullmatch(spec):
+        return None
+    return UserError(
+        f"{flag} {spec}: looks like a Hugging Face hub id; hub downloads are not supported here; "
+        "pass a local directory"
+    )
 
 
 @dataclass(frozen=True)
@@ -76,9 +96,13 @@ class ResolvedModel:
 
 
 def model_directory(path: str | Path) -> Path:
-    """The model directory behind ``path``: a run directory's final model, else ``path`` itself."""
+    """The model directory behind ``path``: a run directory's final model, else a LoRA run's adapters
+    (loaded onto their base), else ``path`` itself."""
     p = Path(path)
-    return p / RUN_MODEL if (p / RUN_MODEL).is_dir() else p
+    for inside in (RUN_MODEL, RUN_ADAPTER):
+        if (p / inside).is_dir():
+            return p / inside
+    return p
 
 
 def _run_of(model_dir: Path) -> Path | None:
@@ -87,7 +111,7 @@ def _run_of(model_dir: Path) -> Path | None:
     if len(full.parents) < 3:
         return None
     run = full.parents[2]
-    saved_by_run = full == run / "checkpoints" / full.parent.name / "model"
+    saved_by_run = full in (run / "checkpoints" / full.parent.name / n for n in ("model", "adapter"))
     return run if saved_by_run and (run / "config.yaml").is_file() else None
 
 
@@ -99,12 +123,12 @@ def resolve_model(spec: str, *, flag: str = "--model") -> ResolvedModel:
     if spec in PACKAGED:
         return ResolvedModel(spec, "packaged", spec, None, PACKAGED[spec].preset)
     p = Path(spec)
-    if (p / RUN_MODEL).is_dir():
-        return ResolvedModel(spec, "run", str(p / RUN_MODEL), p, "")
+    if model_directory(p) != p:  # a run directory: its final model, or a LoRA run's adapters
+        return ResolvedModel(spec, "run", str(model_directory(p)), p, "")
     if p.is_dir():
         run = _run_of(p)
         return ResolvedModel(spec, "directory" if run is None else "run", str(p), run, "")
-    raise UserError(
+    raise hub_id_error(spec, flag) or UserError(
         f"{flag} {spec}: no such model or run directory (a directory with config.json, a run directory "
-        f"with {RUN_MODEL}, {TINY!r} or a packaged model: {', '.join(sorted(PACKAGED))})"
+        f"with {RUN_MODEL} or {RUN_ADAPTER}, {TINY!r} or a packaged model: {', '.join(sorted(PACKAGED))})"
     )

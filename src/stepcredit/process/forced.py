@@ -21,9 +21,8 @@ from typing import Any, Protocol
 
 import torch
 
-from stepcredit.config import ProcessConfig
 from stepcredit.errors import ConfigError, DataError
-from stepcredit.process.values import PrefixRequest, ScoreFn, ToolContext, register_value_estimator
+from stepcredit.process.values import PrefixRequest, ToolContext, ValueContext, register_value_estimator
 from stepcredit.registry import Registry
 from stepcredit.rollout.turns import observation_runs
 from stepcredit.types import RolloutCache
@@ -485,33 +484,27 @@ def past_results(
     success_probability=False,
     takes_tools=True,
 )
-def forced_answer_logprob(
-    model: Any,
-    tokenizer: Any,
-    requests: Sequence[PrefixRequest],
-    cfg: ProcessConfig,
-    *,
-    score_fn: ScoreFn | None = None,
-    body: RolloutCache | None = None,
-    tools: ToolContext | None = None,
-) -> list[list[float]]:
-    """Mean log-prob of the gold answer after each prefix and a force-answer prompt (``body``: the
+def forced_answer_logprob(ctx: ValueContext) -> list[list[float]]:
+    """Mean log-prob of the gold answer after each prefix and a force-answer prompt (``ctx.body``: the
     rollout's cache of the same responses, which the packed strategies continue from). On a tool
-    rollout (``tools``) a prefix that ends at a call is valued after its result (:func:`past_results`):
+    rollout (``ctx.tools``) a prefix that ends at a call is valued after its result (:func:`past_results`):
     the answer a call's turn leads to is read from the result, not computed before it."""
-    if tools is not None:
-        requests = past_results(tokenizer, requests, tools)
-    suffixes = request_suffixes(
-        tokenizer,
-        requests,
-        cfg.force_prompt,
-        row=lambda _b, r: f"sample {r.sample.uid or '?'}",
-        key="process.force_prompt",
-    )
+    tokenizer, requests, cfg = ctx.tokenizer, ctx.requests, ctx.cfg
+    if ctx.tools is not None:
+        requests = past_results(tokenizer, requests, ctx.tools)
+
+    def where(_b: int, r: PrefixRequest) -> str:  # the row an error names
+        return f"sample {r.sample.uid or '?'}"
+
+    suffixes = request_suffixes(tokenizer, requests, cfg.force_prompt, row=where, key="process.force_prompt")
     queries = [
         ValueQuery(r.prompt_ids, r.response_ids, r.prefix_lens, suffix, n_answer)
         for r, (suffix, n_answer) in zip(requests, suffixes, strict=True)
     ]
     return forced_answer_values(
-        model, queries, strategy=cfg.strategy, max_tokens_per_forward=cfg.max_tokens_per_forward, body=body
+        ctx.model,
+        queries,
+        strategy=cfg.strategy,
+        max_tokens_per_forward=cfg.max_tokens_per_forward,
+        body=ctx.body,
     )

@@ -11,14 +11,9 @@ these values and one with an estimator's is what the estimator loses.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from stepcredit.config import ProcessConfig
 from stepcredit.data import STEP_VALUES
-from stepcredit.errors import ConfigError, DataError
-from stepcredit.process.values import PrefixRequest, ScoreFn, register_value_estimator
-from stepcredit.types import RolloutCache
+from stepcredit.errors import DataError
+from stepcredit.process.values import ValueContext, register_value_estimator
 
 
 @register_value_estimator(
@@ -29,22 +24,11 @@ from stepcredit.types import RolloutCache
     needs_step_values=True,
     success_probability=True,
 )
-def step_oracle(
-    model: Any,
-    tokenizer: Any,
-    requests: Sequence[PrefixRequest],
-    cfg: ProcessConfig,
-    *,
-    score_fn: ScoreFn | None = None,
-    body: RolloutCache | None = None,
-) -> list[list[float]]:
+def step_oracle(ctx: ValueContext) -> list[list[float]]:
     """V_i = the data source's exact value of the response's first i episodes (``STEP_VALUES``); the
     value after a complete response is its reward (the verifier's score), so the utilities add up to
     R - V_0 as ``terminal_is_reward`` promises."""
-    if score_fn is None:
-        raise ConfigError(
-            "config key process.value_estimator: step_oracle scores complete responses with the verifier"
-        )
+    tokenizer, requests = ctx.tokenizer, ctx.requests
     out: list[list[float]] = []
     complete: list[int] = []  # rows whose last value is their reward, scored in one verifier call
     for r in requests:
@@ -63,7 +47,7 @@ def step_oracle(
         out.append(values)
     if complete:
         texts = [tokenizer.decode(requests[b].response_ids, skip_special_tokens=True) for b in complete]
-        rewards = score_fn([requests[b].sample for b in complete], texts)
+        rewards = ctx.verifier([requests[b].sample for b in complete], texts)
         for b, reward in zip(complete, rewards, strict=True):
             out[b][-1] = float(reward)
     return out

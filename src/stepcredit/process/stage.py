@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 # each estimator module registers itself (monte_carlo and greedy_continuation, step_oracle, tree)
 import stepcredit.process.continuation
 import stepcredit.process.oracle
@@ -24,7 +22,14 @@ from stepcredit.errors import ConfigError
 from stepcredit.process.forced import STRATEGIES
 from stepcredit.process.segment import segment_episodes
 from stepcredit.process.utility import CREDIT_FORMS
-from stepcredit.process.values import VALUE_ESTIMATORS, PrefixRequest, ScoreFn, ToolContext
+from stepcredit.process.values import (
+    VALUE_ESTIMATORS,
+    PrefixRequest,
+    ScoreFn,
+    ToolContext,
+    ValueContext,
+    estimate,
+)
 from stepcredit.types import Batch, RolloutCache, Sample
 
 
@@ -134,16 +139,7 @@ def prefix_values(
     ignore it. ``observed``: each response's result marks (``Batch.observation_BT``): the turns.
     """
     ends, requests = build_requests(samples, prompt_ids, response_ids, tokenizer, cfg, observed)
-    estimator = VALUE_ESTIMATORS.get(cfg.value_estimator)
-    was_training = bool(getattr(model, "training", False))
-    model.eval()
-    try:
-        with torch.no_grad():
-            values = estimator(model, tokenizer, requests, cfg, score_fn=score_fn, body=body, tools=tools)
-    finally:
-        if was_training:
-            model.train()
-    return PrefixValues(ends, values)
+    return PrefixValues(ends, estimate(ValueContext(model, tokenizer, requests, cfg, score_fn, body, tools)))
 
 
 def compute_prefix_values(
@@ -179,11 +175,14 @@ def check_config(cfg: Config) -> None:
     STRATEGIES.require(p.strategy, "process.strategy")
     CREDIT_FORMS.require(p.credit, "process.credit")
     spec = VALUE_ESTIMATORS.get(p.value_estimator)
+
+    def having(capability: str) -> str:  # the estimators whose registry entry says ``capability``
+        return ", ".join(n for n in VALUE_ESTIMATORS if getattr(VALUE_ESTIMATORS.get(n), capability))
+
     if p.enabled and p.treerl and not spec.from_outcomes:
-        ok = ", ".join(n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).from_outcomes)
         raise ConfigError(
             f"config key process.treerl: TreeRL's credit needs a tree rollout's node values; "
-            f"process.value_estimator={p.value_estimator} has none (use {ok} with rollout.mode=tree or tools_tree)"
+            f"process.value_estimator={p.value_estimator} has none (use {having('from_outcomes')} with rollout.mode=tree or tools_tree)"
         )
     if p.placebo != "none" and not p.enabled:
         raise ConfigError(
@@ -192,11 +191,10 @@ def check_config(cfg: Config) -> None:
         )
     form = CREDIT_FORMS.get(p.credit)
     if p.enabled and form.needs_success_probability and not spec.success_probability:
-        ok = ", ".join(n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).success_probability)
         raise ConfigError(
             f"config keys process.credit={p.credit} and process.value_estimator={p.value_estimator}: this "
             f"credit form compares V with a certain success (1) and needs values that are probabilities of "
-            f"success in [0, 1], which {p.value_estimator} does not give; use one of {ok} or another "
+            f"success in [0, 1], which {p.value_estimator} does not give; use one of {having('success_probability')} or another "
             f"process.credit"
         )
     if p.enabled and spec.generates and p.mc_samples * p.mc_max_new_tokens > 1 << 20:

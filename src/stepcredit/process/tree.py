@@ -23,10 +23,9 @@ from typing import Any
 import torch
 
 from stepcredit.config import ProcessConfig, RolloutConfig
-from stepcredit.process.continuation import continuation_values
+from stepcredit.process.continuation import continuation_estimator, monte_carlo
 from stepcredit.process.segment import segment_episodes
-from stepcredit.process.values import PrefixRequest, ScoreFn, register_value_estimator
-from stepcredit.types import RolloutCache
+from stepcredit.process.values import PrefixRequest, ScoreFn, ValueContext
 
 
 def tree_values(
@@ -121,43 +120,13 @@ def tree_credits(
     return out
 
 
-@register_value_estimator(
-    "tree",
-    needs_verifier=True,
-    generates=True,
-    terminal_is_reward=True,
-    from_outcomes=True,
-    success_probability=True,
-)
-def tree(
-    model: Any,
-    tokenizer: Any,
-    requests: Sequence[PrefixRequest],
-    cfg: ProcessConfig,
-    *,
-    score_fn: ScoreFn | None = None,
-    body: RolloutCache | None = None,
-) -> list[list[float]]:
+@continuation_estimator("tree", from_outcomes=True)
+def tree(ctx: ValueContext) -> list[list[float]]:
     """In training: the tree rollout's node values (:func:`tree_values`, no generation). On fixed traces
     (probe, explain), where no tree was grown, the same estimate as a tree rooted at each prefix with
-    ``process.mc_samples`` leaves below it: the mean outcome of that many sampled continuations."""
-    if score_fn is None:
-        from stepcredit.errors import ConfigError
-
-        raise ConfigError("config key process.value_estimator: tree values fixed traces with a verifier")
-    return continuation_values(
-        model,
-        tokenizer,
-        requests,
-        score_fn,
-        samples=cfg.mc_samples,
-        greedy=False,
-        temperature=cfg.mc_temperature,
-        max_new_tokens=cfg.mc_max_new_tokens,
-        max_prefixes=cfg.mc_prefixes,
-        max_tokens_per_forward=cfg.max_tokens_per_forward,
-        v0_from_group=cfg.mc_v0 == "group",
-    )
+    ``process.mc_samples`` leaves below it: the mean outcome of that many sampled continuations, which
+    is ``monte_carlo``'s value (without tools: a tree is grown without them)."""
+    return monte_carlo(ctx)
 
 
 # ------------------------------------------------------------------ tree values of given traces (probe)

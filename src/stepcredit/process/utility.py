@@ -186,9 +186,7 @@ def step_credits(values: Sequence[float], cfg: ProcessConfig, *, row_key: int | 
     moved by ``process.placebo`` (``row_key`` names the response's own permutation), less its share of
     ``step_cost`` by ``step_cost_as`` (every step pays, the last one too unless ``last_episode="zero"``
     leaves it to the outcome)."""
-    credits = CREDIT_FORMS.get(cfg.credit)(
-        values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.last_episode == "zero"
-    )
+    credits = CREDIT_FORMS.get(cfg.credit)(values, clip=cfg.clip, scale=cfg.scale, zero_last=cfg.zero_last)
     return charge_step_cost(apply_placebo(credits, cfg, row_key=row_key), cfg)
 
 
@@ -220,7 +218,7 @@ def apply_placebo(credits: Sequence[float], cfg: ProcessConfig, *, row_key: int 
     out = [float(c) for c in credits]
     if cfg.placebo == "none" or len(out) < 2:
         return out
-    n = len(out) - 1 if cfg.last_episode == "zero" else len(out)
+    n = len(out) - 1 if cfg.zero_last else len(out)
     rng = random.Random(f"{cfg.placebo_seed}:{row_key if row_key is not None else 0}")
     return PLACEBOS[cfg.placebo](out[:n], rng) + out[n:]
 
@@ -229,7 +227,7 @@ def charge_step_cost(credits: Sequence[float], cfg: ProcessConfig) -> list[float
     """``credits`` less their share of ``process.step_cost`` by ``process.step_cost_as``."""
     out = [float(c) for c in credits]
     if cfg.step_cost:
-        n = len(out) - 1 if cfg.last_episode == "zero" else len(out)
+        n = len(out) - 1 if cfg.zero_last else len(out)
         charge = STEP_COST_FORMS[cfg.step_cost_as].charge
         out = [c - charge(i, n, cfg.step_cost) for i, c in enumerate(out)]
     return out

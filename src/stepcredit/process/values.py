@@ -4,10 +4,12 @@ How likely is the policy to reach the gold answer from a prefix of its own respo
 registered in :data:`VALUE_ESTIMATORS` with their capabilities (does it need the verifier? does it
 generate?) as metadata, under one signature::
 
-    estimator(model, tokenizer, requests, cfg, *, score_fn=None, body=None) -> list[list[float]]
+    estimator(ctx: ValueContext) -> list[list[float]]
 
-(an estimator registered with ``takes_tools`` also takes ``tools``: on a tool rollout its values see
-each call's result). They return new values and never write into their inputs. The built-in ones live apart:
+(:class:`ValueContext`: the model, tokenizer, requests, settings, and the verifier, rollout cache and
+tool rollout where there are any; an estimator registered with ``takes_tools`` reads ``ctx.tools``, so
+that on a tool rollout its values see each call's result). They return new values and never write into
+their inputs. The built-in ones live apart:
 
 * :mod:`stepcredit.process.forced` - ``forced_answer_logprob``, the mean log-probability of the gold
   answer forced after the prefix (three execution strategies with the same numbers);
@@ -24,10 +26,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from dataclasses import dataclass, field, replace
+from typing import Any, TypedDict, Unpack
 
 from stepcredit.config import ProcessConfig
+from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
 from stepcredit.rollout.tool_context import ToolContext
 from stepcredit.types import RolloutCache, Sample
@@ -68,33 +71,38 @@ class PrefixRequest:
     continuation's calls so far are read from these marks, never re-parsed from the text."""
 
 
-class ValueEstimator(Protocol):
-    def __call__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        requests: Sequence[PrefixRequest],
-        cfg: ProcessConfig,
-        *,
-        score_fn: ScoreFn | None = None,
-        body: RolloutCache | None = None,
-    ) -> list[list[float]]: ...
+@dataclass(frozen=True)
+class ValueContext:
+    """Everything a value estimator may read: one object for every estimator, as
+    :class:`~stepcredit.advantages.core.AdvantageInputs` is for advantage estimators, so a new capability
+    is one field here and no signature changes."""
+
+    model: Any
+    """The policy (in eval mode, under ``torch.no_grad``, when the process stage calls)."""
+    tokenizer: Any
+    requests: Sequence[PrefixRequest]
+    """The responses whose prefixes are valued."""
+    cfg: ProcessConfig
+    """The process settings (``process.*``)."""
+    score_fn: ScoreFn | None = None
+    """The batched verifier; given whenever the estimator's registry entry says ``needs_verifier``."""
+    body: RolloutCache | None = None
+    """The rollout's KV cache over exactly these responses (read, never modified), if it was kept."""
+    tools: ToolContext | None = None
+    """The responses are a tool rollout's: how its continuations run (None: no tools)."""
+
+    @property
+    def verifier(self) -> ScoreFn:
+        """``score_fn``, which the caller checked against the registry entry (:meth:`ValueEstimatorSpec.__call__`)."""
+        if self.score_fn is None:
+            raise ConfigError(
+                "config key process.value_estimator: this estimator needs a verifier (score_fn)"
+            )
+        return self.score_fn
 
 
-class ToolValueEstimator(Protocol):
-    """A :class:`ValueEstimator` that also takes ``tools`` (registered with ``takes_tools``)."""
-
-    def __call__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        requests: Sequence[PrefixRequest],
-        cfg: ProcessConfig,
-        *,
-        score_fn: ScoreFn | None = None,
-        body: RolloutCache | None = None,
-        tools: ToolContext | None = None,
-    ) -> list[list[float]]: ...
+ValueEstimator = Callable[[ValueContext], list[list[float]]]
+"""A value estimator: ``fn(ctx) -> values``, one list per request, one value per prefix length."""
 
 
 @dataclass(frozen=True)
@@ -102,10 +110,12 @@ class ValueEstimatorSpec:
     """A registered value estimator: the function and what the caller must know about it."""
 
     fn: ValueEstimator
-    """The estimator (the signature of :class:`ValueEstimator`)."""
-    needs_verifier: bool
+    """The estimator: ``fn(ctx: ValueContext) -> list[list[float]]``."""
+    name: str = ""
+    """Its registry name (for errors)."""
+    needs_verifier: bool = False
     """It scores text with the verifier: pass ``score_fn`` to :func:`compute_prefix_values`."""
-    generates: bool
+    generates: bool = False
     """It samples continuations from the policy (costs generation, not just forward passes)."""
     terminal_is_reward: bool = False
     """V is a chance of reaching the gold answer and V after the whole (complete) response is its
@@ -123,60 +133,69 @@ class ValueEstimatorSpec:
     exact step value), not a likelihood or a score on its own scale (a forced answer's log-probability):
     credit forms that compare V with a certain success (``blame``'s V_0 := 1) need it."""
     takes_tools: bool = False
-    """It takes ``tools`` (:class:`ToolContext`), which the caller passes on a tool rollout, so that its
+    """It reads ``ctx.tools`` (:class:`ToolContext`), which the caller sets on a tool rollout, so that its
     value of a prefix that ends at a call sees the call's result: continuations run as tool rollouts
     (``monte_carlo``, ``greedy_continuation``), a forced answer is forced after the result."""
 
-    def __call__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        requests: Sequence[PrefixRequest],
-        cfg: ProcessConfig,
-        *,
-        score_fn: ScoreFn | None = None,
-        body: RolloutCache | None = None,
-        tools: ToolContext | None = None,
-    ) -> list[list[float]]:
-        if self.takes_tools:
-            fn = cast(ToolValueEstimator, self.fn)
-            return fn(model, tokenizer, requests, cfg, score_fn=score_fn, body=body, tools=tools)
-        return self.fn(model, tokenizer, requests, cfg, score_fn=score_fn, body=body)
+    def __call__(self, ctx: ValueContext) -> list[list[float]]:
+        """The estimator's values; the one place that checks the verifier it needs is there."""
+        if self.needs_verifier and ctx.score_fn is None:
+            raise ConfigError(f"config key process.value_estimator: {self.name} needs a verifier (score_fn)")
+        if not self.takes_tools and ctx.tools is not None:
+            ctx = replace(ctx, tools=None)  # it values a tool rollout's text as it stands
+        return self.fn(ctx)
 
 
 VALUE_ESTIMATORS: Registry[ValueEstimatorSpec] = Registry("value estimator")
 
 
+class Capabilities(TypedDict, total=False):
+    """What :func:`register_value_estimator` takes: the :class:`ValueEstimatorSpec` fields after ``fn``
+    and ``name`` (each documented there; every one False unless given)."""
+
+    needs_verifier: bool
+    generates: bool
+    terminal_is_reward: bool
+    from_outcomes: bool
+    needs_step_values: bool
+    success_probability: bool
+    takes_tools: bool
+
+
 def register_value_estimator(
-    name: str,
-    *,
-    needs_verifier: bool,
-    generates: bool,
-    terminal_is_reward: bool = False,
-    from_outcomes: bool = False,
-    needs_step_values: bool = False,
-    success_probability: bool = False,
-    takes_tools: bool = False,
+    name: str, /, **capabilities: Unpack[Capabilities]
 ) -> Callable[[ValueEstimator], ValueEstimator]:
-    """Decorator: add ``fn`` to :data:`VALUE_ESTIMATORS` with its capabilities."""
+    """Decorator: add ``fn`` to :data:`VALUE_ESTIMATORS` with its capabilities (say ``needs_verifier``
+    and ``generates`` even when False: they are what a caller reads first)."""
 
     def deco(fn: ValueEstimator) -> ValueEstimator:
-        VALUE_ESTIMATORS.add(
-            name,
-            ValueEstimatorSpec(
-                fn,
-                needs_verifier=needs_verifier,
-                generates=generates,
-                terminal_is_reward=terminal_is_reward,
-                from_outcomes=from_outcomes,
-                needs_step_values=needs_step_values,
-                success_probability=success_probability,
-                takes_tools=takes_tools,
-            ),
-        )
+        VALUE_ESTIMATORS.add(name, ValueEstimatorSpec(fn, name=name, **capabilities))
         return fn
 
     return deco
+
+
+@contextlib.contextmanager
+def evaluating(model: Any) -> Iterator[None]:
+    """The policy in eval mode under ``torch.no_grad`` for the block, then back in the mode it was in."""
+    import torch
+
+    was_training = bool(getattr(model, "training", False))
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def estimate(ctx: ValueContext, name: str | None = None) -> list[list[float]]:
+    """The values of estimator ``name`` (default: ``ctx.cfg.value_estimator``), :func:`evaluating` the
+    policy: how every stage calls an estimator."""
+    spec = VALUE_ESTIMATORS.get(name or ctx.cfg.value_estimator)
+    with evaluating(ctx.model):
+        return spec(ctx)
 
 
 @dataclass

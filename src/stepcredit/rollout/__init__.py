@@ -10,19 +10,28 @@ built-in ones are registered by :mod:`stepcredit.rollout.builtin`, imported here
 """
 
 import stepcredit.rollout.builtin  # noqa: F401  (registers flat, tree, tools, tools_tree)
-from stepcredit.rollout.batching import finish_batch, left_pad, render_prompts, sampling_logprobs_exact
+from stepcredit.rollout.batching import (
+    finish_batch,
+    generation_spec,
+    left_pad,
+    render_prompts,
+    sampling_logprobs_exact,
+)
+from stepcredit.rollout.engines import GenerationSpec
 from stepcredit.rollout.flat_mode import generate
 from stepcredit.rollout.modes import ROLLOUT_MODES, RolloutModeSpec, RolloutRequest, check_config
 from stepcredit.rollout.tool_context import ToolContext
 
 __all__ = [
     "ROLLOUT_MODES",
+    "GenerationSpec",
     "RolloutModeSpec",
     "RolloutRequest",
     "ToolContext",
     "check_config",
     "finish_batch",
     "generate",
+    "generation_spec",
     "left_pad",
     "render_prompts",
     "sampling_logprobs_exact",

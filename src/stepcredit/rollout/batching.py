@@ -1,6 +1,6 @@
 """What every engine shares: prompts rendered and left-padded, and a batch built from sampled responses
-(masks, texts, truncation flags, the behaviour log-prob pass). Also the Hugging Face engine's batch
-generation (our own decode loop, :mod:`stepcredit.rollout.sampling`).
+(masks, texts, truncation flags, the behaviour log-prob pass), and the one batch generation every engine
+uses, built on its ``sample`` (:func:`generate_batch`).
 
 ``generate`` returns a :class:`~stepcredit.types.Batch` with left-padded prompts, right-padded
 responses (eos included, so the policy learns to stop), response masks, truncation flags and the
@@ -12,13 +12,16 @@ own logits where they equal that pass's to float rounding (``logprobs_from_sampl
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stepcredit.models import token_logprobs
-from stepcredit.rollout.sampling import decode, row_key
+from stepcredit.rollout.engines.api import Engine, GenerationSpec, as_tensor_rows, left_pad
 from stepcredit.types import Batch, RolloutCache, Sample
+
+if TYPE_CHECKING:
+    from stepcredit.config import RolloutConfig
 
 
 def render_prompts(tok: Any, samples: list[Sample]) -> list[list[int]]:
@@ -30,132 +33,96 @@ def render_prompts(tok: Any, samples: list[Sample]) -> list[list[int]]:
     return out
 
 
-def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    P = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), P), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), P), dtype=torch.bool)
-    for i, s in enumerate(seqs):
-        if s:
-            ids[i, P - len(s) :] = torch.tensor(s, dtype=torch.long)
-            mask[i, P - len(s) :] = True
-    return ids, mask
-
-
 @torch.no_grad()
-def hf_generate(
+def generate_batch(
+    engine: Engine,
     model: Any,
     tok: Any,
     samples: list[Sample],
+    spec: GenerationSpec,
     *,
-    n: int,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    group_offset: int = 0,
-    with_logprobs: bool = True,
-    policy_version: int = 0,
-    keep_cache: bool = False,
-    logprobs_from_sampling: bool = False,
     times: dict[str, float] | None = None,
-    row_seeds: list[int] | None = None,
 ) -> Batch:
-    """Sample ``n`` responses per prompt (greedy when ``temperature == 0``).
+    """The batch of ``spec.n`` responses per prompt, sampled by ``engine`` (:meth:`Engine.sample`, the
+    one primitive every engine has), with the behaviour log-prob pass of :func:`finish_batch`.
 
-    Responses of prompt ``i`` get group id ``group_offset + i``. Runs under ``torch.no_grad`` (not
-    inference mode: its tensors would break the later backward pass). ``with_logprobs=False`` skips the
-    behaviour log-prob pass (``behaviour_logp_BT`` is then None). ``keep_cache``: the behaviour
-    log-prob pass keeps its KV cache in ``batch.kv_cache`` (a :class:`~stepcredit.types.RolloutCache`)
-    so the process stage values prefixes without running the responses through the model again.
-    Generation runs on the model's device; the returned batch is on the CPU (the cache stays on the device).
-    ``logprobs_from_sampling``: the behaviour log-probs are those the sampling loop computed from its own
-    logits, with no pass of their own, where that is the training pass's distribution to float rounding
-    (:func:`sampling_logprobs_exact`; else, or with ``keep_cache``, the pass runs). ``times`` (a dict)
-    gets ``time/behaviour_logp_s``, the behaviour log-probs' own cost. ``row_seeds`` (one per prompt):
-    response j of prompt i draws from its own random stream, keyed (row_seeds[i], j)
-    (:func:`stepcredit.rollout.sampling.row_key`), so its tokens depend on nothing else in the batch.
-    """
+    Where the engine runs the trainer's own float32 model and ``spec.logprobs_from_sampling`` asks for
+    it, the sampling loop's log-probs are the behaviour log-probs and the pass is skipped
+    (:func:`sampling_logprobs_exact`); an external engine's log-probs (vLLM) are kept beside the
+    trainer's as ``engine_logp_BT``. Runs under ``torch.no_grad`` (not inference mode: its tensors would
+    break the later backward pass); the batch is on the CPU, its cache on the model's device.
+    ``times`` (a dict) gets ``time/behaviour_logp_s``, the behaviour log-probs' own cost."""
     was_training = model.training
     model.eval()
-    prompt_ids = render_prompts(tok, samples)
-    p_ids, p_mask = left_pad(prompt_ids, tok.pad_token_id)
-    dev = next(model.parameters()).device
-    p_ids = p_ids.repeat_interleave(n, dim=0).to(dev)
-    p_mask = p_mask.repeat_interleave(n, dim=0).to(dev)
+    prompts = render_prompts(tok, samples)
     from_sampling = (
-        with_logprobs and logprobs_from_sampling and not keep_cache and sampling_logprobs_exact(model)
+        not engine.external
+        and spec.with_logprobs
+        and spec.logprobs_from_sampling
+        and not spec.keep_cache
+        and sampling_logprobs_exact(model)
     )
-    sampled_BT = (
-        torch.zeros((len(p_ids), max_new_tokens), dtype=torch.float32, device=dev) if from_sampling else None
-    )
-    keys_B = None
-    if row_seeds is not None:
-        if len(row_seeds) != len(samples):
-            raise ValueError(f"row_seeds: {len(row_seeds)} seeds for {len(samples)} prompts")
-        keys_B = torch.tensor([row_key(s, j) for s in row_seeds for j in range(n)], dtype=torch.long)
+    engine_logp = engine.external and spec.temperature > 0  # vLLM's own numbers, for truncated IS
+    comps = engine.sample(model, tok, prompts, spec.sampling(logprobs=from_sampling or engine_logp))
     t0 = time.perf_counter()
-    # our own sampling loop (rollout/sampling.py): model.generate's draws, without generating on for
-    # rows that have finished
-    resp = decode(
-        model,
-        p_ids,
-        p_mask,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        temperature=temperature,
-        top_p=top_p,
-        logp_BT=sampled_BT,
-        row_keys_B=keys_B,
-    )
-    t_decode = time.perf_counter() - t0
+    dev = next(model.parameters()).device
+    width = max(1, max(len(c.ids) for c in comps))
+    resp = as_tensor_rows([c.ids for c in comps], width, float(tok.pad_token_id)).long()
+    logp = as_tensor_rows([c.logprobs for c in comps], width, 0.0) if from_sampling or engine_logp else None
+    p_ids, p_mask = left_pad(prompts, tok.pad_token_id)
     out = finish_batch(
         model,
         tok,
         samples,
-        n=n,
-        p_ids=p_ids,
-        p_mask=p_mask,
-        resp=resp,
-        temperature=temperature,
-        group_offset=group_offset,
-        with_logprobs=with_logprobs,
-        policy_version=policy_version,
-        keep_cache=keep_cache,
-        sampled_logp_BT=sampled_BT,
+        spec,
+        p_ids=p_ids.repeat_interleave(spec.n, dim=0).to(dev),
+        p_mask=p_mask.repeat_interleave(spec.n, dim=0).to(dev),
+        resp=resp.to(dev),
+        sampled_logp_BT=logp.to(dev) if from_sampling and logp is not None else None,
+        engine_logp_BT=logp if engine_logp else None,
     )
-    if times is not None and with_logprobs:
+    if times is not None and spec.with_logprobs:
         # the pass's cost; log-probs from sampling are counted in the sampling loop (their share is small)
-        times["time/behaviour_logp_s"] = 0.0 if from_sampling else time.perf_counter() - t0 - t_decode
+        times["time/behaviour_logp_s"] = 0.0 if from_sampling else time.perf_counter() - t0
     if was_training:
         model.train()
     return out
+
+
+def generation_spec(cfg: RolloutConfig, **fields: Any) -> GenerationSpec:
+    """The generation the rollout settings ask for (``rollout.n``, ``max_new_tokens``, ``temperature``,
+    ``top_p``, ``logprobs_from_sampling``), with ``fields`` (``group_offset``, ...) set on top."""
+    return GenerationSpec(
+        n=cfg.n,
+        max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        logprobs_from_sampling=cfg.logprobs_from_sampling,
+        **fields,
+    )
 
 
 def finish_batch(
     model: Any,
     tok: Any,
     samples: list[Sample],
+    spec: GenerationSpec,
     *,
-    n: int,
     p_ids: torch.Tensor,
     p_mask: torch.Tensor,
     resp: torch.Tensor,
-    temperature: float,
-    group_offset: int,
-    with_logprobs: bool,
-    policy_version: int,
-    keep_cache: bool,
     sampled_logp_BT: torch.Tensor | None = None,
     engine_logp_BT: torch.Tensor | None = None,
 ) -> Batch:
     """The batch of sampled responses ``resp`` (``[B, T]``, each row cut at its first eos) to the
-    left-padded prompts ``p_ids`` (row b answers ``samples[b // n]``): masks, texts, truncation flags and,
-    with ``with_logprobs``, the behaviour log-prob pass (keeping its cache with ``keep_cache``), or the
+    left-padded prompts ``p_ids`` (row b answers ``samples[b // spec.n]``): masks, texts, truncation flags
+    and, with ``spec.with_logprobs``, the behaviour log-prob pass (keeping its cache with ``keep_cache``), or the
     sampling loop's log-probs ``sampled_logp_BT`` (``[B, >= T]``) in its place. ``engine_logp_BT``
     (``[B, >= T]``): an external engine's log-probs of the same tokens, kept beside the trainer's."""
+    n, with_logprobs, keep_cache = spec.n, spec.with_logprobs, spec.keep_cache
     dev = p_ids.device
     P = p_ids.shape[1]
-    greedy = temperature <= 0
+    greedy = spec.temperature <= 0
     B = resp.shape[0]
     if resp.shape[1] == 0:
         resp = torch.full((B, 1), tok.eos_token_id, dtype=torch.long, device=dev)
@@ -185,13 +152,13 @@ def finish_batch(
             torch.cat([p_ids, resp], dim=1),
             torch.cat([p_mask, mask], dim=1).long(),
             n_response=T,
-            temperature=temperature if not greedy else 1.0,
+            temperature=spec.temperature if not greedy else 1.0,
             cache_out=caches,
         )
         logp = torch.where(mask, logp, torch.zeros_like(logp))
     else:
         logp = None
-    group = torch.arange(len(samples), dtype=torch.long).repeat_interleave(n) + group_offset
+    group = torch.arange(len(samples), dtype=torch.long).repeat_interleave(n) + spec.group_offset
     return Batch(
         samples=[s for s in samples for _ in range(n)],
         group_B=group,
@@ -202,7 +169,7 @@ def finish_batch(
         behaviour_logp_BT=None if logp is None else logp.float().cpu(),
         texts=texts,
         truncated_B=truncated.cpu(),
-        policy_version=policy_version,
+        policy_version=spec.policy_version,
         kv_cache=RolloutCache(caches[0], (P - p_mask.sum(1)).tolist(), P + T) if caches else None,
         engine_logp_BT=(
             None

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from stepcredit.config import RolloutConfig
 from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
-from stepcredit.rollout.engines import installed
+from stepcredit.rollout.batching import generation_spec
+from stepcredit.rollout.engines import GenerationSpec, installed
 from stepcredit.rollout.tool_context import ToolContext
 from stepcredit.rollout.tree import BRANCH_RULES, Boundaries
 from stepcredit.types import Batch, Sample
@@ -52,6 +53,17 @@ class RolloutRequest:
     @property
     def sampling_temperature(self) -> float:
         return self.cfg.temperature if self.temperature is None else self.temperature
+
+    def generation(self) -> GenerationSpec:
+        """The batch generation this request asks for (``rollout.*`` with this request's group offset,
+        policy version, log-prob pass and cache), as the engines and ``finish_batch`` read it."""
+        return generation_spec(
+            self.cfg,
+            group_offset=self.group_offset,
+            policy_version=self.policy_version,
+            with_logprobs=self.with_logprobs,
+            keep_cache=self.keep_cache,
+        )
 
 
 class RolloutMode(Protocol):

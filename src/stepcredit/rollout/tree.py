@@ -161,10 +161,15 @@ def _sample(
         model,
         tok,
         contexts,
-        SamplingSpec(n=1, temperature=temperature, top_p=top_p, max_tokens=max(budgets)),
+        SamplingSpec(
+            n=1,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max(budgets),
+            logprobs=engine.external,
+            entropy=want_entropy,
+        ),
         budgets=budgets,
-        want_entropy=want_entropy,
-        want_logprobs=engine.external,
     )
     return [(c.ids, c.entropy, len(c.ids), c.logprobs) for c in comps]
 

@@ -242,15 +242,10 @@ def rows_batch(
         model,
         tok,
         samples,
-        n=request.cfg.n,
+        replace(request.generation(), temperature=request.sampling_temperature),
         p_ids=p_ids.to(dev),
         p_mask=p_mask.to(dev),
         resp=resp.to(dev),
-        temperature=request.sampling_temperature,
-        group_offset=request.group_offset,
-        with_logprobs=request.with_logprobs,
-        policy_version=request.policy_version,
-        keep_cache=request.keep_cache,
     )
     Tb = batch.response_ids_BT.shape[1]
     obs_BT = obs_BT[:, :Tb] & batch.response_mask_BT  # finish_batch cut at eos: nothing after it counts

@@ -24,12 +24,12 @@ from typing import Any
 import torch
 
 from stepcredit.advantages import ESTIMATORS, AdvantageInputs, compute_advantages
-from stepcredit.config import Config
+from stepcredit.config import Config, ProcessConfig
 from stepcredit.errors import UserError
 from stepcredit.process import VALUE_ESTIMATORS, ValueEstimatorSpec, prefix_request, process_channel
 from stepcredit.process.diagnostics import describe_episodes, prompt_ids
 from stepcredit.process.segment import token_char_spans, trace_observed
-from stepcredit.process.values import ToolContext
+from stepcredit.process.values import ToolContext, ValueContext, estimate
 from stepcredit.reward import Rewarder
 from stepcredit.rollout.tool_render import render_tool_prompts
 from stepcredit.tools import PARSERS, TOOLS
@@ -45,6 +45,39 @@ def value_unit(spec: ValueEstimatorSpec) -> str:
     if spec.needs_verifier:
         return "the verifier's score of the policy's continuations"
     return "mean log-probability per token of the gold answer forced after the prefix (nats, <= 0)"
+
+
+def credit_unit(cfg: ProcessConfig) -> str:
+    """The scale of the step credit column: V's units through the credit form, ``process.scale`` and
+    ``process.clip``."""
+    clip = f", clipped to [-{cfg.clip:g}, {cfg.clip:g}]" if cfg.clip > 0 else ""
+    last = "; the last episode pays 0 (process.last_episode=zero)" if cfg.zero_last else ""
+    return f"V's units (a change of V by the {cfg.credit} form) x process.scale {cfg.scale:g}{clip}{last}"
+
+
+def advantage_unit(cfg: Config) -> str:
+    """The scale of the advantage column, read from the estimator's registry entry and ``algorithm.*``.
+    explain values a group of one response, which has mean 0 and std 1 (verl's rule for a singleton
+    group, :func:`stepcredit.advantages.outcome.grpo_advantage_B`): its outcome part is R itself."""
+    a = cfg.algorithm
+    est = ESTIMATORS.get(a.advantage)
+    if est.needs_values:
+        return f"none: {a.advantage} needs a critic's values"
+    outcome = (
+        "(R - group mean) / group std" if a.norm_by_std else "R - group mean (algorithm.norm_by_std=false)"
+    )
+    alone = "in this group of one response mean 0 and std 1, so R itself"
+    if not est.token_level:
+        return f"one number per response, {outcome}: {alone}"
+    steps = (
+        "each step credit standardised over the group's steps ((c - mean) / std: units of that std)"
+        if est.process_std_normalised and a.norm_by_std
+        else "the step credits in c's units"
+    )
+    return (
+        f"per token, the outcome part {outcome} ({alone}) + process_weight {a.process_weight:g} x the sum, "
+        f"from the token's episode to the end, of {steps}"
+    )
 
 
 @dataclass(frozen=True)
@@ -103,6 +136,10 @@ class Explanation:
     """The response explained."""
     turns: int = 0
     """Turns of a response that called tools (its results + 1; each call ends a turn); 0 for a plain one."""
+    credit_unit: str = ""
+    """The scale of the step credit c (:func:`credit_unit`)."""
+    advantage_unit: str = ""
+    """The scale of the advantage A (:func:`advantage_unit`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the outcome's nan as None)."""
@@ -185,17 +222,7 @@ def explain(
     spec = VALUE_ESTIMATORS.get(pcfg.value_estimator)
     marks = trace_observed(r_ids, tok)  # a response given as text: its result blocks, read once
     ends, request = prefix_request(sample, p_ids, r_ids, tok, pcfg, marks)
-    verify = rewarder.verifier_fn()
-    was_training = bool(getattr(model, "training", False))
-    model.eval()
-    try:
-        with torch.no_grad():
-            values = spec(
-                model, tok, [request], pcfg, score_fn=verify if spec.needs_verifier else None, tools=tools
-            )[0]
-    finally:
-        if was_training:
-            model.train()
+    values = estimate(ValueContext(model, tok, [request], pcfg, rewarder.verifier_fn(), tools=tools))[0]
     result = rewarder.score_batch([sample], [response])[0]
     text, _ = token_char_spans(r_ids, tok)
     results = tool_results(text)
@@ -232,4 +259,6 @@ def explain(
         answer=answer,
         response=response,
         turns=len(results) + 1 if results else 0,
+        credit_unit=credit_unit(pcfg),
+        advantage_unit=advantage_unit(cfg),
     )

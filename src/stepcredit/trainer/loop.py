@@ -31,7 +31,7 @@ from stepcredit import advantages, losses, process, rollout
 from stepcredit.config import Config, to_dict
 from stepcredit.data.domains import build_data, check_routes
 from stepcredit.errors import ConfigError, UserError
-from stepcredit.models import load_policy, save_pretrained
+from stepcredit.models import save_pretrained
 from stepcredit.models.lora import merged_state_dict
 from stepcredit.process import VALUE_ESTIMATORS
 from stepcredit.process.domains import process_domains
@@ -41,7 +41,6 @@ from stepcredit.reward.run.failures import FailureLog
 from stepcredit.reward.run.health import CircuitBreaker, RewardBackendError, probe_routes
 from stepcredit.rollout import ROLLOUT_MODES, engines
 from stepcredit.rollout.sampling import row_key
-from stepcredit.rollout.tool_render import check_tool_template
 from stepcredit.runtime import set_threads
 from stepcredit.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from stepcredit.trainer.metrics import (
@@ -56,8 +55,9 @@ from stepcredit.trainer.progress import Progress, banner_lines, param_counts
 from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_context
 from stepcredit.trainer.sampling import step_stream
 from stepcredit.trainer.schedule import LR_SCHEDULES, short_run_warning
+from stepcredit.trainer.setup import engine_bound, load_model
 from stepcredit.trainer.sft import run_sft
-from stepcredit.trainer.state import TrainState, build_state, resolve_device
+from stepcredit.trainer.state import TrainState, build_state
 from stepcredit.trainer.update import Prepared, train_on, update
 from stepcredit.trainer.validate import is_correct, validate
 from stepcredit.types import Batch, RewardResult, Sample, Status
@@ -78,14 +78,42 @@ def train(cfg: Config, run_dir: Path, *, resume: Path | None = None) -> dict[str
         raise
 
 
+def _warm_up(
+    cfg: Config, run_dir: Path, model: Any, tok: Any, train_set: list[Sample], bar: Progress
+) -> dict[str, float]:
+    """Phase 1: supervised warm-up on the training prompts' solutions (results in the rollouts' own tokens
+    on a tools run), the SFT policy saved for ``eval`` and pushed to the engine; its time."""
+    t0 = time.perf_counter()
+    uses_tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
+    run_sft(
+        model,
+        tok,
+        train_set,
+        cfg.sft,
+        seed=cfg.trainer.seed,
+        on_step=bar.sft_step(cfg.sft.steps),
+        tools=cfg.rollout.tools if uses_tools else None,
+    )
+    if cfg.sft.steps > 0:
+        save_pretrained(model, tok, run_dir / "checkpoints" / "sft" / "model")
+    engines.sync(model)  # the SFT policy to the engine (validation generates with it)
+    return {"time/sft_s": time.perf_counter() - t0}
+
+
+def _maybe_save(cfg: Config, run_dir: Path, state: TrainState, pending: Rollout | None) -> None:
+    """A checkpoint every ``trainer.save_every`` steps and at the last one; the next step's batch when it
+    was generated ahead (one-step off-policy) is saved with it."""
+    step = state.step
+    if cfg.trainer.save_every > 0 and (step % cfg.trainer.save_every == 0 or step == _last_step(cfg, 0)):
+        ahead = {"pending": pending.batch.without_rewards() if pending is not None else None}
+        save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **ahead})
+
+
 def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool]) -> dict[str, Any]:
     # --- set-up: data, policy, rewards (a route no reward scores fails here, before any work)
     _start_run(cfg, run_dir)
     train_set, val_set, stream = build_data(cfg.data, seed=cfg.trainer.seed)
-    model, tok = load_policy(cfg.model, seed=cfg.trainer.seed)
-    if ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools:  # render=template, a template without tool turns
-        check_tool_template(tok, cfg.rollout.tools)
-    model.to(resolve_device(cfg.trainer.device))  # the reference, critic, rollout and values follow it
+    model, tok = load_model(cfg)  # on trainer.device: the reference, critic, rollout and values follow it
     ckpt = _resume_state(resume) if resume is not None else None
     with contextlib.ExitStack() as closing:
         rewarder = closing.enter_context(build_rewarder(cfg.reward))
@@ -101,10 +129,7 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
         history = ValHistory(run_dir, int(ckpt["step"]) if ckpt is not None else None)
         bar = closing.enter_context(contextlib.closing(Progress(cfg.trainer.steps, cfg.trainer.progress)))
         # the rollout engine (vLLM: built from the policy as it is now; it follows the weights from here)
-        engine = engines.build_engine(cfg, model, tok)
-        engines.bind(model, engine)
-        closing.callback(engines.unbind, model)
-        closing.callback(engine.close)
+        closing.enter_context(engine_bound(cfg, model, tok))
         state = build_state(cfg, model, tok, stream)
         domains = process_domains(cfg.process, train_set) if cfg.process.enabled else frozenset()
         process.check_data(cfg.process, train_set, domains)
@@ -115,23 +140,8 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
 
         # --- phase 1: supervised warm-up; the reference model is the SFT policy, saved for `eval`
         if ckpt is None:
-            t0 = time.perf_counter()
-            run_sft(
-                model,
-                tok,
-                train_set,
-                cfg.sft,
-                seed=cfg.trainer.seed,
-                on_step=bar.sft_step(cfg.sft.steps),
-                # results in the rollouts' own tokens
-                tools=cfg.rollout.tools if ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools else None,
-            )
-            if cfg.sft.steps > 0:
-                save_pretrained(model, tok, run_dir / "checkpoints" / "sft" / "model")
-            engines.sync(model)  # the SFT policy to the engine (validation below generates with it)
-            log_row(
-                log, bar, {"step": 0, "phase": "sft", "time/sft_s": time.perf_counter() - t0, **validation(0)}
-            )
+            sft = _warm_up(cfg, run_dir, model, tok, train_set, bar)
+            log_row(log, bar, {"step": 0, "phase": "sft", **sft, **validation(0)})
         else:
             state.load_state_dict(ckpt)
             engines.sync(model)  # the checkpoint's weights to the engine
@@ -182,12 +192,7 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
             log_row(log, bar, last, t_step)
             if cfg.trainer.generations_every > 0 and step % cfg.trainer.generations_every == 0:
                 log.log_samples(step, "train", _generations(arrived, cfg.trainer.generations_to_log))
-            if cfg.trainer.save_every > 0 and (
-                step % cfg.trainer.save_every == 0 or step == _last_step(cfg, 0)
-            ):
-                # the next step's batch when it was generated ahead (one-step off-policy) is saved with it
-                ahead = {"pending": pending.batch.without_rewards() if pending is not None else None}
-                save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **ahead})
+            _maybe_save(cfg, run_dir, state, pending)
         state.export(run_dir / "checkpoints" / "final")
         summary = {
             **history.summary(),

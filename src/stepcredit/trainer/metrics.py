@@ -18,6 +18,7 @@ from stepcredit.config import TrainerConfig
 from stepcredit.data import WASTED_EPISODES
 from stepcredit.errors import ConfigError
 from stepcredit.reward import reward_metrics
+from stepcredit.stats import wilson_interval
 from stepcredit.types import Batch, RewardResult, Status
 
 
@@ -406,19 +407,6 @@ def _keys(rows: list[dict[str, Any]]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ did RL help?
-def wilson_interval(k: int, n: int, *, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a binomial proportion k/n (Wilson 1927; 95 % at z = 1.96):
-    ``(p + z²/2n ± z sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)``. Unlike p ± z sqrt(p(1-p)/n) it stays
-    inside [0, 1] and does not collapse to a point at k = 0 or k = n."""
-    if n <= 0:
-        return (float("nan"), float("nan"))
-    p = k / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
 def mcnemar_exact_p(b: int, c: int) -> float:
     """Two-sided exact McNemar test: ``b`` prompts right before and wrong after, ``c`` the reverse.
     Under "no change" each discordant prompt flips either way with probability 1/2, so
@@ -472,7 +460,7 @@ class ValHistory:
 
         def point(r: dict[str, Any]) -> dict[str, Any]:
             k, n = sum(r["correct"]), len(r["correct"])
-            lo, hi = wilson_interval(k, n)
+            lo, hi = wilson_interval(k / n if n else 0.0, n)
             return {"step": r["step"], "accuracy": k / n if n else float("nan"), "n": n, "ci95": [lo, hi]}
 
         final = self.rows[-1]

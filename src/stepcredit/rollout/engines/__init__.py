@@ -9,13 +9,11 @@ An engine is *bound* to the policy model once at set-up (:func:`bind`); every ge
 ``stepcredit eval``) asks :func:`engine_for` which engine serves the model it was given, so no stage
 branches on the engine's name and a model with no engine bound generates with ``hf``.
 
-An engine does two things:
-
-- ``generate(model, tok, samples, ...)``: the batch of ``n`` responses per prompt that the rollout
-  modes and validation use (the keyword arguments of :func:`stepcredit.rollout.generate`);
-- ``sample(model, tok, contexts, spec, ...)``: ``spec.n`` continuations of each token-id context,
-  the primitive under tree branches and value continuations (:class:`SamplingSpec`: n, temperature,
-  top-p, max tokens, stop strings, seed).
+An engine samples: ``sample(model, tok, contexts, spec, ...)`` gives ``spec.n`` continuations of each
+token-id context (:class:`SamplingSpec`: n, temperature, top-p, max tokens, stop strings, seed). Every
+generating stage is built on it: the batch of ``n`` responses per prompt that the rollout modes and
+validation use (:func:`stepcredit.rollout.generate`, one :class:`GenerationSpec`, the same code for every
+engine), tree branches, value continuations and tool turns.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from stepcredit.rollout.engines.api import (
     Completion,
     Engine,
     EngineSpec,
+    GenerationSpec,
     SamplingSpec,
     as_tensor_rows,
     cut_at_stop,
@@ -48,6 +47,7 @@ __all__ = [
     "Completion",
     "Engine",
     "EngineSpec",
+    "GenerationSpec",
     "SamplingSpec",
     "as_tensor_rows",
     "bind",

@@ -1,5 +1,5 @@
-"""What a rollout engine is: its sampling request and completion, its protocol, its registry entry, and
-the helpers every engine shares (weight fingerprints, stop strings, ragged rows)."""
+"""What a rollout engine is: its sampling and generation requests and its completion, its protocol, its registry entry, and
+the helpers every engine shares (weight fingerprints, stop strings, ragged and left-padded rows)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     import torch
 
     from stepcredit.config import Config
-    from stepcredit.types import Batch, Sample
 
 
 @dataclass(frozen=True)
@@ -36,10 +35,65 @@ class SamplingSpec:
     """One seed per context (overrides ``seed``): context i's continuations draw from a stream of their
     own (``hf``: keyed by (row_seeds[i], j) for continuation j; ``vllm``: a request seeded row_seeds[i]),
     so what one context samples does not depend on the others. Empty: ``seed``'s rule."""
+    logprobs: bool = False
+    """Report each sampled token's log-probability (:attr:`Completion.logprobs`)."""
+    entropy: bool = False
+    """Report each token's next-token entropy (:attr:`Completion.entropy`; an engine whose registry
+    entry says ``returns_entropy``)."""
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingSpec: n, max_tokens >= 1, temperature >= 0, 0 < top_p <= 1: {self}")
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """What a batch generation asks for (:func:`stepcredit.rollout.generate`): ``n`` responses per prompt,
+    how they are sampled, and what the batch carries beside them. Every engine reads it the same way."""
+
+    n: int = 1
+    """Responses per prompt (one group per prompt)."""
+    max_new_tokens: int = 64
+    """Length limit of a response (eos included when it stops)."""
+    temperature: float = 1.0
+    """Softmax temperature; 0 = greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (Holtzman et al. 2020)."""
+    group_offset: int = 0
+    """Responses to prompt ``i`` get group id ``group_offset + i``."""
+    with_logprobs: bool = True
+    """Compute the behaviour log-probs (False: ``behaviour_logp_BT`` is None)."""
+    policy_version: int = 0
+    """The policy version stamped on the batch (off-policy bookkeeping)."""
+    keep_cache: bool = False
+    """The behaviour log-prob pass keeps its KV cache in ``batch.kv_cache`` (the process stage continues
+    from it instead of running the responses through the model again)."""
+    row_seeds: tuple[int, ...] = ()
+    """One seed per prompt: prompt i's responses draw from random streams of their own (validation's
+    common random numbers: a row's tokens depend on its seed and the model alone); empty: the engine's
+    shared stream (:attr:`SamplingSpec.row_seeds`)."""
+    logprobs_from_sampling: bool = False
+    """The behaviour log-probs are the sampling loop's own, with no pass of their own, where those are the
+    training pass's distribution to float rounding (an engine that runs the trainer's model, float32;
+    else, or with ``keep_cache``, the pass runs)."""
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.max_new_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(
+                f"GenerationSpec: n, max_new_tokens >= 1, temperature >= 0, 0 < top_p <= 1: {self}"
+            )
+        object.__setattr__(self, "row_seeds", tuple(self.row_seeds))  # a list given: kept as a tuple
+
+    def sampling(self, *, logprobs: bool = False) -> SamplingSpec:
+        """The per-context sampling request of this generation (what :meth:`Engine.sample` takes)."""
+        return SamplingSpec(
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_new_tokens,
+            row_seeds=self.row_seeds,
+            logprobs=logprobs,
+        )
 
 
 @dataclass(frozen=True)
@@ -54,44 +108,23 @@ class Completion:
     """Per token, the entropy of the distribution it was drawn from (empty unless asked for)."""
 
 
+Contexts = Sequence[Sequence[int]]
+"""Token-id contexts to continue (a prompt, or a prompt and a prefix of a response)."""
+
+Budgets = Sequence[int] | None
+"""A token limit per context (None: ``spec.max_tokens`` for every one)."""
+
+
 class Engine(Protocol):
     """A generation backend (see the module docstring)."""
 
     external: bool
     """The engine holds its own copy of the weights (which must follow the trainer's), rather than
-    running the trainer's model."""
-
-    def generate(
-        self,
-        model: Any,
-        tok: Any,
-        samples: list[Sample],
-        *,
-        n: int,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        group_offset: int = 0,
-        with_logprobs: bool = True,
-        policy_version: int = 0,
-        keep_cache: bool = False,
-        logprobs_from_sampling: bool = False,
-        times: dict[str, float] | None = None,
-        row_seeds: list[int] | None = None,
-    ) -> Batch:
-        """The batch of :func:`stepcredit.rollout.generate` (its arguments, its meaning)."""
-        ...
+    running the trainer's model: its log-probs are kept beside the trainer's (``engine_logp_BT``), never
+    used as the behaviour log-probs."""
 
     def sample(
-        self,
-        model: Any,
-        tok: Any,
-        contexts: Sequence[Sequence[int]],
-        spec: SamplingSpec,
-        *,
-        budgets: Sequence[int] | None = None,
-        want_logprobs: bool = False,
-        want_entropy: bool = False,
+        self, model: Any, tok: Any, contexts: Contexts, spec: SamplingSpec, *, budgets: Budgets = None
     ) -> list[Completion]:
         """``spec.n`` completions per context, context-major (``len(contexts) * spec.n``); ``budgets``:
         a token limit per context (at most ``spec.max_tokens``)."""
@@ -160,3 +193,17 @@ def as_tensor_rows(rows: Sequence[Sequence[float]], width: int, fill: float) -> 
         if len(r):
             out[i, : len(r)] = torch.tensor(list(r), dtype=torch.float32)
     return out
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id rows as one left-padded ``[len(seqs), longest]`` id tensor and its bool mask."""
+    import torch
+
+    P = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), P), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), P), dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, P - len(s) :] = torch.tensor(list(s), dtype=torch.long)
+            mask[i, P - len(s) :] = True
+    return ids, mask

@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stepcredit.models.decode_step import DecodeOptions, decode_options
-from stepcredit.rollout.batching import hf_generate, left_pad
-from stepcredit.rollout.engines.api import Completion, SamplingSpec, cut_at_stop
+from stepcredit.rollout.engines.api import Budgets, Completion, Contexts, SamplingSpec, cut_at_stop, left_pad
 from stepcredit.rollout.sampling import decode, row_key
 
 if TYPE_CHECKING:
     from stepcredit.config import Config
-    from stepcredit.types import Batch, Sample
 
 
 @contextlib.contextmanager
@@ -41,29 +39,17 @@ class HFEngine:
     def __init__(self, options: DecodeOptions | None = None) -> None:
         self.options = options or DecodeOptions()
 
-    def generate(self, model: Any, tok: Any, samples: list[Sample], **kwargs: Any) -> Batch:
-        with decode_options(self.options):
-            return hf_generate(model, tok, samples, **kwargs)
-
     @torch.no_grad()
     def sample(
-        self,
-        model: Any,
-        tok: Any,
-        contexts: Sequence[Sequence[int]],
-        spec: SamplingSpec,
-        *,
-        budgets: Sequence[int] | None = None,
-        want_logprobs: bool = False,
-        want_entropy: bool = False,
+        self, model: Any, tok: Any, contexts: Contexts, spec: SamplingSpec, *, budgets: Budgets = None
     ) -> list[Completion]:
         rows = [list(c) for c in contexts for _ in range(spec.n)]
         limits = [min(b, spec.max_tokens) for b in budgets for _ in range(spec.n)] if budgets else None
         width = max(limits) if limits else spec.max_tokens
         dev = next(model.parameters()).device
         ids, mask = left_pad(rows, tok.pad_token_id)
-        ent = torch.zeros(len(rows), width, device=dev) if want_entropy else None
-        logp = torch.zeros(len(rows), width, dtype=torch.float32, device=dev) if want_logprobs else None
+        ent = torch.zeros(len(rows), width, device=dev) if spec.entropy else None
+        logp = torch.zeros(len(rows), width, dtype=torch.float32, device=dev) if spec.logprobs else None
         keys = None
         if spec.row_seeds:
             if len(spec.row_seeds) != len(contexts):

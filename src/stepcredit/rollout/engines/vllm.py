@@ -25,19 +25,23 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stepcredit.errors import ConfigError
-from stepcredit.rollout.batching import finish_batch, left_pad, render_prompts
-from stepcredit.rollout.engines.api import Completion, SamplingSpec, as_tensor_rows, cut_at_stop, fingerprint
+from stepcredit.rollout.engines.api import (
+    Budgets,
+    Completion,
+    Contexts,
+    SamplingSpec,
+    cut_at_stop,
+    fingerprint,
+)
 
 if TYPE_CHECKING:
     from stepcredit.config import Config
-    from stepcredit.types import Batch, Sample
 
 
 def _env_defaults(kv_cache_gib: int) -> None:
@@ -165,17 +169,9 @@ class VLLMEngine:
 
     # --------------------------------------------------------------------------------- sampling
     def sample(
-        self,
-        model: Any,
-        tok: Any,
-        contexts: Sequence[Sequence[int]],
-        spec: SamplingSpec,
-        *,
-        budgets: Sequence[int] | None = None,
-        want_logprobs: bool = False,
-        want_entropy: bool = False,
+        self, model: Any, tok: Any, contexts: Contexts, spec: SamplingSpec, *, budgets: Budgets = None
     ) -> list[Completion]:
-        if want_entropy:
+        if spec.entropy:
             raise ValueError("the vllm engine does not report token entropies (rollout.tree.branch_at)")
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -192,7 +188,7 @@ class VLLMEngine:
                 max_tokens=min(budgets[i], spec.max_tokens) if budgets else spec.max_tokens,
                 seed=(spec.row_seeds[i] if spec.row_seeds else seed + i) % 2**31,
                 stop_token_ids=[tok.eos_token_id],
-                logprobs=0 if want_logprobs else None,
+                logprobs=0 if spec.logprobs else None,
                 detokenize=False,
             )
             for i in range(len(contexts))
@@ -209,74 +205,8 @@ class VLLMEngine:
                 ids = ids[: cut_at_stop(ids, tok, spec.stop)]
                 logp = [next(iter(lp.values())).logprob for lp in o.logprobs or []][: len(ids)]
                 # vLLM: the sampled token's log-prob; -inf only where top-p removed it, which it cannot
-                result.append(Completion(ids, [float(x) for x in logp] if want_logprobs else []))
+                result.append(Completion(ids, [float(x) for x in logp] if spec.logprobs else []))
         return result
-
-    def generate(
-        self,
-        model: Any,
-        tok: Any,
-        samples: list[Sample],
-        *,
-        n: int,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        group_offset: int = 0,
-        with_logprobs: bool = True,
-        policy_version: int = 0,
-        keep_cache: bool = False,
-        logprobs_from_sampling: bool = False,
-        times: dict[str, float] | None = None,
-        row_seeds: list[int] | None = None,
-    ) -> Batch:
-        """:func:`stepcredit.rollout.generate` with vLLM sampling: the batch carries vLLM's log-probs
-        (``engine_logp_BT``) and, with ``with_logprobs``, the trainer's own pass over the same tokens
-        as its behaviour log-probs (the pass also keeps its cache for the process stage with
-        ``keep_cache``). ``logprobs_from_sampling`` does not apply: vLLM's numbers are not the trainer's."""
-        prompts = render_prompts(tok, samples)
-        comps = self.sample(
-            model,
-            tok,
-            prompts,
-            SamplingSpec(
-                n=n,
-                temperature=temperature,
-                top_p=top_p,
-                max_tokens=max_new_tokens,
-                row_seeds=tuple(row_seeds or ()),  # one request seed per prompt: a stream of its own
-            ),
-            want_logprobs=temperature > 0,
-        )
-        t0 = time.perf_counter()
-        dev = next(model.parameters()).device
-        width = max(1, max(len(c.ids) for c in comps))
-        resp = as_tensor_rows([c.ids for c in comps], width, float(tok.pad_token_id)).long()
-        engine_logp = as_tensor_rows([c.logprobs for c in comps], width, 0.0) if temperature > 0 else None
-        p_ids, p_mask = left_pad(prompts, tok.pad_token_id)
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            out = finish_batch(
-                model,
-                tok,
-                samples,
-                n=n,
-                p_ids=p_ids.repeat_interleave(n, dim=0).to(dev),
-                p_mask=p_mask.repeat_interleave(n, dim=0).to(dev),
-                resp=resp.to(dev),
-                temperature=temperature,
-                group_offset=group_offset,
-                with_logprobs=with_logprobs,
-                policy_version=policy_version,
-                keep_cache=keep_cache,
-                engine_logp_BT=engine_logp,
-            )
-        if was_training:
-            model.train()
-        if times is not None and with_logprobs:
-            times["time/behaviour_logp_s"] = time.perf_counter() - t0
-        return out
 
 
 def build_vllm(cfg: Config, model: Any, tok: Any) -> VLLMEngine:

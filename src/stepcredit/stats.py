@@ -1,0 +1,63 @@
+"""The statistics the reports share: Wilson's interval of a rate, Spearman's rank correlation.
+
+Pure functions over plain numbers (no tensors): the probe's verdicts, ``train``'s closing summary and
+``sft``'s accuracy line read the same interval.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+
+class Interval(NamedTuple):
+    """A two-sided confidence interval (a pair: ``lo, hi = interval`` reads it too)."""
+
+    low: float
+    """Lower bound."""
+    high: float
+    """Upper bound."""
+
+
+def wilson_interval(rate: float, n: int, *, z: float = 1.96) -> Interval:
+    """Wilson's score interval for a binomial rate ``rate`` observed on ``n`` trials (Wilson 1927;
+    Brown, Cai and DasGupta 2001 recommend it over the normal interval for small n):
+
+        (p + z^2/2n -/+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
+
+    95 % at z = 1.96. Unlike p -/+ z sqrt(p(1-p)/n) it stays inside [0, 1] and does not collapse to a
+    point at 0 or 1. ``rate`` may be any value in [0, 1] (the probe counts a tie shared by m steps as
+    1/m of a hit); for k successes pass ``k / n``. No trials: (nan, nan)."""
+    if n <= 0:
+        return Interval(float("nan"), float("nan"))
+    denom = 1.0 + z * z / n
+    centre = (rate + z * z / (2 * n)) / denom
+    half = z * math.sqrt(max(rate * (1.0 - rate), 0.0) / n + z * z / (4 * n * n)) / denom
+    return Interval(max(0.0, centre - half), min(1.0, centre + half))
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties); nan for fewer than 2 points or no spread."""
+
+    def ranks(v: Sequence[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    if len(x) < 2:
+        return float("nan")
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else float("nan")
