@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import stepcredit.rollout as rollout_mode
+import stepcredit.rollout.flat_mode as rollout_mode
 import stepcredit.trainer.rollout as trainer_rollout
 from stepcredit.config import from_dict
 from stepcredit.trainer import train
@@ -71,9 +71,9 @@ def test_skipping_the_pass_trains_as_with_it(tmp_path: Path, monkeypatch: pytest
     calls: list[bool] = []
     real = rollout_mode.generate  # the flat rollout mode's generation
 
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        calls.append(bool(kwargs.get("with_logprobs", True)))
-        batch = real(*args, **kwargs)
+    def recording(model: Any, tok: Any, samples: Any, spec: Any = None, **kwargs: Any) -> Any:
+        calls.append(bool(spec.with_logprobs if spec is not None else kwargs.get("with_logprobs", True)))
+        batch = real(model, tok, samples, spec, **kwargs)
         assert (batch.behaviour_logp_BT is None) == (not calls[-1])
         return batch
 
