@@ -220,6 +220,10 @@ def _load_spy(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         return model, tok
 
     monkeypatch.setattr(models, "load_policy", spy)
+    # the one model set-up (trainer/setup.py) that eval and probe load through holds its own name
+    import stepcredit.trainer.setup as setup
+
+    monkeypatch.setattr(setup, "load_policy", spy)
     return loaded
 
 

@@ -4,36 +4,37 @@ by the process stage's continuations, counted by hand on a stub model and on a t
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from stepcredit.config import ProcessConfig
 from stepcredit.process.continuation import continuation_values
-from stepcredit.process.values import PrefixRequest, spending
+from stepcredit.process.values import PrefixRequest, ValueContext, spending
+from stepcredit.rollout import engines
+from stepcredit.rollout.engines import Completion
 from stepcredit.types import Sample
 
 EOS, PAD = 99, 0
 
 
 class StubModel(torch.nn.Module):
-    """``generate`` appends, to row r of a call, (r % 3) + 1 tokens (7s), eos, then padding."""
+    """A policy bound to itself as its rollout engine (every stage samples through the bound engine):
+    row r of a call (contexts x n, context-major) is (r % 3) + 1 tokens (7s) and an eos."""
 
     def __init__(self) -> None:
         super().__init__()
         self.w = torch.nn.Parameter(torch.zeros(1))
         self.calls: list[int] = []
+        engines.bind(self, self)  # type: ignore[arg-type]
 
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, **kw: Any) -> torch.Tensor:
-        B = input_ids.shape[0]
-        new = torch.full((B, max_new_tokens), PAD, dtype=torch.long)
-        for r in range(B):
-            n = r % 3 + 1
-            new[r, :n] = 7
-            new[r, n] = EOS
-        self.calls.append(B)
-        return torch.cat([input_ids, new], 1)
+    def sample(self, model: Any, tok: Any, contexts: Sequence[Sequence[int]], spec: Any, **_: Any) -> list:
+        rows = len(contexts) * spec.n
+        self.calls.append(rows)
+        return [Completion([7] * (r % 3 + 1) + [EOS]) for r in range(rows)]
 
 
 class StubTok:
@@ -56,11 +57,13 @@ def test_continuation_tokens_and_verifier_calls_by_hand() -> None:
         return [0.0] * len(texts)
 
     model = StubModel()
+    cfg = ProcessConfig(mc_max_new_tokens=8, mc_prefixes=0, max_tokens_per_forward=1 << 20)
+
+    def ctx(requests: list[PrefixRequest]) -> ValueContext:
+        return ValueContext(model=model, tokenizer=StubTok(), requests=requests, cfg=cfg, score_fn=score)
+
     with spending() as spent:
-        continuation_values(
-            model, StubTok(), [r0, r1], score, samples=1, greedy=True, temperature=1.0, max_new_tokens=8,
-            max_prefixes=0, max_tokens_per_forward=1 << 20,
-        )  # fmt: skip
+        continuation_values(ctx([r0, r1]), samples=1, greedy=True, temperature=1.0)
     # 4 distinct contexts in one call: [1 2], [1 2 10 11], [1 2 13], [1 2 13 14 15]; rows 0..3 append
     # 1, 2, 3, 1 tokens and an eos each: 2 + 3 + 4 + 2 = 11 generated tokens (padding not counted)
     assert model.calls == [4]
@@ -69,10 +72,7 @@ def test_continuation_tokens_and_verifier_calls_by_hand() -> None:
     # V_0 context serves both responses (2 texts), r0's V_1, r1's V_1 and V_2: 1 + 2 + 1 + 2 = 6
     assert scored == [6] and spent.verifier_calls == 6
     # outside a spending block nothing is counted (and nothing fails)
-    continuation_values(
-        model, StubTok(), [r0], score, samples=1, greedy=True, temperature=1.0, max_new_tokens=8,
-        max_prefixes=0, max_tokens_per_forward=1 << 20,
-    )  # fmt: skip
+    continuation_values(ctx([r0]), samples=1, greedy=True, temperature=1.0)
     assert spent.generated_tokens == 11
 
 
