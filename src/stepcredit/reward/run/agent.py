@@ -77,7 +77,7 @@ from stepcredit.reward.run.backends import (
     Timer,
     check_config,
 )
-from stepcredit.reward.run.pool import Outcome, failures
+from stepcredit.reward.run.chunks import Outcome, failures
 from stepcredit.reward.run.routing import Router, build_router, call_args
 from stepcredit.reward.run.tickets import LATENCY_WINDOW, Counters, Flight, Ticket, Unit, settle
 from stepcredit.types import Batch, RewardResult, Sample, Status
