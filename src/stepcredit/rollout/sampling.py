@@ -316,58 +316,23 @@ def _decode(
     mask_BW[:, :P] = prompt_mask_BP.long()
     # positions follow the mask, so left padding does not shift them (as generate does)
     next_pos_B = prompt_mask_BP.long().sum(dim=1)
-    pos_BP = (prompt_mask_BP.long().cumsum(-1) - 1).clamp(min=0)
-    # a GRPO group's rows share one prompt: each distinct prompt is run once, and its keys and values
-    # (and its next-token logits) are copied to its rows
-    shared = shared_prompts(prompt_ids_BP, prompt_mask_BP.bool())
-    first = shared[0] if shared is not None else slice(None)
-    rows_of = shared[1] if shared is not None else torch.arange(B, device=device)
-    step = None
-    static = None
-    # the bucketed prefill leaves its own buffer cache; a static step starts from the plain prefill's
-    bucketed = (
-        _bucketed_prefill(
-            model, prompt_ids_BP[first], mask_BW[first, :P], pos_BP[first], rows_of, P + max_new_tokens
-        )
-        if options.compile == "off"
-        else None
+    logits_BV, cache, step, static = _prefill(
+        model,
+        prompt_ids_BP,
+        prompt_mask_BP,
+        mask_BW,
+        capacity=P + max_new_tokens,
+        width=width,
+        options=options,
     )
-    if bucketed is not None:
-        logits_BV, cache = bucketed
-        step = fast_step(model)
-    else:
-        out = model(
-            input_ids=prompt_ids_BP[first],
-            attention_mask=mask_BW[first, :P],
-            position_ids=pos_BP[first],
-            use_cache=True,
-            **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}),
-        )
-        cache = out.past_key_values
-        logits_BV = out.logits[:, -1, :]
-        # the static cache keeps every row to the end (fixed shapes); otherwise finished rows are dropped
-        static = static_step(model, cache, rows_of, width, options)
-        if static is None:
-            if preallocate(cache, rows_of, P + max_new_tokens):
-                step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
-            elif shared is not None:
-                cache.batch_select_indices(rows_of)
-        logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     rows = torch.arange(B, device=device)  # the original row of each active row
     done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
     T = 0
     for t in range(max_new_tokens):
-        # a finished row that is still in the batch (until the next compaction) emits padding
-        keys_A = None if row_keys_B is None else row_keys_B.to(device)[rows]
-        tok_A = sample_next(logits_BV, temperature=temperature, top_p=top_p, keys_B=keys_A, t=t)
-        tok_A = tok_A.masked_fill(done_A, pad_token_id)
-        if entropy_BT is not None:
-            logp_AV = torch.log_softmax(logits_BV.float() / max(temperature, 1e-6), dim=-1)
-            entropy_BT[rows, t] = -(logp_AV.exp() * logp_AV).sum(-1).to(entropy_BT.dtype)
-        if logp_BT is not None:
-            z_AV = logits_BV.float() / (temperature if temperature > 0 else 1.0)
-            lp_A = z_AV.gather(1, tok_A.unsqueeze(1)).squeeze(1) - torch.logsumexp(z_AV, dim=-1)
-            logp_BT[rows, t] = lp_A.masked_fill(done_A, 0.0)
+        tok_A = _sample_token(
+            logits_BV, rows, done_A, t, temperature=temperature, top_p=top_p, pad_token_id=pad_token_id,
+            row_keys_B=row_keys_B, entropy_BT=entropy_BT, logp_BT=logp_BT,
+        )  # fmt: skip
         out_BT[rows, t] = tok_A
         T = t + 1
         done_A |= tok_A == eos_token_id
@@ -377,23 +342,124 @@ def _decode(
         if t == max_new_tokens - 1 or n_done == len(rows):
             break
         if static is None and n_done >= max(1, int(COMPACT_FRACTION * len(rows))):
-            idx = (~done_A).nonzero().squeeze(1)
-            rows, tok_A, next_pos_B, mask_BW = rows[idx], tok_A[idx], next_pos_B[idx], mask_BW[idx]
-            done_A = done_A[idx]
-            cache.batch_select_indices(idx)
-        mask_BW[:, P + t] = 1
-        if static is not None:
-            logits_BV = static(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW, P + t)
-        elif step is not None:
-            logits_BV = step(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW[:, : P + t + 1], cache)
-        else:
-            out = model(
-                input_ids=tok_A.unsqueeze(1),
-                attention_mask=mask_BW[:, : P + t + 1],
-                position_ids=next_pos_B.unsqueeze(1),
-                past_key_values=cache,
-                use_cache=True,
+            rows, tok_A, next_pos_B, mask_BW, done_A = _drop_finished(
+                cache, done_A, rows, tok_A, next_pos_B, mask_BW
             )
-            logits_BV = out.logits[:, -1, :]
+        mask_BW[:, P + t] = 1
+        logits_BV = _step_logits(model, cache, step, static, tok_A, next_pos_B, mask_BW, P + t)
         next_pos_B = next_pos_B + 1
     return out_BT[:, :T]
+
+
+def _prefill(
+    model: Any,
+    prompt_ids_BP: torch.Tensor,
+    prompt_mask_BP: torch.Tensor,
+    mask_BW: torch.Tensor,
+    *,
+    capacity: int,
+    width: int,
+    options: DecodeOptions,
+) -> tuple[torch.Tensor, Any, Any, Any]:
+    """The prompts' pass: (next-token logits ``[B, V]``, the cache, the fast token step or None, the
+    static step or None). At most one of the two steps is set; with neither, tokens run through
+    ``model(...)`` on the cache."""
+    B, P = prompt_ids_BP.shape
+    pos_BP = (prompt_mask_BP.long().cumsum(-1) - 1).clamp(min=0)
+    # a GRPO group's rows share one prompt: each distinct prompt is run once, and its keys and values
+    # (and its next-token logits) are copied to its rows
+    shared = shared_prompts(prompt_ids_BP, prompt_mask_BP.bool())
+    first = shared[0] if shared is not None else slice(None)
+    rows_of = shared[1] if shared is not None else torch.arange(B, device=prompt_ids_BP.device)
+    # the bucketed prefill leaves its own buffer cache; a static step starts from the plain prefill's
+    bucketed = (
+        _bucketed_prefill(model, prompt_ids_BP[first], mask_BW[first, :P], pos_BP[first], rows_of, capacity)
+        if options.compile == "off"
+        else None
+    )
+    if bucketed is not None:
+        logits_BV, cache = bucketed
+        return logits_BV, cache, fast_step(model), None
+    step = None
+    out = model(
+        input_ids=prompt_ids_BP[first],
+        attention_mask=mask_BW[first, :P],
+        position_ids=pos_BP[first],
+        use_cache=True,
+        **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}),
+    )
+    cache = out.past_key_values
+    logits_BV = out.logits[:, -1, :]
+    # the static cache keeps every row to the end (fixed shapes); otherwise finished rows are dropped
+    static = static_step(model, cache, rows_of, width, options)
+    if static is None:
+        if preallocate(cache, rows_of, capacity):
+            step = fast_step(model)  # a Llama model's token steps without transformers' per-call work
+        elif shared is not None:
+            cache.batch_select_indices(rows_of)
+    logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
+    return logits_BV, cache, step, static
+
+
+def _sample_token(
+    logits_AV: torch.Tensor,
+    rows: torch.Tensor,
+    done_A: torch.Tensor,
+    t: int,
+    *,
+    temperature: float,
+    top_p: float,
+    pad_token_id: int,
+    row_keys_B: torch.Tensor | None,
+    entropy_BT: torch.Tensor | None,
+    logp_BT: torch.Tensor | None,
+) -> torch.Tensor:
+    """The token at position ``t`` of each active row (original rows ``rows``), with its entropy and
+    log-probability written to the original rows of ``entropy_BT`` / ``logp_BT`` when given."""
+    # a finished row that is still in the batch (until the next compaction) emits padding
+    keys_A = None if row_keys_B is None else row_keys_B.to(rows.device)[rows]
+    tok_A = sample_next(logits_AV, temperature=temperature, top_p=top_p, keys_B=keys_A, t=t)
+    tok_A = tok_A.masked_fill(done_A, pad_token_id)
+    if entropy_BT is not None:
+        logp_AV = torch.log_softmax(logits_AV.float() / max(temperature, 1e-6), dim=-1)
+        entropy_BT[rows, t] = -(logp_AV.exp() * logp_AV).sum(-1).to(entropy_BT.dtype)
+    if logp_BT is not None:
+        z_AV = logits_AV.float() / (temperature if temperature > 0 else 1.0)
+        lp_A = z_AV.gather(1, tok_A.unsqueeze(1)).squeeze(1) - torch.logsumexp(z_AV, dim=-1)
+        logp_BT[rows, t] = lp_A.masked_fill(done_A, 0.0)
+    return tok_A
+
+
+def _drop_finished(cache: Any, done_A: torch.Tensor, *active: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows still running, taken out of each of ``active`` (per-row tensors) and of the KV cache, then
+    the all-False ``done_A`` of what remains: later steps spend nothing on finished rows."""
+    idx = (~done_A).nonzero().squeeze(1)
+    cache.batch_select_indices(idx)
+    return (*(x[idx] for x in active), done_A[idx])
+
+
+def _step_logits(
+    model: Any,
+    cache: Any,
+    step: Any,
+    static: Any,
+    tok_A: torch.Tensor,
+    next_pos_B: torch.Tensor,
+    mask_BW: torch.Tensor,
+    past: int,
+) -> torch.Tensor:
+    """One token step of every active row: the next-token logits after ``tok_A`` at ``next_pos_B``, the
+    mask's first ``past + 1`` columns visible (``past``: the positions before this token; the static
+    step takes the whole fixed-width mask)."""
+    if static is not None:
+        return static(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW, past)  # type: ignore[no-any-return]
+    if step is not None:
+        return step(tok_A.unsqueeze(1), next_pos_B.unsqueeze(1), mask_BW[:, : past + 1], cache)  # type: ignore[no-any-return]
+    out = model(
+        input_ids=tok_A.unsqueeze(1),
+        attention_mask=mask_BW[:, : past + 1],
+        position_ids=next_pos_B.unsqueeze(1),
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return out.logits[:, -1, :]  # type: ignore[no-any-return]

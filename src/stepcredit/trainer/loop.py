@@ -20,6 +20,8 @@ import random
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,7 @@ from stepcredit.models import save_pretrained
 from stepcredit.models.lora import merged_state_dict
 from stepcredit.process import VALUE_ESTIMATORS
 from stepcredit.process.domains import process_domains
-from stepcredit.reward import Rewarder, build_agent, build_rewarder, shaping
+from stepcredit.reward import RewardAgent, Rewarder, build_agent, build_rewarder, shaping
 from stepcredit.reward.run import backends
 from stepcredit.reward.run.failures import FailureLog
 from stepcredit.reward.run.health import CircuitBreaker, RewardBackendError, probe_routes
@@ -109,45 +111,88 @@ def _maybe_save(cfg: Config, run_dir: Path, state: TrainState, pending: Rollout 
         save_checkpoint(run_dir / "checkpoints", step, {**state.state_dict(), **ahead})
 
 
-def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool]) -> dict[str, Any]:
-    # --- set-up: data, policy, rewards (a route no reward scores fails here, before any work)
+@dataclass(frozen=True)
+class _Run:
+    """What the set-up hands the loop: the data and policy it starts from, and what each step calls."""
+
+    ckpt: dict[str, Any] | None  # the checkpoint resumed from, or None for a fresh run
+    train_set: list[Sample]
+    model: Any  # the policy as loaded (LoRA may wrap it: ``state.model``)
+    tok: Any
+    state: TrainState
+    agent: RewardAgent
+    breaker: CircuitBreaker
+    failures: FailureLog
+    log: MetricsLogger
+    history: ValHistory
+    bar: Progress
+    rollout_for: Callable[[int], Rollout]  # generate step t's batch and submit it to the agent
+    validation: Callable[[int], dict[str, float]]
+
+
+def _set_up(cfg: Config, run_dir: Path, resume: Path | None, closing: contextlib.ExitStack) -> _Run:
+    """Data, policy, rewards and the services a step calls, each closed by ``closing``; every start-up
+    check runs here (a route no reward scores, a broken backend, process data) and the banner is printed
+    last, once they all passed."""
     _start_run(cfg, run_dir)
     train_set, val_set, stream = build_data(cfg.data, seed=cfg.trainer.seed)
     model, tok = load_model(cfg)  # on trainer.device: the reference, critic, rollout and values follow it
     ckpt = _resume_state(resume) if resume is not None else None
+    rewarder = closing.enter_context(build_rewarder(cfg.reward))
+    check_routes(train_set + val_set, rewarder.route)
+    routes = probe_routes(rewarder, train_set + val_set)  # a broken backend (bwrap, judge) stops here
+    breaker = CircuitBreaker(cfg.reward.breaker)  # and one that breaks mid-run stops at its step
+    # every failed reward: printed once per distinct error, counted per step, kept in the run directory
+    failures = FailureLog(run_dir, warn=not cfg.reward.breaker.enabled)
+    agent = closing.enter_context(build_agent(cfg.reward, rewarder))
+    log = closing.enter_context(
+        contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg)))
+    )
+    history = ValHistory(run_dir, int(ckpt["step"]) if ckpt is not None else None)
+    bar = closing.enter_context(contextlib.closing(Progress(cfg.trainer.steps, cfg.trainer.progress)))
+    # the rollout engine (vLLM: built from the policy as it is now; it follows the weights from here)
+    closing.enter_context(engine_bound(cfg, model, tok))
+    state = build_state(cfg, model, tok, stream)
+    domains = process_domains(cfg.process, train_set) if cfg.process.enabled else frozenset()
+    process.check_data(cfg.process, train_set, domains)
+    rollout_for = functools.partial(rollout_and_submit, state, agent, rewarder, process_domains=domains)
+    validation = functools.partial(_validate, state, val_set, rewarder, log, history)
+    _announce(cfg, run_dir, model, sorted(routes), len(train_set), len(val_set))  # every check passed
+    return _Run(
+        ckpt,
+        train_set,
+        model,
+        tok,
+        state,
+        agent,
+        breaker,
+        failures,
+        log,
+        history,
+        bar,
+        rollout_for,
+        validation,
+    )
+
+
+def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool]) -> dict[str, Any]:
     with contextlib.ExitStack() as closing:
-        rewarder = closing.enter_context(build_rewarder(cfg.reward))
-        check_routes(train_set + val_set, rewarder.route)
-        routes = probe_routes(rewarder, train_set + val_set)  # a broken backend (bwrap, judge) stops here
-        breaker = CircuitBreaker(cfg.reward.breaker)  # and one that breaks mid-run stops at its step
-        # every failed reward: printed once per distinct error, counted per step, kept in the run directory
-        failures = FailureLog(run_dir, warn=not cfg.reward.breaker.enabled)
-        agent = closing.enter_context(build_agent(cfg.reward, rewarder))
-        log = closing.enter_context(
-            contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg)))
-        )
-        history = ValHistory(run_dir, int(ckpt["step"]) if ckpt is not None else None)
-        bar = closing.enter_context(contextlib.closing(Progress(cfg.trainer.steps, cfg.trainer.progress)))
-        # the rollout engine (vLLM: built from the policy as it is now; it follows the weights from here)
-        closing.enter_context(engine_bound(cfg, model, tok))
-        state = build_state(cfg, model, tok, stream)
-        domains = process_domains(cfg.process, train_set) if cfg.process.enabled else frozenset()
-        process.check_data(cfg.process, train_set, domains)
-        rollout_for = functools.partial(rollout_and_submit, state, agent, rewarder, process_domains=domains)
-        validation = functools.partial(_validate, state, val_set, rewarder, log, history)
-        _announce(cfg, run_dir, model, sorted(routes), len(train_set), len(val_set))  # every check passed
+        # --- set-up: data, policy, rewards (a route no reward scores fails here, before any work)
+        run = _set_up(cfg, run_dir, resume, closing)
         started[0] = True
+        ckpt, state, agent, log, bar = run.ckpt, run.state, run.agent, run.log, run.bar
+        rollout_for, validation = run.rollout_for, run.validation
 
         # --- phase 1: supervised warm-up; the reference model is the SFT policy, saved for `eval`
         if ckpt is None:
-            sft = _warm_up(cfg, run_dir, model, tok, train_set, bar)
+            sft = _warm_up(cfg, run_dir, run.model, run.tok, run.train_set, bar)
             log_row(log, bar, {"step": 0, "phase": "sft", **sft, **validation(0)})
         else:
             state.load_state_dict(ckpt)
-            engines.sync(model)  # the checkpoint's weights to the engine
+            engines.sync(run.model)  # the checkpoint's weights to the engine
         state.start_rl(ckpt)
-        if state.model is not model:  # LoRA wrapped the policy: its engine serves it, adapters merged
-            engines.follow(model, state.model, functools.partial(merged_state_dict, state.model))
+        if state.model is not run.model:  # LoRA wrapped the policy: its engine serves it, adapters merged
+            engines.follow(run.model, state.model, functools.partial(merged_state_dict, state.model))
             closing.callback(engines.unbind, state.model)
         pending = (
             Rollout(ckpt["pending"], agent.submit(ckpt["pending"])) if ckpt and ckpt["pending"] else None
@@ -180,10 +225,10 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
                     counts.add(update(state, p, train_policy=train_policy))
             state.step = step
             last = _step_row(state, current.batch, arrived, counts, prepared, agent.metrics(), t_step)
-            last.update(failures.record(*_scored(arrived), step=step))  # printed once, counted, kept
+            last.update(run.failures.record(*_scored(arrived), step=step))  # printed once, counted, kept
             last["optim/lr"] = state.opt.param_groups[0]["lr"]
             try:
-                breaker.update([r for b in arrived for r in b.rewards or []], step=step)
+                run.breaker.update([r for b in arrived for r in b.rewards or []], step=step)
             except RewardBackendError:
                 log_row(log, bar, last, t_step)  # the step that stops the run is shown and logged first
                 raise
@@ -195,9 +240,9 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
             _maybe_save(cfg, run_dir, state, pending)
         state.export(run_dir / "checkpoints" / "final")
         summary = {
-            **history.summary(),
+            **run.history.summary(),
             "params": param_counts(state.model),
-            "reward_failures": failures.summary(),
+            "reward_failures": run.failures.summary(),
         }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_curves(run_dir)

@@ -62,11 +62,8 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from typing import Any
-
-import numpy as np
 
 from stepcredit.config import RewardConfig
 from stepcredit.errors import UserError
@@ -80,12 +77,13 @@ from stepcredit.reward.run.backends import (
     Timer,
     check_config,
 )
-from stepcredit.reward.run.pool import Outcome, failures
-from stepcredit.reward.run.routing import Route, Router, build_router, call_args
+from stepcredit.reward.run.chunks import Outcome, failures
+from stepcredit.reward.run.routing import Router, build_router, call_args
+from stepcredit.reward.run.tickets import LATENCY_WINDOW, Counters, Flight, Ticket, Unit, settle
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
-LATENCY_WINDOW = 10_000
-"""Latencies kept per source for the percentiles of :meth:`RewardAgent.metrics`."""
+__all__ = ["EMA", "LATENCY_WINDOW", "PROBE_CHUNK", "RewardAgent", "RewardBackendError", "Ticket"]
+
 PROBE_CHUNK = 4
 """Chunk size for a function whose per-sample time has not been measured yet."""
 EMA = 0.3
@@ -94,68 +92,6 @@ EMA = 0.3
 
 class RewardBackendError(UserError):
     """A submitted batch was not fully scored within ``reward.agent.deadline_s``: the backend is stuck or dead."""
-
-
-@dataclass(eq=False)
-class Ticket:
-    """A submitted batch: what :meth:`RewardAgent.get` and :meth:`RewardAgent.stream` pull from."""
-
-    id: int
-    samples: Sequence[Sample]
-    texts: Sequence[str]
-    keys: list[Hashable]
-    """Group key per index (``group_B``, else the sample's ``uid``)."""
-    batch: Batch | None = None
-    results: list[RewardResult | None] = field(default_factory=list)
-    """Per index, filled as scored (final, post-processed values once its group is released)."""
-    routes: list[Route | None] = field(default_factory=list)
-    attempts: list[int] = field(default_factory=list)
-    """Per index, failed attempts retried so far."""
-    resubmits: list[int] = field(default_factory=list)
-    """Per index, times re-submitted after its worker died."""
-    groups: dict[Hashable, list[int]] = field(default_factory=dict)
-    remaining: dict[Hashable, int] = field(default_factory=dict)
-    ready: deque[list[int]] = field(default_factory=deque)
-    """Released groups not yet pulled, in completion order."""
-    released: int = 0
-    taken: int = 0
-    submitted_at: float = 0.0
-    error: Exception | None = None
-    finished: cf.Future[None] = field(default_factory=cf.Future)
-    """Done once every group is released or the batch failed (``get`` then returns or raises at once):
-    what asyncio callers await."""
-
-    @property
-    def n(self) -> int:
-        return len(self.samples)
-
-    @property
-    def done(self) -> bool:
-        """Every group released (not necessarily pulled)."""
-        return self.released == self.n
-
-
-@dataclass(eq=False)
-class _Unit:
-    """Queued work: indices of one ticket and one route, in group order."""
-
-    ticket: Ticket
-    route: Route
-    idx: list[int]
-    fixed: bool = False
-    """Sent as it is (a batched call's whole groups, a remote scorer's sub-batch), never merged or cut."""
-    scorer: bool = False
-    local: bool = False
-    """Runs on the in-process backend (``isolate=False``)."""
-    solo: bool = False
-    """Run one sample per chunk (its chunk timed out as a whole: the culprit is unknown)."""
-
-
-@dataclass(eq=False)
-class _Flight:
-    unit: _Unit
-    idx: list[int]
-    sent_at: float
 
 
 class RewardAgent:
@@ -175,10 +111,10 @@ class RewardAgent:
         self.concurrency = a.max_concurrency or self.spec.default_concurrency or self.cfg.workers
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._queue: deque[_Unit] = deque()
+        self._queue: deque[Unit] = deque()
         self._queued = 0
         self._in_flight = 0
-        self._jobs: dict[int, _Flight] = {}
+        self._jobs: dict[int, Flight] = {}
         self._keys = itertools.count()
         self._tickets = itertools.count()
         self._open: set[Ticket] = set()
@@ -191,22 +127,7 @@ class RewardAgent:
         self._scorers = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="reward-agent-scorer")
         self._rng = random.Random(0)
         self._per_sample_s: dict[str, float] = {}
-        self._count: dict[str, int] = dict.fromkeys(
-            (
-                "submitted",
-                "completed",
-                "retries",
-                "timeouts",
-                "errors",
-                "resubmits",
-                "worker_deaths",
-                "chunks",
-            ),
-            0,
-        )
-        self._lat: dict[str, deque[float]] = {}
-        self._chunk_sizes: deque[int] = deque(maxlen=LATENCY_WINDOW)
-        self._window = (time.monotonic(), 0)  # (since, completed then): requests/s between metrics() calls
+        self._stats = Counters()
 
     # ------------------------------------------------------------------------------ backends
     def _event_loop(self) -> AsyncLoop:
@@ -263,47 +184,29 @@ class RewardAgent:
         if self._closed:
             raise RuntimeError("reward agent is closed")
         n = len(samples)
-        if group_B is not None:
-            gl = group_B.tolist() if hasattr(group_B, "tolist") else list(group_B)
-            if len(gl) != n:
-                raise ValueError(f"group_B has {len(gl)} entries for {n} samples")
-            keys: list[Hashable] = [int(g) for g in gl]
-        else:
-            keys = [s.uid or f"#{i}" for i, s in enumerate(samples)]
-        t = Ticket(next(self._tickets), samples, texts, keys, submitted_at=time.monotonic())
-        t.results = [None] * n
-        t.attempts = [0] * n
-        t.resubmits = [0] * n
-        for i, k in enumerate(keys):
-            t.groups.setdefault(k, []).append(i)
-        t.remaining = {k: len(v) for k, v in t.groups.items()}
-        if n == 0:
-            _settle(t.finished)
-
+        t = Ticket.open(next(self._tickets), samples, texts, group_B)
         plan = self.rewarder.plan(samples, texts)
         t.routes = plan.routes
-        units: list[_Unit] = []
+        units: list[Unit] = []
         local_scorers = []
         for entry, idx in plan.scorers:
             if entry.name in self._remote_scorers:
                 route = t.routes[idx[0]]
                 assert route is not None
                 size = self.cfg.agent.batch_size or self.cfg.agent.max_chunk
-                units += [
-                    _Unit(t, route, c, fixed=True, scorer=True) for c in self._group_chunks(t, idx, size)
-                ]
+                units += [Unit(t, route, c, fixed=True, scorer=True) for c in t.group_chunks(idx, size)]
             else:
                 local_scorers.append((entry, idx))
         for route, idx in plan.calls:
             local = not route.entry.isolate or route.entry.ref is None
             if self.rewarder.is_batched(route.entry):
-                chunks = self._group_chunks(t, idx, self.cfg.agent.batch_size)
-                units += [_Unit(t, route, c, fixed=True, local=local) for c in chunks]
+                chunks = t.group_chunks(idx, self.cfg.agent.batch_size)
+                units += [Unit(t, route, c, fixed=True, local=local) for c in chunks]
             else:
-                units += [_Unit(t, route, c, local=local) for c in self._group_chunks(t, idx, 1)]
+                units += [Unit(t, route, c, local=local) for c in t.group_chunks(idx, 1)]
         with self._lock:
             self._open.add(t)
-            self._count["submitted"] += n
+            self._stats.count["submitted"] += n
             self._queue.extend(units)
             self._queued += sum(len(u.idx) for u in units)
         for entry, idx in local_scorers:
@@ -312,23 +215,6 @@ class RewardAgent:
             self._record(t, [i for i, _ in plan.done], [r for _, r in plan.done])
         self._dispatch()
         return t
-
-    @staticmethod
-    def _group_chunks(t: Ticket, idx: list[int], size: int) -> list[list[int]]:
-        """``idx`` cut into runs of whole groups of about ``size`` samples (0 = one group each)."""
-        by_group: dict[Hashable, list[int]] = {}
-        for i in idx:
-            by_group.setdefault(t.keys[i], []).append(i)
-        chunks: list[list[int]] = []
-        cur: list[int] = []
-        for members in by_group.values():
-            if cur and (size == 0 or len(cur) + len(members) > size):
-                chunks.append(cur)
-                cur = []
-            cur.extend(members)
-        if cur:
-            chunks.append(cur)
-        return chunks
 
     def _run_scorer(self, t: Ticket, entry: Any, idx: list[int]) -> None:
         try:
@@ -341,7 +227,7 @@ class RewardAgent:
         self._record(t, idx, got)
 
     # ----------------------------------------------------------------------------- dispatch
-    def _chunk_size(self, unit: _Unit) -> int:
+    def _chunk_size(self, unit: Unit) -> int:
         a = self.cfg.agent
         if unit.solo or a.chunk_s <= 0 or not unit.route.entry.reruns:
             return 1  # a call that must not run twice runs alone: nothing of it is ever re-run
@@ -357,7 +243,7 @@ class RewardAgent:
             window = max(window, a.max_in_flight // 2)
         return max(1, min(size, a.max_chunk, share, window))
 
-    def _take_locked(self) -> tuple[_Unit, list[int]] | None:
+    def _take_locked(self) -> tuple[Unit, list[int]] | None:
         """The next chunk off the queue (merging queued units of the same ticket and route), or None."""
         room = self.cfg.agent.max_in_flight - self._in_flight
         while self._queue and room > 0:
@@ -409,9 +295,8 @@ class RewardAgent:
                 self._queued -= len(idx)
                 self._in_flight += len(idx)
                 key = next(self._keys)
-                self._jobs[key] = _Flight(unit, idx, time.monotonic())
-                self._count["chunks"] += 1
-                self._chunk_sizes.append(len(idx))
+                self._jobs[key] = Flight(unit, idx, time.monotonic())
+                self._stats.sent(len(idx))
             t, entry = unit.ticket, unit.route.entry
             if unit.scorer:
                 items = [(t.samples[i], t.texts[i]) for i in idx]
@@ -445,7 +330,7 @@ class RewardAgent:
         self._dispatch()
 
     def _settle_locked(
-        self, flight: _Flight, outcome: Outcome, retries: int, resubmits: int
+        self, flight: Flight, outcome: Outcome, retries: int, resubmits: int
     ) -> list[tuple[int, RewardResult]]:
         unit, t = flight.unit, flight.unit.ticket
         name = unit.route.entry.name
@@ -455,18 +340,18 @@ class RewardAgent:
             old = self._per_sample_s.get(name)
             self._per_sample_s[name] = per if old is None else (1 - EMA) * old + EMA * per
         if outcome.whole and unit.fixed and not unit.scorer:
-            groups = self._group_chunks(t, flight.idx, 0)
+            groups = t.group_chunks(flight.idx, 0)
             if len(groups) > 1:  # a batched call timed out: retry its groups one call each
                 for g in reversed(groups):
-                    self._queue.appendleft(_Unit(t, unit.route, g, fixed=True, local=unit.local))
+                    self._queue.appendleft(Unit(t, unit.route, g, fixed=True, local=unit.local))
                 self._queued += len(flight.idx)
                 return []
         if outcome.whole and not unit.fixed and len(flight.idx) > 1:
-            self._requeue_locked(_Unit(t, unit.route, list(flight.idx), local=unit.local, solo=True))
+            self._requeue_locked(Unit(t, unit.route, list(flight.idx), local=unit.local, solo=True))
             return []
         died = set(outcome.died)
         if died:
-            self._count["worker_deaths"] += 1
+            self._stats.count["worker_deaths"] += 1
         if not unit.route.entry.reruns:
             # at most once (a tool with side effects): a death or a failure is the call's result
             retries, resubmits = 0, 0
@@ -489,14 +374,14 @@ class RewardAgent:
                 r = late
             if pos in died and t.resubmits[i] < resubmits:
                 t.resubmits[i] += 1
-                self._count["resubmits"] += 1
+                self._stats.count["resubmits"] += 1
                 again.append(i)
             elif r is None:
                 again.append(i)  # it never ran to the end (a neighbour hung): it simply runs again
             elif r.status in (Status.ERROR, Status.TIMEOUT) and pos not in died and t.attempts[i] < retries:
                 self._note_locked(r)
                 t.attempts[i] += 1
-                self._count["retries"] += 1
+                self._stats.count["retries"] += 1
                 retry.append(i)
             else:
                 self._note_locked(r)
@@ -507,21 +392,21 @@ class RewardAgent:
                 final.append((i, r))
         if again:  # in flight already: it goes first; a worker death or a hang makes it run alone
             self._requeue_locked(
-                _Unit(t, unit.route, again, unit.fixed, unit.scorer, unit.local, solo=unit.solo or bool(died))
+                Unit(t, unit.route, again, unit.fixed, unit.scorer, unit.local, solo=unit.solo or bool(died))
             )
         if retry:
             attempt = max(t.attempts[i] for i in retry)
             delay = self._rng.uniform(0.0, self.cfg.agent.retry_backoff_s * 2 ** (attempt - 1))
             self._backoff += len(retry)
-            later = _Unit(t, unit.route, retry, unit.fixed, unit.scorer, unit.local, solo=unit.solo)
+            later = Unit(t, unit.route, retry, unit.fixed, unit.scorer, unit.local, solo=unit.solo)
             self._timer.schedule(time.monotonic() + delay, functools.partial(self._requeue, later))
         return final
 
-    def _requeue_locked(self, unit: _Unit) -> None:
+    def _requeue_locked(self, unit: Unit) -> None:
         self._queue.appendleft(unit)
         self._queued += len(unit.idx)
 
-    def _requeue(self, unit: _Unit) -> None:
+    def _requeue(self, unit: Unit) -> None:
         with self._lock:
             self._backoff -= len(unit.idx)
             if unit.ticket.error is None and not self._closed:
@@ -530,28 +415,15 @@ class RewardAgent:
 
     # ------------------------------------------------------------------------------ results
     def _note_locked(self, r: RewardResult) -> None:
-        self._count["timeouts"] += r.status == Status.TIMEOUT
-        self._count["errors"] += r.status in (Status.ERROR, Status.SANDBOX_ERROR)
-        lat = self._lat.get(r.source or "?")
-        if lat is None:
-            lat = self._lat[r.source or "?"] = deque(maxlen=LATENCY_WINDOW)
-        lat.append(r.latency_s)
+        self._stats.note(r)
 
     def _record(self, t: Ticket, idx: list[int], results: list[RewardResult]) -> None:
         """Store final results; a group whose last member arrived is finished and released."""
-        complete: list[Hashable] = []
         with self._lock:
             if t.error is not None:
                 return
-            for i, r in zip(idx, results, strict=True):
-                if t.results[i] is not None:  # pragma: no cover - one final answer per index
-                    continue
-                t.results[i] = r
-                k = t.keys[i]
-                t.remaining[k] -= 1
-                if t.remaining[k] == 0:
-                    complete.append(k)
-            self._count["completed"] += len(idx)
+            complete = t.store(idx, results)
+            self._stats.count["completed"] += len(idx)
         for k in complete:
             members = t.groups[k]
             try:
@@ -567,13 +439,10 @@ class RewardAgent:
                 msg = f"finishing the group failed: {type(e).__name__}: {e}"
                 out = failures(len(members), Status.ERROR, msg)
             with self._cond:
-                for i, r in zip(members, out, strict=True):
-                    t.results[i] = r
-                t.ready.append(list(members))
-                t.released += len(members)
+                t.release(members, out)
                 if t.done:
                     self._open.discard(t)
-                    _settle(t.finished)
+                    settle(t.finished)
                 self._cond.notify_all()
 
     # -------------------------------------------------------------------------------- pull
@@ -585,19 +454,9 @@ class RewardAgent:
         deadline = ticket.submitted_at + self.cfg.agent.deadline_s
         with self._cond:
             while True:
-                if ticket.error is not None:
-                    raise ticket.error
-                if ticket.taken == ticket.n:
-                    return [], []
-                avail = ticket.released - ticket.taken
-                if avail and (ticket.done or (k > 0 and avail >= k)):
-                    idx: list[int] = []
-                    while ticket.ready and (k <= 0 or len(idx) < k):
-                        idx.extend(ticket.ready.popleft())
-                    if k <= 0:
-                        idx.sort()
-                    ticket.taken += len(idx)
-                    return idx, [ticket.results[i] for i in idx]  # type: ignore[misc]
+                got = ticket.pull(k)
+                if got is not None:
+                    return got
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise self._expire_locked(ticket)
@@ -648,7 +507,7 @@ class RewardAgent:
         )
         t.error = err
         self._open.discard(t)
-        _settle(t.finished)
+        settle(t.finished)
         kept = deque(u for u in self._queue if u.ticket is not t)
         self._queued -= queued
         self._queue = kept
@@ -664,26 +523,13 @@ class RewardAgent:
         load on Ray)."""
         now = time.monotonic()
         with self._lock:
-            since, before = self._window
-            done = self._count["completed"]
-            self._window = (now, done)
-            sizes = np.asarray(self._chunk_sizes, dtype=float)
-            self._chunk_sizes.clear()
-            m = {
-                "agent/requests_per_s": (done - before) / max(now - since, 1e-9),
+            gauges = {
                 "agent/queue_depth": float(self._queued + self._backoff),
                 "agent/in_flight": float(self._in_flight),
                 "agent/open_batches": float(len(self._open)),
-                "agent/chunk_size_mean": float(sizes.mean()) if sizes.size else 0.0,
-                "agent/chunk_size_max": float(sizes.max()) if sizes.size else 0.0,
             }
-            m.update({f"agent/{k}": float(v) for k, v in self._count.items()})
-            lats = {s: np.asarray(v) for s, v in self._lat.items() if v}
-        for src, arr in sorted(lats.items()):
-            p50, p95, p99 = np.percentile(arr, [50, 95, 99])
-            m[f"agent/latency_p50_s/{src}"] = float(p50)
-            m[f"agent/latency_p95_s/{src}"] = float(p95)
-            m[f"agent/latency_p99_s/{src}"] = float(p99)
+            m, lats = self._stats.read(now, gauges)
+        m.update(Counters.percentiles(lats))
         for b in (self._local, self._backend):
             if b is not None:
                 m.update(b.stats())
@@ -699,7 +545,7 @@ class RewardAgent:
             self._closed = True
             for t in self._open:
                 t.error = RuntimeError("reward agent closed before the batch was scored")
-                _settle(t.finished)
+                settle(t.finished)
             self._open.clear()
             self._queue.clear()
             self._jobs.clear()
@@ -721,10 +567,3 @@ class RewardAgent:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _settle(fut: cf.Future[None]) -> None:
-    """Mark a ticket's ``finished`` future done (once, under the agent's lock; waiters then read the
-    ticket itself)."""
-    if not fut.done():
-        fut.set_result(None)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from stepcredit.config import RewardConfig
 from stepcredit.registry import Registry
 from stepcredit.reward.base import RewardFn
-from stepcredit.reward.run.pool import (
+from stepcredit.reward.run.chunks import (
     Outcome,
     failures,
 )

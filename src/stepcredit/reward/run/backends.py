@@ -5,7 +5,7 @@ The contract and the registry live in :mod:`.backend_api`; each backend in its o
 
 A backend receives :class:`Job` objects (one attempt of one chunk: several samples of one reward
 function, or one batched call) through ``submit`` and answers each exactly once through the agent's
-callback ``on_done(job, outcome)``, an :class:`~stepcredit.reward.run.pool.Outcome` holding one
+callback ``on_done(job, outcome)``, an :class:`~stepcredit.reward.run.chunks.Outcome` holding one
 result per item, or None for an item that did not run to the end (the agent queues it again). A
 backend never raises into the agent for a job: a failure is a typed result.
 

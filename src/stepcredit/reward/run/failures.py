@@ -1,7 +1,7 @@
 """Reward failures where the user looks: the terminal, the step line, the run directory, the breaker.
 
 A reward that raises becomes a result with status ``error`` and the exception in ``info`` (``message``:
-``"ValueError: ..."``, ``traceback``: its last frames; :func:`stepcredit.reward.run.pool.run_items`).
+``"ValueError: ..."``, ``traceback``: its last frames; :func:`stepcredit.reward.run.chunks.run_items`).
 The failure policy then masks it, which is right for the training maths and wrong for the person who
 wrote the function: without this module the exception is never shown. So:
 

@@ -17,7 +17,7 @@ from stepcredit.config import RewardConfig
 from stepcredit.errors import ConfigError
 from stepcredit.reward.base import REWARDS, FnRef, load_ref, ref_of
 from stepcredit.reward.run.backend_api import Backend, BackendArgs, Job, _timeouts, register_backend
-from stepcredit.reward.run.pool import (
+from stepcredit.reward.run.chunks import (
     Outcome,
     callable_of,
     decode,

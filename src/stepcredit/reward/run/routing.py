@@ -35,7 +35,7 @@ from stepcredit.reward.base import (
     parse_spec,
     resolve_source,
 )
-from stepcredit.reward.run.pool import callable_of
+from stepcredit.reward.run.chunks import callable_of
 from stepcredit.runtime import require
 from stepcredit.types import RewardResult, Sample, Status
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepcredit.reward.run.backend_api import Backend, BackendArgs, Handle, Job, _timeouts, register_backend
-from stepcredit.reward.run.pool import (
+from stepcredit.reward.run.chunks import (
     Outcome,
     Stop,
     failures,

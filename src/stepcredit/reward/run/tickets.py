@@ -1,0 +1,237 @@
+"""The reward agent's bookkeeping (:mod:`stepcredit.reward.run.agent`): a :class:`Ticket` per submitted
+batch (what it is owed: results per index, groups still open, groups released and not yet pulled) and
+the units of queued and in-flight work, and the counters behind :meth:`RewardAgent.metrics`. The agent
+holds its lock around every method here; nothing in this module locks, schedules or runs a reward.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stepcredit.reward.run.routing import Route
+from stepcredit.types import Batch, RewardResult, Sample, Status
+
+LATENCY_WINDOW = 10_000
+"""Latencies kept per source for the percentiles of :meth:`RewardAgent.metrics`."""
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A submitted batch: what :meth:`RewardAgent.get` and :meth:`RewardAgent.stream` pull from."""
+
+    id: int
+    samples: Sequence[Sample]
+    texts: Sequence[str]
+    keys: list[Hashable]
+    """Group key per index (``group_B``, else the sample's ``uid``)."""
+    batch: Batch | None = None
+    results: list[RewardResult | None] = field(default_factory=list)
+    """Per index, filled as scored (final, post-processed values once its group is released)."""
+    routes: list[Route | None] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    """Per index, failed attempts retried so far."""
+    resubmits: list[int] = field(default_factory=list)
+    """Per index, times re-submitted after its worker died."""
+    groups: dict[Hashable, list[int]] = field(default_factory=dict)
+    remaining: dict[Hashable, int] = field(default_factory=dict)
+    ready: deque[list[int]] = field(default_factory=deque)
+    """Released groups not yet pulled, in completion order."""
+    released: int = 0
+    taken: int = 0
+    submitted_at: float = 0.0
+    error: Exception | None = None
+    finished: cf.Future[None] = field(default_factory=cf.Future)
+    """Done once every group is released or the batch failed (``get`` then returns or raises at once):
+    what asyncio callers await."""
+
+    @classmethod
+    def open(
+        cls, ticket_id: int, samples: Sequence[Sample], texts: Sequence[str], group_B: Any = None
+    ) -> Ticket:
+        """A new ticket, its clock started: groups from ``group_B`` (ids per response), else by ``uid``."""
+        n = len(samples)
+        if group_B is not None:
+            gl = group_B.tolist() if hasattr(group_B, "tolist") else list(group_B)
+            if len(gl) != n:
+                raise ValueError(f"group_B has {len(gl)} entries for {n} samples")
+            keys: list[Hashable] = [int(g) for g in gl]
+        else:
+            keys = [s.uid or f"#{i}" for i, s in enumerate(samples)]
+        t = cls(ticket_id, samples, texts, keys, submitted_at=time.monotonic())
+        t.results = [None] * n
+        t.attempts = [0] * n
+        t.resubmits = [0] * n
+        for i, k in enumerate(keys):
+            t.groups.setdefault(k, []).append(i)
+        t.remaining = {k: len(v) for k, v in t.groups.items()}
+        if n == 0:
+            settle(t.finished)
+        return t
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @property
+    def done(self) -> bool:
+        """Every group released (not necessarily pulled)."""
+        return self.released == self.n
+
+    def group_chunks(self, idx: list[int], size: int) -> list[list[int]]:
+        """``idx`` cut into runs of whole groups of about ``size`` samples (0 = one group each)."""
+        by_group: dict[Hashable, list[int]] = {}
+        for i in idx:
+            by_group.setdefault(self.keys[i], []).append(i)
+        chunks: list[list[int]] = []
+        cur: list[int] = []
+        for members in by_group.values():
+            if cur and (size == 0 or len(cur) + len(members) > size):
+                chunks.append(cur)
+                cur = []
+            cur.extend(members)
+        if cur:
+            chunks.append(cur)
+        return chunks
+
+    def store(self, idx: list[int], results: list[RewardResult]) -> list[Hashable]:
+        """Store final results; returns the groups whose last member this brought (to be finished)."""
+        complete: list[Hashable] = []
+        for i, r in zip(idx, results, strict=True):
+            if self.results[i] is not None:  # pragma: no cover - one final answer per index
+                continue
+            self.results[i] = r
+            k = self.keys[i]
+            self.remaining[k] -= 1
+            if self.remaining[k] == 0:
+                complete.append(k)
+        return complete
+
+    def release(self, members: list[int], finished: list[RewardResult]) -> None:
+        """A finished group's post-processed results, ready to be pulled."""
+        for i, r in zip(members, finished, strict=True):
+            self.results[i] = r
+        self.ready.append(list(members))
+        self.released += len(members)
+
+    def pull(self, k: int) -> tuple[list[int], list[RewardResult]] | None:
+        """What :meth:`RewardAgent.get` returns now, or None to wait: ``k`` samples' worth of released
+        groups (all that remain once the batch is done; ``k <= 0``: the whole batch, in index order),
+        empty lists once every index has been pulled; raises the ticket's error."""
+        if self.error is not None:
+            raise self.error
+        if self.taken == self.n:
+            return [], []
+        avail = self.released - self.taken
+        if avail and (self.done or (k > 0 and avail >= k)):
+            idx: list[int] = []
+            while self.ready and (k <= 0 or len(idx) < k):
+                idx.extend(self.ready.popleft())
+            if k <= 0:
+                idx.sort()
+            self.taken += len(idx)
+            return idx, [self.results[i] for i in idx]  # type: ignore[misc]
+        return None
+
+
+@dataclass(eq=False)
+class Unit:
+    """Queued work: indices of one ticket and one route, in group order."""
+
+    ticket: Ticket
+    route: Route
+    idx: list[int]
+    fixed: bool = False
+    """Sent as it is (a batched call's whole groups, a remote scorer's sub-batch), never merged or cut."""
+    scorer: bool = False
+    local: bool = False
+    """Runs on the in-process backend (``isolate=False``)."""
+    solo: bool = False
+    """Run one sample per chunk (its chunk timed out as a whole: the culprit is unknown)."""
+
+
+@dataclass(eq=False)
+class Flight:
+    """A chunk with a backend: its unit, the indices sent and when."""
+
+    unit: Unit
+    idx: list[int]
+    sent_at: float
+
+
+def settle(fut: cf.Future[None]) -> None:
+    """Mark a ticket's ``finished`` future done (once, under the agent's lock; waiters then read the
+    ticket itself)."""
+    if not fut.done():
+        fut.set_result(None)
+
+
+class Counters:
+    """The agent's counts, latencies per source and chunk sizes, read (and the window restarted) by
+    :meth:`RewardAgent.metrics`."""
+
+    def __init__(self) -> None:
+        self.count: dict[str, int] = dict.fromkeys(
+            (
+                "submitted",
+                "completed",
+                "retries",
+                "timeouts",
+                "errors",
+                "resubmits",
+                "worker_deaths",
+                "chunks",
+            ),
+            0,
+        )
+        self.lat: dict[str, deque[float]] = {}
+        self.chunk_sizes: deque[int] = deque(maxlen=LATENCY_WINDOW)
+        self.window = (time.monotonic(), 0)  # (since, completed then): requests/s between metrics() calls
+
+    def note(self, r: RewardResult) -> None:
+        """A final (or retried) result: its status counted, its latency kept."""
+        self.count["timeouts"] += r.status == Status.TIMEOUT
+        self.count["errors"] += r.status in (Status.ERROR, Status.SANDBOX_ERROR)
+        lat = self.lat.get(r.source or "?")
+        if lat is None:
+            lat = self.lat[r.source or "?"] = deque(maxlen=LATENCY_WINDOW)
+        lat.append(r.latency_s)
+
+    def sent(self, size: int) -> None:
+        """A chunk of ``size`` samples went to a backend."""
+        self.count["chunks"] += 1
+        self.chunk_sizes.append(size)
+
+    def read(self, now: float, state: dict[str, float]) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        """The metrics since the last read (``state``, the agent's queue gauges, after the rate) and the
+        latencies per source; restarts the window and the chunk sizes."""
+        since, before = self.window
+        done = self.count["completed"]
+        self.window = (now, done)
+        sizes = np.asarray(self.chunk_sizes, dtype=float)
+        self.chunk_sizes.clear()
+        m = {
+            "agent/requests_per_s": (done - before) / max(now - since, 1e-9),
+            **state,
+            "agent/chunk_size_mean": float(sizes.mean()) if sizes.size else 0.0,
+            "agent/chunk_size_max": float(sizes.max()) if sizes.size else 0.0,
+        }
+        m.update({f"agent/{k}": float(v) for k, v in self.count.items()})
+        return m, {s: np.asarray(v) for s, v in self.lat.items() if v}
+
+    @staticmethod
+    def percentiles(lats: dict[str, np.ndarray]) -> dict[str, float]:
+        """Latency p50/p95/p99 per source (seconds)."""
+        m: dict[str, float] = {}
+        for src, arr in sorted(lats.items()):
+            p50, p95, p99 = np.percentile(arr, [50, 95, 99])
+            m[f"agent/latency_p50_s/{src}"] = float(p50)
+            m[f"agent/latency_p95_s/{src}"] = float(p95)
+            m[f"agent/latency_p99_s/{src}"] = float(p99)
+        return m
