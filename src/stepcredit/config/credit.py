@@ -120,6 +120,11 @@ class ProcessConfig:
         return self.last_episode == "zero"
 
     @property
+    def placebo_on(self) -> bool:
+        """The step credits are moved by a placebo (``placebo`` is not ``none``)."""
+        return self.placebo != "none"
+
+    @property
     def v0_from_group(self) -> bool:
         """V_0 is the leave-one-out mean reward of the group's other responses (``mc_v0=group``)."""
         return self.mc_v0 == "group"

@@ -50,6 +50,11 @@ class DecodeOptions:
     merge_lora: bool = True
     """Merge LoRA adapters into their base weights for the decode (``model.lora.merge_for_generation``)."""
 
+    @property
+    def compiled(self) -> bool:
+        """The token step runs compiled over a static KV cache (``compile`` is not ``off``)."""
+        return self.compile != "off"
+
 
 _OPTIONS: contextvars.ContextVar[DecodeOptions | None] = contextvars.ContextVar(
     "stepcredit_decode_options", default=None
@@ -278,7 +283,7 @@ def static_step(
     one :func:`llama_step` supports or the cache is not a plain full-attention ``DynamicCache``."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    if options.compile == "off" or not supports_llama_step(model):
+    if not options.compiled or not supports_llama_step(model):
         return None
     if not isinstance(cache, DynamicCache) or any(type(x) is not DynamicLayer for x in cache.layers):
         return None

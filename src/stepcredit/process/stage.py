@@ -184,7 +184,7 @@ def check_config(cfg: Config) -> None:
             f"config key process.treerl: TreeRL's credit needs a tree rollout's node values; "
             f"process.value_estimator={p.value_estimator} has none (use {having('from_outcomes')} with rollout.mode=tree or tools_tree)"
         )
-    if p.placebo != "none" and not p.enabled:
+    if p.placebo_on and not p.enabled:
         raise ConfigError(
             f"config key process.placebo: {p.placebo} moves step credits, and there are none without "
             "process.enabled=true"

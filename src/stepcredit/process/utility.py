@@ -216,7 +216,7 @@ def apply_placebo(credits: Sequence[float], cfg: ProcessConfig, *, row_key: int 
     ``last_episode="zero"`` the last step keeps its 0 (the outcome's alone) and only the credited steps
     are permuted, so the placebo has the arm's sparsity."""
     out = [float(c) for c in credits]
-    if cfg.placebo == "none" or len(out) < 2:
+    if not cfg.placebo_on or len(out) < 2:
         return out
     n = len(out) - 1 if cfg.zero_last else len(out)
     rng = random.Random(f"{cfg.placebo_seed}:{row_key if row_key is not None else 0}")

@@ -116,7 +116,7 @@ def _check_roles(spec: Spec, cfgs: dict[str, Config]) -> None:
         cfg = cfgs[a.name]
         if a.placebo_of is not None:
             target = cfgs[a.placebo_of]
-            if cfg.process.placebo == "none" or not target.process.enabled:
+            if not cfg.process.placebo_on or not target.process.enabled:
                 raise ConfigError(
                     f"{spec.path}: arms.{a.name}.placebo_of: a placebo sets process.placebo on the credit path of "
                     f"{a.placebo_of}, which must have process.enabled=true"
@@ -144,7 +144,7 @@ def _check_confirmatory(spec: Spec, cfgs: dict[str, Config]) -> None:
         raise ConfigError(f"{spec.path}: seeds: a confirmatory file pairs >= {MIN_CONFIRM_SEEDS} seeds")
     for a in spec.arms:
         p = cfgs[a.name].process
-        if not p.enabled or p.placebo != "none" or a.name == spec.baseline:
+        if not p.enabled or p.placebo_on or a.name == spec.baseline:
             continue
         if not any(b.placebo_of == a.name for b in spec.arms):
             raise ConfigError(
