@@ -311,7 +311,7 @@ def _decode(
     device = prompt_ids_BP.device
     out_BT = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     # a static step attends over a fixed width (rounded up: prompts of other lengths share its compilation)
-    width = P + max_new_tokens if options.compile == "off" else static_width(P + max_new_tokens)
+    width = P + max_new_tokens if not options.compiled else static_width(P + max_new_tokens)
     mask_BW = torch.zeros((B, width), dtype=torch.long, device=device)
     mask_BW[:, :P] = prompt_mask_BP.long()
     # positions follow the mask, so left padding does not shift them (as generate does)
@@ -374,7 +374,7 @@ def _prefill(
     # the bucketed prefill leaves its own buffer cache; a static step starts from the plain prefill's
     bucketed = (
         _bucketed_prefill(model, prompt_ids_BP[first], mask_BW[first, :P], pos_BP[first], rows_of, capacity)
-        if options.compile == "off"
+        if not options.compiled
         else None
     )
     if bucketed is not None:
