@@ -229,7 +229,11 @@ def test_fault_injection_no_lost_or_misassigned_request(server: ScriptedServer) 
         assert server.attempts[str(i)] == expected_attempts
     # at most 4 at a time, and each retried exactly as its faults asked (the attempts above): what a
     # bound on the wall time guarded, counted instead (a busy machine cannot fail it)
-    assert server.max_in_flight <= 4
+    # The server counts a request from its arrival: a "slow" attempt that reaches a busy server after the
+    # client already gave up on it (and reused the slot for its retry) is counted beside the retry, so
+    # each slow request may add one to the server's view of the client's limit of 4 (seen once in CI).
+    slow = sum(1 for i in range(len(reqs)) if faults[i % len(faults)].startswith("slow"))
+    assert server.max_in_flight <= 4 + slow
 
 
 def test_typed_failures_after_the_last_retry(server: ScriptedServer) -> None:
