@@ -9,13 +9,15 @@ the slowdown ratio beside/alone, next to the ratio a run would show if it slowed
 the CPU it gets (``threads`` of ours and ``busy`` spinners sharing the usable cores fairly:
 ``(threads + busy) / cores`` when that exceeds 1). Issue 45 measured 30x and more before the fix.
 
-``--policies PASSIVE,ACTIVE`` also runs both sides with OpenMP's threads spinning while they wait
-(``OMP_WAIT_POLICY=ACTIVE``, the behaviour before the fix) for comparison; each policy has its own ratio.
+``--policies AUTO,PASSIVE,ACTIVE,SPIN300000`` runs both sides under each OpenMP setting: ``AUTO`` as the
+command line chooses it, ``PASSIVE``/``ACTIVE`` as ``OMP_WAIT_POLICY``, ``SPIN<N>`` as libgomp's
+``GOMP_SPINCOUNT`` (``SPIN300000`` is libgomp's default, the behaviour issue 45 measured); each has its
+own ratio.
 
 The spinners are this benchmark's own children: the load record (``benchmarks/_harness.py``) counts them
 as planted load, so ``"valid": false`` means other work beyond them was on the machine.
 
-    python benchmarks/shared_machine.py [--steps 6] [--repeats 2] [--busy 2] [--policies PASSIVE] [--json] [key=value ...]
+    python benchmarks/shared_machine.py [--steps 6] [--repeats 2] [--busy 2] [--policies AUTO] [--json] [key=value ...]
 """
 
 from __future__ import annotations
@@ -40,11 +42,18 @@ SPIN = "while True: pass"
 
 
 def _env(policy: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    """The environment of one run: ``AUTO`` (or None) leaves OpenMP's settings to the command line, as a
+    user gets them; ``PASSIVE`` / ``ACTIVE`` set ``OMP_WAIT_POLICY``; ``SPIN<N>`` sets libgomp's
+    ``GOMP_SPINCOUNT=N`` (busy-wait iterations before a thread sleeps; libgomp's own default is 300000)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if policy is not None and policy != "PASSIVE":
-        env["OMP_WAIT_POLICY"] = policy  # PASSIVE: left to the command line, as a user gets it
+    if policy is None or policy == "AUTO":
+        return env
+    if policy.startswith("SPIN"):
+        env["GOMP_SPINCOUNT"] = str(int(policy[4:]))
+    else:
+        env["OMP_WAIT_POLICY"] = policy
     return env
 
 
@@ -83,7 +92,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=6, help="RL steps per run (step 1 is not timed)")
     p.add_argument("--repeats", type=int, default=2, help="alternating rounds of alone / beside")
     p.add_argument("--busy", type=int, default=2, help='processes running "while True: pass" beside')
-    p.add_argument("--policies", default="PASSIVE", help="OpenMP wait policies to run, e.g. PASSIVE,ACTIVE")
+    p.add_argument(
+        "--policies",
+        default="AUTO",
+        help="OpenMP settings to run: AUTO (the command line's choice), PASSIVE, ACTIVE, SPIN<N> (GOMP_SPINCOUNT)",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     args = p.parse_args()
@@ -147,7 +160,7 @@ def main() -> None:
         res[f"{key}_beside_step_s"] = spread(times[f"{key} beside"])
         res[f"{key}_slowdown"] = beside / alone
         print(
-            f"OMP_WAIT_POLICY={policy}: slowdown beside/alone {beside / alone:.2f}x "
+            f"OpenMP {policy}: slowdown beside/alone {beside / alone:.2f}x "
             f"(in proportion to the CPU it gets: {expected:.2f}x)"
         )
     side_settings = {"preset": args.preset, "overrides": start, "threads": threads}

@@ -6,11 +6,22 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from stepcredit.errors import ConfigError
-from stepcredit.runtime import THREADS_ENV, keep_freed_memory, set_threads, thread_count, usable_cpus
+from stepcredit.runtime import (
+    SPIN_COUNT,
+    THREADS_ENV,
+    WAIT_POLICY,
+    keep_freed_memory,
+    other_busy_cores,
+    set_threads,
+    share_cpus,
+    thread_count,
+    usable_cpus,
+)
 
 # An advantage estimator's allocation pattern at 1024 x 4096: several 16 MiB temporaries per call.
 WORKLOAD = """
@@ -57,15 +68,15 @@ def test_freed_tensors_are_reused_without_page_faults() -> None:
 
 
 # ------------------------------------------------------------------------------- a shared machine
-# Records OMP_WAIT_POLICY at the moment torch is first imported (libgomp reads it then), while the
+# Records OpenMP's settings at the moment torch is first imported (libgomp reads them then), while the
 # command line builds its parser (every command module imported) and parses --help.
 FIRST_TORCH_IMPORT = """
 import importlib.abc, json, os, sys
 seen = {}
 class Spy(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "torch" and "policy" not in seen:
-            seen["policy"] = os.environ.get("OMP_WAIT_POLICY")
+        if name == "torch" and "env" not in seen:
+            seen["env"] = {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
         return None
 sys.meta_path.insert(0, Spy())
 from stepcredit.cli.main import main
@@ -74,24 +85,66 @@ try:
 except SystemExit:
     pass
 import torch  # (if no command module imported it)
-print(json.dumps(seen))
+print(json.dumps(seen["env"]))
 """
 
+QUIET = {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": str(SPIN_COUNT)}
+BUSY = {"OMP_WAIT_POLICY": WAIT_POLICY, "GOMP_SPINCOUNT": None}
 
-@pytest.mark.parametrize(("given", "expected"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
-def test_the_command_line_sets_the_wait_policy_before_torch_loads(given: str | None, expected: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if given is not None:
-        env["OMP_WAIT_POLICY"] = given  # the user's choice wins
+
+def _first_torch_import(given: dict[str, str]) -> dict[str, str | None]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     out = subprocess.run(
         [sys.executable, "-c", FIRST_TORCH_IMPORT],
         capture_output=True,
         text=True,
         check=True,
         timeout=300,
-        env=env,
+        env={**env, **given},
     )
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"policy": expected}
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_the_command_line_chooses_how_openmp_waits_before_torch_loads() -> None:
+    # quiet or busy depends on what else runs beside the test: either choice, made before torch loads
+    assert _first_torch_import({}) in (QUIET, BUSY)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [{"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": "PASSIVE"}, {"GOMP_SPINCOUNT": "300000"}],
+)
+def test_the_users_openmp_setting_wins(given: dict[str, str]) -> None:
+    seen = _first_torch_import(given)
+    assert {k: v for k, v in seen.items() if v is not None} == given
+
+
+def test_share_cpus_sleeps_beside_busy_work_and_spins_briefly_when_quiet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delitem(sys.modules, "torch")  # as before torch loads (the module object is restored)
+    assert share_cpus(busy_cores=1.7) == f"OMP_WAIT_POLICY={WAIT_POLICY}"
+    assert os.environ["OMP_WAIT_POLICY"] == WAIT_POLICY and "GOMP_SPINCOUNT" not in os.environ
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert share_cpus(busy_cores=0.1) == f"GOMP_SPINCOUNT={SPIN_COUNT}"
+    assert os.environ["GOMP_SPINCOUNT"] == str(SPIN_COUNT) and "OMP_WAIT_POLICY" not in os.environ
+    assert share_cpus(busy_cores=1.7) == f"GOMP_SPINCOUNT={SPIN_COUNT}"  # what is set wins
+
+
+def test_other_busy_cores_sees_a_busy_process() -> None:
+    quiet_self = other_busy_cores(0.3)
+    if quiet_self is None:
+        pytest.skip("no /proc on this platform")
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        seen = other_busy_cores(1.0)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert seen is not None and seen >= 0.5, seen  # one spinning process is about one core
 
 
 def test_thread_count_never_exceeds_the_usable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:

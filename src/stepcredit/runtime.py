@@ -2,16 +2,22 @@
 the start-up check of the optional Python packages a configured extension needs (:func:`require`).
 
 :func:`share_cpus` and :func:`set_threads`: a machine shared with other work. torch's CPU kernels run
-on OpenMP (GNU libgomp in the PyPI wheels), whose idle threads by default spin for a while at every
-barrier before they sleep. Alone on the machine that saves a wake-up per parallel region; beside other
-busy processes the spinning threads burn the time slices the working ones need, and a step slows far
-more than the share of cores it lost (the default job: 1.3 s per RL step alone, 40-80 s beside five
-other processes on 2 cores, issue 45). So the command line asks OpenMP to sleep at once
-(``OMP_WAIT_POLICY=PASSIVE``, read by libgomp when torch loads: set before the first ``import
-torch``), and never starts more intra-op threads than the CPUs this process may run on
-(``os.sched_getaffinity``; ``trainer.threads``, or ``STEPCREDIT_THREADS`` over it). A value already in
-the environment wins (``OMP_WAIT_POLICY=ACTIVE`` restores the spinning). ``benchmarks/shared_machine.py``
-times the default job alone and beside two busy processes.
+on OpenMP (GNU libgomp in the PyPI wheels), whose idle threads spin at every barrier before they sleep
+(``GOMP_SPINCOUNT`` iterations; 300,000 by default). Alone on the machine that saves a wake-up per
+parallel region; beside other busy processes the spinning threads burn the time slices the working ones
+need, and a step slows far more than the share of cores it lost (the default job: 1.3 s per RL step
+alone, 40-80 s beside five other processes on 2 cores, issue 45). Never spinning
+(``OMP_WAIT_POLICY=PASSIVE``) fixes that but costs a wake-up per region when the machine is quiet. So
+the command line, before torch loads (libgomp reads its settings then), looks at what the rest of the
+machine is doing for :data:`LOAD_SAMPLE_S` (``/proc/stat`` less this process): with at least
+:data:`BUSY_CORES` of other work it lets threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``); otherwise
+it bounds the spin to :data:`SPIN_COUNT` iterations (a few microseconds), which kept the quiet speed
+and bounded the slowdown beside busy work that starts later. Measured with ``benchmarks/shared_machine.py``
+(default job, 2 threads on 2 cores, beside 2 busy processes; docs/guide.md): libgomp's default 0.91 s per
+step alone and 6.5x beside; ``GOMP_SPINCOUNT=2000`` 0.90 s and 2.4x; ``PASSIVE`` 1.25 s and 1.5x. A value
+of ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` already in the environment wins. It never starts more
+intra-op threads than the CPUs this process may run on (``os.sched_getaffinity``; ``trainer.threads``,
+or ``STEPCREDIT_THREADS`` over it).
 
 :func:`keep_freed_memory`: glibc's malloc hands tensors above its mmap threshold (dynamic, 128 KiB to
 32 MiB) straight back to the kernel when they are freed, and trims the heap top as soon as 2x that
@@ -70,18 +76,74 @@ def keep_freed_memory() -> bool:
 
 # --------------------------------------------------------------------------- a shared machine
 WAIT_POLICY = "PASSIVE"
-"""OpenMP's wait policy for stepcredit's processes unless the environment sets one (module doc)."""
+"""OpenMP's wait policy on a busy machine (module doc)."""
+SPIN_COUNT = 2000
+"""libgomp's busy-wait iterations before a waiting thread sleeps, on a quiet machine (module doc)."""
+BUSY_CORES = 0.5
+"""Other work, in cores, from which the machine counts as busy at start-up."""
+LOAD_SAMPLE_S = 0.2
+"""How long start-up watches the machine's CPU use."""
 
 THREADS_ENV = "STEPCREDIT_THREADS"
 """Environment override of ``trainer.threads`` (an integer; 0: every CPU this process may use)."""
 
 
-def share_cpus() -> bool:
-    """Let OpenMP threads sleep instead of spinning when they wait (``OMP_WAIT_POLICY``, unless already
-    set). Must run before torch is imported to take effect (libgomp reads it when it loads); True when
-    it did, False when torch was already loaded (then only child processes get it)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
-    return "torch" not in sys.modules
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(busy ticks of the whole machine, busy ticks of this process) from /proc, or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        with open("/proc/self/stat") as f:
+            own = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal (guest is in user)
+    return busy, int(own[11]) + int(own[12])  # utime + stime (fields 14 and 15 of stat(5))
+
+
+def other_busy_cores(sample_s: float = LOAD_SAMPLE_S) -> float | None:
+    """Cores' worth of CPU that processes other than this one used over the next ``sample_s``
+    seconds (``/proc/stat``), or None where /proc cannot be read."""
+    import time
+
+    a = _cpu_ticks()
+    t0 = time.monotonic()
+    time.sleep(sample_s)
+    b = _cpu_ticks()
+    wall = time.monotonic() - t0
+    if a is None or b is None or wall <= 0:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    return max(0.0, ((b[0] - a[0]) - (b[1] - a[1])) / hz / wall)
+
+
+def share_cpus(busy_cores: float | None = None) -> str:
+    """Choose how OpenMP's threads wait (module doc), unless the environment already says
+    (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``). ``busy_cores``: the other work on the machine (default:
+    :func:`other_busy_cores`, sampled now). Must run before torch is imported to take effect (libgomp
+    reads it when it loads; child processes inherit it). Returns what is in force, e.g.
+    ``"OMP_WAIT_POLICY=PASSIVE"`` or ``"GOMP_SPINCOUNT=2000"``."""
+    for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        if key in os.environ:
+            return f"{key}={os.environ[key]}"
+    if "torch" in sys.modules:  # too late for this process: leave children to choose for themselves
+        return "unset"
+    if busy_cores is None:
+        busy_cores = other_busy_cores()
+    if busy_cores is not None and busy_cores >= BUSY_CORES:
+        os.environ["OMP_WAIT_POLICY"] = WAIT_POLICY
+        return f"OMP_WAIT_POLICY={WAIT_POLICY}"
+    os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+    return f"GOMP_SPINCOUNT={SPIN_COUNT}"
+
+
+def openmp_wait() -> str:
+    """How OpenMP's threads of this process wait, as its environment says (the banner's words)."""
+    for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        if key in os.environ:
+            return f"{key}={os.environ[key]}"
+    return "OpenMP's default wait"
 
 
 def usable_cpus() -> int:

@@ -42,8 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # before any command module imports torch: OpenMP's threads sleep rather than spin when they wait,
-    # so other work on the machine slows a run in proportion (stepcredit.runtime)
+    # before any command module imports torch: how OpenMP's threads wait, chosen by what else the
+    # machine is doing, so other work slows a run about in proportion (stepcredit.runtime)
     share_cpus()
     parser = build_parser()
     # key=value overrides may follow options that follow a command's own positional argument

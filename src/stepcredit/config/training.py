@@ -133,9 +133,10 @@ class TrainerConfig:
     """Write a checkpoint every this many steps (and at the end); 0 disables."""
     threads: int = 2
     """torch intra-op threads; 0: every CPU this process may run on (its affinity). Never more than
-    those; the environment variable STEPCREDIT_THREADS overrides it. The command line also lets OpenMP's
-    idle threads sleep (OMP_WAIT_POLICY=PASSIVE unless set): a busy machine then slows a run in
-    proportion to the cores it gets (stepcredit.runtime)."""
+    those; the environment variable STEPCREDIT_THREADS overrides it. The command line also chooses how OpenMP's
+    idle threads wait (a short spin on a quiet machine, sleeping at once beside other busy work, unless
+    OMP_WAIT_POLICY or GOMP_SPINCOUNT is set), so a busy machine slows a run about in proportion to the
+    cores it gets (stepcredit.runtime)."""
     device: str = "cpu"
     """Where the policy, reference, critic, rollout and process values run: ``cpu``, ``cuda``
     (``cuda:N``) or ``auto`` (the GPU when there is one); ``model.dtype=bfloat16`` for bf16."""

@@ -107,11 +107,18 @@ def banner_lines(
         credit += f", process credit on: {p.value_estimator} values, {p.credit} credit, weight {cfg.algorithm.process_weight:g}"
     else:
         credit += ", process credit off (outcome only)"
+    where = f"on {device} in {m.dtype}"
+    if str(device) == "cpu":
+        import torch
+
+        from stepcredit.runtime import openmp_wait
+
+        where += f" ({torch.get_num_threads()} threads, {openmp_wait()})"
     t = cfg.rollout.tools
     offered = f"{', '.join(t.names)} (parser {t.parser}, up to {t.max_turns} turns)" if tools else "none"
     return [
         f"stepcredit train: run directory {run_dir.resolve()}",
-        f"  model      {name}, {total:,} parameters, on {device} in {m.dtype}",
+        f"  model      {name}, {total:,} parameters, {where}",
         f"  trains     {sft}; {rl}",
         f"  data       {cfg.data.task}: {n_train} training, {n_val} validation prompts; "
         f"{cfg.trainer.steps} RL steps of {cfg.rollout.prompts_per_step} x {cfg.rollout.n} responses",
