@@ -3,11 +3,18 @@ side, sides run in alternation (A B A B ...), medians with their spread, and a v
 figures can be trusted.
 
 Around each measured side :class:`Monitor` reads the 1-minute load average and the CPU time of every
-process in ``/proc``. A process that is neither this one nor one of its children and that used at least
-``busy_share`` of a core while a side ran (or during a short probe before the first side) is *busy*;
-the run is also busy when the load average, less the cores this benchmark's own processes kept busy,
-exceeds ``load_per_core`` per core. Either way the JSON says ``"valid": false`` with the reason: a
-figure goes into the README or the docs only from a run that says ``"valid": true``.
+process in ``/proc``. A process that is not this benchmark's own and that used at least ``busy_share``
+of a core while a side ran (or during a short probe before the first side) is *busy*; the run is also
+busy when the load average, less the cores this benchmark's own processes kept busy, exceeds
+``load_per_core`` per core. Either way the JSON says ``"valid": false`` with the reason: a figure goes
+into the README or the docs only from a run that says ``"valid": true``.
+
+*Own* processes are this one, its descendants, and every process started with this run's mark in its
+environment (:data:`RUN_ENV`, set by :class:`Monitor` and inherited by whatever it starts) or with the
+mark of the guard that started it (:data:`GUARD_ENV`). The marks are what recognise a process that
+left the tree: Ray's workers outlive ``ray.shutdown`` for a moment, re-parented to init, and would
+otherwise count as a foreign process in the next window. :func:`window` is the one reader of a window
+(the guard's too: it adds up the foreign processes' CPU).
 
 Used by the scripts as::
 
@@ -43,12 +50,49 @@ the whole run's window still covers them."""
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _proc_table() -> dict[int, tuple[str, int, float, float]]:
-    """{pid: (name, parent pid, CPU seconds used so far, that plus its children waited for)}.
+RUN_ENV = "STEPCREDIT_BENCH_RUN"
+"""Environment variable marking the processes a benchmark run started (its value: the run's pid)."""
+GUARD_ENV = "STEPCREDIT_BENCH_GUARD"
+"""Environment variable marking the processes a guard run started (benchmarks/guard.py)."""
+_env_marks: dict[tuple[int, int], frozenset[bytes]] = {}
+
+
+def mark(name: str, value: str) -> bytes:
+    """The environment entry ``name=value`` as :func:`_own` looks for it."""
+    return f"{name}={value}".encode()
+
+
+def run_marks() -> frozenset[bytes]:
+    """This run's marks: its own (set now in the environment, so whatever it starts from here on,
+    Ray's processes included, inherits it) and that of the guard that started it, if one did."""
+    os.environ[RUN_ENV] = str(os.getpid())
+    marks = {mark(RUN_ENV, str(os.getpid()))}
+    if os.environ.get(GUARD_ENV):
+        marks.add(mark(GUARD_ENV, os.environ[GUARD_ENV]))
+    return frozenset(marks)
+
+
+def _marks_of(pid: int, started: int) -> frozenset[bytes]:
+    """The ``STEPCREDIT_BENCH_*`` entries of the environment the process started with (cached by pid
+    and start time: a process's initial environment never changes)."""
+    key = (pid, started)
+    got = _env_marks.get(key)
+    if got is None:
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # gone, or another user's
+            env = []
+        got = _env_marks[key] = frozenset(e for e in env if e.startswith(b"STEPCREDIT_BENCH_"))
+    return got
+
+
+def _proc_table() -> dict[int, tuple[str, int, float, float, int]]:
+    """{pid: (name, parent pid, CPU seconds used so far, that plus its children waited for, start time
+    in clock ticks)}.
 
     A process's reaped children land in its own count at once when they end (a shell that ran a build
     would seem to use many cores for an instant), so only our own main process counts them."""
-    out: dict[int, tuple[str, int, float, float]] = {}
+    out: dict[int, tuple[str, int, float, float, int]] = {}
     for d in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
         if not d.name.isdigit():
             continue
@@ -56,20 +100,28 @@ def _proc_table() -> dict[int, tuple[str, int, float, float]]:
             raw = (d / "stat").read_text()
         except OSError:
             continue
-        # "pid (name with spaces) state ppid ... utime stime cutime cstime ..."
+        # "pid (name with spaces) state ppid ... utime stime cutime cstime ... starttime ..."
         name = raw[raw.index("(") + 1 : raw.rindex(")")]
         f = raw[raw.rindex(")") + 2 :].split()
         own = (int(f[11]) + int(f[12])) / _TICK
-        out[int(d.name)] = (name, int(f[1]), own, own + (int(f[13]) + int(f[14])) / _TICK)
+        out[int(d.name)] = (name, int(f[1]), own, own + (int(f[13]) + int(f[14])) / _TICK, int(f[19]))
     return out
 
 
-def _own(table: dict[int, tuple[str, int, float, float]]) -> set[int]:
-    """This process and all its descendants."""
+def _own(
+    table: dict[int, tuple[str, int, float, float, int]],
+    roots: set[int] | None = None,
+    marks: frozenset[bytes] = frozenset(),
+) -> set[int]:
+    """``roots`` (default: this process), the processes whose environment holds one of ``marks``, and
+    all their descendants."""
     kids: dict[int, list[int]] = {}
-    for pid, (_, ppid, _, _) in table.items():
-        kids.setdefault(ppid, []).append(pid)
-    own, todo = set(), [os.getpid()]
+    for pid, row in table.items():
+        kids.setdefault(row[1], []).append(pid)
+    todo = list({os.getpid()} if roots is None else roots)
+    if marks:
+        todo += [pid for pid, row in table.items() if marks & _marks_of(pid, row[4])]
+    own: set[int] = set()
     while todo:
         pid = todo.pop()
         if pid not in own:
@@ -86,15 +138,17 @@ def _loadavg() -> float:
 
 
 class Snapshot:
-    def __init__(self) -> None:
+    def __init__(self, roots: set[int] | None = None, marks: frozenset[bytes] = frozenset()) -> None:
         self.t = time.perf_counter()
         self.load1 = _loadavg()
         self.table = _proc_table()
-        self.own = _own(self.table)
+        self.own = _own(self.table, roots, marks)
 
 
-def _window(a: Snapshot, b: Snapshot, busy_share: float) -> dict[str, Any]:
-    """What happened between two snapshots: our own CPU use and the foreign processes that were busy."""
+def window(a: Snapshot, b: Snapshot, busy_share: float) -> dict[str, Any]:
+    """What happened between two snapshots: our own CPU use, the foreign processes that were busy and
+    the cores all foreign processes used together (``foreign_cores``: their CPU time over the window,
+    a process started within it counted from its start; one that ended within it is not seen)."""
     wall = max(b.t - a.t, 1e-9)
     me = os.getpid()
     own_s = b.table[me][3] - a.table[me][3] if me in a.table and me in b.table else 0.0
@@ -102,20 +156,52 @@ def _window(a: Snapshot, b: Snapshot, busy_share: float) -> dict[str, Any]:
     own_s += sum(b.table[p][2] for p in b.own if p not in a.table)  # children started in between
     own_s = min(own_s, wall * (os.cpu_count() or 1))  # a child reaped in between counts twice
     busy: list[dict[str, Any]] = []
-    for pid, (name, _, cpu, _) in b.table.items() if wall >= MIN_WINDOW_S else ():
-        if pid in b.own or pid in a.own or pid not in a.table:
+    foreign_s = 0.0
+    for pid, (name, _, cpu, _, started) in b.table.items():
+        if pid in b.own or pid in a.own:
             continue
-        share = (cpu - a.table[pid][2]) / wall
-        if share >= busy_share:
-            busy.append({"pid": pid, "name": name, "cores": round(share, 3)})
+        before = a.table.get(pid)
+        used = cpu - before[2] if before is not None and before[4] == started else cpu
+        foreign_s += used
+        if wall >= MIN_WINDOW_S and used / wall >= busy_share:
+            busy.append({"pid": pid, "name": name, "cores": round(used / wall, 3)})
     busy.sort(key=lambda x: -x["cores"])
     return {
         "wall_s": round(wall, 4),
         "load1_before": round(a.load1, 2),
         "load1_after": round(b.load1, 2),
         "own_cores": round(own_s / wall, 3),
+        "foreign_cores": round(foreign_s / wall, 3),
         "busy": busy,
     }
+
+
+def own_pids(marks: frozenset[bytes]) -> set[int]:
+    """The own processes now (this one included)."""
+    return _own(_proc_table(), None, marks)
+
+
+def wait_own_exit(
+    before: set[int], marks: frozenset[bytes], timeout_s: float = 10.0, poll_s: float = 0.1
+) -> float:
+    """Wait (at most ``timeout_s``) until every own process that was not in ``before`` (an
+    :func:`own_pids` taken earlier) has ended, e.g. Ray's after ``ray.shutdown``, so that the next
+    window does not hold their last CPU; returns the seconds waited."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        # a zombie (state Z) waits for its parent only: it uses no CPU
+        if not [p for p in own_pids(marks) - before if not _zombie(p)]:
+            break
+        time.sleep(poll_s)
+    return time.perf_counter() - t0
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return raw[raw.rindex(")") + 2 :].startswith("Z")
 
 
 class Monitor:
@@ -133,20 +219,26 @@ class Monitor:
         self.cpus = os.cpu_count() or 1
         self.windows: list[dict[str, Any]] = []
         self.notes: list[str] = []
-        self.first = Snapshot()
+        # what this run starts from now on (Ray's processes included) carries its mark; a guard's
+        # other runs (their lingering processes) are own too
+        self.marks = run_marks()
+        self.first = self.snapshot()
         if probe_s > 0:
             with self.side("probe (before the first side)"):
                 time.sleep(probe_s)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(None, self.marks)
 
     @contextmanager
     def side(self, name: str) -> Iterator[dict[str, Any]]:
         """Record the machine's load before and after the block; the window's record is yielded."""
         rec: dict[str, Any] = {"side": name}
-        a = Snapshot()
+        a = self.snapshot()
         try:
             yield rec
         finally:
-            rec.update(_window(a, Snapshot(), self.busy_share))
+            rec.update(window(a, self.snapshot(), self.busy_share))
             self.windows.append(rec)
 
     def timed(self, name: str, fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -195,7 +287,7 @@ class Monitor:
         self.notes.append(reason)
 
     def record(self) -> dict[str, Any]:
-        whole = {"side": "whole run", **_window(self.first, Snapshot(), self.busy_share)}
+        whole = {"side": "whole run", **window(self.first, self.snapshot(), self.busy_share)}
         self.windows = [w for w in self.windows if w["side"] != "whole run"] + [whole]
         why = self.reasons()
         loads = [x for w in self.windows for x in (w["load1_before"], w["load1_after"])]

@@ -41,7 +41,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from _harness import Monitor, emit, spread
+from _harness import Monitor, emit, own_pids, spread, wait_own_exit
 from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig
 from stepcredit.reward import build_agent
 from stepcredit.types import Sample
@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         for backend in args.backends.split(","):
             extra: dict[str, Any] = {}
             if backend == "ray":
+                before_ray = own_pids(mon.marks)
                 out["ray_cluster"], cluster = ray_cluster(args.ray_nodes, args.ray_cpus_per_node)
                 # an equal share of a node per actor: the scheduler must use every node
                 per_node = -(-args.ray_workers // out["ray_cluster"]["nodes"])
@@ -219,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                 ray.shutdown()
                 if cluster is not None:
                     cluster.shutdown()
+                # Ray's processes outlive shutdown for a moment (re-parented, still marked as this
+                # run's): let them end here rather than in a guard's next window
+                out["ray"]["exit_wait_s"] = round(wait_own_exit(before_ray, mon.marks), 2)
     print(f"direct loop: {out['direct_per_s']:,.0f} requests/s ({args.requests} requests)")
     cols = ["per_s", "per_sample_dispatch_per_s", "speedup", "identical", "chunk_size_mean"]
     print(f"{'backend':<9}" + "".join(f"{c:>28}" for c in cols))

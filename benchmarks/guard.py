@@ -7,11 +7,14 @@ run-to-run spread named.
 What it does, in order:
 
 1. **Alone or not at all.** Before the first run it watches the machine for ``--probe-s`` seconds and
-   reads ``/proc/stat``: CPU time that neither this process nor its children used is *foreign*. Above
-   ``--max-foreign-cores`` (default 0.25 of a core) it refuses (exit 3) unless ``--allow-busy``; then
-   every record says ``"valid": false``. Each benchmark run gets the same check over its own window
-   (``/proc/stat`` before and after, less the CPU the run's own processes used, from
-   ``RUSAGE_CHILDREN``): the 1-minute load average lags by minutes, the window does not.
+   adds up the CPU time of every process in ``/proc`` that is not its own (the harness's window reader,
+   ``benchmarks/_harness.py:window``): that is *foreign*. Own are this process and the benchmark runs
+   it started, recognised by the mark in their environment (``STEPCREDIT_BENCH_GUARD``) wherever they
+   end up in the process tree: Ray's workers outlive ``ray.shutdown`` for a moment, re-parented to
+   init, and are still the benchmark's. Above ``--max-foreign-cores`` (default 0.25 of a core) it
+   refuses (exit 3) unless ``--allow-busy``; then every record says ``"valid": false``. Each benchmark
+   run gets the same check over its own window: the 1-minute load average lags by minutes, the window
+   does not.
 2. **Alternation with the previous commit.** ``--base`` (default ``HEAD~1``) is checked out as a
    ``git worktree`` in a temporary folder; each benchmark that compares two sides (ours against a
    competitor: every ratio here) runs head, base, head, base, ... (``--rounds`` of each), each with its
@@ -41,7 +44,6 @@ import contextlib
 import datetime
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -52,11 +54,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from _harness import BUSY_SHARE, GUARD_ENV, Snapshot, mark, window
+
 REPO = Path(__file__).resolve().parents[1]
 HISTORY = REPO / "benchmarks" / "history.jsonl"
 MAX_FOREIGN_CORES = 0.25
 """Foreign CPU use (cores, averaged over a window) above which a window does not count as alone."""
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass(frozen=True)
@@ -188,52 +191,31 @@ def last_json(stdout: str) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------------------ being alone
-def cpu_jiffies(stat_text: str) -> tuple[int, int]:
-    """(busy, total) clock ticks of all CPUs from ``/proc/stat``'s first line: busy is everything but
-    idle and iowait (user nice system idle iowait irq softirq steal; guest time is inside user)."""
-    f = [int(x) for x in stat_text.splitlines()[0].split()[1:9]]
-    total = sum(f)
-    return total - f[3] - f[4], total
+GUARD_MARK = f"{os.getpid()}-{time.time_ns()}"
+"""This guard's ``STEPCREDIT_BENCH_GUARD``, in every benchmark run's environment (and passed on to what
+it starts): processes holding it are the guard's own wherever they are in the process tree."""
 
 
-def foreign_cores(before: tuple[int, int], after: tuple[int, int], own_cpu_s: float, wall_s: float) -> float:
-    """Cores used by processes other than ours over a window: the machine's busy CPU time between two
-    ``/proc/stat`` readings less our own, divided by the window's wall time (never below 0: tick
-    rounding)."""
-    busy_s = (after[0] - before[0]) / _TICK
-    return max(0.0, (busy_s - own_cpu_s) / max(wall_s, 1e-9))
-
-
-def _read_stat() -> tuple[int, int]:
-    try:
-        return cpu_jiffies(Path("/proc/stat").read_text())
-    except (OSError, ValueError, IndexError):
-        return (0, 0)
-
-
-def _own_cpu_s() -> float:
-    """CPU seconds of this process and of its children waited for so far."""
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+def _snapshot() -> Snapshot:
+    # own: this process and the marked runs with their descendants, not every child of this process
+    # (a test's busy process started beside an in-process guard is foreign)
+    snap = Snapshot(roots=set(), marks=frozenset({mark(GUARD_ENV, GUARD_MARK)}))
+    snap.own.add(os.getpid())
+    return snap
 
 
 class Window:
-    """Foreign CPU use between ``start()`` and ``stop()``."""
+    """Foreign CPU use between construction and ``stop()`` (the harness's window reader)."""
 
     def __init__(self) -> None:
-        self.t0, self.stat0, self.own0 = time.perf_counter(), _read_stat(), _own_cpu_s()
+        self.start = _snapshot()
 
-    def stop(self) -> dict[str, float]:
-        wall = time.perf_counter() - self.t0
-        own = _own_cpu_s() - self.own0
-        return {
-            "wall_s": round(wall, 3),
-            "own_cores": round(own / max(wall, 1e-9), 3),
-            "foreign_cores": round(foreign_cores(self.stat0, _read_stat(), own, wall), 3),
-        }
+    def stop(self) -> dict[str, Any]:
+        w = window(self.start, _snapshot(), BUSY_SHARE)
+        return {k: w[k] for k in ("wall_s", "own_cores", "foreign_cores", "busy")}
 
 
-def probe(seconds: float) -> dict[str, float]:
+def probe(seconds: float) -> dict[str, Any]:
     """Foreign CPU use while this process sleeps for ``seconds``."""
     w = Window()
     time.sleep(seconds)
@@ -395,6 +377,7 @@ def run_one(bench: Bench, tree: Path, max_foreign: float, python: str = sys.exec
         **os.environ,
         **bench.env,
         "PYTHONPATH": os.pathsep.join([str(tree / "src"), str(tree / "benchmarks")]),
+        GUARD_ENV: GUARD_MARK,
     }
     env.setdefault("OMP_NUM_THREADS", "1")
     if "STEPCREDIT_SHARED_DATA" not in env and (REPO.parent / "shared" / "data").is_dir():
@@ -571,8 +554,9 @@ def main(argv: list[str] | None = None) -> int:
                         ", ".join(f"{k.split('.', 1)[1]} {v:.4g}" for k, v in r["values"].items())
                         or r["error"]
                     )
-                    mark = "" if r["alone"] else f"  NOT ALONE ({r['foreign_cores']:.2f} foreign cores)"
-                    print(f"{b.name:<18} {role} round {rnd + 1}: {vals}{mark}")
+                    top = ", ".join(f"{x['name']} {x['cores']:.2f}" for x in r["busy"][:3])
+                    note = "" if r["alone"] else f"  NOT ALONE ({r['foreign_cores']:.2f} cores: {top})"
+                    print(f"{b.name:<18} {role} round {rnd + 1}: {vals}{note}")
     finally:
         for tree, _ in checkouts:
             subprocess.run(

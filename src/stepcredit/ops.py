@@ -5,6 +5,8 @@ All functions are pure; masks are bool with True meaning "counts".
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
@@ -90,38 +92,58 @@ def last_token_index(mask_BT: torch.Tensor) -> torch.Tensor:
     return torch.where(mask_BT, pos, torch.zeros_like(pos)).max(dim=1).values
 
 
-def discounted_reverse_cumsum(x_BT: torch.Tensor, *, discount: float, block: int = 32) -> torch.Tensor:
+@functools.lru_cache(maxsize=64)
+def _scan_weights(
+    discount: float, K: int, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W_KK, head_K) of :func:`discounted_reverse_cumsum`: W[j, i] = c^(j - i) for j >= i (else 0) and
+    head[j] = c^j (W's first column), each power computed directly in float64 (read-only, shared)."""
+    with torch.inference_mode(False):  # cached: never an inference tensor a later autograd call can't use
+        k = torch.arange(K, device=device, dtype=torch.float64)
+        lag_KK = k[:, None] - k[None, :]  # j - i
+        pw_KK = torch.pow(torch.tensor(discount, dtype=torch.float64, device=device), lag_KK.clamp(min=0))
+        W_KK = torch.where(lag_KK >= 0, pw_KK, 0.0).to(dtype)
+        return W_KK, W_KK[:, 0].contiguous()
+
+
+def discounted_reverse_cumsum(
+    x_BT: torch.Tensor, *, discount: float, block: int = 16, overwrite: bool = False
+) -> torch.Tensor:
     """out[:, t] = sum_{k >= 0} discount^k x[:, t + k], without a loop over time.
 
     Blocked matrix form of the linear recurrence y_t = x_t + c y_{t+1} (c = ``discount``):
-    within a block of K tokens y = x W with W[j, i] = c^(j - i) for j >= i; block starts obey the
-    same recurrence with discount c^K, solved by recursion on the (T / K)-long sequence; each token
-    then receives c^(K - i) times the next block's start. Every weight is a power c^k <= 1 computed
-    directly (no c^-t rescaling), so nothing overflows and underflow only drops negligible terms:
-    stable for any T with 0 <= c <= 1.
+    within a block of K tokens y = x W with W[j, i] = c^(j - i) for j >= i. Block starts
+    s_n = (x W)[n, 0] + c^K s_(n+1) obey the same recurrence with discount c^K, solved by recursion on
+    the (T / K)-long sequence of (x W)[:, 0] = x head (head_j = c^j, a matrix-vector product). The
+    carry c^(K - i) s_(n+1) that token i of block n receives from the next block is folded into the
+    input before the one full product: adding c s_(n+1) to the block's last input x[n, K-1] adds
+    c^(K-1-i) c s_(n+1) to every y[n, i]. Every weight is a power c^k <= 1 computed directly (no c^-t
+    rescaling), so nothing overflows and underflow only drops negligible terms: stable for any T with
+    0 <= c <= 1. ``overwrite=True`` lets the function use ``x_BT`` as its scratch (a caller's fresh
+    temporary: one full-size copy fewer).
     """
     if not 0.0 <= discount <= 1.0:
         raise ValueError(f"discount must be in [0, 1], got {discount}")
     B, T = x_BT.shape
     if T == 0 or discount == 0.0:
-        return x_BT.clone()
+        return x_BT if overwrite else x_BT.clone()
     if discount == 1.0:
         return reverse_cumsum(x_BT)
     K = min(block, T)
     N = -(-T // K)
     pad = N * K - T
-    x = torch.nn.functional.pad(x_BT, (0, pad)) if pad else x_BT
-    x_BNK = x.reshape(B, N, K)
-    k = torch.arange(K, device=x_BT.device, dtype=torch.float64)
-    lag_KK = k[:, None] - k[None, :]  # j - i
-    pw_KK = torch.pow(torch.tensor(discount, dtype=torch.float64), lag_KK.clamp(min=0))
-    W_KK = torch.where(lag_KK >= 0, pw_KK, torch.zeros((), dtype=torch.float64)).to(x_BT.dtype)
-    y_BNK = torch.matmul(x_BNK, W_KK)
+    if pad:
+        x = torch.nn.functional.pad(x_BT, (0, pad))  # a new tensor: ours to write
+    else:
+        x = x_BT if overwrite and x_BT.is_contiguous() else x_BT.clone(memory_format=torch.contiguous_format)
+    x_BNK = x.view(B, N, K)
+    W_KK, head_K = _scan_weights(float(discount), K, x_BT.dtype, x_BT.device)
     if N > 1:
-        start_BN = discounted_reverse_cumsum(y_BNK[:, :, 0], discount=discount**K, block=block)
-        carry_K = torch.pow(torch.tensor(discount, dtype=torch.float64), K - k).to(x_BT.dtype)
-        y_BNK[:, :-1, :].addcmul_(start_BN[:, 1:, None], carry_K)
-    return y_BNK.reshape(B, N * K)[:, :T]
+        y0_BN = torch.matmul(x_BNK, head_K)
+        start_BN = discounted_reverse_cumsum(y0_BN, discount=discount**K, block=block, overwrite=True)
+        x_BNK[:, :-1, K - 1].add_(start_BN[:, 1:], alpha=discount)
+    y_BNK = torch.matmul(x_BNK, W_KK)
+    return y_BNK.view(B, N * K)[:, :T] if pad else y_BNK.view(B, T)
 
 
 def group_token_stats(

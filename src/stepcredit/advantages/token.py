@@ -43,9 +43,9 @@ def discounted_returns(r_BT: torch.Tensor, live_BT: torch.Tensor, *, gamma: floa
     order = _compaction(live_BT)
     if order is None:
         # right padding: rewards zeroed after the end keep the returns there exactly 0
-        return discounted_reverse_cumsum(torch.where(live_BT, r_BT, 0.0), discount=gamma)
+        return discounted_reverse_cumsum(torch.where(live_BT, r_BT, 0.0), discount=gamma, overwrite=True)
     r_BT, live_c = r_BT.gather(1, order), live_BT.gather(1, order)
-    g_BT = discounted_reverse_cumsum(torch.where(live_c, r_BT, 0.0), discount=gamma)
+    g_BT = discounted_reverse_cumsum(torch.where(live_c, r_BT, 0.0), discount=gamma, overwrite=True)
     return torch.empty_like(g_BT).scatter_(1, order, g_BT)
 
 
@@ -88,7 +88,7 @@ def gae(
     delta_BT = torch.where(live_c, r_BT, 0.0)
     delta_BT.sub_(v_BT)
     delta_BT[:, :-1].add_(v_BT[:, 1:], alpha=gamma)  # V after the last counted token is 0
-    a_BT = discounted_reverse_cumsum(delta_BT, discount=gamma * lam)
+    a_BT = discounted_reverse_cumsum(delta_BT, discount=gamma * lam, overwrite=True)  # delta: ours
     ret_BT = v_BT.add_(a_BT)  # 0 after the end: delta, hence A, is 0 there
     if order is not None:
         a_BT = torch.empty_like(a_BT).scatter_(1, order, a_BT)

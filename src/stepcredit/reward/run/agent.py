@@ -82,6 +82,9 @@ from stepcredit.reward.run.routing import Router, build_router, call_args
 from stepcredit.reward.run.tickets import LATENCY_WINDOW, Counters, Flight, Ticket, Unit, settle
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
+_OK = Status.OK
+_FAILED = (Status.ERROR, Status.TIMEOUT)
+
 __all__ = ["EMA", "LATENCY_WINDOW", "PROBE_CHUNK", "RewardAgent", "RewardBackendError", "Ticket"]
 
 PROBE_CHUNK = 4
@@ -203,7 +206,10 @@ class RewardAgent:
                 chunks = t.group_chunks(idx, self.cfg.agent.batch_size)
                 units += [Unit(t, route, c, fixed=True, local=local) for c in chunks]
             else:
-                units += [Unit(t, route, c, local=local) for c in t.group_chunks(idx, 1)]
+                # cut to chunks at dispatch (_take_locked takes the next indices of one ticket and
+                # route across units): queued as runs of whole groups, not one unit per group
+                chunks = t.group_chunks(idx, self.cfg.agent.max_chunk)
+                units += [Unit(t, route, c, local=local) for c in chunks]
         with self._lock:
             self._open.add(t)
             self._stats.count["submitted"] += n
@@ -222,8 +228,7 @@ class RewardAgent:
         except Exception as e:
             got = failures(len(idx), Status.ERROR, f"{type(e).__name__}: {e}", entry.name)
         with self._lock:
-            for r in got:
-                self._note_locked(r)
+            self._stats.note_all(got)
         self._record(t, idx, got)
 
     # ----------------------------------------------------------------------------- dispatch
@@ -316,7 +321,8 @@ class RewardAgent:
     def _on_done(self, job: Job, outcome: Outcome) -> None:
         """A backend's answer to one chunk: final results, retries, re-submissions and re-runs."""
         a = self.cfg.agent
-        final: list[tuple[int, RewardResult]] = []
+        idx: list[int] = []
+        final: list[RewardResult] = []
         with self._lock:
             flight = self._jobs.pop(job.key, None)
             if flight is None:
@@ -324,83 +330,92 @@ class RewardAgent:
             self._in_flight -= len(flight.idx)
             t = flight.unit.ticket
             if t.error is None and not self._closed:
-                final = self._settle_locked(flight, outcome, a.retries, a.resubmits)
-        if final:
-            self._record(t, [i for i, _ in final], [r for _, r in final])
+                idx, final = self._settle_locked(flight, outcome, a.retries, a.resubmits)
+        if idx:
+            self._record(t, idx, final)
         self._dispatch()
 
     def _settle_locked(
         self, flight: Flight, outcome: Outcome, retries: int, resubmits: int
-    ) -> list[tuple[int, RewardResult]]:
+    ) -> tuple[list[int], list[RewardResult]]:
+        """The chunk's final results (indices, results); the rest is queued again or retried later."""
         unit, t = flight.unit, flight.unit.ticket
-        name = unit.route.entry.name
         ran = [r for r in outcome.results if r is not None]
         if ran and not unit.scorer:
             per = sum(r.latency_s for r in ran) / len(ran)
-            old = self._per_sample_s.get(name)
-            self._per_sample_s[name] = per if old is None else (1 - EMA) * old + EMA * per
+            old = self._per_sample_s.get(unit.route.entry.name)
+            self._per_sample_s[unit.route.entry.name] = per if old is None else (1 - EMA) * old + EMA * per
         if outcome.whole and unit.fixed and not unit.scorer:
             groups = t.group_chunks(flight.idx, 0)
             if len(groups) > 1:  # a batched call timed out: retry its groups one call each
                 for g in reversed(groups):
                     self._queue.appendleft(Unit(t, unit.route, g, fixed=True, local=unit.local))
                 self._queued += len(flight.idx)
-                return []
+                return [], []
         if outcome.whole and not unit.fixed and len(flight.idx) > 1:
             self._requeue_locked(Unit(t, unit.route, list(flight.idx), local=unit.local, solo=True))
-            return []
+            return [], []
         died = set(outcome.died)
         if died:
             self._stats.count["worker_deaths"] += 1
         if not unit.route.entry.reruns:
             # at most once (a tool with side effects): a death or a failure is the call's result
             retries, resubmits = 0, 0
-        final: list[tuple[int, RewardResult]] = []
+        idx: list[int] = []
+        final: list[RewardResult] = []
         again: list[int] = []
         retry: list[int] = []
+        noted: list[RewardResult] = []
+        results, attempts, resubs = outcome.results, t.attempts, t.resubmits
+        late_s = math.inf if unit.scorer else self.timeout_s  # scorers enforce their own timeouts
         for pos, i in enumerate(flight.idx):
-            r = outcome.results[pos]
-            if r is not None and not unit.scorer and r.latency_s > self.timeout_s and r.status == Status.OK:
-                # A score computed past its deadline (a busy machine made the watchdog late) is a
-                # timeout all the same, whatever backend ran it, so the deadline means one thing.
-                (late,) = failures(
-                    1,
-                    Status.TIMEOUT,
-                    f"reward function {unit.route.entry.name} exceeded "
-                    f"{self.timeout_s:g} s (its late result is discarded)",
-                    r.source,
-                )
-                late.latency_s = r.latency_s
-                r = late
-            if pos in died and t.resubmits[i] < resubmits:
-                t.resubmits[i] += 1
+            r = results[pos]
+            if r is not None and r.latency_s > late_s and r.status == _OK:
+                r = self._late(r, unit)
+            if died and pos in died and resubs[i] < resubmits:
+                resubs[i] += 1
                 self._stats.count["resubmits"] += 1
                 again.append(i)
             elif r is None:
                 again.append(i)  # it never ran to the end (a neighbour hung): it simply runs again
-            elif r.status in (Status.ERROR, Status.TIMEOUT) and pos not in died and t.attempts[i] < retries:
-                self._note_locked(r)
-                t.attempts[i] += 1
-                self._stats.count["retries"] += 1
+            elif r.status in _FAILED and pos not in died and attempts[i] < retries:
+                noted.append(r)
+                attempts[i] += 1
                 retry.append(i)
             else:
-                self._note_locked(r)
-                if t.attempts[i] or t.resubmits[i]:
-                    r.info.setdefault("attempts", t.attempts[i] + 1)
-                    if t.resubmits[i]:
-                        r.info.setdefault("resubmits", t.resubmits[i])
-                final.append((i, r))
+                noted.append(r)
+                if attempts[i] or resubs[i]:
+                    r.info.setdefault("attempts", attempts[i] + 1)
+                    if resubs[i]:
+                        r.info.setdefault("resubmits", resubs[i])
+                idx.append(i)
+                final.append(r)
+        self._stats.note_all(noted)
         if again:  # in flight already: it goes first; a worker death or a hang makes it run alone
             self._requeue_locked(
                 Unit(t, unit.route, again, unit.fixed, unit.scorer, unit.local, solo=unit.solo or bool(died))
             )
         if retry:
-            attempt = max(t.attempts[i] for i in retry)
+            self._stats.count["retries"] += len(retry)
+            attempt = max(attempts[i] for i in retry)
             delay = self._rng.uniform(0.0, self.cfg.agent.retry_backoff_s * 2 ** (attempt - 1))
             self._backoff += len(retry)
             later = Unit(t, unit.route, retry, unit.fixed, unit.scorer, unit.local, solo=unit.solo)
             self._timer.schedule(time.monotonic() + delay, functools.partial(self._requeue, later))
-        return final
+        return idx, final
+
+    def _late(self, r: RewardResult, unit: Unit) -> RewardResult:
+        """A score computed past its deadline (a busy machine made the watchdog late) is a timeout all
+        the same, whatever backend ran it, so the deadline means one thing."""
+        (late,) = failures(
+            1,
+            Status.TIMEOUT,
+            f"reward function {unit.route.entry.name} exceeded "
+            f"{self.timeout_s:g} s (its late result is discarded)",
+            r.source,
+        )
+        late.latency_s = r.latency_s
+        return late
 
     def _requeue_locked(self, unit: Unit) -> None:
         self._queue.appendleft(unit)
@@ -414,35 +429,39 @@ class RewardAgent:
         self._dispatch()
 
     # ------------------------------------------------------------------------------ results
-    def _note_locked(self, r: RewardResult) -> None:
-        self._stats.note(r)
-
     def _record(self, t: Ticket, idx: list[int], results: list[RewardResult]) -> None:
-        """Store final results; a group whose last member arrived is finished and released."""
+        """Store final results; the groups whose last member arrived are finished and released."""
         with self._lock:
             if t.error is not None:
                 return
             complete = t.store(idx, results)
             self._stats.count["completed"] += len(idx)
-        for k in complete:
-            members = t.groups[k]
-            try:
-                # The rewarder's own finishing step (domain weights, source, post_process_scores per
-                # group), so results equal Rewarder.score_batch's.
-                out = self.rewarder.finish(
-                    [t.results[i] for i in members],
-                    [t.routes[i] for i in members],
-                    [t.samples[i] for i in members],
-                    [0] * len(members),
-                )
-            except Exception as e:  # pragma: no cover - finish catches the user's errors itself
-                msg = f"finishing the group failed: {type(e).__name__}: {e}"
-                out = failures(len(members), Status.ERROR, msg)
-            with self._cond:
-                t.release(members, out)
-                if t.done:
-                    self._open.discard(t)
-                    settle(t.finished)
+        if not complete:
+            return
+        groups = [t.groups[k] for k in complete]
+        members = [i for g in groups for i in g]
+        try:
+            # The rewarder's own finishing step (domain weights, source, post_process_scores per
+            # group), so results equal Rewarder.score_batch's: one call for every group this answer
+            # completed (group ids 0..n-1 keep post_process_scores per group).
+            out = self.rewarder.finish(
+                [t.results[i] for i in members],
+                [t.routes[i] for i in members],
+                [t.samples[i] for i in members],
+                [gi for gi, g in enumerate(groups) for _ in g],
+            )
+        except Exception as e:  # pragma: no cover - finish catches the user's errors itself
+            msg = f"finishing the group failed: {type(e).__name__}: {e}"
+            out = failures(len(members), Status.ERROR, msg)
+        with self._cond:
+            pos = 0
+            for g in groups:
+                t.release(g, out[pos : pos + len(g)])
+                pos += len(g)
+            if t.done:
+                self._open.discard(t)
+                settle(t.finished)
+            if t.pullable():  # a pulling thread is woken when its pull can succeed, not per group
                 self._cond.notify_all()
 
     # -------------------------------------------------------------------------------- pull
@@ -460,7 +479,12 @@ class RewardAgent:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise self._expire_locked(ticket)
-                self._cond.wait(left)
+                want = k if k > 0 else ticket.n
+                ticket.waiting.append(want)  # _record wakes this thread only once the pull can succeed
+                try:
+                    self._cond.wait(left)
+                finally:
+                    ticket.waiting.remove(want)
 
     def stream(self, ticket: Ticket, k: int = 0) -> Iterator[tuple[list[int], list[RewardResult]]]:
         """Yield :meth:`get` pulls until every index has come back exactly once."""

@@ -216,6 +216,10 @@ class Router:
         done: list[tuple[int, RewardResult]] = []
         scorers: dict[int, tuple[RewardFn, list[int]]] = {}
         calls: dict[int, tuple[Route, list[int]]] = {}
+        # the common batch is one route throughout: its call list is kept at hand (no dict look-up
+        # and no new (route, []) pair per sample)
+        last: Route | None = None
+        last_calls: list[int] = []
         for i, (s, resp) in enumerate(zip(samples, responses, strict=True)):
             try:
                 r = routes[i] = self.route(s)
@@ -238,7 +242,10 @@ class Router:
                 if res is not None:
                     done.append((i, res))
                     continue
-            calls.setdefault(id(r), (r, []))[1].append(i)
+            if r is not last:
+                last = r
+                last_calls = calls.setdefault(id(r), (r, []))[1]
+            last_calls.append(i)
         return Plan(routes, done, list(scorers.values()), list(calls.values()))
 
     def run_scorer(self, entry: RewardFn, samples: list[Sample], responses: list[str]) -> list[RewardResult]:

@@ -49,6 +49,11 @@ class ThreadBackend:
         self._running: dict[int, _Running] = {}
         self._closed = False
         self._sem: asyncio.Semaphore | None = None
+        self._free = 0
+        """Threads waiting (or about to wait) for a job, less the jobs queued: below 0, a job has no
+        thread yet."""
+        self._tls = threading.local()
+        """Per worker thread: ``credit``, whether it is answering a job (it takes the next one itself)."""
 
     def warmup(self) -> None:
         pass
@@ -68,7 +73,17 @@ class ThreadBackend:
             self._loop().submit(self._run_async(job))
             return
         self._q.put(job)
+        tls = self._tls
+        if getattr(tls, "credit", False):
+            # a worker answering its job submits the next one: it takes it itself when it is done, so
+            # no thread is woken or started for it (with a trivial reward, thread hand-offs and wake-ups
+            # cost more than the work: issue 48)
+            tls.credit = False
+            return
         with self._lock:
+            self._free -= 1
+            if self._free >= 0:
+                return  # a waiting thread takes it
             spawn = (
                 not self._closed
                 and self._live < self.concurrency
@@ -80,7 +95,12 @@ class ThreadBackend:
             threading.Thread(target=self._work, name="reward-agent-worker", daemon=True).start()
 
     def _work(self) -> None:
+        self._tls.credit = False
+        took_credit = False  # this thread's last answer queued a job it counted on taking
         while True:
+            if not took_credit:
+                with self._lock:
+                    self._free += 1
             job = self._q.get()
             if job is None:
                 return
@@ -116,11 +136,17 @@ class ThreadBackend:
             if not mine:
                 if not rejoin:
                     return
+                took_credit = False
                 continue
             if run.handle is not None:
                 run.handle.cancel()
             results: list[RewardResult | None] = list(run.out)
-            self._on_done(job, Outcome(results))
+            self._tls.credit = True
+            try:
+                self._on_done(job, Outcome(results))
+            finally:
+                took_credit = not self._tls.credit
+                self._tls.credit = False
 
     def _check(self, key: int) -> None:
         """The timer's visit at an item's deadline: reschedule if the item moved on, else give up on it."""

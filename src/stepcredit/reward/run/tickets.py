@@ -20,6 +20,8 @@ from stepcredit.types import Batch, RewardResult, Sample, Status
 
 LATENCY_WINDOW = 10_000
 """Latencies kept per source for the percentiles of :meth:`RewardAgent.metrics`."""
+_OK = Status.OK
+_ERRORS = (Status.ERROR, Status.SANDBOX_ERROR)
 
 
 @dataclass(eq=False)
@@ -50,6 +52,8 @@ class Ticket:
     finished: cf.Future[None] = field(default_factory=cf.Future)
     """Done once every group is released or the batch failed (``get`` then returns or raises at once):
     what asyncio callers await."""
+    waiting: list[int] = field(default_factory=list)
+    """Per thread blocked in :meth:`RewardAgent.get` on this ticket, the released samples it needs."""
 
     @classmethod
     def open(
@@ -87,8 +91,13 @@ class Ticket:
     def group_chunks(self, idx: list[int], size: int) -> list[list[int]]:
         """``idx`` cut into runs of whole groups of about ``size`` samples (0 = one group each)."""
         by_group: dict[Hashable, list[int]] = {}
+        keys = self.keys
         for i in idx:
-            by_group.setdefault(self.keys[i], []).append(i)
+            members = by_group.get(keys[i])
+            if members is None:
+                by_group[keys[i]] = [i]
+            else:
+                members.append(i)
         chunks: list[list[int]] = []
         cur: list[int] = []
         for members in by_group.values():
@@ -119,6 +128,11 @@ class Ticket:
             self.results[i] = r
         self.ready.append(list(members))
         self.released += len(members)
+
+    def pullable(self) -> bool:
+        """Can a thread waiting on this ticket pull now (so it is worth waking)?"""
+        avail = self.released - self.taken
+        return self.done or any(avail >= w for w in self.waiting)
 
     def pull(self, k: int) -> tuple[list[int], list[RewardResult]] | None:
         """What :meth:`RewardAgent.get` returns now, or None to wait: ``k`` samples' worth of released
@@ -194,14 +208,23 @@ class Counters:
         self.chunk_sizes: deque[int] = deque(maxlen=LATENCY_WINDOW)
         self.window = (time.monotonic(), 0)  # (since, completed then): requests/s between metrics() calls
 
-    def note(self, r: RewardResult) -> None:
-        """A final (or retried) result: its status counted, its latency kept."""
-        self.count["timeouts"] += r.status == Status.TIMEOUT
-        self.count["errors"] += r.status in (Status.ERROR, Status.SANDBOX_ERROR)
-        lat = self.lat.get(r.source or "?")
-        if lat is None:
-            lat = self.lat[r.source or "?"] = deque(maxlen=LATENCY_WINDOW)
-        lat.append(r.latency_s)
+    def note_all(self, results: Sequence[RewardResult]) -> None:
+        """Final (or retried) results: their statuses counted, their latencies kept (per source)."""
+        timeouts = errors = 0
+        source, lat = None, None
+        for r in results:
+            st = r.status
+            if st is not _OK:
+                timeouts += st == Status.TIMEOUT
+                errors += st in _ERRORS
+            if r.source != source or lat is None:  # a chunk is one source: one look-up per run of it
+                source = r.source
+                lat = self.lat.get(source or "?")
+                if lat is None:
+                    lat = self.lat[source or "?"] = deque(maxlen=LATENCY_WINDOW)
+            lat.append(r.latency_s)
+        self.count["timeouts"] += timeouts
+        self.count["errors"] += errors
 
     def sent(self, size: int) -> None:
         """A chunk of ``size`` samples went to a backend."""
