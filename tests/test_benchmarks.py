@@ -27,7 +27,44 @@ def _check_record(out: dict) -> None:
     load = out["load"]
     assert load["cpus"] >= 1 and load["windows"]
     for w in load["windows"]:
-        assert {"side", "wall_s", "load1_before", "load1_after", "own_cores", "busy"} <= set(w)
+        assert {"side", "wall_s", "load1_before", "load1_after", "own_cores", "other_cores", "busy"} <= set(w)
+
+
+def test_many_short_lived_processes_beside_the_benchmark_make_it_invalid() -> None:
+    # no single process lives through a side, so only the machine's whole CPU use shows them
+    churn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys\nwhile True: subprocess.run(['sh', '-c', 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'])",
+        ]
+    )
+    try:
+        time.sleep(0.3)
+        cmd = [sys.executable, str(BENCH / "_harness.py"), "--json", "--repeats", "2", "--side-s", "0.5"]
+        out = _last_json(subprocess.run(cmd, capture_output=True, text=True, timeout=120))
+    finally:
+        churn.kill()
+        churn.wait()
+    _check_record(out)
+    assert out["valid"] is False
+    assert max(w["other_cores"] for w in out["load"]["windows"]) > 0.3, out["load"]["windows"]
+
+
+def test_a_lagging_load_average_is_no_verdict() -> None:
+    # a quiet side after the benchmark's own busy one: the 1-minute load average still says 3, the
+    # machine's CPU time says nothing else ran (the verdict that marked shared_machine.py's runs invalid)
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _harness  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(BENCH))
+    mon = _harness.Monitor(probe_s=0)
+    quiet = {"side": "alone", "wall_s": 10.0, "load1_before": 3.4, "load1_after": 2.9, "own_cores": 1.2}
+    mon.windows = [{**quiet, "foreign_cores": 0.0, "other_cores": 0.05, "busy": []}]
+    assert mon.reasons() == []
+    mon.windows = [{**quiet, "foreign_cores": 0.0, "other_cores": 0.9, "busy": []}]
+    assert "0.90 cores beyond" in mon.reasons()[0]
 
 
 def test_a_busy_process_beside_the_benchmark_makes_it_invalid() -> None:
