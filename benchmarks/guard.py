@@ -212,7 +212,14 @@ class Window:
 
     def stop(self) -> dict[str, Any]:
         w = window(self.start, _snapshot(), BUSY_SHARE)
-        return {k: w[k] for k in ("wall_s", "own_cores", "foreign_cores", "busy")}
+        other = w["other_cores"]  # the machine's CPU beyond ours (NaN without /proc/stat)
+        foreign = w["foreign_cores"] if other != other else max(other, w["foreign_cores"])
+        return {
+            "wall_s": w["wall_s"],
+            "own_cores": w["own_cores"],
+            "foreign_cores": foreign,
+            "busy": w["busy"],
+        }
 
 
 def probe(seconds: float) -> dict[str, Any]:
