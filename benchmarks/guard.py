@@ -6,15 +6,13 @@ run-to-run spread named.
 
 What it does, in order:
 
-1. **Alone or not at all.** Before the first run it watches the machine for ``--probe-s`` seconds and
-   adds up the CPU time of every process in ``/proc`` that is not its own (the harness's window reader,
-   ``benchmarks/_harness.py:window``): that is *foreign*. Own are this process and the benchmark runs
-   it started, recognised by the mark in their environment (``STEPCREDIT_BENCH_GUARD``) wherever they
-   end up in the process tree: Ray's workers outlive ``ray.shutdown`` for a moment, re-parented to
-   init, and are still the benchmark's. Above ``--max-foreign-cores`` (default 0.25 of a core) it
-   refuses (exit 3) unless ``--allow-busy``; then every record says ``"valid": false``. Each benchmark
-   run gets the same check over its own window: the 1-minute load average lags by minutes, the window
-   does not.
+1. **Alone or not at all.** Before the first run it watches the machine for ``--probe-s`` seconds:
+   the machine's CPU time (``/proc/stat``) beyond its own processes' is *foreign* (the harness's window
+   reader, ``benchmarks/_harness.py:window``). Own are this process and the benchmark runs it started,
+   recognised by the mark in their environment (``STEPCREDIT_BENCH_GUARD``) wherever they end up in
+   the process tree (Ray's workers outlive ``ray.shutdown`` for a moment, re-parented to init). Above
+   ``--max-foreign-cores`` (default 0.25 of a core) it refuses (exit 3) unless ``--allow-busy``; then
+   every record says ``"valid": false``. Each benchmark run gets the same check over its own window.
 2. **Alternation with the previous commit.** ``--base`` (default ``HEAD~1``) is checked out as a
    ``git worktree`` in a temporary folder; each benchmark that compares two sides (ours against a
    competitor: every ratio here) runs head, base, head, base, ... (``--rounds`` of each), each with its
