@@ -29,10 +29,9 @@ What it does, in order:
    (:func:`moved`). Each line says slipped or improved (by the ratio's direction) and whether the head
    meets the ratio's goal. Exit 0, or 1 when a ratio slipped (``--fail-on-slip``).
 
-The suite (:data:`SUITE`) names each benchmark's script, its arguments (short settings that take seconds
-to a minute) and the JSON paths of its ratios (:func:`pick`). ``--suite FILE`` replaces it with a JSON
-list of the same fields (the tests use a fake benchmark this way). ``process_cost`` trains, so it only
-runs with ``--slow`` (and ``--process-model DIR``, a saved SFT model of the ``midchain_process`` preset).
+The suite (:data:`SUITE`): each benchmark's script, short arguments and the JSON paths of its ratios
+(:func:`pick`); ``--suite FILE`` replaces it (a JSON list). ``process_cost`` trains: only with ``--slow``
+(and ``--process-model DIR``, a saved SFT model of the ``midchain_process`` preset).
 """
 
 from __future__ import annotations
@@ -56,8 +55,7 @@ from _harness import BUSY_SHARE, GUARD_ENV, Snapshot, mark, window
 
 REPO = Path(__file__).resolve().parents[1]
 HISTORY = REPO / "benchmarks" / "history.jsonl"
-MAX_FOREIGN_CORES = 0.25
-"""Foreign CPU use (cores, averaged over a window) above which a window does not count as alone."""
+MAX_FOREIGN_CORES = 0.25  # foreign CPU (cores, over a window) above which a window is not alone
 
 
 @dataclass(frozen=True)
