@@ -536,8 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[tuple[Bench, dict[str, Any]]]] = {"head": [], "base": []}
     tmp = Path(tempfile.mkdtemp(prefix="guard-"))
     base_tree = tmp / "base"
-    # a clean head runs from a checkout of its commit, so that a commit made meanwhile does not change
-    # what the record says ran; uncommitted changes run from the working tree (recorded as +dirty)
+    # a clean head runs from a checkout of its commit; uncommitted changes from the tree (as +dirty)
     head_tree = repo if dirty else tmp / "head"
     checkouts = ([] if dirty else [(head_tree, head)]) + ([] if base is None else [(base_tree, base)])
     try:
