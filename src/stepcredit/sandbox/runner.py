@@ -1,11 +1,9 @@
 # ruff: noqa: SIM105, B905  (no contextlib: its import costs every program; zip(strict=) needs 3.10)
 """The process manager inside the sandbox: runs each test case of one program in a fresh child.
 
-This file is copied into the sandbox and run by the sandbox's interpreter as pid 1 of the sandbox's
-pid namespace (``bwrap --as-pid-1``): ``python -I -S -B runner.py LIMITS``. It imports nothing outside
-the standard library, and only cheap modules (no json, re, enum, signal, traceback: their import time
-would be paid by every program), and stays valid on any Python >= 3.8 (the sandbox's interpreter need
-not be the host's).
+This file is bound into the sandbox and run by its interpreter as pid 1 of its pid namespace (``bwrap
+--as-pid-1``): ``python -I -S -B runner.py LIMITS``. It imports only cheap standard modules (no json, re,
+enum, signal, traceback: every program would pay their import) and stays valid on any Python >= 3.8.
 
 It is *not* trusted with the verdict and holds nothing secret: the host never sends it an expected
 value or an assert statement, only a case's stdin, or calls such as ``f(1, 2)`` to make. Its answers
@@ -18,6 +16,7 @@ Protocol. Host -> runner on fd 0: frames of a 4-byte big-endian length and a ``m
 (the host is trusted here). Runner -> host on fd 1: one JSON object per line, written by hand below.
 
 * runner: ``{"op": "hello"}`` once its limits are in place (no hello: the sandbox failed).
+* host ``{"op": "program", "source": ...}``: the sandbox's one program (any later one is ignored).
 * host ``{"op": "case", "mode": "stdio"|"calls"|"eval", ...}``: /tmp is emptied and a child forked:
   limits, cwd /tmp, then the program (``stdio``: as ``__main__`` with the case's stdin on a pipe).
   ``calls``: after the program, the child makes the given calls and writes one answer line for each.
@@ -370,8 +369,7 @@ class Runner:
         self.cap = limits["output_limit_kb"] * 1024
         self.timeout = limits["timeout_s"]
         self.inbuf = bytearray()
-        with open("/box/solution.py", encoding="utf-8", errors="replace") as f:
-            self.source = f.read()
+        self.source = None  # the program: a sandbox may start before its program is known
 
     def send(self, msg):
         _write_all(1, (_json(msg) + "\n").encode())
@@ -590,6 +588,8 @@ def main():
         msg = runner.recv()
         if msg is None:
             break
+        if msg.get("op") == "program" and runner.source is None:  # one sandbox, one program
+            runner.source = msg["source"]
         handle = handlers.get(msg.get("op"))
         if handle is not None:
             handle(msg)
