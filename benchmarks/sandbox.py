@@ -4,13 +4,16 @@ naive ``subprocess.run`` per test case that a user would write.
     python benchmarks/sandbox.py [--json] [--programs 24] [--cases 8] [--rounds 3]
 
 Programs (three small competitive-programming ones: read stdin, compute, print) with ``--cases`` test
-cases each are judged at concurrency 1 and 2 (programs in flight at once) by three runners:
+cases each are judged at concurrency 1 and 2 (programs in flight at once) by four runners:
 
 * ``bubblewrap sandbox``: :class:`stepcredit.reward.verifiers.code.sandbox.Sandbox` (one sandbox per
   program: namespaces, its own uid, limits, private tmpfs, every case in a fresh child forked by the
-  sandbox's runner, output capture, verdict);
+  sandbox's runner, output capture, verdict), all programs in one ``check_many`` batch as the code
+  reward calls it (the next program's sandbox starts while one runs: ``stepcredit.sandbox.lifecycle``);
+* ``bubblewrap sandbox, one call per program``: the same, each program its own ``check`` call (as the
+  ``python`` tool calls it): nothing is started ahead;
 * ``runner without isolation``: the same host code and the same runner (``runner.py``: limits, a fork
-  per case, the same protocol and verdicts), started directly instead of under ``bwrap`` (no
+  per case, the same protocol and verdicts, the same batch), started directly instead of under ``bwrap`` (no
   namespaces, no private tmpfs). BENCHMARK ONLY: this script rewrites a copy of the runner to use a
   private work directory instead of the namespace's ``/tmp`` and to kill only its own case's child
   instead of ``kill(-1)``, which outside a pid namespace would reach every process of the user. The
@@ -19,12 +22,14 @@ cases each are judged at concurrency 1 and 2 (programs in flight at once) by thr
   capture_output=True, timeout=...)`` per test case, the same interpreter and comparison: a fresh
   interpreter per case, what a user writes without a sandbox.
 
-Latency is per program (all its cases), measured around the call (p50/p95); throughput is programs
+Latency is per program (all its cases), measured around the call, or in a batch around the sandbox's
+step for that program (p50/p95); throughput is programs
 per second of wall time. The runners alternate (``--rounds``, an A B C A B C ... order) in one
 process, and the machine's load is recorded around each (``benchmarks/_harness.py``); with
 ``--json`` the last stdout line is ``{"results": [...], "ratios": {...}, "settings": ..., "valid": ...,
 "load": ...}``; each result row carries ``runner``, ``concurrency``, ``cases``, ``programs_per_s``
-(median over rounds) with its min/max; ratios are sandbox / unisolated runner and sandbox / bare.
+(median over rounds) with its min/max; ratios are sandbox / unisolated runner and sandbox / bare (and
+``sandbox_per_call_vs_bare_throughput_ratio``, one call per program / bare).
 """
 
 from __future__ import annotations
@@ -43,11 +48,12 @@ from typing import Any
 
 from _harness import Monitor, emit
 from stepcredit.config import SandboxConfig
-from stepcredit.reward.verifiers.code.sandbox import PASSED, Sandbox, TestCase
+from stepcredit.reward.verifiers.code.sandbox import PASSED, CaseOutcome, Sandbox, TestCase
 from stepcredit.sandbox import session as sandbox_session
 from stepcredit.sandbox.cases import outputs_match
 
 BARE, PLAIN, BOX = "bare subprocess.run", "runner without isolation", "bubblewrap sandbox"
+BOX1 = "bubblewrap sandbox, one call per program"
 
 SUM = "print(sum(map(int, input().split())))"
 SORT = "n = int(input())\nxs = sorted(map(int, input().split()))\nprint(' '.join(map(str, xs)))"
@@ -100,14 +106,13 @@ def make_programs(cases: int) -> list[tuple[str, str, list[TestCase]]]:
     return out
 
 
-def unisolated_runner_source(work: str, solution: str) -> str:
+def unisolated_runner_source(work: str) -> str:
     """BENCHMARK ONLY: the sandbox's runner rewritten to run outside a namespace. Each rewrite must
     apply (a changed runner fails here rather than running unsafely)."""
     src = sandbox_session._runner_source()
     rewrites = [
         ('os.chdir("/tmp")', f"os.chdir({work!r})"),
         ('os.walk("/tmp", topdown=False)', f"os.walk({work!r}, topdown=False)"),
-        ('open("/box/solution.py"', f"open({solution!r}"),
         # kill(-1) from pid 1 of a pid namespace ends the sandbox's processes; outside one it would
         # reach every process of the user: kill the case's own child (unreaped, so its pid is ours)
         ("os.kill(-1, _SIGKILL)", "os.kill(child, _SIGKILL)"),
@@ -119,7 +124,22 @@ def unisolated_runner_source(work: str, solution: str) -> str:
     return src
 
 
-class UnisolatedSandbox(Sandbox):
+class TimedSandbox(Sandbox):
+    """The sandbox with the time of each program it judges recorded (one program's step of a batch)."""
+
+    def __init__(self, cfg: SandboxConfig) -> None:
+        super().__init__(cfg)
+        self.latencies: list[float] = []
+
+    def _run_in(self, *args: Any) -> list[CaseOutcome]:
+        t0 = time.perf_counter()
+        try:
+            return super()._run_in(*args)
+        finally:
+            self.latencies.append(time.perf_counter() - t0)
+
+
+class UnisolatedSandbox(TimedSandbox):
     """BENCHMARK ONLY: the Sandbox's host code and runner, started without bubblewrap."""
 
     def _command(self, host_dir: str, limits: dict[str, Any]) -> list[str]:
@@ -128,7 +148,7 @@ class UnisolatedSandbox(Sandbox):
         os.chmod(work, 0o777)  # the runner may run as the sandbox's own uid
         runner = os.path.join(host_dir, "runner_unisolated.py")
         with open(runner, "w", encoding="utf-8") as f:
-            f.write(unisolated_runner_source(work, os.path.join(host_dir, "solution.py")))
+            f.write(unisolated_runner_source(work))
         os.chmod(runner, 0o444)
         order = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb", "timeout_s")
         return [self._python, "-I", "-S", "-B", runner, *(str(limits[k]) for k in order)]
@@ -144,7 +164,18 @@ def percentile(xs: list[float], q: float) -> float:
 Job = tuple[str, str, list[TestCase]]
 
 
+def _summary(lat: list[float], wall: float, ok: int, programs: int) -> dict[str, Any]:
+    return {
+        "p50_ms": 1000 * statistics.median(lat),
+        "p95_ms": 1000 * percentile(lat, 0.95),
+        "programs_per_s": programs / wall,
+        "passed": ok,
+        "programs": programs,
+    }
+
+
 def run_many(fn: Callable[[Job], bool], jobs: list[Job], concurrency: int) -> dict[str, Any]:
+    """``fn(job)`` for every job, ``concurrency`` at a time; a program's latency is its call."""
     lat: list[float] = []
     ok = 0
 
@@ -158,14 +189,116 @@ def run_many(fn: Callable[[Job], bool], jobs: list[Job], concurrency: int) -> di
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         list(pool.map(one, jobs))
+    return _summary(lat, time.perf_counter() - t0, ok, len(jobs))
+
+
+def run_batch(runner: TimedSandbox, jobs: list[Job]) -> dict[str, Any]:
+    """All programs as one ``check_many`` batch, the code reward's path (the next program's jail starts
+    while one runs, a judged program's jail stops in the background); a program's latency runs from
+    its worker taking it up to its verdicts."""
+    runner.latencies = []
+    t0 = time.perf_counter()
+    verdicts = runner.check_many([(code, cases) for _, code, cases in jobs])
     wall = time.perf_counter() - t0
+    ok = sum(all(o.status == PASSED for o in outs) for outs in verdicts)
+    return _summary(runner.latencies, wall, ok, len(jobs))
+
+
+def bare_runner(python: str, files: dict[str, str]) -> Callable[[Job], bool]:
+    """What a user writes without a sandbox: a fresh interpreter per case, the same comparison."""
+
+    def bare(job: Job) -> bool:
+        name, _, cases = job
+        passed = True
+        for case in cases:
+            p = subprocess.run(
+                [python, "-I", "-S", "-B", files[name]],
+                input=case.stdin.encode(),
+                capture_output=True,
+                timeout=10,
+            )
+            passed &= p.returncode == 0 and outputs_match(p.stdout.decode(), str(case.expected))
+        return passed
+
+    return bare
+
+
+def sides(conc: int, jobs: list[Job], bare: Callable[[Job], bool]) -> dict[str, Callable[[list[Job]], Any]]:
+    """Each runner at concurrency ``conc``: a function of the jobs to judge."""
+    box = TimedSandbox(SandboxConfig(concurrency=conc))
+    plain = UnisolatedSandbox(SandboxConfig(concurrency=conc))
+
+    def per_call(job: Job) -> bool:
+        _, code, cases = job
+        return all(o.status == PASSED for o in box.check(code, cases))
+
     return {
-        "p50_ms": 1000 * statistics.median(lat),
-        "p95_ms": 1000 * percentile(lat, 0.95),
-        "programs_per_s": len(jobs) / wall,
-        "passed": ok,
-        "programs": len(jobs),
+        BARE: lambda js: run_many(bare, js, conc),
+        PLAIN: lambda js: run_batch(plain, js),
+        BOX: lambda js: run_batch(box, js),
+        BOX1: lambda js: run_many(per_call, js, conc),
     }
+
+
+def measure(mon: Monitor, jobs: list[Job], bare: Callable[[Job], bool], args: Any) -> list[dict[str, Any]]:
+    results = []
+    for conc in (1, 2):
+        fns = sides(conc, jobs, bare)
+        for fn in fns.values():  # warm the page cache for all
+            fn(jobs[:3])
+        acc = mon.alternate(
+            {f"{label} c{conc}": (lambda fn=fn: fn(jobs)) for label, fn in fns.items()},
+            repeats=args.rounds,
+        )
+        for label in fns:
+            rs = acc[f"{label} c{conc}"]
+            tput = [r["programs_per_s"] for r in rs]
+            results.append(
+                {
+                    "runner": label,
+                    "concurrency": conc,
+                    "cases": args.cases,
+                    "programs_per_s": statistics.median(tput),
+                    "programs_per_s_min": min(tput),
+                    "programs_per_s_max": max(tput),
+                    "p50_ms": statistics.median(r["p50_ms"] for r in rs),
+                    "p95_ms": max(r["p95_ms"] for r in rs),
+                    "passed": sum(r["passed"] for r in rs),
+                    "programs": sum(r["programs"] for r in rs),
+                }
+            )
+    return results
+
+
+def ratios_of(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    ratios = {}
+    print(f"{'runner':<40}{'conc':>5}{'cases':>6}{'p50 ms':>10}{'p95 ms':>10}{'prog/s':>10}{'passed':>10}")
+    for r in results:
+        print(
+            f"{r['runner']:<40}{r['concurrency']:>5}{r['cases']:>6}{r['p50_ms']:>10.1f}{r['p95_ms']:>10.1f}"
+            f"{r['programs_per_s']:>10.1f}{r['passed']:>6}/{r['programs']}"
+        )
+    for conc in (1, 2):
+        b, u, x, x1 = (
+            next(r for r in results if r["runner"] == lab and r["concurrency"] == conc)
+            for lab in (BARE, PLAIN, BOX, BOX1)
+        )
+        ratios[f"c{conc}"] = {
+            "isolation_p50_latency_ratio": x["p50_ms"] / u["p50_ms"],
+            "isolation_throughput_ratio": x["programs_per_s"] / u["programs_per_s"],
+            "sandbox_vs_bare_p50_latency_ratio": x["p50_ms"] / b["p50_ms"],
+            "sandbox_vs_bare_throughput_ratio": x["programs_per_s"] / b["programs_per_s"],
+            "sandbox_per_call_vs_bare_throughput_ratio": x1["programs_per_s"] / b["programs_per_s"],
+        }
+        r = ratios[f"c{conc}"]
+        print(
+            f"concurrency {conc}: sandbox / runner without isolation: p50 latency "
+            f"x{r['isolation_p50_latency_ratio']:.2f}, throughput x{r['isolation_throughput_ratio']:.2f}; "
+            f"sandbox / bare subprocess.run: p50 x{r['sandbox_vs_bare_p50_latency_ratio']:.2f}, "
+            f"throughput x{r['sandbox_vs_bare_throughput_ratio']:.2f} "
+            f"(one call per program: x{r['sandbox_per_call_vs_bare_throughput_ratio']:.2f})"
+        )
+    return ratios
 
 
 def main() -> int:
@@ -189,98 +322,25 @@ def main() -> int:
         files[name] = os.path.join(tmp, f"{name}.py")
         with open(files[name], "w") as f:
             f.write(code)
-
-    def bare(job: Job) -> bool:
-        name, _, cases = job
-        passed = True
-        for case in cases:
-            p = subprocess.run(
-                [python, "-I", "-S", "-B", files[name]],
-                input=case.stdin.encode(),
-                capture_output=True,
-                timeout=10,
-            )
-            passed &= p.returncode == 0 and outputs_match(p.stdout.decode(), str(case.expected))
-        return passed
-
     jobs = [programs[i % len(programs)] for i in range(args.programs)]
     mon = Monitor()
-    results = []
-    for conc in (1, 2):
-        box = Sandbox(SandboxConfig(concurrency=conc))
-        plain = UnisolatedSandbox(SandboxConfig(concurrency=conc))
-
-        def checked(job: Job, runner: Sandbox) -> bool:
-            _, code, cases = job
-            return all(o.status == PASSED for o in runner.check(code, cases))
-
-        fns: dict[str, Callable[[Job], bool]] = {
-            BARE: bare,
-            PLAIN: lambda job, r=plain: checked(job, r),  # type: ignore[misc]
-            BOX: lambda job, r=box: checked(job, r),  # type: ignore[misc]
-        }
-        for fn in fns.values():  # warm the page cache for all
-            run_many(fn, jobs[:3], conc)
-        acc = mon.alternate(
-            {
-                f"{label} c{conc}": (lambda fn=fn, conc=conc: run_many(fn, jobs, conc))
-                for label, fn in fns.items()
-            },
-            repeats=args.rounds,
-        )
-        for label in fns:
-            rs = acc[f"{label} c{conc}"]
-            tput = [r["programs_per_s"] for r in rs]
-            results.append(
-                {
-                    "runner": label,
-                    "concurrency": conc,
-                    "cases": args.cases,
-                    "programs_per_s": statistics.median(tput),
-                    "programs_per_s_min": min(tput),
-                    "programs_per_s_max": max(tput),
-                    "p50_ms": statistics.median(r["p50_ms"] for r in rs),
-                    "p95_ms": max(r["p95_ms"] for r in rs),
-                    "passed": sum(r["passed"] for r in rs),
-                    "programs": sum(r["programs"] for r in rs),
-                }
-            )
-    shutil.rmtree(tmp, ignore_errors=True)
-
-    print(f"{'runner':<26}{'conc':>5}{'cases':>6}{'p50 ms':>10}{'p95 ms':>10}{'prog/s':>10}{'passed':>10}")
-    for r in results:
-        print(
-            f"{r['runner']:<26}{r['concurrency']:>5}{r['cases']:>6}{r['p50_ms']:>10.1f}{r['p95_ms']:>10.1f}"
-            f"{r['programs_per_s']:>10.1f}{r['passed']:>6}/{r['programs']}"
-        )
-    ratios = {}
-    for conc in (1, 2):
-        b, u, x = (
-            next(r for r in results if r["runner"] == lab and r["concurrency"] == conc)
-            for lab in (BARE, PLAIN, BOX)
-        )
-        ratios[f"c{conc}"] = {
-            "isolation_p50_latency_ratio": x["p50_ms"] / u["p50_ms"],
-            "isolation_throughput_ratio": x["programs_per_s"] / u["programs_per_s"],
-            "sandbox_vs_bare_p50_latency_ratio": x["p50_ms"] / b["p50_ms"],
-            "sandbox_vs_bare_throughput_ratio": x["programs_per_s"] / b["programs_per_s"],
-        }
-        r = ratios[f"c{conc}"]
-        print(
-            f"concurrency {conc}: sandbox / runner without isolation: p50 latency "
-            f"x{r['isolation_p50_latency_ratio']:.2f}, throughput x{r['isolation_throughput_ratio']:.2f}; "
-            f"sandbox / bare subprocess.run: p50 x{r['sandbox_vs_bare_p50_latency_ratio']:.2f}, "
-            f"throughput x{r['sandbox_vs_bare_throughput_ratio']:.2f}"
-        )
+    try:
+        results = measure(mon, jobs, bare_runner(python, files), args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ratios = ratios_of(results)
     cfg = SandboxConfig()
     limits = {"timeout_s": cfg.timeout_s, "memory_mb": cfg.memory_mb, "cpu_s": cfg.cpu_s}
     common = {"python": python, "programs": args.programs, "cases": args.cases, "concurrency": [1, 2]}
+    isolation = "bwrap namespaces, own uid, private tmpfs"
     settings = {
-        BOX: {
+        BOX: {**common, **limits, "isolation": isolation, "fork_per_case": True, "path": "check_many"},
+        BOX1: {
             **common,
             **limits,
-            "isolation": "bwrap namespaces, own uid, private tmpfs",
+            "isolation": isolation,
             "fork_per_case": True,
+            "path": "check per program",
         },
         PLAIN: {**common, **limits, "isolation": "none (benchmark-only runner copy)", "fork_per_case": True},
         BARE: {**common, "timeout_s": 10, "isolation": "none", "fork_per_case": False, "exec_per_case": True},

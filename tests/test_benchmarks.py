@@ -111,7 +111,7 @@ def test_the_unisolated_runner_of_the_sandbox_benchmark_never_kills_every_proces
         import sandbox as bench_sandbox  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(BENCH))
-    src = bench_sandbox.unisolated_runner_source(str(tmp_path / "work"), str(tmp_path / "solution.py"))
+    src = bench_sandbox.unisolated_runner_source(str(tmp_path / "work"))
     assert "os.kill(-1" not in src and "os.kill(child, _SIGKILL)" in src
     assert '"/tmp"' not in src and "/box/" not in src
     compile(src, "runner_unisolated.py", "exec")

@@ -2,8 +2,9 @@
 
 A sandbox for code rewards (data_source or ability ``code``), built on bubblewrap (the jail itself: :mod:`.jail`).
 
-One sandbox per program; every test case of that program runs inside it, each in a fresh child
-process forked by the sandbox's runner (:mod:`.runner`) with an emptied working directory:
+One sandbox per program (never reused; in a batch the next one starts while a program runs:
+:mod:`.lifecycle`); every test case of that program runs inside it, each in a fresh child process
+forked by the sandbox's runner (:mod:`.runner`) with an emptied working directory:
 
 * **namespaces** (``bwrap --unshare-all --disable-userns --as-pid-1``): its own user, pid, network
   (loopback only, nothing routed), mount, IPC, UTS and cgroup namespaces; nested user namespaces are
@@ -12,7 +13,8 @@ process forked by the sandbox's runner (:mod:`.runner`) with an emptied working 
   bwrap's ``--die-with-parent`` takes the sandbox down if we die.
 * **filesystem**: a read-only view of ``/usr`` (and, relocated to ``/opt/stepcredit-python``, the
   interpreter's own ``bin``/``lib`` when it lives elsewhere, its site-packages hidden), a fresh
-  ``/proc`` and minimal ``/dev``, the program's source read-only under ``/box``, and a size-capped tmpfs
+  ``/proc`` and minimal ``/dev``, the runner read-only under ``/box`` (the program comes over its
+  input, kept in the runner's memory), and a size-capped tmpfs
   as cwd and ``/tmp``, emptied before each case; the root and ``/dev`` are remounted read-only. Nothing
   of the host's ``/home``, ``/root``, ``/etc`` or working directory is visible, and no file holds a test.
 * **limits** set before any untrusted code runs: RLIMIT_CPU (per case), AS, FSIZE, NPROC (counted inside
@@ -47,16 +49,16 @@ import functools
 import math
 import os
 import shutil
-import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from stepcredit.config import SandboxConfig
 from stepcredit.sandbox.cases import TestCase
-from stepcredit.sandbox.dirs import make_sandbox_dir, remove_sandbox_dirs
-from stepcredit.sandbox.jail import _claim_uid, _default_python, _sweep_uid, bwrap_command
+from stepcredit.sandbox.dirs import remove_sandbox_dirs
+from stepcredit.sandbox.jail import _default_python, bwrap_command
 from stepcredit.sandbox.judging import (
     _SKIPPED,
     ERROR,
@@ -74,9 +76,10 @@ from stepcredit.sandbox.judging import (
     run_many,
     verdict,
 )
+from stepcredit.sandbox.lifecycle import Batch, Jail, finish_jail, outlived, start_jail
 from stepcredit.sandbox.protocol import Op
 from stepcredit.sandbox.remote import RemoteLink, reply_object
-from stepcredit.sandbox.session import _runner_source, _Session
+from stepcredit.sandbox.session import _Session
 
 STARTUP_TIMEOUT_S = 20.0
 """How long the sandbox may take to start before it counts as a sandbox failure (a loaded machine)."""
@@ -119,17 +122,18 @@ class Sandbox:
         self, program: str, cases: Sequence[TestCase], *, stop_on_failure: bool = False
     ) -> list[CaseOutcome]:
         """Verdicts of ``cases``, all run in one sandbox (blocks for a concurrency slot)."""
+        return self._run_in(None, program, cases, stop_on_failure)
+
+    def _run_in(
+        self, batch: Batch | None, program: str, cases: Sequence[TestCase], stop_on_failure: bool
+    ) -> list[CaseOutcome]:
         with self._sem:
             try:
-                return self._run_program(program, list(cases), stop_on_failure)
+                return self._run_program(batch, program, list(cases), stop_on_failure)
             except Exception as e:  # a bug or an OS failure on our side: never the program's fault
                 return [CaseOutcome(SANDBOX_ERROR, f"sandbox failure: {type(e).__name__}: {e}")] * len(cases)
 
-    def _run_program(self, program: str, cases: list[TestCase], stop_on_failure: bool) -> list[CaseOutcome]:
-        if not cases:
-            return []
-        if not self._bwrap:
-            return [CaseOutcome(SANDBOX_ERROR, "bubblewrap (bwrap) is not installed")] * len(cases)
+    def _start_jail(self) -> Jail:
         cfg = self.cfg
         limits = {
             "cpu_s": cfg.cpu_s or math.ceil(cfg.timeout_s) + 1,
@@ -139,54 +143,43 @@ class Sandbox:
             "output_limit_kb": cfg.output_limit_kb,
             "timeout_s": cfg.timeout_s,
         }
-        host_dir = make_sandbox_dir()
-        # Traversable (not listable) so that bwrap, started as the run's uid, can bind the files in.
-        os.chmod(host_dir, 0o711)
-        outcomes: list[CaseOutcome] = []
+        line_cap = 4 * cfg.output_limit_kb * 1024 + (1 << 20)
+        return start_jail(lambda d: self._command(d, limits), root=self._root, line_cap=line_cap)
+
+    def _run_program(
+        self, batch: Batch | None, program: str, cases: list[TestCase], stop_on_failure: bool
+    ) -> list[CaseOutcome]:
+        if not cases:
+            return []
+        if not self._bwrap:
+            return [CaseOutcome(SANDBOX_ERROR, "bubblewrap (bwrap) is not installed")] * len(cases)
+        jail = batch.take() if batch is not None else self._start_jail()
+        if jail.session is None:
+            finish_jail(jail, graceful=False)
+            return [CaseOutcome(SANDBOX_ERROR, str(jail.error))] * len(cases)
         try:
-            for name, text in (("solution.py", program), ("runner.py", _runner_source())):
-                path = os.path.join(host_dir, name)
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(text)
-                os.chmod(path, 0o444)
-            with _claim_uid(self._root) as uid:
-                cmd = self._command(host_dir, limits)
-                as_uid: dict[str, Any] = (
-                    {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
-                )
-                try:
-                    proc = subprocess.Popen(
-                        cmd,
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        start_new_session=True,
-                        cwd="/",
-                        env={"PATH": "/usr/bin:/bin"},
-                        **as_uid,
-                    )
-                except OSError as e:
-                    return [CaseOutcome(SANDBOX_ERROR, f"cannot start bubblewrap: {e}")] * len(cases)
-                session = _Session(proc, line_cap=4 * cfg.output_limit_kb * 1024 + (1 << 20))
-                clean = False
-                try:
-                    outcomes = self._run_cases(session, cases, stop_on_failure)
-                    # Cases sent ahead and skipped after a failure would still run: stop those by force.
-                    clean = all(o.status != SANDBOX_ERROR and o.message != _SKIPPED for o in outcomes)
-                finally:
-                    clean = session.close(graceful=clean)
-                    # The uid's own sweep is the safety net for a sandbox we had to kill.
-                    left = _sweep_uid(uid) if uid is not None and not clean else 0
-                if left:
-                    msg = f"{left} processes outlived the sandbox and were killed"
-                    outcomes = [CaseOutcome(SANDBOX_ERROR, msg)] * len(cases)
-                return outcomes
-        finally:
-            shutil.rmtree(host_dir, ignore_errors=True)
+            on_way = batch.start_ahead if batch is not None else None
+            outcomes = self._run_cases(jail.session, program, cases, stop_on_failure, on_way)
+        except BaseException:
+            finish_jail(jail, graceful=False)
+            raise
+        # Cases sent ahead and skipped after a failure would still run: stop those by force.
+        clean = all(o.status != SANDBOX_ERROR and o.message != _SKIPPED for o in outcomes)
+        if clean and batch is not None:  # the program is judged: its jail goes down in the background
+            return batch.finish_later(jail, outcomes)
+        left = finish_jail(jail, graceful=clean)
+        return outlived(left, len(cases)) if left else outcomes
 
     def _run_cases(
-        self, session: _Session, cases: list[TestCase], stop_on_failure: bool
+        self,
+        session: _Session,
+        program: str,
+        cases: list[TestCase],
+        stop_on_failure: bool,
+        on_way: Callable[[], None] | None = None,
     ) -> list[CaseOutcome]:
+        """Verdicts of the program's cases; ``on_way()`` is called once the first cases are on their
+        way (a batch starts the next program's jail then, while the runner works through them)."""
         try:
             hello = session.recv(time.monotonic() + max(STARTUP_TIMEOUT_S, self.cfg.timeout_s))
         except SandboxFailure as e:
@@ -197,6 +190,8 @@ class Sandbox:
         outcomes: list[CaseOutcome] = []
         sent = 0  # cases whose request went out ahead (they need no conversation with the host)
         try:
+            # The runner may have started before its program was known: the program comes first.
+            session.send({"op": "program", "source": program})
             for k, case in enumerate(cases):
                 # Send every following case that needs no conversation at once: the runner works through
                 # them while we judge, so the host is off the critical path between cases.
@@ -206,6 +201,8 @@ class Sandbox:
                         break
                     session.send(request)
                     sent += 1
+                if k == 0 and on_way is not None:
+                    on_way()
                 t0 = time.monotonic()
                 deadline = t0 + self.cfg.timeout_s + REPLY_SLACK_S
                 if k < sent:
@@ -270,5 +267,17 @@ class Sandbox:
     def check_many(
         self, jobs: Sequence[tuple[str, Sequence[TestCase]]], *, stop_on_failure: bool = False
     ) -> list[list[CaseOutcome]]:
-        """Verdicts of several programs' cases, ``cfg.concurrency`` sandboxes (one per program) at a time."""
-        return run_many(self.run_program, jobs, self.cfg.concurrency, stop_on_failure=stop_on_failure)
+        """Verdicts of several programs' cases, ``cfg.concurrency`` sandboxes (one per program) at a time;
+        the next program's sandbox starts while one runs (:class:`~.lifecycle.Batch`)."""
+        total = sum(1 for _, cases in jobs if cases)  # one jail per program with cases, never more
+        if total <= 1 or not self._bwrap:
+            return run_many(self.run_program, jobs, self.cfg.concurrency, stop_on_failure=stop_on_failure)
+        batch = Batch(self._start_jail, total=total)
+        # Our own workers: they started the batch's jails, so they must outlive batch.close().
+        with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
+            futures = [pool.submit(self._run_in, batch, p, c, stop_on_failure) for p, c in jobs]
+            try:
+                wait(futures)
+            finally:
+                batch.close()
+        return [f.result() for f in futures]

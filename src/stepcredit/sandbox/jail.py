@@ -12,7 +12,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 UID_BASE = 1_700_000
@@ -26,8 +25,8 @@ PYTHON_MOUNT = "/opt/stepcredit-python"
 def bwrap_command(
     bwrap: str, python: str, host_dir: str, limits: dict[str, Any], *, tmpfs_mb: int
 ) -> list[str]:
-    """The bubblewrap command that starts the runner in a fresh jail: ``solution.py`` and ``runner.py`` from
-    ``host_dir`` read-only under ``/box``, the runner's limits as its arguments."""
+    """The bubblewrap command that starts the runner in a fresh jail: ``runner.py`` from ``host_dir``
+    read-only under ``/box``, the runner's limits as its arguments (the program comes over the protocol)."""
     cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
     cmd += ["--as-pid-1", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
     cmd += ["--ro-bind", "/usr", "/usr"]
@@ -40,8 +39,7 @@ def bwrap_command(
     cmd += mounts
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     cmd += ["--size", str(tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-    for name in ("solution.py", "runner.py"):
-        cmd += ["--ro-bind", os.path.join(host_dir, name), f"/box/{name}"]
+    cmd += ["--ro-bind", os.path.join(host_dir, "runner.py"), "/box/runner.py"]
     cmd += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
     for k, v in {**env, **env_extra}.items():
@@ -120,12 +118,11 @@ def _uid_lock_dir() -> str:
     return path
 
 
-@contextlib.contextmanager
-def _claim_uid(root: bool) -> Iterator[int | None]:
-    """As root, an unprivileged uid nobody else uses for the run (an flock on a per-uid file)."""
+def claim_uid(root: bool) -> tuple[int | None, int]:
+    """As root, an unprivileged uid nobody else uses for the run (an flock on a per-uid file) and the
+    lock's descriptor (:func:`release_uid` frees it); not as root, ``(None, -1)``."""
     if not root:
-        yield None
-        return
+        return None, -1
     lock_dir = _uid_lock_dir()
     start = (os.getpid() * 64 + threading.get_ident()) % UID_COUNT
     for i in range(UID_COUNT):
@@ -136,14 +133,16 @@ def _claim_uid(root: bool) -> Iterator[int | None]:
         except BlockingIOError:
             os.close(fd)
             continue
-        try:
-            # No sweep here: a previous owner's runs died with it (bwrap's --die-with-parent), and the
-            # sweep after each run catches anything else.
-            yield uid
-        finally:
-            os.close(fd)
-        return
+        # No sweep here: a previous owner's runs died with it (bwrap's --die-with-parent), and the
+        # sweep after each run catches anything else.
+        return uid, fd
     raise RuntimeError(f"no free sandbox uid in {UID_BASE}..{UID_BASE + UID_COUNT}")
+
+
+def release_uid(fd: int) -> None:
+    """Free a uid claimed by :func:`claim_uid` (its lock's descriptor; -1: nothing was claimed)."""
+    if fd >= 0:
+        os.close(fd)
 
 
 def uid_processes(uid: int) -> list[int]:

@@ -1,36 +1,34 @@
 # ruff: noqa: SIM105, B905  (no contextlib: its import costs every program; zip(strict=) needs 3.10)
 """The process manager inside the sandbox: runs each test case of one program in a fresh child.
 
-This file is copied into the sandbox and run by the sandbox's interpreter as pid 1 of the sandbox's
-pid namespace (``bwrap --as-pid-1``): ``python -I -S -B runner.py LIMITS``. It imports nothing outside
-the standard library, and only cheap modules (no json, re, enum, signal, traceback: their import time
-would be paid by every program), and stays valid on any Python >= 3.8 (the sandbox's interpreter need
-not be the host's).
+This file is bound into the sandbox and run by its interpreter as pid 1 of its pid namespace (``bwrap
+--as-pid-1``): ``python -I -S -B runner.py LIMITS``. It imports only cheap standard modules (no json, re,
+enum, signal, traceback: every program would pay their import) and stays valid on any Python >= 3.8.
 
-It is *not* trusted with the verdict and holds nothing secret: the host never sends it an expected
-value or an assert statement, only a case's stdin, or calls such as ``f(1, 2)`` to make. Its answers
-are checked by the host (``plain.decode_plain``), so a program that took it over could only claim
-what it could have returned anyway. Being pid 1, it cannot be signalled from inside the namespace
-(signals without a handler are dropped for pid 1), and it makes itself non-dumpable, so the program
-can neither ptrace it nor open ``/proc/1/fd`` or ``/proc/1/mem``.
+It is *not* trusted with the verdict and holds nothing secret: the host never sends it an expected value
+or an assert statement, only a case's stdin, or calls such as ``f(1, 2)`` to make. Its answers are checked
+by the host (``plain.decode_plain``): a program that took it over could only claim what it could return
+anyway. Being pid 1, it cannot be signalled from inside the namespace (signals without a handler are
+dropped for pid 1), and it is non-dumpable: the program can't ptrace it or open ``/proc/1/fd``, ``/mem``.
 
 Protocol. Host -> runner on fd 0: frames of a 4-byte big-endian length and a ``marshal``-ed dict
 (the host is trusted here). Runner -> host on fd 1: one JSON object per line, written by hand below.
 
 * runner: ``{"op": "hello"}`` once its limits are in place (no hello: the sandbox failed).
+* host ``{"op": "program", "source": ...}``: the sandbox's one program (any later one is ignored).
 * host ``{"op": "case", "mode": "stdio"|"calls"|"eval", ...}``: /tmp is emptied and a child forked:
   limits, cwd /tmp, then the program (``stdio``: as ``__main__`` with the case's stdin on a pipe).
   ``calls``: after the program, the child makes the given calls and writes one answer line for each.
   ``eval``: after the program the child reports ``ready`` and answers requests until told to end.
 * runner: ``{"op": "ready"}`` (eval) or ``{"op": "done", ...}`` when the case is over.
 * host ``{"op": "req", "r": {...}}`` -> runner ``{"op": "reply", "r": "<the child's raw line>"}`` or
-  ``done``; host ``{"op": "end"}`` -> ``done``. ``done`` carries the exit code or signal, whether the
-  case timed out or wrote too much, its stdout, the tail of its stderr and its answer lines. After
-  every case all its processes are killed (``kill(-1)`` from pid 1 reaches every other process of the
-  namespace) and reaped.
+  ``done``; host ``{"op": "end"}`` -> ``done``. ``done`` carries the exit code or signal, whether the case
+  timed out or wrote too much, its stdout, the tail of its stderr and its answer lines. After every case
+  all its processes are killed (``kill(-1)`` from pid 1 reaches every other one of the namespace), reaped.
 """
 
 import _signal
+import gc
 import marshal
 import os
 import resource
@@ -149,8 +147,7 @@ def _serve_call(req, ns, handles):
         return {"np": str(e)}
 
 
-_SERVERS = {"names": _serve_names, "attr": _serve_attr, "call": _serve_call}
-"""A live test's request op -> what answers it."""
+_SERVERS = {"names": _serve_names, "attr": _serve_attr, "call": _serve_call}  # a request's op -> its answer
 
 
 def _serve(req, ns, handles):
@@ -169,8 +166,8 @@ def _auto(target, ns):  # VeRL's fn_name: the function, or LeetCode's Solution()
     return ns[target] if target in ns else getattr(ns["Solution"](), target)
 
 
+# A precomputed call's kind -> how its target is found in the program's namespace.
 _CALLEES = {"method": _method, "fn": lambda target, ns: ns[target], "auto": _auto}
-"""A precomputed call's kind -> how its target is found in the program's namespace."""
 
 
 def _precomputed(call, ns, handles):
@@ -264,8 +261,7 @@ def _child(source, msg, limits, fds):
     sys.argv = ["solution.py"]
     ns = {"__name__": msg.get("module", "__main__"), "__builtins__": __builtins__}
     try:
-        # Compiled here, in the child: a syntax error, MemoryError or RecursionError while compiling
-        # (a "compile-time bomb") is the program's own failure, like any other.
+        # Compiled in the child: a compile-time bomb (SyntaxError, MemoryError...) is the program's failure.
         exec(compile(source, "solution.py", "exec"), ns)
     except SystemExit as e:
         _flush()
@@ -360,8 +356,7 @@ def _sweep(child):
     return status, 1
 
 
-_ANSWERING_MODES = ("calls", "eval")
-"""Case modes whose child answers the host over its own request/reply pipes (stdio only prints)."""
+_ANSWERING_MODES = ("calls", "eval")  # the child answers over its own request/reply pipes (stdio prints)
 
 
 class Runner:
@@ -370,8 +365,7 @@ class Runner:
         self.cap = limits["output_limit_kb"] * 1024
         self.timeout = limits["timeout_s"]
         self.inbuf = bytearray()
-        with open("/box/solution.py", encoding="utf-8", errors="replace") as f:
-            self.source = f.read()
+        self.source = None  # the program: a sandbox may start before its program is known
 
     def send(self, msg):
         _write_all(1, (_json(msg) + "\n").encode())
@@ -584,12 +578,18 @@ def main():
     except BaseException as e:
         os.write(1, (_json({"op": "failed", "message": f"{type(e).__name__}: {e}"}) + "\n").encode())
         os._exit(RUNNER_FAILED)
+    # compile()'s first call builds the AST types (~1.5 ms): once here, not in every child; gc.freeze:
+    # what exists now is never garbage, so no child's gc pass touches (and copies) its pages.
+    compile("pass", "warm-up", "exec")
+    gc.freeze()
     runner.send({"op": "hello"})
     handlers = {"case": runner.case}  # the host's messages between cases (others are ignored)
     while True:
         msg = runner.recv()
         if msg is None:
             break
+        if msg.get("op") == "program" and runner.source is None:  # one sandbox, one program
+            runner.source = msg["source"]
         handle = handlers.get(msg.get("op"))
         if handle is not None:
             handle(msg)

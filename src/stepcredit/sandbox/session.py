@@ -108,6 +108,15 @@ class _Session:
         code = self.proc.returncode
         return f"the sandbox exited ({code}): {_tail(bytes(self.stderr), 400).strip()}"
 
+    def end_input(self) -> bool:
+        """Close the runner's input, so that it exits after its last case; False (and nothing done)
+        while messages to it are still queued."""
+        if self._outbuf or self.proc.stdin is None:
+            return False
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        return True
+
     def close(self, *, graceful: bool) -> bool:
         """Stop the sandbox; True when it ended by itself (then nothing of it can be left, see below)."""
         clean = False
