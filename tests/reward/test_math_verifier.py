@@ -50,6 +50,11 @@ def _rows(name: str) -> list[dict]:
         # two answer phrases on one line: the later one is final (the first one's tail runs over it)
         ("The answer is $5! = 120$. So the answer is $\\frac{2}{3}$.", "\\frac{2}{3}", "phrase"),
         ("Hence, the answer is $3$ primes. So the answer is $12$.", "12", "phrase"),
+        # "final answer is" after a box wins, in any case and beside text outside ASCII
+        ("First \\boxed{200}. THE FINAL ANSWER IS $7$.", "7", "phrase"),
+        ("First \\boxed{200} – so the Final answer is $7$.", "7", "phrase"),
+        ("First \\boxed{200} – then more work.", "200", "boxed"),
+        ("The final answer is 7 before the box: \\boxed{200}", "200", "boxed"),
     ],
 )
 def test_extraction(text: str, answer: str, how: str) -> None:
