@@ -50,6 +50,11 @@ def _rows(name: str) -> list[dict]:
         # two answer phrases on one line: the later one is final (the first one's tail runs over it)
         ("The answer is $5! = 120$. So the answer is $\\frac{2}{3}$.", "\\frac{2}{3}", "phrase"),
         ("Hence, the answer is $3$ primes. So the answer is $12$.", "12", "phrase"),
+        # "final answer is" after a box wins, in any case and beside text outside ASCII
+        ("First \\boxed{200}. THE FINAL ANSWER IS $7$.", "7", "phrase"),
+        ("First \\boxed{200} – so the Final answer is $7$.", "7", "phrase"),
+        ("First \\boxed{200} – then more work.", "200", "boxed"),
+        ("The final answer is 7 before the box: \\boxed{200}", "200", "boxed"),
     ],
 )
 def test_extraction(text: str, answer: str, how: str) -> None:
@@ -88,10 +93,11 @@ def test_strict_needs_a_marker_and_a_closed_think() -> None:
         ("(1+2i)^2", "-3+4i", True),
         ("1+274i", "-3", False),  # two exact constants (complex), far apart
         ("\\frac{1}{2}+i", "0.5+i", None),  # decimals with i: left to math-verify
-        # one exact number against a tuple, interval or set of several elements, or a union: never
-        # equal; a constant that is no exact number is left to math-verify
+        # one constant against a tuple, interval or set of several elements, or a union: never equal
         ("(-2,1)", "4", False),
-        ("12\\pi", "(5,\\infty)", None),
+        ("12\\pi", "(5,\\infty)", False),
+        ("3 \\sqrt{5}", "(15,-29)", False),
+        ("\\frac{20000}{\\pi}", "x \\in [-2,7]", False),
         ("\\frac{1}{2}", "\\left(-1, 6\\right]", False),
         ("4", "(-\\infty, 2) \\cup (3, \\infty)", False),
         ("1440", "\\{1\\pm\\sqrt{5},-2\\}", False),
@@ -104,9 +110,9 @@ def test_strict_needs_a_marker_and_a_closed_think() -> None:
         ("90^\\circ", "\\frac{\\pi}{2}", None),  # degrees against radians: math-verify decides
         ("\\sqrt{2}", "1.41", None),  # a decimal may approximate
         ("5", "[5, 5]", None),
-        ("0", "\\begin{pmatrix} -2 \\\\ -14 \\end{pmatrix}", None),
+        ("0", "\\begin{pmatrix} -2 \\\\ -14 \\end{pmatrix}", False),  # a constant is no vector
         ("1000", "(1,000)", None),  # may be a number with a thousands separator
-        ("(a+5)(b+2)", "850", None),  # not a list: the first bracket closes early
+        ("(a+5)(b+2)", "850", False),  # not a list (the first bracket closes early): an expression in a, b
         ("(1,2)", "\\{1,2\\}", None),  # two lists: math-verify's business
     ],
 )

@@ -147,10 +147,13 @@ class _ConstReader:
     Used to decide, without sympy, that two closed forms are equal (``\\sqrt{12}`` vs ``2\\sqrt{3}``)
     or clearly different. Anything else (a variable, a function) raises ValueError."""
 
+    TOKEN_RE = _CONST_TOKEN_RE
+    """The tokens this reader knows; a subclass that reads more (variables) widens it."""
+
     def __init__(self, s: str) -> None:
         toks: list[str] = []
         pos = 0
-        for m in _CONST_TOKEN_RE.finditer(s):
+        for m in self.TOKEN_RE.finditer(s):
             if m.start() != pos:
                 raise ValueError("not a constant")
             toks.append(m.group(0))
@@ -158,6 +161,8 @@ class _ConstReader:
         if pos != len(s) or not toks:
             raise ValueError("not a constant")
         self.toks, self.i, self.decimal = toks, 0, False
+        self.scale = 0.0
+        """The largest magnitude of any value met while reading: float error is relative to it."""
 
     def peek(self) -> str | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -181,7 +186,7 @@ class _ConstReader:
             op = self.take()
             w = self.product()
             v = v + w if op == "+" else v - w
-        return v
+        return self.seen(v)
 
     def product(self) -> complex:
         v = self.unary()
@@ -191,10 +196,18 @@ class _ConstReader:
                 self.take()
                 w = self.unary()
                 v = v / w if t in ("/", "\\div") else v * w
-            elif t is not None and (t[0].isdigit() or t in ("(", "{", "\\frac", "\\sqrt", "\\pi")):
+            elif t is not None and self.starts_atom(t):
                 v = v * self.power()  # implicit product: 2\sqrt{3}, 3\pi, \frac{1}{2}(5)
             else:
-                return v
+                return self.seen(v)
+
+    def starts_atom(self, t: str) -> bool:
+        """Whether the token ``t`` opens a factor of an implicit product."""
+        return t[0].isdigit() or t in ("(", "{", "\\frac", "\\sqrt", "\\pi")
+
+    def seen(self, v: complex) -> complex:
+        self.scale = max(self.scale, abs(v))
+        return v
 
     def unary(self) -> complex:
         if self.peek() in ("-", "+"):
@@ -209,8 +222,8 @@ class _ConstReader:
             exp = self.unary() if self.peek() not in ("{", "(") else self.atom()
             if abs(exp) > 64 or abs(base) > 1e6:
                 raise ValueError("power too large")
-            return complex(base**exp)
-        return base
+            return self.seen(complex(base**exp))
+        return self.seen(base)
 
     def group(self) -> complex:
         t = self.take()
@@ -247,6 +260,10 @@ class _ConstReader:
             return complex(radicand ** (1 / index))
         if t in ("(", "{"):
             return self.group()
+        return self.other_atom(t)
+
+    def other_atom(self, t: str) -> complex:
+        """An atom only a subclass knows (a variable, a function); here none."""
         raise ValueError(f"unexpected {t}")
 
 

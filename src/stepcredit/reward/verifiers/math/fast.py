@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 from typing import Any
 
 from stepcredit.reward.verifiers.latex import (
+    Matrix,
+    Relation,
     Seq,
     Union,
     compare_structures,
@@ -17,7 +20,9 @@ from stepcredit.reward.verifiers.latex import (
     to_complex,
     to_number,
 )
+from stepcredit.reward.verifiers.latex.compare import _assignment_rhs
 from stepcredit.reward.verifiers.latex.normal import _DECIMAL_COMMA_RE
+from stepcredit.reward.verifiers.latex.variables import nonconstant
 
 
 # ------------------------------------------------------------------------------------ fast path
@@ -90,17 +95,25 @@ def _bracketed_many(x: Any) -> bool:
     )
 
 
+def _is_constant(s: str) -> bool:
+    """Whether a normalised answer reads as one constant: an exact number or a closed form (roots, pi)."""
+    return to_number(s) is not None or const_value(s) is not None
+
+
 def _number_vs_many(gold: str, pred: str, g: str, p: str) -> bool:
-    """Whether one side is one exact number and the other a tuple, interval or set of several
+    """Whether one side is one constant (an exact number or a closed form such as ``12\\pi``) and the other a tuple, interval or set of several
     different elements (or a union): never equal (``4`` against ``(-\\sqrt{3}, \\sqrt{3})``). A
     decimal comma ("1,5") and percentages are left to math-verify."""
     if "%" in gold or "%" in pred:
         return False
     for num, raw, other, other_raw in ((g, gold, p, pred), (p, pred, g, gold)):
-        if to_number(num) is not None and not re.search(r"\d\s*,\s*\d", raw):
+        if _is_constant(num) and not re.search(r"\d\s*,\s*\d", raw):
             # "(1,000)" may be a number with a thousands separator
             thousands = re.search(r"\d\s*,\s*\d{3}(?!\d)", other_raw)
-            return not thousands and _bracketed_many(parse_answer(other))
+            if thousands or not _bracketed_many(parse_answer(other)):
+                return False
+            # a closed form is new here: math-verify must read both sides without dropping a unit
+            return to_number(num) is not None or _unit_free(gold, pred)
     return False
 
 
@@ -130,6 +143,63 @@ def _consts_differ(gold: str, pred: str, g: str, p: str) -> bool:
     return abs(x - y) > 1e-6 * max(1.0, abs(x), abs(y))
 
 
+@functools.lru_cache(maxsize=1)
+def _mv_unit_stripper() -> Any:
+    """math-verify's own unit removal (``latex2sympy2_extended``'s ``normalize_latex`` with only its
+    ``units`` step, which its default extraction runs); None where it cannot be imported."""
+    try:
+        from latex2sympy2_extended.math_normalization import NormalizationConfig, normalize_latex
+    except ImportError:
+        return None
+    config = NormalizationConfig(basic_latex=False, units=True, boxed="none")
+    return lambda s: normalize_latex(s, config)
+
+
+def _unit_free(*raw: str) -> bool:
+    """Whether math-verify reads each answer without dropping a trailing unit: it reads ``5m``, ``4 t``
+    and ``2\\sqrt{3}h`` as numbers (its unit list has single letters), where we see a variable."""
+    strip = _mv_unit_stripper()
+    return strip is not None and all(strip(r) == r.strip() for r in raw)
+
+
+def _entries(x: Any) -> int | None:
+    """How many scalars a matrix or a bracketed tuple holds; None for anything else."""
+    if isinstance(x, Matrix):
+        return sum(len(r) for r in x.rows)
+    if isinstance(x, Seq) and x.open in ("(", "[") and not any(isinstance(i, (Seq, Matrix)) for i in x.items):
+        return len(x.items)
+    return None
+
+
+def _kinds_differ(gold: str, pred: str, g: str, p: str) -> bool:
+    """Whether the two answers are surely different objects: one constant against an expression that is
+    surely not constant (``4`` against ``x^2+1``, ``\\frac{3\\sqrt{3}}{4}`` against ``\\cot x``: its values at
+    two points differ), or against a matrix of several entries; a matrix against a tuple or matrix with
+    another number of entries; two matrices of one shape with an entry that surely differs. A gold
+    assignment is read by its right side and a predicted equation by its last right side, as
+    :func:`~stepcredit.reward.verifiers.latex.compare_structures` (and math-verify) compare them. A
+    decimal comma is left to math-verify."""
+    if re.search(r"\d\s*,\s*\d", gold + pred) or not _unit_free(gold, pred):
+        return False
+    a, b = parse_answer(g), parse_answer(p)
+    if isinstance(a, Relation) and not isinstance(b, Relation) and (ra := _assignment_rhs(a)) is not None:
+        a = parse_answer(ra[1])
+    if isinstance(b, Relation) and not isinstance(a, Relation) and all(op == "=" for op in b.ops):
+        b = parse_answer(b.parts[-1])
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, str) and _is_constant(x):
+            if isinstance(y, str) and nonconstant(y):
+                return True
+            if isinstance(y, Matrix) and (_entries(y) or 0) >= 2:
+                return True
+    if isinstance(a, Matrix) or isinstance(b, Matrix):
+        na, nb = _entries(a), _entries(b)
+        if na is not None and nb is not None and na != nb:
+            return True
+        return isinstance(a, Matrix) and isinstance(b, Matrix) and compare_structures(a, b) is False
+    return False
+
+
 def fast_verdict(gold: str, pred: str) -> bool | None:
     """True/False when the answers can be compared without sympy and the verdict is sure, else None
     (math-verify decides).
@@ -139,9 +209,10 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
     equal to 1e-12; assignments and chains by their last exact right-hand side; single-variable
     inequalities either way round; tuples and intervals (ends must match), sets and lists of answers
     (in any order), matrices in any environment; a percentage and its value.
-    False: only :func:`_sure_different` (two exact numbers, one reading each) and
-    :func:`_number_vs_many` (one exact number against a tuple, interval or set of several elements)
-    and :func:`_consts_differ` (two exact constants without decimals, far apart).
+    False: only :func:`_sure_different` (two exact numbers, one reading each),
+    :func:`_number_vs_many` (one constant against a tuple, interval or set of several elements),
+    :func:`_consts_differ` (two exact constants without decimals, far apart) and :func:`_kinds_differ`
+    (a constant against an expression that is surely not constant or a matrix; matrices of other sizes).
     """
     g, p = normalize(gold), normalize(pred)
     if not g or not p:
@@ -156,6 +227,7 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
         _sure_different(gold, pred, g, p)
         or _number_vs_many(gold, pred, g, p)
         or _consts_differ(gold, pred, g, p)
+        or _kinds_differ(gold, pred, g, p)
     ):
         return False
     return None

@@ -27,6 +27,7 @@ from stepcredit.reward.verifiers.math.mv import (
     math_verify_verdict,
 )
 from stepcredit.reward.verifiers.math.mv_read import _MV_REGEX_MAX_CHARS, _plain_number
+from stepcredit.reward.verifiers.math.mv_scan import mv_reads_only_wrong
 from stepcredit.types import RewardResult, Status
 
 
@@ -125,7 +126,8 @@ def _fast(
     ):
         # math-verify would read the response itself (math_verify_verdict): when what it reads first
         # is a plain number, its verdict is known without its parser
-        read = _mv_sure_wrong(body, _raw_golds(ground_truth))
+        raw = _raw_golds(ground_truth)
+        read = _mv_sure_wrong(body, raw) or mv_reads_only_wrong(body, raw)
         if read is not None:
             return _result(False, read, how, format_score=format_score, path="fast"), pred, how
     if how is Anchor.BOXED and not several and not any(v is True for v in verdicts):
