@@ -51,6 +51,17 @@ def test_round_trip_and_presets() -> None:
         assert dataclasses.is_dataclass(C.from_dict(load_preset(name)))
 
 
+def test_every_preset_reaches_its_learning_rate() -> None:
+    # no preset ends inside its warm-up (smoke's 3 steps once sat in a 10-step one and printed the
+    # short-run warning on every test run)
+    from stepcredit.trainer.schedule import short_run_warning
+
+    for name in preset_names():
+        cfg = C.from_dict(load_preset(name))
+        warning = short_run_warning(steps=cfg.trainer.steps, warmup=cfg.optim.warmup_steps, lr=cfg.optim.lr)
+        assert warning is None, (name, warning)
+
+
 def test_every_preset_passes_the_start_up_checks() -> None:
     from stepcredit.trainer.loop import check_config
 

@@ -125,7 +125,7 @@ def config_for_model(args: argparse.Namespace, spec: str | None) -> tuple[Config
         if model.run_config is not None:
             data, source = (
                 _read_yaml(model.run_config.read_text(), str(model.run_config)),
-                f"the run's {model.run_config}",
+                f"the run's {model.run_config.resolve()}",
             )
         elif model.preset:
             data, source = (
