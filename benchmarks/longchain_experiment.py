@@ -37,6 +37,7 @@ from typing import Any
 
 from _harness import Monitor, emit
 from stepcredit.data.arith import count_wasted
+from stepcredit.recipes.stats import paired_t
 
 _ORACLE = [
     "process.enabled=true",
@@ -317,70 +318,12 @@ def _final_samples(run: Path) -> dict[str, float]:
     }
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularised incomplete beta function (Numerical Recipes 6.4, Lentz)."""
-    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for num in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularised incomplete beta function."""
-    if x <= 0.0 or x >= 1.0:
-        return 0.0 if x <= 0.0 else 1.0
-    lnb = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(lnb) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(lnb) * _betacf(b, a, 1.0 - x) / b
-
-
-def t_two_sided_p(t: float, df: int) -> float:
-    """Two-sided p of Student's t with ``df`` degrees of freedom: I_{df/(df+t^2)}(df/2, 1/2)."""
-    if not math.isfinite(t):
-        return 0.0 if t == t else float("nan")
-    return _betainc(df / 2.0, 0.5, df / (df + t * t))
-
-
-def t_quantile(q: float, df: int) -> float:
-    """The ``q`` quantile (q > 0.5) of Student's t, by bisection on :func:`t_two_sided_p`."""
-    lo, hi = 0.0, 1e3
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > 2 * (1 - q) else (lo, mid)
-    return (lo + hi) / 2
-
-
-def paired_test(variant: list[float], baseline: list[float]) -> dict[str, float]:
-    """Paired t-test (seed by seed) of ``variant - baseline``: the mean difference, its standard error,
-    t, degrees of freedom, two-sided p and the 95 % interval (scipy.stats.ttest_rel's numbers)."""
-    d = [v - b for v, b in zip(variant, baseline, strict=True) if v == v and b == b]
-    n = len(d)
-    mean = statistics.mean(d) if d else float("nan")
-    se = statistics.stdev(d) / math.sqrt(n) if n > 1 else float("nan")
-    df = n - 1
-    if n < 2:
-        t = p = float("nan")
-    elif se == 0:
-        t = math.copysign(math.inf, mean) if mean else float("nan")
-        p = 0.0 if mean else float("nan")
-    else:
-        t = mean / se
-        p = t_two_sided_p(t, df)
-    half = t_quantile(0.975, df) * se if n > 1 else float("nan")
-    return {"n": n, "mean_diff": mean, "se": se, "t": t, "df": df, "p": p, "ci95": [mean - half, mean + half]}
+def paired_test(variant: list[float], baseline: list[float]) -> dict[str, Any]:
+    """Paired t-test (seed by seed) of ``variant - baseline`` over the seeds where both are numbers: the
+    mean difference, its standard error, t, degrees of freedom, two-sided p and the 95 % interval
+    (scipy.stats.ttest_rel's numbers; :func:`stepcredit.recipes.stats.paired_t`)."""
+    pairs = [(v, b) for v, b in zip(variant, baseline, strict=True) if v == v and b == b]
+    return paired_t([v for v, _ in pairs], [b for _, b in pairs])
 
 
 def estimators_json(

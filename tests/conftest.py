@@ -165,3 +165,33 @@ def private_tempdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+ToolGenerate = Callable[..., tuple[Any, dict[str, float]]]
+"""``(model, tok, samples, tools, *, n, max_new_tokens, temperature) -> (batch, counters)``."""
+
+
+@pytest.fixture(scope="session")
+def tool_generate() -> ToolGenerate:
+    """The ``tools`` rollout mode on ``samples`` with the tools of a ``ToolsConfig`` (calls run in this
+    process): ``tool_generate(model, tok, samples, tools, n=, max_new_tokens=, temperature=)``."""
+    from stepcredit.config import RolloutConfig, ToolsConfig
+    from stepcredit.rollout import RolloutRequest
+    from stepcredit.rollout.tool_mode import tools_rollout
+    from stepcredit.types import Sample
+
+    def generate(
+        model: Any,
+        tok: Any,
+        samples: list[Sample],
+        tools: ToolsConfig,
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+    ) -> tuple[Any, dict[str, float]]:
+        cfg = RolloutConfig(n=n, max_new_tokens=max_new_tokens, tools=tools)
+        request = RolloutRequest(samples, cfg, lambda ids: [], temperature=temperature)
+        return tools_rollout(model, tok, request)
+
+    return generate

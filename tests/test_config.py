@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,22 @@ def test_types_are_checked() -> None:
         C.from_dict({"rollout": {"temperature": -1}})
 
 
+def test_off_is_a_string_in_overrides_and_files(tmp_path: Path) -> None:
+    # YAML 1.1 reads off/on/yes/no as booleans; the config reads 1.2's (true and false only), so
+    # `rollout.decode_compile=off` is the value it names, and a boolean spelled `no` is an error
+    from stepcredit.cli.common import build_config
+    from stepcredit.cli.main import build_parser
+
+    cfg = C.from_dict(apply_overrides({}, ["rollout.decode_compile=off", "trainer.progress=false"]))
+    assert cfg.rollout.decode_compile == "off" and cfg.trainer.progress is False
+    with pytest.raises(ConfigError, match=r"trainer\.progress: expected true/false, got 'no'"):
+        C.from_dict(apply_overrides({}, ["trainer.progress=no"]))
+    f = tmp_path / "run.yaml"
+    f.write_text("rollout:\n  decode_compile: off\ntrainer:\n  progress: False\n")
+    cfg = build_config(build_parser().parse_args(["train", "--config", str(f)]))
+    assert cfg.rollout.decode_compile == "off" and cfg.trainer.progress is False
+
+
 def test_round_trip_and_presets() -> None:
     cfg = C.from_dict(apply_overrides({}, ["trainer.steps=7", "optim.betas=[0.8, 0.9]"]))
     assert cfg.trainer.steps == 7 and cfg.optim.betas == (0.8, 0.9)
@@ -49,6 +66,17 @@ def test_round_trip_and_presets() -> None:
     assert {"default", "smoke"} <= set(preset_names())
     for name in preset_names():
         assert dataclasses.is_dataclass(C.from_dict(load_preset(name)))
+
+
+def test_every_preset_reaches_its_learning_rate() -> None:
+    # no preset ends inside its warm-up (smoke's 3 steps once sat in a 10-step one and printed the
+    # short-run warning on every test run)
+    from stepcredit.trainer.schedule import short_run_warning
+
+    for name in preset_names():
+        cfg = C.from_dict(load_preset(name))
+        warning = short_run_warning(steps=cfg.trainer.steps, warmup=cfg.optim.warmup_steps, lr=cfg.optim.lr)
+        assert warning is None, (name, warning)
 
 
 def test_every_preset_passes_the_start_up_checks() -> None:

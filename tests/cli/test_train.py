@@ -129,7 +129,7 @@ def test_saved_config_paths_are_absolute(
 ) -> None:
     import yaml
 
-    from stepcredit.cli.train import absolute_paths
+    from stepcredit.cli.paths import absolute_paths
     from stepcredit.config import from_dict
 
     work = tmp_path / "work"

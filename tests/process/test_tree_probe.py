@@ -15,7 +15,7 @@ import torch
 from stepcredit.config import ProcessConfig, RolloutConfig, TreeConfig
 from stepcredit.process import build_requests, segment_episodes, tree_values
 from stepcredit.process.tree import grown_tree_values, token_entropies, trunk_values
-from stepcredit.rollout.tree import Leaf, grow_trees
+from stepcredit.rollout.tree import Leaf, TreeSpec, grow_trees
 
 ROWS = [
     ("What is 3 + 4?", "First, add 3 and 4. So we get 7. Therefore the answer is 7.", "7"),
@@ -49,10 +49,8 @@ def test_token_entropies_equal_the_samplers(model_tok: Any, batch_factory: Any) 
     batch = batch_factory(tok, ROWS)
     prompt = batch.prompt_ids_BP[0][batch.prompt_mask_BP[0]].tolist()
     torch.manual_seed(0)
-    (leaf,) = grow_trees(
-        model, tok, [prompt], branching=(1,), max_new_tokens=12, temperature=0.7, top_p=1.0,
-        branch_at="entropy", boundaries=lambda ids: [len(ids) - 1],
-    )[0]  # fmt: skip
+    spec = TreeSpec(branching=(1,), max_new_tokens=12, temperature=0.7, top_p=1.0, branch_at="entropy")
+    (leaf,) = grow_trees(model, tok, [prompt], spec, boundaries=lambda ids: [len(ids) - 1])[0]
     got = token_entropies(model, prompt, leaf.ids, 0.7)
     assert len(got) == len(leaf.ids) and got == pytest.approx(leaf.entropy[: len(leaf.ids)], abs=1e-4)
 
@@ -69,10 +67,13 @@ def test_a_tree_grown_over_a_trunk_branches_by_the_entropy_rule(model_tok: Any, 
     ]
     entropies = [list(t.entropy) for t in trunks]
     torch.manual_seed(0)
+    spec = TreeSpec(
+        branching=(2, 2, 2), max_new_tokens=16, temperature=1.0, top_p=1.0, branch_at="entropy",
+        entropy_quantile=0.8,
+    )  # fmt: skip
     trees = grow_trees(
-        model, tok, prompts, branching=(2, 2, 2), max_new_tokens=16, temperature=1.0, top_p=1.0,
-        branch_at="entropy", boundaries=functools.partial(segment_episodes, tokenizer=tok, cfg=cfg),
-        entropy_quantile=0.8, trunks=trunks,
+        model, tok, prompts, spec, boundaries=functools.partial(segment_episodes, tokenizer=tok, cfg=cfg),
+        trunks=trunks,
     )  # fmt: skip
     for b, tree in enumerate(trees):
         assert len(tree) == 8 and tree[0] is trunks[b] and tree[0].ids == responses[b]  # the trunk stays

@@ -32,6 +32,15 @@ def test_t_distribution_by_hand() -> None:
     assert t_two_sided_p(0.0, 5) == pytest.approx(1.0) and t_two_sided_p(math.inf, 5) == 0.0
 
 
+def test_t_distribution_against_tabulated_values() -> None:
+    # scipy.stats.t.sf(2.0, 4) * 2 = 0.11611652351681556; t.ppf(0.975, 4) = 2.7764451051977987,
+    # t.ppf(0.975, 7) = 2.3646242510102993
+    assert t_two_sided_p(2.0, 4) == pytest.approx(0.11611652351681556, rel=1e-9)
+    assert t_two_sided_p(-2.0, 4) == pytest.approx(0.11611652351681556, rel=1e-9)
+    assert t_quantile(0.975, 4) == pytest.approx(2.7764451051977987, rel=1e-9)
+    assert t_quantile(0.975, 7) == pytest.approx(2.3646242510102993, rel=1e-9)
+
+
 def test_paired_t_by_hand() -> None:
     # d = (1, 2, 3, 3): mean 2.25, sd = sqrt(((-1.25)^2 + (-0.25)^2 + 0.75^2 + 0.75^2) / 3) = sqrt(2.75 / 3)
     # = 0.9574, se = 0.9574 / 2 = 0.4787, t = 4.700, df = 3; t_(0.975, 3) = 3.1824

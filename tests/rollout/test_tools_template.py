@@ -14,31 +14,13 @@ import torch
 import stepcredit.rollout.tool_render as rt
 import stepcredit.rollout.turns as turn_loop
 from stepcredit.cli import main as cli
-from stepcredit.config import ModelConfig, ProcessConfig, RolloutConfig, TinyModelConfig, ToolsConfig
+from stepcredit.config import ModelConfig, ProcessConfig, TinyModelConfig, ToolsConfig
 from stepcredit.errors import ConfigError
 from stepcredit.models import load_policy
 from stepcredit.process.segment import segment_episodes
-from stepcredit.rollout import RolloutRequest
 from stepcredit.rollout.engines import Completion
-from stepcredit.rollout.tool_mode import tools_rollout
 from stepcredit.tools import PARSERS, hermes_template, probe_tool_template, schemas, tool_turn_text
 from stepcredit.types import Sample
-
-
-def tool_generate(
-    model: Any,
-    tok: Any,
-    samples: list[Sample],
-    tools: ToolsConfig,
-    *,
-    n: int,
-    max_new_tokens: int,
-    temperature: float,
-) -> tuple[Any, dict[str, float]]:
-    """The ``tools`` mode on ``samples`` (calls run in this process)."""
-    cfg = RolloutConfig(n=n, max_new_tokens=max_new_tokens, tools=tools)
-    return tools_rollout(model, tok, RolloutRequest(samples, cfg, lambda ids: [], temperature=temperature))
-
 
 SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
 # the built-in tiny tokenizer's own turn markup: <|user|> ... <|end|>; its eos is </s>
@@ -82,9 +64,9 @@ def scripted(monkeypatch: pytest.MonkeyPatch, turns: list[str]) -> None:
     monkeypatch.setattr(turn_loop, "engine_for", lambda model: Scripted())
 
 
-def run(model: Any, tok: Any, tools: ToolsConfig, *, T: int = 400) -> Any:
+def run(generate: Any, model: Any, tok: Any, tools: ToolsConfig, *, T: int = 400) -> Any:
     sample = Sample(prompt=PROMPT, ground_truth="144", data_source="arith_tools")
-    return tool_generate(model, tok, [sample], tools, n=1, max_new_tokens=T, temperature=0.0)
+    return generate(model, tok, [sample], tools, n=1, max_new_tokens=T, temperature=0.0)
 
 
 def test_probe_tells_which_templates_render_tool_turns(policy: Any) -> None:
@@ -101,11 +83,13 @@ def test_probe_tells_which_templates_render_tool_turns(policy: Any) -> None:
     assert h.renders and h.end_of_turn == "<|end|>" and h.schemas
 
 
-def test_observation_is_the_templates_tool_turn(policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_observation_is_the_templates_tool_turn(
+    policy: Any, monkeypatch: pytest.MonkeyPatch, tool_generate: Any
+) -> None:
     model, base = policy
     tok = with_template(base, **TINY_TURNS)
     scripted(monkeypatch, [CALL, "The answer is 144."])
-    b, c = run(model, tok, ToolsConfig(names=("calculator",), parser="hermes"))
+    b, c = run(tool_generate, model, tok, ToolsConfig(names=("calculator",), parser="hermes"))
     assert c["tools/calls"] == 1 and c["tools/failed_calls"] == 0
     # the template's text between the call and the next assistant turn, written out by hand from
     # hermes_template: end of the assistant turn, the result as a user turn, the assistant header
@@ -155,14 +139,16 @@ def test_observation_is_the_templates_tool_turn(policy: Any, monkeypatch: pytest
     assert (a, text[a:z]) == (len(CALL), "<|end|><|user|><tool_response>\n144\n</tool_response>")
 
 
-def test_eos_end_of_turn_is_left_out(policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_eos_end_of_turn_is_left_out(
+    policy: Any, monkeypatch: pytest.MonkeyPatch, tool_generate: Any
+) -> None:
     # A ChatML-like template whose turns end with the eos (</s> here, <|im_end|> for SmolLM2): a
     # response ends at its first eos, so the tool turn is the template's tokens without the eos ones.
     model, base = policy
     tok = with_template(base, turn_start="<|{role}|>", turn_end="</s>")
     assert probe_tool_template(tok).end_of_turn == "</s>"
     scripted(monkeypatch, [CALL, "The answer is 144."])
-    b, _ = run(model, tok, ToolsConfig(names=("calculator",), parser="hermes"))
+    b, _ = run(tool_generate, model, tok, ToolsConfig(names=("calculator",), parser="hermes"))
     turn = tool_turn_text(tok, "144", prompt=PROMPT, call="calculator", tools=schemas(["calculator"]))
     assert turn == "</s><|user|><tool_response>\n144\n</tool_response></s><|assistant|>"
     want = [i for i in ids(tok, turn) if i != tok.eos_token_id]
@@ -216,7 +202,7 @@ def test_train_refuses_a_template_without_tools_at_startup(
     assert not run_dir.exists()  # failed before any work: nothing left behind
 
 
-def test_real_tool_rollout_with_a_hermes_template(policy: Any) -> None:
+def test_real_tool_rollout_with_a_hermes_template(policy: Any, tool_generate: Any) -> None:
     # Unscripted: the tiny model samples every turn through the run's engine, results rendered by the
     # template. Whatever it writes, the rollout ends and its masks are consistent.
     model, base = policy

@@ -14,33 +14,15 @@ import torch
 
 import stepcredit.rollout.tool_render as rt
 import stepcredit.rollout.turns as turn_loop
-from stepcredit.config import ArithConfig, RolloutConfig, TinyModelConfig, ToolsConfig
+from stepcredit.config import ArithConfig, TinyModelConfig, ToolsConfig
 from stepcredit.data import row_to_sample
 from stepcredit.data.arith import make_tool_rows, tool_chain_of
 from stepcredit.errors import DataError
 from stepcredit.models import build_tiny, token_logprobs
-from stepcredit.rollout import RolloutRequest
 from stepcredit.rollout.engines import Completion
-from stepcredit.rollout.tool_mode import tools_rollout
 from stepcredit.tools import PARSERS, hermes_template
 from stepcredit.trainer.sft import sft_batch, sft_loss, sft_pairs
 from stepcredit.types import Sample
-
-
-def tool_generate(
-    model: Any,
-    tok: Any,
-    samples: list[Sample],
-    tools: ToolsConfig,
-    *,
-    n: int,
-    max_new_tokens: int,
-    temperature: float,
-) -> tuple[Any, dict[str, float]]:
-    """The ``tools`` mode on ``samples`` (calls run in this process)."""
-    cfg = RolloutConfig(n=n, max_new_tokens=max_new_tokens, tools=tools)
-    return tools_rollout(model, tok, RolloutRequest(samples, cfg, lambda ids: [], temperature=temperature))
-
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, tokenizer="bpe")
 TOOLS = ToolsConfig(names=("calculator",), parser="fenced")  # the arith_tools traces' convention
@@ -85,7 +67,9 @@ def write_trace(monkeypatch: pytest.MonkeyPatch, turns: list[str]) -> None:
     monkeypatch.setattr(turn_loop, "engine_for", lambda model: Scripted())
 
 
-def test_sft_pair_is_the_rollout_that_writes_the_trace(policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sft_pair_is_the_rollout_that_writes_the_trace(
+    policy: Any, monkeypatch: pytest.MonkeyPatch, tool_generate: Any
+) -> None:
     model, _, tok = policy
     assert rt.check_tool_template(tok, TOOLS)  # render=auto: results are the template's tool turn
     for s, (p, r, trained) in zip(samples(), sft_pairs(tok, samples(), TOOLS), strict=True):

@@ -3,8 +3,11 @@
 Factors (levels): the mini-batch pipeline (off / 8 responses), one-step off-policy, process rewards
 (off / forced-answer / Monte Carlo values), dynamic sampling, the critic with GAE, two domains
 (arith + code in the sandbox), KL in the reward, PPO epochs (1 / 2), every registered loss, the
-overlong length penalty, LoRA adapters, and the rollout mode (flat, tree, tree branching at entropy,
-multi-turn tool calls: turns are the process channel's steps).
+overlong length penalty, LoRA adapters (merged for generation or not), torch's thread count (from
+the config or the environment), and the rollout mode (flat, tree, tree branching at entropy, multi-turn
+tool calls: turns are the process channel's steps). The compiled decode step, which takes a compilation
+per batch shape, composes in a few runs of its own through ``stepcredit train``
+(tests/trainer/test_composition_decode.py).
 A greedy pairwise covering array (every pair of levels of every two factors appears in some run) is
 built once, deterministically; each run is 2 RL steps of a tiny model.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,32 +30,11 @@ import pytest
 
 from stepcredit.config import from_dict
 from stepcredit.losses import LOSSES
-from stepcredit.tools import PARSERS, ParsedCall, ToolCall, ToolParser
 from stepcredit.trainer import train
 
-# A tiny model that trained 2 SFT steps never writes a fenced calculator call, so the tools level uses
-# a convention under which a random model calls a tool in about half its turns: a turn of at least 3
-# characters whose first character has an even code is a call of the (real) calculator, ending there;
-# its result is appended as "\n~42~\n" (a marker no other test's text holds: the segmenter reads every
-# registered convention's result starts).
+# A convention under which a random model calls the calculator in about half its turns (registered by
+# tests/trainer/conftest.py): a tiny model that trained 2 SFT steps never writes a fenced call.
 TEST_PARSER = "composition_every_other_turn"
-
-
-def _find_call(text: str, tools: Any) -> ParsedCall | None:
-    if len(text) < 3 or ord(text[0]) % 2:
-        return None
-    return ParsedCall(ToolCall("calculator", {"expression": "6*7"}), 3)
-
-
-PARSERS.add(
-    TEST_PARSER,
-    ToolParser(
-        find=_find_call,
-        observation=lambda result: f"\n~{result}~\n",
-        observation_starts=lambda text: [i for i in range(len(text)) if text.startswith("\n~", i)],
-    ),
-    override=True,
-)
 TREE_MODES = ("tree", "tree_entropy", "tools_tree")
 TOOL_MODES = ("tools", "tools_tree")
 
@@ -84,8 +67,11 @@ FACTORS: dict[str, list[Any]] = {
     "ppo_epochs": [1, 2],
     # DAPO's soft overlong penalty on the outcome score (postprocess.outcome.length_penalty)
     "length_penalty": [False, True],
-    # LoRA adapters (model.lora.rank=8): the reference is the policy with them off
-    "lora": [False, True],
+    # LoRA adapters (model.lora.rank=8): the reference is the policy with them off; merged into the base
+    # weights while generating (model.lora.merge_for_generation, the default) or beside them
+    "lora": [False, "merged", "unmerged"],
+    # torch's threads: trainer.threads=1 or 2, or 2 overridden by STEPCREDIT_THREADS=1 (env)
+    "threads": [1, 2, "env"],
     # how step credit is formed and the step cost charged: plain (the process level's own); blame
     # (process.credit=blame, with a step cost on the outcome: process.step_cost_as=outcome); treerl
     # (TreeRL's tree credit, process.treerl, with a step cost as a return: process.step_cost_as=return)
@@ -220,7 +206,8 @@ def config(run: dict[str, Any], **over: Any) -> Any:
     if run["critic"]:
         d["algorithm"] = {"advantage": "gae", "use_critic": True}
     if run.get("lora"):
-        d["model"]["lora"] = {"rank": 8}
+        d["model"]["lora"] = {"rank": 8, "merge_for_generation": run["lora"] == "merged"}
+    d["trainer"]["threads"] = 1 if run.get("threads", 1) == 1 else 2
     if run["multi_domain"]:
         d["data"]["domains"] = {
             "arith": {"task": "arith", "tag": "arith"},
@@ -250,9 +237,13 @@ def test_the_pairwise_runs_cover_every_allowed_pair() -> None:
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: "-".join(f"{k}={v}" for k, v in r.items()))
-def test_switches_compose(run: dict[str, Any], tmp_path: Path) -> None:
+def test_switches_compose(run: dict[str, Any], tmp_path: Path, threads: Callable[[Any], int]) -> None:
+    import torch
+
+    want_threads = threads(run["threads"])
     last = train(config(run), tmp_path)
     assert last["step"] == 2
+    assert torch.get_num_threads() == want_threads  # trainer.threads, or STEPCREDIT_THREADS over it
     steps = [r for r in rows(tmp_path) if r["step"] > 0]
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:

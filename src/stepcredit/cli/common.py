@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -34,9 +35,28 @@ def preset_names() -> list[str]:
     return sorted(f.name[: -len(".yaml")] for f in d.iterdir() if f.name.endswith(".yaml"))
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML with 1.2's booleans, ``true`` and ``false`` only. Under 1.1's (PyYAML's default) ``off``,
+    ``on``, ``yes`` and ``no`` are booleans too, so ``rollout.decode_compile=off`` reached the config
+    tree as false ("expected a string")."""
+
+
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def _yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader: no Python objects
+
+
 def _read_yaml(text: str, where: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text) or {}
+        data = _yaml(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{where}: invalid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -73,7 +93,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         key = key.strip()
         _check_key(key)
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = _yaml(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
         node = data
@@ -125,7 +145,7 @@ def config_for_model(args: argparse.Namespace, spec: str | None) -> tuple[Config
         if model.run_config is not None:
             data, source = (
                 _read_yaml(model.run_config.read_text(), str(model.run_config)),
-                f"the run's {model.run_config}",
+                f"the run's {model.run_config.resolve()}",
             )
         elif model.preset:
             data, source = (

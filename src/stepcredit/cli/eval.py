@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stepcredit.cli.common import add_config_args, config_for_model, setup_runtime
+from stepcredit.cli.paths import absolute_paths, local_path
 from stepcredit.config import Config
 from stepcredit.data.prepare import data_names
 from stepcredit.errors import UserError
@@ -91,6 +92,9 @@ def load_eval_samples(cfg: Config, data: str, data_dir: Path | None) -> list[Sam
 
 def run(args: argparse.Namespace) -> int:
     cfg, model_ref, source = config_for_model(args, args.model)
+    # paths absolute, as ``train`` makes them: the model, data and reward files it reads and the samples
+    # file it prints and names in its JSON line mean the same from any directory
+    cfg = absolute_paths(cfg, Path.cwd())
     temperature = cfg.rollout.val_temperature if args.temperature is None else args.temperature
     max_new = args.max_new_tokens or cfg.rollout.max_new_tokens
     if args.n < 1 or args.limit < 0 or args.batch_size < 1 or max_new < 1:
@@ -116,16 +120,18 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--data {args.data}: no prompts to evaluate")
     check_packages(cfg.reward, samples)  # before generating: a reward's missing package, one line
     with_tools = "" if tools is None else f"; tools {','.join(tools.names)} ({tools.parser})"
+    model_name = local_path(model_ref.spec, Path.cwd())
     print(
-        f"model {model_ref.spec} ({model_ref.kind}); settings from {source}; max_new_tokens {max_new}{with_tools}"
+        f"model {model_name} ({model_ref.kind}); settings from {source}; max_new_tokens {max_new}{with_tools}"
     )
     stem = args.data if args.data in (VAL, *data_names()) else Path(args.data).stem
-    out = args.out or Path("eval") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    out = (args.out or Path("eval") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").resolve()
     t_load = time.perf_counter()
     with policy(cfg) as (model, tok):  # rollout.engine generates, as in training
         load_s = time.perf_counter() - t_load
         report = _evaluate_into(out, args, cfg, model, tok, samples, temperature=temperature, max_new=max_new)
-    report = replace(report, extra={"model": model_ref.spec, "data": args.data, "settings": source})
+    data = args.data if args.data in (VAL, *data_names()) else local_path(args.data, Path.cwd())
+    report = replace(report, extra={"model": model_name, "data": data, "settings": source})
     _print_table(report.table, report.status, out)
     if report.tools:
         _print_tools(report.tools)

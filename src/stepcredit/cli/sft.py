@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from stepcredit.cli.common import add_config_args, build_config, setup_runtime
+from stepcredit.cli.paths import absolute_paths
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -16,8 +17,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = build_config(args)
-    out = args.out or Path("runs") / time.strftime("sft-%Y%m%d-%H%M%S")
+    # paths absolute, as ``train`` makes them: the files it reads and the model path it prints mean the
+    # same from any directory
+    cfg = absolute_paths(build_config(args), Path.cwd())
+    out = (args.out or Path("runs") / time.strftime("sft-%Y%m%d-%H%M%S")).resolve()
     setup_runtime()
 
     from stepcredit.data.domains import build_data

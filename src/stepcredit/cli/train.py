@@ -5,19 +5,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from stepcredit.cli.common import add_config_args, build_config, setup_runtime
+from stepcredit.cli.paths import absolute_paths
 from stepcredit.config import Config
 from stepcredit.errors import ConfigError
-from stepcredit.models.resolve import PACKAGED, TINY
+from stepcredit.models.resolve import PACKAGED
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -29,7 +28,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = absolute_paths(build_config(args, resume=args.resume), Path.cwd())
     check_model_path(cfg, Path.cwd())
-    out = args.resume or args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    # absolute: the lines printed at the end name the run's files from any directory, as the banner does
+    out = (args.resume or args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     setup_runtime()
     from stepcredit.trainer import check_config, train
 
@@ -109,24 +109,6 @@ def model_lines(run_dir: Path) -> list[str]:
     return lines
 
 
-def _file_spec(spec: str, cwd: Path) -> str:
-    # ``file.py:fn`` / ``dir/file.py`` -> absolute; ``pkg.module:fn`` and registered names stay
-    # (the same test as stepcredit.reward.base.parse_spec: a .py file or a path separator)
-    target, colon, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
-    if target.endswith(".py") or "/" in target or os.sep in target:
-        return str((cwd / os.path.expanduser(target)).resolve()) + colon + attr
-    return spec
-
-
-def _local(path: str, cwd: Path) -> str:
-    # a path that exists here (a model directory, a data file) -> absolute; a name (tiny, smollm2, a hub
-    # id) stays as written
-    if path == TINY or path in PACKAGED:
-        return path
-    p = cwd / os.path.expanduser(path)
-    return str(p.resolve()) if path and p.exists() else path
-
-
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 """``owner/name``: how a Hugging Face hub id looks (a relative path with one separator looks the same,
 so it is one only when nothing exists there)."""
@@ -142,41 +124,3 @@ def check_model_path(cfg: Config, cwd: Path) -> None:
             f"supported here; pass a local directory (e.g. one saved with save_pretrained or "
             f"huggingface-cli download), tiny, or {', '.join(sorted(PACKAGED))}"
         )
-
-
-def _files(paths: tuple[str, ...], cwd: Path) -> tuple[str, ...]:
-    return tuple(str((cwd / os.path.expanduser(f)).resolve()) for f in paths)
-
-
-def absolute_paths(cfg: Config, cwd: Path) -> Config:
-    """``cfg`` with every path in it absolute (from ``cwd``): custom reward files, per-domain reward
-    files, data files, the model and reward-model directories, tool modules given as files. The saved
-    ``config.yaml`` then means the same from any directory (``eval``, ``--resume``)."""
-    r = cfg.reward
-    custom = ",".join(_file_spec(x.strip(), cwd) for x in r.custom.path.split(",")) if r.custom.path else ""
-    reward = replace(
-        r,
-        custom=replace(r.custom, path=custom),
-        domains={k: replace(d, fn=_file_spec(d.fn, cwd) if d.fn else "") for k, d in r.domains.items()},
-        reward_model=replace(r.reward_model, path=_local(r.reward_model.path, cwd)),
-    )
-    d = cfg.data
-    data = replace(
-        d,
-        train_files=_files(d.train_files, cwd),
-        val_files=_files(d.val_files, cwd),
-        domains={
-            k: replace(v, train_files=_files(v.train_files, cwd), val_files=_files(v.val_files, cwd))
-            for k, v in d.domains.items()
-        },
-    )
-    t = cfg.rollout.tools
-    modules = tuple(str((cwd / m).resolve()) if m.endswith(".py") or "/" in m else m for m in t.modules)
-    rollout = replace(cfg.rollout, tools=replace(t, modules=modules))
-    return replace(
-        cfg,
-        model=replace(cfg.model, path=_local(cfg.model.path, cwd)),
-        reward=reward,
-        data=data,
-        rollout=rollout,
-    )

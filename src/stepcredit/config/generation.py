@@ -58,7 +58,8 @@ class LoRAConfig:
     merge_for_generation: bool = True
     """Generate with the adapters merged into the base weights (W + (alpha / rank) B A, restored exactly
     afterwards): the decode then runs the base model's matrix products only, no adapter products per
-    token (stepcredit.models.lora.adapters_merged)."""
+    token (stepcredit.models.lora.adapters_merged). ``rollout.engine=vllm`` is always fed the merged
+    weights: false is refused there at start-up."""
 
     def __post_init__(self) -> None:
         _check(self.rank >= 0, "model.lora.rank", "must be >= 0 (0 = off)")
@@ -299,7 +300,8 @@ class RolloutConfig:
     ``reduce-overhead``: CUDA graphs, ``max-autotune-no-cudagraphs``) of the step over a static KV cache
     (stepcredit.models.decode_step.StaticStep). A GPU option: compiling costs seconds to minutes and pays
     off over many tokens. Greedy tokens are the eager step's (up to floating-point ties); sampled ones come
-    from the same distribution, though not the same draws (finished rows stay in the batch and draw too)."""
+    from the same distribution, though not the same draws (finished rows stay in the batch and draw too).
+    An engine that runs its own decode (``rollout.engine=vllm``) refuses it at start-up."""
 
     def branching(self) -> tuple[int, ...]:
         """The tree's branching factors, root first (``tree.branching`` or the default derived from n)."""

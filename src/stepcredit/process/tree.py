@@ -184,7 +184,7 @@ def grown_tree_values(
     :func:`tree_values` gives the nodes on the trace's path their mean leaf outcome, mapped onto the trace's
     episodes by :func:`trunk_values`. The probe's ``--grow-trees``: the values a ``tree`` run would give the
     trace, rather than Monte Carlo continuations at every episode end."""
-    from stepcredit.rollout.tree import BRANCH_RULES, Leaf, grow_trees
+    from stepcredit.rollout.tree import BRANCH_RULES, Leaf, TreeSpec, grow_trees
 
     if not requests:
         return []
@@ -205,13 +205,8 @@ def grown_tree_values(
         model,
         tokenizer,
         [list(r.prompt_ids) for r in requests],
-        branching=rollout.branching(),
-        max_new_tokens=rollout.max_new_tokens,
-        temperature=rollout.temperature,
-        top_p=rollout.top_p,
-        branch_at=rollout.tree.branch_at,
+        TreeSpec.of(rollout),
         boundaries=functools.partial(segment_episodes, tokenizer=tokenizer, cfg=cfg),
-        entropy_quantile=rollout.tree.entropy_quantile,
         trunks=trunks,
     )
     leaves = [(g, leaf) for g, tree in enumerate(trees) for leaf in tree]

@@ -17,7 +17,7 @@ from stepcredit.config import RolloutConfig
 from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
 from stepcredit.rollout.batching import generation_spec
-from stepcredit.rollout.engines import GenerationSpec, installed
+from stepcredit.rollout.engines import ENGINES, GenerationSpec, installed
 from stepcredit.rollout.tool_context import ToolContext
 from stepcredit.rollout.tree import BRANCH_RULES, Boundaries
 from stepcredit.types import Batch, Sample
@@ -94,6 +94,7 @@ def check_config(cfg: Config) -> None:
     """Start-up checks of the rollout settings the config tree cannot see: a known mode and engine,
     the engine installed, and able to do what the mode asks of it (raises ConfigError)."""
     mode = ROLLOUT_MODES.get(cfg.rollout.mode)  # an unknown name: one line with the valid ones
+    check_decode_switches(cfg)
     engine = installed(cfg.rollout.engine)
     if mode.check is not None:
         mode.check(cfg)
@@ -102,4 +103,23 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(
             f"config key rollout.tree.branch_at: {cfg.rollout.tree.branch_at} reads each token's entropy, "
             f"which rollout.engine={cfg.rollout.engine} does not report (use branch_at=episode or engine=hf)"
+        )
+
+
+def check_decode_switches(cfg: Config) -> None:
+    """The decode loop's switches (``rollout.decode_compile``, ``model.lora.merge_for_generation``)
+    asked of an engine that does not run that loop: one line, before its package is looked for (the
+    settings contradict each other whatever is installed)."""
+    name = cfg.rollout.engine
+    if ENGINES.get(name).runs_decode_loop:
+        return
+    if cfg.rollout.decode_compile != "off":
+        raise ConfigError(
+            f"config key rollout.decode_compile: {cfg.rollout.decode_compile} compiles stepcredit's decode "
+            f"loop, which rollout.engine={name} does not run (set rollout.decode_compile=off or use engine=hf)"
+        )
+    if cfg.model.lora.rank > 0 and not cfg.model.lora.merge_for_generation:
+        raise ConfigError(
+            f"config key model.lora.merge_for_generation: rollout.engine={name} is fed the policy's weights "
+            "with the adapters merged; false (adapters beside the weights) needs engine=hf"
         )

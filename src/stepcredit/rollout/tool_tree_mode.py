@@ -19,7 +19,7 @@ from stepcredit.errors import ConfigError
 from stepcredit.rollout.modes import RolloutRequest
 from stepcredit.rollout.tool_mode import check_tools, request_tools
 from stepcredit.rollout.tool_render import render_tool_prompts
-from stepcredit.rollout.tree import BRANCH_RULES, Leaf, grow_trees, leaf_segments
+from stepcredit.rollout.tree import BRANCH_RULES, Leaf, TreeSpec, grow_trees, leaf_segments
 from stepcredit.rollout.turns import TurnRow, branch_row, rows_batch, run_turns, turn_counters
 from stepcredit.types import Batch
 
@@ -52,18 +52,8 @@ def tool_tree_rollout(model: Any, tok: Any, request: RolloutRequest) -> tuple[Ba
             for (p, _, _), row in zip(jobs, rows, strict=True)
         ]
 
-    trees = grow_trees(
-        model,
-        tok,
-        prompts,
-        branching=cfg.branching(),
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        branch_at=cfg.tree.branch_at,
-        boundaries=request.boundaries,
-        extend=extend,
-    )
+    # the leaves are grown by the turn loop (``extend``); the spec's sampling settings go unused
+    trees = grow_trees(model, tok, prompts, TreeSpec.of(cfg), boundaries=request.boundaries, extend=extend)
     leaves = [leaf for tree in trees for leaf in tree]
     rows = [leaf.state for leaf in leaves]
     batch = rows_batch(model, tok, samples, rows, request)

@@ -29,12 +29,44 @@ from typing import Any
 
 import torch
 
+from stepcredit.config import RolloutConfig
 from stepcredit.registry import Registry
 from stepcredit.rollout.engines import SamplingSpec, engine_for
 from stepcredit.rollout.turns import turn_ends
 
 Boundaries = Callable[[list[int]], list[int]]
 """Episode ends (token indices of each episode's last token) of a response's token ids."""
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """The shape of the trees :func:`grow_trees` grows and how their leaves are sampled: the ``rollout``
+    settings a tree reads (:meth:`of`), so every caller states them once."""
+
+    branching: tuple[int, ...]
+    """Children per node at each depth, root first (their product: leaves per tree)."""
+    max_new_tokens: int
+    """A leaf's length limit (a continuation gets what its branch point leaves of it)."""
+    temperature: float
+    """Sampling temperature of the default leaf sampler."""
+    top_p: float
+    """Nucleus threshold of the default leaf sampler."""
+    branch_at: str
+    """The branch rule (:data:`BRANCH_RULES`)."""
+    entropy_quantile: float = 0.9
+    """``branch_at=entropy``: the quantile of the first level's token entropies a token must reach."""
+
+    @classmethod
+    def of(cls, cfg: RolloutConfig) -> TreeSpec:
+        """The tree of the run's ``rollout`` settings (``rollout.tree``, lengths, temperature, top-p)."""
+        return cls(
+            branching=cfg.branching(),
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            branch_at=cfg.tree.branch_at,
+            entropy_quantile=cfg.tree.entropy_quantile,
+        )
 
 
 @dataclass
@@ -226,35 +258,30 @@ def grow_trees(
     model: Any,
     tok: Any,
     prompt_ids: list[list[int]],
+    spec: TreeSpec,
     *,
-    branching: tuple[int, ...],
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    branch_at: str,
     boundaries: Boundaries,
-    entropy_quantile: float = 0.9,
     trunks: list[Leaf] | None = None,
     extend: Extend | None = None,
 ) -> list[list[Leaf]]:
-    """The leaves of one tree per prompt (prod(branching) each, in creation order).
+    """The leaves of one tree per prompt (prod(spec.branching) each, in creation order).
 
     ``trunks`` (one per prompt): a fixed response that is the first of its tree's first-level leaves in
     place of a sampled one (its ``ids``, and its ``entropy`` for rules that read it); it branches like
     any leaf and is updated in place. The probe grows trees over given traces this way. ``extend``:
     how new leaves are grown (default: :func:`sampled_leaves`; a tool tree grows them with the turn
     loop), so every kind of tree is built by this one construction."""
-    rule = BRANCH_RULES.get(branch_at)
+    rule = BRANCH_RULES.get(spec.branch_at)
     grow = extend or sampled_leaves(
         model,
         tok,
         prompt_ids,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
+        max_new_tokens=spec.max_new_tokens,
+        temperature=spec.temperature,
+        top_p=spec.top_p,
         want_entropy=rule.needs_entropy,
     )
-    k = branching[0] - (1 if trunks is not None else 0)  # sampled first-level leaves per prompt
+    k = spec.branching[0] - (1 if trunks is not None else 0)  # sampled first-level leaves per prompt
     first = grow([(p, None, 0) for p in range(len(prompt_ids)) for _ in range(k)]) if k > 0 else []
     trees: list[list[Leaf]] = [[t] for t in trunks] if trunks is not None else [[] for _ in prompt_ids]
     next_node = [1] * len(prompt_ids)  # node 0 is each tree's root
@@ -263,13 +290,10 @@ def grow_trees(
         trees[leaf.prompt].append(leaf)
     level1 = [leaf for tree in trees for leaf in tree]
     every = sorted(x for leaf in level1 for x in leaf.entropy)
-    ctx = BranchContext(
-        boundaries=boundaries,
-        mean_ends=0.0,
-        entropy_threshold=every[min(len(every) - 1, int(entropy_quantile * len(every)))] if every else 0.0,
-    )
+    quantile = every[min(len(every) - 1, int(spec.entropy_quantile * len(every)))] if every else 0.0
+    ctx = BranchContext(boundaries=boundaries, mean_ends=0.0, entropy_threshold=quantile)
     ctx = replace(ctx, mean_ends=sum(len(ctx.ends(leaf)) for leaf in level1) / max(1, len(level1)))
-    for b in branching[1:]:
+    for b in spec.branching[1:]:
         if b == 1:  # one child per node: nothing branches, no node to value
             continue
         jobs: list[tuple[Leaf, int]] = []

@@ -10,7 +10,7 @@ import torch
 from stepcredit.rollout.batching import finish_batch, left_pad, render_prompts
 from stepcredit.rollout.engines import as_tensor_rows
 from stepcredit.rollout.modes import RolloutRequest
-from stepcredit.rollout.tree import grow_trees, leaf_segments
+from stepcredit.rollout.tree import TreeSpec, grow_trees, leaf_segments
 from stepcredit.types import Batch
 
 
@@ -23,18 +23,7 @@ def tree_rollout(model: Any, tok: Any, request: RolloutRequest) -> tuple[Batch, 
     was_training = model.training
     model.eval()
     prompts = render_prompts(tok, samples)
-    trees = grow_trees(
-        model,
-        tok,
-        prompts,
-        branching=cfg.branching(),
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        branch_at=cfg.tree.branch_at,
-        boundaries=request.boundaries,
-        entropy_quantile=cfg.tree.entropy_quantile,
-    )
+    trees = grow_trees(model, tok, prompts, TreeSpec.of(cfg), boundaries=request.boundaries)
     leaves = [leaf for tree in trees for leaf in tree]
     dev = next(model.parameters()).device
     p_ids, p_mask = left_pad([prompts[leaf.prompt] for leaf in leaves], tok.pad_token_id)

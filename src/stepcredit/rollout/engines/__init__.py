@@ -124,7 +124,7 @@ def build_engine(cfg: Config, model: Any, tok: Any) -> Engine:
 
 
 def _register() -> None:
-    ENGINES.add("hf", EngineSpec(build_hf, returns_entropy=True))
+    ENGINES.add("hf", EngineSpec(build_hf, returns_entropy=True, runs_decode_loop=True))
     ENGINES.add(
         "vllm",
         EngineSpec(

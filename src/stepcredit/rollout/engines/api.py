@@ -154,6 +154,9 @@ class EngineSpec:
     """(config, policy model, tokenizer) -> the engine (called once at set-up)."""
     returns_entropy: bool
     """It can report each token's next-token entropy (``rollout.tree.branch_at=entropy`` needs it)."""
+    runs_decode_loop: bool = False
+    """It generates with stepcredit's decode loop (:func:`stepcredit.rollout.sampling.decode`), so the
+    loop's switches apply: ``rollout.decode_compile`` and ``model.lora.merge_for_generation``."""
     requires: str = ""
     """The module it imports, checked at start-up ('' = none beyond the core install)."""
     install_hint: str = ""
