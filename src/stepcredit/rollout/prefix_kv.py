@@ -37,6 +37,21 @@ class _Chunk:
     valid_RW: torch.Tensor
 
 
+@dataclass(frozen=True)
+class _Table:
+    """Every kept row's positions as one token-major table per layer (``[tokens, H, D]``), so that the
+    prefixes of many rows are one ``index_select`` per layer: row r's position w is table row
+    ``base_R[r] + w``, its tokens' positions in order are ``order_RW[r, :count_R[r]]``."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    order_RW: torch.Tensor
+    count_R: torch.Tensor
+    base_R: torch.Tensor
+    start: list[int]
+    """The table row index of each chunk's first row."""
+
+
 @dataclass
 class KeptKV:
     """The keys and values of one decode's rows (original row indices), filled by the decode as rows
@@ -49,6 +64,7 @@ class KeptKV:
     """Original row -> (chunk, row within the chunk)."""
     kept: bool = True
     """False once a cache could not be read (then no row has a handle)."""
+    _table: _Table | None = None
 
     def take(self, cache: Any, rows_A: torch.Tensor, sel_S: torch.Tensor, mask_AW: torch.Tensor) -> None:
         """Keep the active rows ``sel_S`` (indices into the active batch, whose original rows are
@@ -78,6 +94,36 @@ class KeptKV:
         c, i = self.where[r]
         return RowKV(self, c, i)
 
+    def table(self) -> _Table:
+        """The chunks as one :class:`_Table` (built on first use; the chunks are let go)."""
+        if self._table is None:
+            chunks = self.chunks
+            W = max(c.valid_RW.shape[1] for c in chunks)
+            R = sum(c.valid_RW.shape[0] for c in chunks)
+            valid_RW = torch.zeros((R, W), dtype=torch.bool, device=chunks[0].valid_RW.device)
+            base, start, r0, off = [], [], 0, 0
+            for c in chunks:
+                n_rows, w = c.valid_RW.shape
+                valid_RW[r0 : r0 + n_rows, :w] = c.valid_RW
+                base += [off + i * w for i in range(n_rows)]
+                start.append(r0)
+                r0, off = r0 + n_rows, off + n_rows * w
+
+            def flat(parts: list[torch.Tensor]) -> torch.Tensor:  # [R_c, H, w, D] -> [R_c * w, H, D]
+                return torch.cat([x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[-1]) for x in parts])
+
+            self._table = _Table(
+                [flat([c.keys[i] for c in chunks]) for i in range(len(chunks[0].keys))],
+                [flat([c.values[i] for c in chunks]) for i in range(len(chunks[0].values))],
+                # the valid positions of each row first, in order (a stable sort of "is padding")
+                torch.argsort((~valid_RW).to(torch.int8), dim=1, stable=True),
+                valid_RW.sum(1),
+                torch.tensor(base, device=valid_RW.device),
+                start,
+            )
+            self.chunks = []
+        return self._table
+
 
 @dataclass(frozen=True)
 class RowKV:
@@ -106,34 +152,36 @@ class PrefixKV:
         N = len(self.rows)
         if N == 0 or len(self.lengths) != N or max(self.lengths) > width:
             raise ValueError(f"PrefixKV: {N} rows, lengths {list(self.lengths)[:8]}..., width {width}")
-        c0 = self.rows[0].kept.chunks[self.rows[0].chunk]
-        keys = [k.new_zeros((N, k.shape[1], width, k.shape[-1])) for k in c0.keys]
-        values = [v.new_zeros((N, v.shape[1], width, v.shape[-1])) for v in c0.values]
-        device = c0.valid_RW.device
+        tables = {id(h.kept): h.kept.table() for h in self.rows}
+        t0 = next(iter(tables.values()))
+        device = t0.order_RW.device
+        # token-major [N, width, H, D] here; the cache's layers take the [N, H, width, D] view
+        keys = [k.new_zeros((N, width, *k.shape[1:])) for k in t0.keys]
+        values = [v.new_zeros((N, width, *v.shape[1:])) for v in t0.values]
         mask_NW = torch.zeros((N, width), dtype=torch.bool, device=device)
-        groups: dict[tuple[int, int], list[int]] = {}
+        groups: dict[int, list[int]] = {}
         for i, h in enumerate(self.rows):
-            groups.setdefault((id(h.kept), h.chunk), []).append(i)
-        for members in groups.values():
-            h = self.rows[members[0]]
-            chunk = h.kept.chunks[h.chunk]
+            groups.setdefault(id(h.kept), []).append(i)
+        for key, members in groups.items():
+            t = tables[key]
             dest_G = torch.tensor(members, device=device)
-            src_G = torch.tensor([self.rows[i].index for i in members], device=device)
+            r_G = torch.tensor(
+                [t.start[self.rows[i].chunk] + self.rows[i].index for i in members], device=device
+            )
             m_G = torch.tensor([self.lengths[i] for i in members], device=device)
-            valid_GW = chunk.valid_RW[src_G]
-            if bool((valid_GW.sum(1) < m_G).any()):
+            if bool((t.count_R[r_G] < m_G).any()):
                 raise ValueError("PrefixKV: a prefix is longer than the tokens its row holds")
-            # the valid positions of each row first, in order (a stable sort of "is padding")
-            order_GW = torch.argsort((~valid_GW).to(torch.int8), dim=1, stable=True)
             # target column j holds the row's token of rank j - (width - m): right-aligned at width
             rank_GJ = torch.arange(width, device=device)[None, :] - (width - m_G)[:, None]
-            ok_GJ = rank_GJ >= 0
-            src_GJ = order_GW.gather(1, rank_GJ.clamp(min=0, max=order_GW.shape[1] - 1))
-            mask_NW[dest_G] = ok_GJ
-            for out, kept in ((keys, chunk.keys), (values, chunk.values)):
-                for o, k in zip(out, kept, strict=True):
-                    idx = src_GJ[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[-1])
-                    o[dest_G] = k[src_G].gather(2, idx) * ok_GJ[:, None, :, None]
+            mask_NW[dest_G] = rank_GJ >= 0
+            pos_GJ = t.order_RW[r_G].gather(1, rank_GJ.clamp(min=0, max=t.order_RW.shape[1] - 1))
+            idx = (t.base_R[r_G][:, None] + pos_GJ).reshape(-1)  # padding columns read some kept token
+            for out, table in ((keys, t.keys), (values, t.values)):
+                for o, k in zip(out, table, strict=True):
+                    o[dest_G] = k.index_select(0, idx).view(len(members), width, *k.shape[1:])
         cache = DynamicCache()
-        cache.layers = [buffer_layer_class()(k, v, capacity) for k, v in zip(keys, values, strict=True)]
+        cache.layers = [
+            buffer_layer_class()(k.transpose(1, 2), v.transpose(1, 2), capacity)
+            for k, v in zip(keys, values, strict=True)
+        ]
         return cache, mask_NW
