@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,6 +37,9 @@ from stepcredit.models.decode_step import (
     static_width,
 )
 from stepcredit.models.lora import adapters_merged
+
+if TYPE_CHECKING:
+    from stepcredit.rollout.prefix_kv import KeptKV, PrefixKV
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once at least this share of the active rows has finished: each
@@ -262,6 +265,8 @@ def decode(
     limit_B: torch.Tensor | None = None,
     logp_BT: torch.Tensor | None = None,
     row_keys_B: torch.Tensor | None = None,
+    prefix: PrefixKV | None = None,
+    keep: KeptKV | None = None,
 ) -> torch.Tensor:
     """Sampled continuations ``[B, T]`` (T <= max_new_tokens) of left-padded prompts: each row up to
     and including its first eos, then ``pad_token_id``.
@@ -276,6 +281,9 @@ def decode(
     greedy), the distribution the training pass scores: the behaviour log-probs without a pass of their own.
     ``row_keys_B`` (``[B]`` int64, 32-bit keys, e.g. :func:`row_key` of (seed, step, prompt index)):
     row b draws from its own stream (the module docstring), not from torch's global one.
+    ``prefix``: the keys and values of each context's tokens but the last, kept from an earlier decode
+    (:mod:`stepcredit.rollout.prefix_kv`): no prefill, only the last tokens are fed (ignored by a
+    compiled step). ``keep``: filled with every row's keys and values as it finishes, for such a decode.
 
     The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
     same distribution (greedy: the same tokens up to floating-point ties), computed with less work.
@@ -287,7 +295,8 @@ def decode(
         return _decode(
             model, prompt_ids_BP, prompt_mask_BP, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
             pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, entropy_BT=entropy_BT,
-            limit_B=limit_B, logp_BT=logp_BT, options=options, row_keys_B=row_keys_B,
+            limit_B=limit_B, logp_BT=logp_BT, options=options, row_keys_B=row_keys_B, prefix=prefix,
+            keep=keep,
         )  # fmt: skip
 
 
@@ -306,6 +315,8 @@ def _decode(
     logp_BT: torch.Tensor | None,
     options: DecodeOptions,
     row_keys_B: torch.Tensor | None = None,
+    prefix: PrefixKV | None = None,
+    keep: KeptKV | None = None,
 ) -> torch.Tensor:
     B, P = prompt_ids_BP.shape
     device = prompt_ids_BP.device
@@ -316,15 +327,19 @@ def _decode(
     mask_BW[:, :P] = prompt_mask_BP.long()
     # positions follow the mask, so left padding does not shift them (as generate does)
     next_pos_B = prompt_mask_BP.long().sum(dim=1)
-    logits_BV, cache, step, static = _prefill(
-        model,
-        prompt_ids_BP,
-        prompt_mask_BP,
-        mask_BW,
-        capacity=P + max_new_tokens,
-        width=width,
-        options=options,
-    )
+    if prefix is not None and not options.compiled:
+        logits_BV, cache, step = _prefill_from_kv(model, prompt_ids_BP, mask_BW, prefix, P + max_new_tokens)
+        static = None
+    else:
+        logits_BV, cache, step, static = _prefill(
+            model,
+            prompt_ids_BP,
+            prompt_mask_BP,
+            mask_BW,
+            capacity=P + max_new_tokens,
+            width=width,
+            options=options,
+        )
     rows = torch.arange(B, device=device)  # the original row of each active row
     done_A = torch.zeros(B, dtype=torch.bool, device=device)  # active rows that have produced eos
     T = 0
@@ -342,12 +357,16 @@ def _decode(
         if t == max_new_tokens - 1 or n_done == len(rows):
             break
         if static is None and n_done >= max(1, int(COMPACT_FRACTION * len(rows))):
+            if keep is not None:
+                keep.take(cache, rows, done_A.nonzero().squeeze(1), mask_BW)
             rows, tok_A, next_pos_B, mask_BW, done_A = _drop_finished(
                 cache, done_A, rows, tok_A, next_pos_B, mask_BW
             )
         mask_BW[:, P + t] = 1
         logits_BV = _step_logits(model, cache, step, static, tok_A, next_pos_B, mask_BW, P + t)
         next_pos_B = next_pos_B + 1
+    if keep is not None:
+        keep.take(cache, rows, torch.arange(len(rows), device=device), mask_BW)
     return out_BT[:, :T]
 
 
@@ -399,6 +418,24 @@ def _prefill(
             cache.batch_select_indices(rows_of)
     logits_BV = logits_BV[rows_of] if shared is not None else logits_BV
     return logits_BV, cache, step, static
+
+
+def _prefill_from_kv(
+    model: Any, prompt_ids_BP: torch.Tensor, mask_BW: torch.Tensor, prefix: PrefixKV, capacity: int
+) -> tuple[torch.Tensor, Any, Any]:
+    """:func:`_prefill` for contexts whose tokens but the last have kept keys and values: the cache
+    built from them, then one token step over each context's last token (its next-token logits, the
+    cache, the fast token step or None)."""
+    P = prompt_ids_BP.shape[1]
+    len_B = mask_BW[:, :P].sum(1)
+    if [int(x) - 1 for x in len_B.tolist()] != [int(m) for m in prefix.lengths]:
+        raise ValueError("decode: a prefix must hold its context's tokens but the last")
+    cache, held_BW = prefix.cache(P - 1, capacity)
+    if not torch.equal(held_BW, mask_BW[:, : P - 1].bool()):
+        raise ValueError("decode: the kept prefixes do not match the contexts' padding")
+    step = fast_step(model)
+    logits_BV = _step_logits(model, cache, step, None, prompt_ids_BP[:, -1], len_B - 1, mask_BW, P - 1)
+    return logits_BV, cache, step
 
 
 def _sample_token(

@@ -89,6 +89,9 @@ class Leaf:
     """Per token, a tool result's (recorded by the turn loop; empty for a response without tools)."""
     state: Any = None
     """What grew the leaf keeps with it (a tool tree's :class:`~stepcredit.rollout.turns.TurnRow`)."""
+    kv: Any = None
+    """The engine's kept keys and values of its prompt and tokens (``Completion.kv``): its children
+    continue from them without a prefill; dropped once the tree is grown."""
 
 
 @dataclass(frozen=True)
@@ -184,11 +187,16 @@ def _sample(
     temperature: float,
     top_p: float,
     want_entropy: bool,
-) -> list[tuple[list[int], list[float], int, list[float]]]:
+    prefixes: list[Any] | None = None,
+) -> list[tuple[list[int], list[float], int, list[float], Any]]:
     """One sampled continuation per context by the model's engine, each cut at its first eos and at
     its own token budget (decoding stops there), with each token's entropy (``want_entropy``), the
-    number of tokens decoded for it and, from an external engine, its log-probs."""
+    number of tokens decoded for it, from an external engine its log-probs, and the engine's kept keys
+    and values (None where it keeps none). ``prefixes``: per context, the kept keys and values of a
+    leaf that begins with the context (the parent's), so the engine skips the context's prefill."""
     engine = engine_for(model)
+    # only when every context has one: an engine that keeps nothing is never handed the argument
+    given = {"prefixes": prefixes} if prefixes and all(p is not None for p in prefixes) else {}
     comps = engine.sample(
         model,
         tok,
@@ -200,10 +208,12 @@ def _sample(
             max_tokens=max(budgets),
             logprobs=engine.external,
             entropy=want_entropy,
+            keep_kv=True,
         ),
         budgets=budgets,
+        **given,
     )
-    return [(c.ids, c.entropy, len(c.ids), c.logprobs) for c in comps]
+    return [(c.ids, c.entropy, len(c.ids), c.logprobs, c.kv) for c in comps]
 
 
 Extend = Callable[[list[tuple[int, "Leaf | None", int]]], list[Leaf]]
@@ -237,16 +247,18 @@ def sampled_leaves(
             temperature=temperature,
             top_p=top_p,
             want_entropy=want_entropy,
+            prefixes=[parent.kv if parent is not None else None for _, parent, _ in jobs],
         )
         out = []
-        for (p, parent, point), (ids, ent, n, lp) in zip(jobs, got, strict=True):
+        for (p, parent, point), (ids, ent, n, lp, kv) in zip(jobs, got, strict=True):
             if parent is None:
-                out.append(Leaf(p, ids, ent, [], n, lp))
+                out.append(Leaf(p, ids, ent, [], n, lp, kv=kv))
             else:
                 logp = parent.logp[:point] + lp if parent.logp else []
                 leaf = Leaf(p, parent.ids[:point] + ids, parent.entropy[:point] + ent, [], n, logp)
                 # a prefix's results stay marked (a trace's, in the probe's trees); the tail is sampled
                 leaf.observed = parent.observed[:point] + [False] * len(ids) if parent.observed else []
+                leaf.kv = kv
                 out.append(leaf)
         return out
 
@@ -308,4 +320,7 @@ def grow_trees(
         for (parent, _), child in zip(jobs, children, strict=True):
             child.path = list(parent.path)
             trees[parent.prompt].append(child)
+    for tree in trees:
+        for leaf in tree:
+            leaf.kv = None  # every branch is grown: free the kept keys and values
     return trees

@@ -40,6 +40,10 @@ class SamplingSpec:
     entropy: bool = False
     """Report each token's next-token entropy (:attr:`Completion.entropy`; an engine whose registry
     entry says ``returns_entropy``)."""
+    keep_kv: bool = False
+    """Keep each completion's keys and values (:attr:`Completion.kv`), so that a later call can continue
+    from a prefix of it without running that prefix again (a tree's branches); an engine that keeps
+    none leaves ``kv`` None."""
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1:
@@ -106,6 +110,9 @@ class Completion:
     """Per token, its log-probability under softmax(logits / temperature) (empty unless asked for)."""
     entropy: list[float] = field(default_factory=list)
     """Per token, the entropy of the distribution it was drawn from (empty unless asked for)."""
+    kv: Any = None
+    """The keys and values of its context and tokens (``SamplingSpec.keep_kv``), an opaque handle for
+    ``prefixes`` of a later :meth:`Engine.sample` of the same engine; None when not kept."""
 
 
 Contexts = Sequence[Sequence[int]]
@@ -113,6 +120,10 @@ Contexts = Sequence[Sequence[int]]
 
 Budgets = Sequence[int] | None
 """A token limit per context (None: ``spec.max_tokens`` for every one)."""
+
+Prefixes = Sequence[Any] | None
+"""Per context, a :attr:`Completion.kv` whose row begins with all of the context's tokens but the last
+(None: every context is run from its first token)."""
 
 
 class Engine(Protocol):
@@ -124,10 +135,18 @@ class Engine(Protocol):
     used as the behaviour log-probs."""
 
     def sample(
-        self, model: Any, tok: Any, contexts: Contexts, spec: SamplingSpec, *, budgets: Budgets = None
+        self,
+        model: Any,
+        tok: Any,
+        contexts: Contexts,
+        spec: SamplingSpec,
+        *,
+        budgets: Budgets = None,
+        prefixes: Prefixes = None,
     ) -> list[Completion]:
         """``spec.n`` completions per context, context-major (``len(contexts) * spec.n``); ``budgets``:
-        a token limit per context (at most ``spec.max_tokens``)."""
+        a token limit per context (at most ``spec.max_tokens``); ``prefixes``: kept keys and values of
+        each context's start (an engine that keeps none, or caches prefixes itself, ignores them)."""
         ...
 
     def sync(self, model: Any) -> None:

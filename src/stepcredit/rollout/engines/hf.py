@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stepcredit.models.decode_step import DecodeOptions, decode_options
-from stepcredit.rollout.engines.api import Budgets, Completion, Contexts, SamplingSpec, cut_at_stop, left_pad
+from stepcredit.rollout.engines.api import (
+    Budgets,
+    Completion,
+    Contexts,
+    Prefixes,
+    SamplingSpec,
+    cut_at_stop,
+    left_pad,
+)
+from stepcredit.rollout.prefix_kv import KeptKV, PrefixKV
 from stepcredit.rollout.sampling import decode, row_key
 
 if TYPE_CHECKING:
@@ -41,7 +50,14 @@ class HFEngine:
 
     @torch.no_grad()
     def sample(
-        self, model: Any, tok: Any, contexts: Contexts, spec: SamplingSpec, *, budgets: Budgets = None
+        self,
+        model: Any,
+        tok: Any,
+        contexts: Contexts,
+        spec: SamplingSpec,
+        *,
+        budgets: Budgets = None,
+        prefixes: Prefixes = None,
     ) -> list[Completion]:
         rows = [list(c) for c in contexts for _ in range(spec.n)]
         limits = [min(b, spec.max_tokens) for b in budgets for _ in range(spec.n)] if budgets else None
@@ -57,6 +73,13 @@ class HFEngine:
                     f"SamplingSpec.row_seeds: {len(spec.row_seeds)} seeds for {len(contexts)} contexts"
                 )
             keys = torch.tensor([row_key(s, j) for s in spec.row_seeds for j in range(spec.n)], device=dev)
+        # the kept keys and values of each row's context but its last token: no prefill of those
+        prefix = (
+            PrefixKV([h for h in prefixes for _ in range(spec.n)], [len(r) - 1 for r in rows])
+            if prefixes is not None and all(h is not None for h in prefixes)
+            else None
+        )
+        keep = KeptKV() if spec.keep_kv else None
         was_training = model.training
         model.eval()
         with seeded(spec.seed, dev), decode_options(self.options):
@@ -73,6 +96,8 @@ class HFEngine:
                 logp_BT=logp,
                 limit_B=None if limits is None else torch.tensor(limits, dtype=torch.long, device=dev),
                 row_keys_B=keys,
+                prefix=prefix,
+                keep=keep,
             ).cpu()
         if was_training:
             model.train()
@@ -89,6 +114,7 @@ class HFEngine:
                     row,
                     logp_cpu[r, : len(row)].tolist() if logp_cpu is not None else [],
                     ent_cpu[r, : len(row)].tolist() if ent_cpu is not None else [],
+                    keep.row(r) if keep is not None else None,
                 )
             )
         return out

@@ -35,6 +35,7 @@ from stepcredit.rollout.engines.api import (
     Budgets,
     Completion,
     Contexts,
+    Prefixes,
     SamplingSpec,
     cut_at_stop,
     fingerprint,
@@ -169,8 +170,16 @@ class VLLMEngine:
 
     # --------------------------------------------------------------------------------- sampling
     def sample(
-        self, model: Any, tok: Any, contexts: Contexts, spec: SamplingSpec, *, budgets: Budgets = None
+        self,
+        model: Any,
+        tok: Any,
+        contexts: Contexts,
+        spec: SamplingSpec,
+        *,
+        budgets: Budgets = None,
+        prefixes: Prefixes = None,
     ) -> list[Completion]:
+        # prefixes: never given (this engine keeps no Completion.kv); vLLM caches shared prefixes itself
         if spec.entropy:
             raise ValueError("the vllm engine does not report token entropies (rollout.tree.branch_at)")
         from vllm import SamplingParams
