@@ -37,6 +37,7 @@ from stepcredit.models.decode_step import (
     static_width,
 )
 from stepcredit.models.lora import adapters_merged
+from stepcredit.rollout.stops import PatternStop
 
 COMPACT_FRACTION = 0.125
 """Drop finished rows from the batch once at least this share of the active rows has finished: each
@@ -262,6 +263,7 @@ def decode(
     limit_B: torch.Tensor | None = None,
     logp_BT: torch.Tensor | None = None,
     row_keys_B: torch.Tensor | None = None,
+    stop: PatternStop | None = None,
 ) -> torch.Tensor:
     """Sampled continuations ``[B, T]`` (T <= max_new_tokens) of left-padded prompts: each row up to
     and including its first eos, then ``pad_token_id``.
@@ -276,6 +278,8 @@ def decode(
     greedy), the distribution the training pass scores: the behaviour log-probs without a pass of their own.
     ``row_keys_B`` (``[B]`` int64, 32-bit keys, e.g. :func:`row_key` of (seed, step, prompt index)):
     row b draws from its own stream (the module docstring), not from torch's global one.
+    ``stop`` (a :class:`~stepcredit.rollout.stops.PatternStop`): a row also ends at the token with which
+    the rule says its text completed a match (that token kept, padding after it).
 
     The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
     same distribution (greedy: the same tokens up to floating-point ties), computed with less work.
@@ -287,7 +291,7 @@ def decode(
         return _decode(
             model, prompt_ids_BP, prompt_mask_BP, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
             pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, entropy_BT=entropy_BT,
-            limit_B=limit_B, logp_BT=logp_BT, options=options, row_keys_B=row_keys_B,
+            limit_B=limit_B, logp_BT=logp_BT, options=options, row_keys_B=row_keys_B, stop=stop,
         )  # fmt: skip
 
 
@@ -306,6 +310,7 @@ def _decode(
     logp_BT: torch.Tensor | None,
     options: DecodeOptions,
     row_keys_B: torch.Tensor | None = None,
+    stop: PatternStop | None = None,
 ) -> torch.Tensor:
     B, P = prompt_ids_BP.shape
     device = prompt_ids_BP.device
@@ -338,6 +343,8 @@ def _decode(
         done_A |= tok_A == eos_token_id
         if limit_B is not None:
             done_A |= limit_B[rows] <= t + 1
+        if stop is not None:
+            done_A |= stop(rows, out_BT, t, done_A)
         n_done = int(done_A.sum())
         if t == max_new_tokens - 1 or n_done == len(rows):
             break
