@@ -5,7 +5,8 @@ Both arms train ``--steps`` steps from one SFT model with ``data.train_size=320`
 episode end, ``grpo_vineppo``). Per step it prints the rollout's tokens, the continuations' tokens
 (``process/generated_tokens``), the verifier's texts and the step's generated tokens; then the ratio of
 the greedy arm's generated tokens per step to GRPO's, the figure an equal-compute GRPO arm is sized by.
-Tokens do not depend on the machine, so the figures hold under load (seconds are not printed).
+Tokens do not depend on the machine, so the figures hold under load (no seconds are printed; the
+harness's load record and its "valid" verdict concern timings only).
 The training part reads only ``train()`` and ``metrics.jsonl``: run it with ``PYTHONPATH`` at an older
 checkout for the "before" figures.
 
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from _harness import Monitor, emit
 
 ARMS = {"grpo": "midchain", "greedy": "midchain_greedy"}
 COMMON = ["data.train_size=320", "sft.steps=0", "trainer.val_every=0", "trainer.save_every=0",
@@ -84,11 +87,8 @@ def check_values(model_dir: str, overrides: list[str]) -> dict[str, Any]:
     from stepcredit.config import from_dict
     from stepcredit.data import PromptStream, load_task
     from stepcredit.process import batch_logps, batch_token_ids, build_requests
-    from stepcredit.process.continuation import continuation_values
-    from stepcredit.process.values import ValueContext, evaluating, spending
     from stepcredit.reward.run.rewarder import build_rewarder
     from stepcredit.rollout import generate
-    from stepcredit.rollout.engines import SamplingSpec, engine_for
     from stepcredit.trainer.setup import load_model
 
     cfg = from_dict(
@@ -102,23 +102,35 @@ def check_values(model_dir: str, overrides: list[str]) -> dict[str, Any]:
                      temperature=cfg.rollout.temperature, keep_cache=True)  # fmt: skip
     prompts, responses = batch_token_ids(batch)
     _, reqs = build_requests(batch.samples, prompts, responses, tok, cfg.process, logps=batch_logps(batch))
-    verifier = build_rewarder(cfg.reward).verifier_fn()
-    p = cfg.process
+    with build_rewarder(cfg.reward) as rewarder:
+        return _compare(model, tok, reqs, batch.kv_cache, cfg.process, rewarder.verifier_fn())
+
+
+def _compare(model: Any, tok: Any, reqs: list[Any], body: Any, p: Any, verifier: Any) -> dict[str, Any]:
+    """Today's values of ``reqs`` against the plain loop's, and what each generated."""
+    from stepcredit.process.continuation import continuation_values
+    from stepcredit.process.values import ValueContext, evaluating, spending
+    from stepcredit.rollout.engines import SamplingSpec, engine_for
+
     with evaluating(model), spending() as spent:
-        ctx = ValueContext(model, tok, reqs, p, verifier, body=batch.kv_cache)
+        ctx = ValueContext(model, tok, reqs, p, verifier, body=body)
         got = continuation_values(ctx, samples=1, greedy=True, temperature=1.0)
     # the plain loop: every prefix but a complete response's last, continued on its own to eos or the cap
     slots = [(ri, pi) for ri, r in enumerate(reqs) for pi in range(len(r.prefix_lens))
              if not (r.complete and r.prefix_lens[pi] >= len(r.response_ids) - 1)]  # fmt: skip
     contexts = [reqs[ri].prompt_ids + reqs[ri].response_ids[: reqs[ri].prefix_lens[pi]] for ri, pi in slots]
+    unique = list(dict.fromkeys(map(tuple, contexts)))  # identical contexts continued once, as before
     spec = SamplingSpec(n=1, temperature=0.0, max_tokens=p.mc_max_new_tokens)
     with evaluating(model):
-        conts = [c.ids for c in engine_for(model).sample(model, tok, contexts, spec)]
+        made = dict(
+            zip(unique, (c.ids for c in engine_for(model).sample(model, tok, unique, spec)), strict=True)
+        )
+    conts = [made[tuple(c)] for c in contexts]
     texts = [tok.decode(reqs[ri].response_ids[: reqs[ri].prefix_lens[pi]] + c, skip_special_tokens=True)
              for (ri, pi), c in zip(slots, conts, strict=True)]  # fmt: skip
     scores = verifier([reqs[ri].sample for ri, _ in slots], texts)
     differ = sum(got[ri][pi] != s for (ri, pi), s in zip(slots, scores, strict=True))
-    return {"values": len(slots), "values_that_differ": differ, "plain_loop_tokens": sum(map(len, conts)),
+    return {"values": len(slots), "values_that_differ": differ, "plain_loop_tokens": sum(map(len, made.values())),
             "today_tokens": spent.generated_tokens, "today_verifier_texts": spent.verifier_calls,
             "plain_loop_verifier_texts": len(texts)}  # fmt: skip
 
@@ -135,10 +147,12 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     out: dict[str, Any] = {"benchmark": "greedy_tokens", "steps": args.steps}
+    mon = Monitor()
     with tempfile.TemporaryDirectory() as d:
         model = args.model or sft_model(d, args.threads, args.overrides)
         for arm in args.arms.split(","):
-            out[arm] = arm_tokens(ARMS[arm], model, args.steps, args.threads, args.overrides)
+            with mon.side(arm):
+                out[arm] = arm_tokens(ARMS[arm], model, args.steps, args.threads, args.overrides)
             for i, r in enumerate(out[arm], 1):
                 print(f"{arm:<8} step {i}: " + "  ".join(f"{k}={v:.0f}" for k, v in r.items()))
         if {"grpo", "greedy"} <= out.keys():
@@ -151,8 +165,7 @@ def main() -> None:
         if args.check:
             out["check"] = check_values(model, args.overrides)
             print("check: " + "  ".join(f"{k}={v}" for k, v in out["check"].items()))
-    if args.json:
-        print(json.dumps(out))
+    emit(mon.finish(out, {a: [f"--preset {ARMS[a]}", *COMMON, *args.overrides] for a in ARMS}), args.json)
 
 
 if __name__ == "__main__":
