@@ -56,17 +56,16 @@ def arm_tokens(
     with tempfile.TemporaryDirectory() as d:
         train(cfg, Path(d))
         rows = [json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines()]
-    keys = (
-        "rollout/generated_tokens",
-        "process/generated_tokens",
-        "process/verifier_calls",
-        "generated/step_tokens",
-    )
-    return [
-        {k: float(r.get(k, 0.0)) for k in keys}
-        for r in rows
-        if r.get("step", 0) > 0 and "generated/step_tokens" in r
-    ]
+    keys = ("process/generated_tokens", "process/verifier_calls", "generated/step_tokens")
+    out = []
+    for r in rows:
+        if r.get("step", 0) > 0 and "generated/step_tokens" in r:
+            got = {k: float(r.get(k, 0.0)) for k in keys}
+            # the step's tokens are the rollout's and the continuations' (trainer.loop)
+            out.append(
+                {"rollout_tokens": got["generated/step_tokens"] - got["process/generated_tokens"], **got}
+            )
+    return out
 
 
 def sft_model(d: str, threads: int, overrides: list[str]) -> str:
