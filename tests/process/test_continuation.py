@@ -72,8 +72,10 @@ def test_greedy_continuation_and_prefix_budget(batch_factory: Callable[..., Batc
     values, model = run(
         batch_factory(tok, [("q", RESPONSE, "7")]), tok, value_estimator="greedy_continuation"
     )
-    # one greedy continuation (" ok") per prefix: V in {0, 1}
-    assert values == [[1.0, 1.0, 0.0, 0.0]] and model.calls[0] == 3
+    # one greedy continuation (" ok") per prefix: V in {0, 1}. The batch's log-probs (0) say every token
+    # was the greedy choice, so V_1 and V_2 are planned as shares of V_0's continuation; " ok" is not
+    # the response's next episode, so they are continued on their own in a second call
+    assert values == [[1.0, 1.0, 0.0, 0.0]] and model.calls == [1, 2]
     # mc_prefixes=2 estimates V_0 and V_3 only; V_1, V_2 repeat V_0 (so U_1 = U_2 = 0, U_3 carries it all)
     values, _ = run(
         batch_factory(tok, [("q", RESPONSE, "7")]), tok, value_estimator="monte_carlo", mc_prefixes=2

@@ -68,9 +68,9 @@ def test_continuation_tokens_and_verifier_calls_by_hand() -> None:
     # 1, 2, 3, 1 tokens and an eos each: 2 + 3 + 4 + 2 = 11 generated tokens (padding not counted)
     assert model.calls == [4]
     assert spent.generated_tokens == 11
-    # texts scored: r0's whole response, then a continuation per (response, prefix) continued: the shared
-    # V_0 context serves both responses (2 texts), r0's V_1, r1's V_1 and V_2: 1 + 2 + 1 + 2 = 6
-    assert scored == [6] and spent.verifier_calls == 6
+    # texts scored: r0's whole response, then a continuation per context and sample: the shared V_0
+    # context of the one sample is one text for both responses, r0's V_1, r1's V_1 and V_2: 1 + 1 + 1 + 2
+    assert scored == [5] and spent.verifier_calls == 5
     # outside a spending block nothing is counted (and nothing fails)
     continuation_values(ctx([r0]), samples=1, greedy=True, temperature=1.0)
     assert spent.generated_tokens == 11

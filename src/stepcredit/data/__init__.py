@@ -16,6 +16,7 @@ from stepcredit.registry import Registry
 from stepcredit.types import Sample
 
 __all__ = [
+    "ANSWER_ENDS",
     "STEP_VALUES",
     "TASKS",
     "WASTED_EPISODES",
@@ -100,6 +101,16 @@ WASTED_EPISODES: Registry[WasteFn] = Registry("wasted-episode counter (data sour
 """Per data source that can tell: ``fn(response_text) -> int`` wasted episodes (steps that change
 nothing), for the verbosity figures ``response/wasted_episodes_per_response`` and its ``val/`` twin."""
 WASTED_EPISODES.add(arith.DATA_SOURCE, arith.count_wasted)
+
+ANSWER_ENDS: Registry[str] = Registry("answer marker (data source)")
+"""Per data source whose responses end at a marked final answer: a regular expression whose first match
+in a response's text completes that answer ("The answer is 7."). The task's contract is that a response
+is finished there (its traces end there, and the verdict is read from it), so a continuation that
+values a prefix stops at the token that completes the match instead of running on to eos, and a
+prefix that already holds a match is worth its response's own reward
+(:func:`stepcredit.process.continuation.continuation_values`). A source without an entry: continuations
+run to eos or their length limit."""
+ANSWER_ENDS.add(arith.DATA_SOURCE, arith.ANSWER_END)
 
 
 TASKS.add("code", _generated("code", codegen.make_rows))

@@ -190,6 +190,10 @@ _THEN_RE = re.compile(r"Then ([^.]*?)(\d+)( more)?\.")
 _EQ_RE = re.compile(r"(-?\d+) ([+-]) (\d+) = (-?\d+)")
 _BEGIN_RE = re.compile(r"start with (-?\d+)")
 _ANSWER_RE = re.compile(r"answer is (-?\d+)")
+ANSWER_END = r"answer is -?\d+\."
+"""Where an arith response's answer is complete: "The answer is N." with its full stop, the end of every
+trace (:func:`make_rows`); the answer is an integer, so the full stop ends the number
+(``stepcredit.data.ANSWER_ENDS``)."""
 _SUB_VERBS = tuple(t.split(" {n}")[0] for t in _SUB)
 
 

@@ -23,6 +23,7 @@ from stepcredit.process.forced import (
 from stepcredit.process.segment import segment_episodes, token_char_spans
 from stepcredit.process.stage import (
     PrefixValues,
+    batch_logps,
     batch_observed,
     batch_token_ids,
     build_requests,
@@ -74,6 +75,7 @@ __all__ = [
     "ValueQuery",
     "answer_suffix",
     "apply_placebo",
+    "batch_logps",
     "batch_observed",
     "batch_token_ids",
     "blame_credit",

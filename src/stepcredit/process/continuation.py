@@ -22,94 +22,27 @@ value under the policy that has the tool, which the rollout is.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Unpack
+from dataclasses import replace
+from typing import Unpack
 
+from stepcredit.process.continuation_plan import (
+    Context,
+    Plan,
+    Slot,
+    answer_end,
+    make_plan,
+    mc_prefix_indices,
+)
 from stepcredit.process.values import (
     Capabilities,
-    PrefixRequest,
     ValueContext,
     ValueEstimator,
     count_generated,
     count_verified,
     register_value_estimator,
 )
-from stepcredit.rollout.engines import SamplingSpec, engine_for
+from stepcredit.rollout.engines import CachedContexts, SamplingSpec, engine_for, sample_cached
 from stepcredit.rollout.turns import resume_row, run_turns
-from stepcredit.types import Sample
-
-
-def mc_prefix_indices(n_prefixes: int, max_prefixes: int) -> list[int]:
-    """Which of V_0..V_(n-1) are estimated when at most ``max_prefixes`` may be (0 = all).
-
-    Evenly spaced, always with the first and the last (V_0 and the value after the whole response),
-    so the utilities still telescope to V_S - V_0; a prefix left out takes the value of the nearest
-    estimated one before it (its step gets U = 0 and the next estimated step the whole change).
-    """
-    if max_prefixes <= 0 or n_prefixes <= max_prefixes:
-        return list(range(n_prefixes))
-    if max_prefixes == 1:
-        return [n_prefixes - 1]
-    step = (n_prefixes - 1) / (max_prefixes - 1)
-    return sorted({round(i * step) for i in range(max_prefixes)})
-
-
-Context = tuple[int, ...]
-"""Prompt + prefix token ids: what a continuation continues (requests that share one share its samples)."""
-
-
-@dataclass
-class _Plan:
-    """What a batch of requests needs: whole responses scored, contexts continued, and where each
-    value comes from once the verifier has scored every text (indices into ``texts``)."""
-
-    requests: Sequence[PrefixRequest]
-    to_score: list[Sample] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    whole: dict[int, int] = field(default_factory=dict)
-    """request -> index of its whole response in ``texts`` (each scored at most once)."""
-    group_v0: list[tuple[int, list[int]]] = field(default_factory=list)
-    """(request, its group's members): V_0 from the others' rewards (``v0_from_group``)."""
-    is_whole: list[tuple[int, int]] = field(default_factory=list)
-    """(request, prefix index) valued by the whole response's reward."""
-    todo: dict[Context, list[tuple[int, int]]] = field(default_factory=dict)
-    """context -> the (request, prefix index) pairs it values."""
-    continued: list[tuple[int, int, int]] = field(default_factory=list)
-    """(request, prefix index, first of its k texts)."""
-
-    def score_whole(self, ri: int, tokenizer: Any) -> int:
-        if ri not in self.whole:
-            self.whole[ri] = len(self.texts)
-            self.to_score.append(self.requests[ri].sample)
-            self.texts.append(tokenizer.decode(self.requests[ri].response_ids, skip_special_tokens=True))
-        return self.whole[ri]
-
-
-def _plan(ctx: ValueContext, max_prefixes: int, v0_from_group: bool) -> _Plan:
-    """Which values come from the group, from whole responses, and from continuations of which context."""
-    plan = _Plan(ctx.requests)
-    if v0_from_group:
-        groups: dict[Context, list[int]] = {}
-        for ri, r in enumerate(ctx.requests):
-            groups.setdefault(tuple(r.prompt_ids), []).append(ri)
-        for members in groups.values():
-            if len(members) < 2:
-                continue
-            for ri in members:
-                plan.score_whole(ri, ctx.tokenizer)
-            plan.group_v0 += [(ri, members) for ri in members]
-    from_group = {ri for ri, _ in plan.group_v0}
-    for ri, r in enumerate(ctx.requests):
-        for pi in mc_prefix_indices(len(r.prefix_lens), max_prefixes):
-            n = r.prefix_lens[pi]
-            if pi == 0 and ri in from_group:
-                continue
-            if r.complete and n >= len(r.response_ids) - 1:
-                plan.score_whole(ri, ctx.tokenizer)
-                plan.is_whole.append((ri, pi))
-            else:
-                plan.todo.setdefault(tuple(r.prompt_ids + r.response_ids[:n]), []).append((ri, pi))
-    return plan
 
 
 def continuation_values(
@@ -124,6 +57,13 @@ def continuation_values(
     response that ended by itself is scored as it is: its value is its own reward. Every text
     (continuations, whole responses) goes to the verifier in one call, after the generation.
 
+    Where the task marks its answer (``stepcredit.data.ANSWER_ENDS``, e.g. arith's "The answer is 7."),
+    a continuation stops at the token that completes the marker (the task's contract: the response is
+    finished there), and a prefix that already holds the marker is worth the response's own reward.
+    Greedy continuations (``greedy``) of later prefixes of a response that the earlier prefix's
+    continuation already wrote are shared, not generated again (:mod:`.continuation_plan`); the
+    accounting (:func:`count_generated`) counts the tokens actually generated.
+
     ``v0_from_group``: the other responses of the batch to the same prompt are already samples of the
     policy from the bare prompt, so V_0 of a response is their mean reward (leave-one-out, the RLOO
     baseline of Ahmadian et al. 2024, arXiv:2402.14740) and costs no generation. The utilities then
@@ -132,30 +72,47 @@ def continuation_values(
     ``ctx.tools``: the responses are a tool rollout's, and each continuation is one too (the module's
     docstring); ``process.mc_max_new_tokens`` then caps a continuation's tokens, results included.
     """
-    cfg, tokenizer, requests = ctx.cfg, ctx.tokenizer, ctx.requests
-    plan = _plan(ctx, cfg.mc_prefixes, v0_from_group)
-    jobs = list(plan.todo.items())
+    cfg = ctx.cfg
+    plan = make_plan(
+        ctx.requests, ctx.tokenizer, cfg.mc_prefixes, v0_from_group, greedy and ctx.tools is None
+    )
     k = 1 if greedy else samples
     spec = SamplingSpec(n=k, temperature=0.0 if greedy else temperature, max_tokens=cfg.mc_max_new_tokens)
-    longest = max((len(c) for c, _ in jobs), default=1) + cfg.mc_max_new_tokens
-    per_call = max(1, cfg.max_tokens_per_forward // (longest * k))
-    for s in range(0, len(jobs), per_call):
-        chunk = jobs[s : s + per_call]
-        rows = _continue(ctx, chunk, spec)
-        count_generated(sum(len(r) for r in rows))  # the experiment's compute accounting
-        for j, (_, owners) in enumerate(chunk):
-            conts = rows[j * k : (j + 1) * k]
-            for ri, pi in owners:
-                r = requests[ri]
-                head = r.response_ids[: r.prefix_lens[pi]]
-                plan.continued.append((ri, pi, len(plan.texts)))
-                plan.to_score += [r.sample] * k
-                plan.texts += [tokenizer.decode(head + cont, skip_special_tokens=True) for cont in conts]
+    conts = _generate(ctx, plan.todo, spec)
+    for context, owners in plan.todo.items():
+        plan.add_continuations(context, owners, conts[context])
+    left = plan.resolve(conts, cfg.mc_max_new_tokens)  # shares the tokens did not bear out
+    more = _generate(ctx, left, spec)
+    for context, owners in left.items():
+        plan.add_continuations(context, owners, more[context])
     count_verified(len(plan.texts))
     scores = [float(x) for x in ctx.verifier(plan.to_score, plan.texts)] if plan.texts else []
     if len(scores) != len(plan.texts):
         raise ValueError(f"the verifier returned {len(scores)} scores for {len(plan.texts)} texts")
     return _values(plan, scores, k, cfg.mc_prefixes)
+
+
+def _generate(
+    ctx: ValueContext, todo: dict[Context, list[Slot]], spec: SamplingSpec
+) -> dict[Context, list[list[int]]]:
+    """``spec.n`` continuations of every context of ``todo`` (each stopping at its task's answer marker,
+    except on a tool rollout), as many contexts per engine call as ``process.max_tokens_per_forward``
+    allows; every token generated is counted (the experiment's compute accounting)."""
+    cfg, k = ctx.cfg, spec.n
+    by_marker: dict[str, list[tuple[Context, list[Slot]]]] = {}
+    for context, owners in todo.items():
+        marker = answer_end(ctx.requests[owners[0][0]].sample) if ctx.tools is None else ""
+        by_marker.setdefault(marker, []).append((context, owners))
+    out: dict[Context, list[list[int]]] = {}
+    for marker, jobs in by_marker.items():
+        longest = max(len(c) for c, _ in jobs) + cfg.mc_max_new_tokens
+        per_call = max(1, cfg.max_tokens_per_forward // (longest * k))
+        for s in range(0, len(jobs), per_call):
+            chunk = jobs[s : s + per_call]
+            rows = _continue(ctx, chunk, replace(spec, stop_pattern=marker))
+            count_generated(sum(len(r) for r in rows))
+            out.update((c, rows[j * k : (j + 1) * k]) for j, (c, _) in enumerate(chunk))
+    return out
 
 
 def _continue(
@@ -164,6 +121,11 @@ def _continue(
     """``spec.n`` continuations of each context of ``chunk`` (context-major), as the tokens after it: by
     the policy's engine, or on a tool rollout by the rollout's own turn loop (which samples through the
     same engine)."""
+    body = ctx.body
+    if ctx.tools is None and body is not None and len(body.starts) == len(ctx.requests):
+        # the rollout's cache holds every context's prompt and prefix (a context's owners share them)
+        cached = CachedContexts(body, tuple(owners[0][0] for _, owners in chunk), tuple(c for c, _ in chunk))
+        return [c.ids for c in sample_cached(ctx.model, ctx.tokenizer, cached, spec)]
     if ctx.tools is None:
         comps = engine_for(ctx.model).sample(ctx.model, ctx.tokenizer, [list(c) for c, _ in chunk], spec)
         return [c.ids for c in comps]
@@ -192,7 +154,7 @@ def _continue(
     return [row.ids[n:] for row, n in zip(rows, starts, strict=True)]  # what the loop appended
 
 
-def _values(plan: _Plan, scores: list[float], k: int, max_prefixes: int) -> list[list[float]]:
+def _values(plan: Plan, scores: list[float], k: int, max_prefixes: int) -> list[list[float]]:
     """Each request's values from the scored texts of its plan."""
     out: list[list[float]] = [[0.0] * len(r.prefix_lens) for r in plan.requests]
     for ri, members in plan.group_v0:

@@ -61,16 +61,25 @@ def prefix_request(
     tokenizer: Any,
     cfg: ProcessConfig,
     observed: Sequence[bool] | None = None,
+    logp: Sequence[float] | None = None,
 ) -> tuple[list[int], PrefixRequest]:
     """Episode ends and the value request of one response (token ids without padding; ``observed``:
-    its tool results' tokens as the rollout marked them, or None)."""
+    its tool results' tokens as the rollout marked them, or None; ``logp``: its tokens' behaviour
+    log-probs, or None)."""
     ends = segment_episodes(response_ids, tokenizer, cfg, observed)
     n_content = _content_len(response_ids, tokenizer)
     lens = [0] + [min(e + 1, n_content) for e in ends]
     complete = bool(response_ids) and response_ids[-1] == getattr(tokenizer, "eos_token_id", None)
     marks = list(observed) if observed is not None and any(observed) else []
     return ends, PrefixRequest(
-        sample, prompt_ids, response_ids, lens, str(sample.ground_truth), complete, observed=marks
+        sample,
+        prompt_ids,
+        response_ids,
+        lens,
+        str(sample.ground_truth),
+        complete,
+        observed=marks,
+        logp=list(logp) if logp is not None else [],
     )
 
 
@@ -81,13 +90,16 @@ def build_requests(
     tokenizer: Any,
     cfg: ProcessConfig,
     observed: Sequence[Sequence[bool]] | None = None,
+    logps: Sequence[Sequence[float]] | None = None,
 ) -> tuple[list[list[int]], list[PrefixRequest]]:
     """Episode ends and the value requests of every response (token ids without padding; the gold
-    answer is ``str(sample.ground_truth)``; ``observed``: each response's result marks, or None)."""
+    answer is ``str(sample.ground_truth)``; ``observed``: each response's result marks, or None;
+    ``logps``: each response's behaviour log-probs, or None)."""
     ends_all, requests = [], []
     marks = list(observed) if observed is not None else [None] * len(response_ids)
-    for sample, prompt, resp, obs in zip(samples, prompt_ids, response_ids, marks, strict=True):
-        ends, req = prefix_request(sample, list(prompt), list(resp), tokenizer, cfg, obs)
+    lps = list(logps) if logps is not None else [None] * len(response_ids)
+    for sample, prompt, resp, obs, lp in zip(samples, prompt_ids, response_ids, marks, lps, strict=True):
+        ends, req = prefix_request(sample, list(prompt), list(resp), tokenizer, cfg, obs, lp)
         ends_all.append(ends)
         requests.append(req)
     return ends_all, requests
@@ -102,6 +114,15 @@ def batch_token_ids(batch: Batch) -> tuple[list[list[int]], list[list[int]]]:
         ids[m.bool()].tolist() for ids, m in zip(batch.response_ids_BT, batch.attention_BT(), strict=True)
     ]
     return prompts, responses
+
+
+def batch_logps(batch: Batch) -> list[list[float]] | None:
+    """Per response of ``batch`` (padding removed, as :func:`batch_token_ids`), its tokens' behaviour
+    log-probs; None for a batch without them."""
+    if batch.behaviour_logp_BT is None:
+        return None
+    lp = batch.behaviour_logp_BT.to(batch.response_mask_BT.device)
+    return [x[m.bool()].tolist() for x, m in zip(lp, batch.attention_BT(), strict=True)]
 
 
 def batch_observed(batch: Batch) -> list[list[bool]] | None:
@@ -125,6 +146,7 @@ def prefix_values(
     body: RolloutCache | None = None,
     tools: ToolContext | None = None,
     observed: Sequence[Sequence[bool]] | None = None,
+    logps: Sequence[Sequence[float]] | None = None,
 ) -> PrefixValues:
     """Episode ends and [V_0, V_1, ..., V_S] of every response, by ``cfg.value_estimator``.
 
@@ -137,8 +159,10 @@ def prefix_values(
     tool rollout's (``rollout.mode=tools``), and an estimator that ``takes_tools`` values a prefix that
     ends at a call after the call's result (:attr:`ValueEstimatorSpec.takes_tools`); the others
     ignore it. ``observed``: each response's result marks (``Batch.observation_BT``): the turns.
+    ``logps``: each response's behaviour log-probs (``Batch.behaviour_logp_BT``), which greedy
+    continuations read to share continuations between prefixes (never needed for the values).
     """
-    ends, requests = build_requests(samples, prompt_ids, response_ids, tokenizer, cfg, observed)
+    ends, requests = build_requests(samples, prompt_ids, response_ids, tokenizer, cfg, observed, logps)
     return PrefixValues(ends, estimate(ValueContext(model, tokenizer, requests, cfg, score_fn, body, tools)))
 
 
@@ -165,6 +189,7 @@ def compute_prefix_values(
         body=batch.kv_cache,
         tools=tools,
         observed=batch_observed(batch),
+        logps=batch_logps(batch),
     )
 
 

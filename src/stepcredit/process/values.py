@@ -69,6 +69,10 @@ class PrefixRequest:
     """Per response token, a tool result's, as the rollout recorded it when it appended the result
     (``Batch.observation_BT``); empty for a response without tools. Turn boundaries and a
     continuation's calls so far are read from these marks, never re-parsed from the text."""
+    logp: list[float] = field(default_factory=list)
+    """Per response token, its log-probability when it was sampled (the behaviour log-probs), or empty
+    when not known: greedy continuations read which tokens were surely the policy's greedy choice
+    (:mod:`stepcredit.process.continuation_plan`)."""
 
 
 @dataclass(frozen=True)

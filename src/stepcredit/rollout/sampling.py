@@ -37,6 +37,7 @@ from stepcredit.models.decode_step import (
     static_width,
 )
 from stepcredit.models.lora import adapters_merged
+from stepcredit.rollout.stops import PatternStop
 
 if TYPE_CHECKING:
     from stepcredit.rollout.prefix_kv import KeptKV, PrefixKV
@@ -267,6 +268,7 @@ def decode(
     row_keys_B: torch.Tensor | None = None,
     prefix: PrefixKV | None = None,
     keep: KeptKV | None = None,
+    stop: PatternStop | None = None,
 ) -> torch.Tensor:
     """Sampled continuations ``[B, T]`` (T <= max_new_tokens) of left-padded prompts: each row up to
     and including its first eos, then ``pad_token_id``.
@@ -284,6 +286,8 @@ def decode(
     ``prefix``: the keys and values of each context's tokens but the last, kept from an earlier decode
     (:mod:`stepcredit.rollout.prefix_kv`): no prefill, only the last tokens are fed (ignored by a
     compiled step). ``keep``: filled with every row's keys and values as it finishes, for such a decode.
+    ``stop`` (a :class:`~stepcredit.rollout.stops.PatternStop`): a row also ends at the token with which
+    the rule says its text completed a match (that token kept, padding after it).
 
     The same result as ``model.generate(do_sample=temperature > 0, top_k=0, ...)`` would draw from the
     same distribution (greedy: the same tokens up to floating-point ties), computed with less work.
@@ -296,7 +300,7 @@ def decode(
             model, prompt_ids_BP, prompt_mask_BP, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
             pad_token_id=pad_token_id, temperature=temperature, top_p=top_p, entropy_BT=entropy_BT,
             limit_B=limit_B, logp_BT=logp_BT, options=options, row_keys_B=row_keys_B, prefix=prefix,
-            keep=keep,
+            keep=keep, stop=stop,
         )  # fmt: skip
 
 
@@ -317,6 +321,7 @@ def _decode(
     row_keys_B: torch.Tensor | None = None,
     prefix: PrefixKV | None = None,
     keep: KeptKV | None = None,
+    stop: PatternStop | None = None,
 ) -> torch.Tensor:
     B, P = prompt_ids_BP.shape
     device = prompt_ids_BP.device
@@ -353,6 +358,8 @@ def _decode(
         done_A |= tok_A == eos_token_id
         if limit_B is not None:
             done_A |= limit_B[rows] <= t + 1
+        if stop is not None:
+            done_A |= stop(rows, out_BT, t, done_A)
         n_done = int(done_A.sum())
         if t == max_new_tokens - 1 or n_done == len(rows):
             break

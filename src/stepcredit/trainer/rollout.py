@@ -63,6 +63,7 @@ def with_values(
     if rows:
         prompts, responses = process.batch_token_ids(batch)
         observed = process.batch_observed(batch)
+        logps = process.batch_logps(batch)
         got = process.prefix_values(
             state.model,
             state.tok,
@@ -76,6 +77,7 @@ def with_values(
             # continuations of a tool rollout's prefixes call the same tools through the same runner
             tools=tool_context(state.cfg, rewarder),
             observed=None if observed is None else [observed[i] for i in rows],  # the recorded turns
+            logps=None if logps is None else [logps[i] for i in rows],  # where sampling was greedy's choice
         )
         for j, i in enumerate(rows):
             if any(math.isnan(v) for v in got.values[j]):

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 
 from stepcredit.rollout.engines.api import (
+    CachedContexts,
     Completion,
     Engine,
     EngineSpec,
@@ -44,6 +45,7 @@ from stepcredit.rollout.engines.api import (
 
 __all__ = [
     "ENGINES",
+    "CachedContexts",
     "Completion",
     "Engine",
     "EngineSpec",
@@ -58,6 +60,7 @@ __all__ = [
     "follow",
     "installed",
     "release",
+    "sample_cached",
     "sync",
     "unbind",
 ]
@@ -82,6 +85,19 @@ def engine_for(model: Any) -> Engine:
     if engine is None:
         return HF_ENGINE
     return engine
+
+
+def sample_cached(model: Any, tok: Any, cached: CachedContexts, spec: SamplingSpec) -> list[Completion]:
+    """``spec.n`` completions of each of ``cached.contexts`` (context-major) by the engine bound to
+    ``model``: one that ``continues_cache`` starts from the rollout's KV cache where it can (no context
+    prefilled again); otherwise the engine samples from the contexts' tokens (vLLM reuses their common
+    prefixes with its own prefix cache)."""
+    engine = engine_for(model)
+    if getattr(engine, "continues_cache", False):
+        got: list[Completion] | None = engine.sample_cached(model, tok, cached, spec)  # type: ignore[attr-defined]
+        if got is not None:
+            return got
+    return engine.sample(model, tok, [list(c) for c in cached.contexts], spec)
 
 
 def follow(old: Any, new: Any, weights: Callable[[], Mapping[str, Any]]) -> None:

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import torch
 
     from stepcredit.config import Config
+    from stepcredit.types import RolloutCache
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class SamplingSpec:
     stop: tuple[str, ...] = ()
     """A continuation ends with the token that completes the first of these strings (that token is
     kept, as vLLM keeps it in its token ids)."""
+    stop_pattern: str = ""
+    """A regular expression (a task's answer marker, ``stepcredit.data.ANSWER_ENDS``): a continuation
+    ends with the token that completes the first match in its own text (kept). ``hf`` stops there in
+    the sampling loop, so nothing after it is generated; an engine that cannot ignores it and the
+    continuation runs on to eos, which the task's contract makes worth the same. '' = none."""
     seed: int | None = None
     """Seed of this call's draws (context i uses ``seed + i`` in vLLM, one seeded stream here); None =
     torch's global random stream (``hf`` draws from it, ``vllm`` draws its seed from it)."""
@@ -113,6 +119,19 @@ class Completion:
     kv: Any = None
     """The keys and values of its context and tokens (``SamplingSpec.keep_kv``), an opaque handle for
     ``prefixes`` of a later :meth:`Engine.sample` of the same engine; None when not kept."""
+
+
+@dataclass(frozen=True)
+class CachedContexts:
+    """Contexts that are each the prompt and a prefix of a rollout's response, with the rollout's KV
+    cache over those responses (an engine that ``continues_cache`` starts from it)."""
+
+    body: RolloutCache
+    """The rollout's cache (read, never modified)."""
+    rows: tuple[int, ...]
+    """The cache row (the response) of each context."""
+    contexts: tuple[tuple[int, ...], ...]
+    """Each context's tokens (at least one)."""
 
 
 Contexts = Sequence[Sequence[int]]

@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stepcredit.models.decode_step import DecodeOptions, decode_options
+from stepcredit.models.lora import adapters_merged
+from stepcredit.rollout.cached_decode import decode_cached
 from stepcredit.rollout.engines.api import (
     Budgets,
+    CachedContexts,
     Completion,
     Contexts,
     Prefixes,
@@ -21,6 +24,7 @@ from stepcredit.rollout.engines.api import (
 )
 from stepcredit.rollout.prefix_kv import KeptKV, PrefixKV
 from stepcredit.rollout.sampling import decode, row_key
+from stepcredit.rollout.stops import PatternStop
 
 if TYPE_CHECKING:
     from stepcredit.config import Config
@@ -44,6 +48,8 @@ class HFEngine:
     runs the token steps (``rollout.decode_compile``, ``model.lora.merge_for_generation``)."""
 
     external = False
+    continues_cache = True
+    """It can continue contexts from the rollout's KV cache (:meth:`sample_cached`)."""
 
     def __init__(self, options: DecodeOptions | None = None) -> None:
         self.options = options or DecodeOptions()
@@ -80,6 +86,7 @@ class HFEngine:
             else None
         )
         keep = KeptKV() if spec.keep_kv else None
+        stop = PatternStop(tok, spec.stop_pattern, len(rows)) if spec.stop_pattern else None
         was_training = model.training
         model.eval()
         with seeded(spec.seed, dev), decode_options(self.options):
@@ -98,6 +105,7 @@ class HFEngine:
                 row_keys_B=keys,
                 prefix=prefix,
                 keep=keep,
+                stop=stop,
             ).cpu()
         if was_training:
             model.train()
@@ -105,10 +113,7 @@ class HFEngine:
         logp_cpu = logp.cpu() if logp is not None else None
         out = []
         for r in range(len(rows)):
-            row = resp[r, : limits[r] if limits else width].tolist()
-            if tok.eos_token_id in row:
-                row = row[: row.index(tok.eos_token_id) + 1]
-            row = row[: cut_at_stop(row, tok, spec.stop)]
+            row = _ended(resp[r, : limits[r] if limits else width].tolist(), r, tok, spec, stop)
             out.append(
                 Completion(
                     row,
@@ -118,6 +123,43 @@ class HFEngine:
                 )
             )
         return out
+
+    @torch.no_grad()
+    def sample_cached(
+        self, model: Any, tok: Any, cached: CachedContexts, spec: SamplingSpec
+    ) -> list[Completion] | None:
+        """``spec.n`` completions of each of ``cached.contexts``, continued from the rollout's KV cache
+        (:func:`~stepcredit.rollout.cached_decode.decode_cached`): what :meth:`sample` gives for them,
+        without prefilling them. None (the caller samples) for what it does not do: a compiled decode,
+        per-row seeds, log-probs or entropies, or a cache it cannot read."""
+        if self.options.compiled or spec.row_seeds or spec.logprobs or spec.entropy:
+            return None
+        rows = [r for r in cached.rows for _ in range(spec.n)]
+        contexts = [c for c in cached.contexts for _ in range(spec.n)]
+        dev = next(model.parameters()).device
+        stop = PatternStop(tok, spec.stop_pattern, len(rows)) if spec.stop_pattern else None
+        was_training = model.training
+        model.eval()
+        merge = adapters_merged(model) if self.options.merge_lora else contextlib.nullcontext(0)
+        with seeded(spec.seed, dev), merge:
+            resp = decode_cached(
+                model,
+                cached.body,
+                rows,
+                contexts,
+                max_new_tokens=spec.max_tokens,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+                temperature=spec.temperature,
+                top_p=spec.top_p,
+                stop=stop,
+            )
+        if was_training:
+            model.train()
+        if resp is None:
+            return None
+        resp = resp.cpu()
+        return [Completion(_ended(resp[r].tolist(), r, tok, spec, stop)) for r in range(len(rows))]
 
     def sync(self, model: Any) -> None:
         """The engine runs the trainer's model itself: always current."""
@@ -130,6 +172,16 @@ class HFEngine:
 
     def close(self) -> None:
         """Nothing to close."""
+
+
+def _ended(row: list[int], r: int, tok: Any, spec: SamplingSpec, stop: PatternStop | None) -> list[int]:
+    """Row ``r`` of a decode up to where it ended: the token that completed the stop pattern, else its
+    first eos, then cut after a stop string."""
+    if stop is not None and stop.ended[r]:
+        row = row[: stop.ended[r]]
+    elif tok.eos_token_id in row:
+        row = row[: row.index(tok.eos_token_id) + 1]
+    return row[: cut_at_stop(row, tok, spec.stop)]
 
 
 HF_ENGINE = HFEngine()
