@@ -33,6 +33,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# the tests' own Ray instances (ray.init, ray.cluster_utils.Cluster) as the backend starts its own
+# (stepcredit.reward.run.ray_backend.slow_machine_tolerance): on a starved machine Ray's 60 s for a
+# starting worker to register was missed, and it restarted workers every minute with no actor ready
+os.environ.setdefault("RAY_worker_register_timeout_seconds", "600")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # as the command line does (stepcredit.runtime.share_cpus): OpenMP threads sleep rather than spin while
 # they wait, so tests beside other work slow in proportion; set before torch loads below

@@ -119,6 +119,8 @@ def test_sandbox_actors_only_where_the_resource_is_and_a_killed_node_loses_nothi
             batch_size=4,
             timeout_s=30,
             deadline_s=240,
+            # a bound on a hang, not a speed: on 2 cores beside 2 busy processes an actor took over 60 s
+            ray_startup_timeout_s=300,
         ),
     )
     code = [_code(i) for i in range(16)]

@@ -245,6 +245,21 @@ class _RayPool:
                 s.thread.join(10.0)
 
 
+WORKER_REGISTER_TIMEOUT_S = 600
+"""How long a Ray instance we start waits for a starting worker process to register before it kills it
+and starts another (Ray's ``worker_register_timeout_seconds``, 60 s by default)."""
+
+
+def slow_machine_tolerance() -> None:
+    """Before we start a local Ray: let its starting workers take up to :data:`WORKER_REGISTER_TIMEOUT_S`
+    to register (``RAY_worker_register_timeout_seconds``, unless set). With Ray's 60 s, a worker that
+    needs a few CPU seconds to import Ray and the reward code never registers on a starved machine
+    (observed: 2 cores, 2 busy processes and a test suite beside it): the raylet kills it and starts
+    another every minute, and no actor ever becomes ready. Our own ``ray_startup_timeout_s`` still
+    bounds how long the agent waits for an actor."""
+    os.environ.setdefault("RAY_worker_register_timeout_seconds", str(WORKER_REGISTER_TIMEOUT_S))
+
+
 class RayBackend:
     """Pools of Ray actors (module doc): one for reward functions, one per scorer in ``ray_scorers``."""
 
@@ -265,6 +280,7 @@ class RayBackend:
             else:
                 # address="local": a new instance of our own, even when another Ray cluster runs on the
                 # machine (ray.init() alone would join it, through /tmp/ray/ray_current_cluster)
+                slow_machine_tolerance()
                 ray.init(address="local", num_cpus=a.ray_local_cpus, include_dashboard=False)
             self._started_ray = True
         path = list(sys.path)
