@@ -253,6 +253,24 @@ def test_against_sft_is_off_unless_the_file_sets_it_to_a_boolean(tmp_path: Path)
         spec.load_spec(_write(tmp_path, _good() | {"endpoint": {"last": 2, "against_sft": "yes"}}))
 
 
+def test_a_smoke_run_may_shorten_the_runs_but_the_file_may_not(tmp_path: Path) -> None:
+    raw = _good() | {"common": ["trainer.steps=4", "trainer.val_every=1"], "endpoint": {"last": 4}}
+    raw["arms"]["eq"]["overrides"] = ["trainer.steps=8"]
+    out = tmp_path / "out"
+    # the command line's trainer.steps=2 leaves 2 validations after SFT, fewer than endpoint.last
+    p = _plan(_write(tmp_path, raw), out, ("trainer.steps=2",))
+    cfgs = plan.check(p)
+    for arm in ("grpo", "mc", "eq"):
+        for seed in (1, 2):
+            _run(out, arm, seed, [0.1, 0.2, 0.4], [50, 100], 0.1)
+    s, _ = summary.summarize(p, cfgs)
+    # the endpoint averages the validations after step 0 it has: (0.2 + 0.4) / 2
+    assert s["arms"]["grpo"]["primary"] == pytest.approx([0.3, 0.3])
+    raw["common"] = ["trainer.steps=2", "trainer.val_every=1"]
+    with pytest.raises(ConfigError, match="fewer than the primary endpoint's last 4"):
+        plan.check(_plan(_write(tmp_path, raw), out))
+
+
 def test_a_run_without_metrics_is_named(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no finished run here"):
         summary.read_run(tmp_path / "grpo" / "s1")
