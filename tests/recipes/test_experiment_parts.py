@@ -274,3 +274,13 @@ def test_a_smoke_run_may_shorten_the_runs_but_the_file_may_not(tmp_path: Path) -
 def test_a_run_without_metrics_is_named(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no finished run here"):
         summary.read_run(tmp_path / "grpo" / "s1")
+
+
+@pytest.mark.parametrize("extra", [(), ("trainer.steps=2", "trainer.val_every=1", "data.val_size=50")])
+def test_the_shipped_tool_file_is_a_valid_claim_and_smoke_run(extra: tuple[str, ...]) -> None:
+    f = Path(__file__).resolve().parents[2] / "experiments" / "tools_rl.yaml"
+    p = _plan(f, Path("/unused"), extra)
+    cfgs = plan.check(p)  # a confirmatory file: 16 seeds, a placebo and an equal-compute arm
+    assert p.spec.purpose == "confirm" and p.spec.against_sft and len(p.spec.seeds) == 16
+    assert cfgs["tools_greedy"].process.value_estimator == "greedy_continuation"
+    assert cfgs["tools_grpo"].postprocess.dynamic_sampling.enabled
