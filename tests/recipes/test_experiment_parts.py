@@ -206,6 +206,81 @@ def test_the_summary_of_finished_runs_by_hand(tmp_path: Path) -> None:
     assert "| grpo | baseline |" in table and "| eq | equal compute of mc |" in table
 
 
+def test_every_arm_against_its_sft_start_joins_the_primary_family(tmp_path: Path) -> None:
+    raw = _good() | {"endpoint": {"primary": "last_validations", "last": 2, "against_sft": True}}
+    out = tmp_path / "out"
+    p = _plan(_write(tmp_path, raw), out)
+    cfgs = plan.check(p)
+    # step 0 is the SFT model's validation: 0.3 on seed 1, 0.5 on seed 2, the same in every arm
+    _run(out, "grpo", 1, [0.3, 0.2, 0.4], [50, 100], 0.1)
+    _run(out, "grpo", 2, [0.5, 0.4, 0.4], [50, 100], 0.2)
+    _run(out, "mc", 1, [0.3, 0.5, 0.7], [100, 200], 0.3)
+    _run(out, "mc", 2, [0.5, 0.7, 0.7], [100, 200], 0.3)
+    _run(out, "eq", 1, [0.3, 0.1, 0.2, 0.3, 0.4], [25, 50, 75, 100], 0.2)
+    _run(out, "eq", 2, [0.5, 0.1, 0.2, 0.3, 0.4], [25, 50, 75, 100], 0.2)
+    s, d = summary.summarize(p, cfgs)
+    primary = [c for c in s["comparisons"] if c["endpoint"] == "primary"]
+    sft = {c["arm"]: c for c in primary if c["kind"] == "sft"}
+    assert set(sft) == {"grpo", "mc", "eq"} and all(c["against"] == summary.SFT for c in sft.values())
+    # grpo: primary (0.2+0.4)/2 = 0.3 and 0.4 against 0.3 and 0.5: d = [0, -0.1], mean -0.05,
+    # sd = 0.1 / sqrt(2), se = 0.05, t = -1, df = 1 (Cauchy): p = 1 - 2 atan(1) / pi = 0.5
+    g = sft["grpo"]
+    assert (g["n"], g["df"]) == (2, 1)
+    assert g["mean_diff"] == pytest.approx(-0.05) and g["t"] == pytest.approx(-1.0)
+    assert g["p"] == pytest.approx(0.5, rel=1e-6)
+    # 95 % interval: mean +- t_(0.975, 1) se, t_(0.975, 1) = tan(0.475 pi) = 12.706
+    half = math.tan(0.475 * math.pi) * 0.05
+    assert g["ci95"] == pytest.approx([-0.05 - half, -0.05 + half], rel=1e-5)
+    # mc: 0.6 and 0.7 against 0.3 and 0.5: d = [0.3, 0.2], mean 0.25, se 0.05, t = 5
+    assert sft["mc"]["t"] == pytest.approx(5.0)
+    # Holm over the primary family: 3 comparisons between arms + 3 against SFT = 6 p-values;
+    # the smallest p is multiplied by 6
+    ps = sorted(c["p"] for c in primary)
+    assert len(primary) == 6
+    smallest = min(primary, key=lambda c: c["p"])
+    assert smallest["p_holm"] == pytest.approx(min(1.0, 6 * ps[0]))
+    # the secondary endpoints keep their own families, without an SFT figure to compare with
+    assert not [c for c in s["comparisons"] if c["kind"] == "sft" and c["endpoint"] != "primary"]
+    assert d["against_sft"] is True
+    assert f"| mc | {summary.SFT} | sft | primary | +25.00 |" in summary.markdown(s, d)
+
+
+def test_against_sft_is_off_unless_the_file_sets_it_to_a_boolean(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = _plan(_write(tmp_path, _good()), out)
+    assert p.spec.against_sft is False
+    with pytest.raises(ConfigError, match=r"endpoint\.against_sft"):
+        spec.load_spec(_write(tmp_path, _good() | {"endpoint": {"last": 2, "against_sft": "yes"}}))
+
+
+def test_a_smoke_run_may_shorten_the_runs_but_the_file_may_not(tmp_path: Path) -> None:
+    raw = _good() | {"common": ["trainer.steps=4", "trainer.val_every=1"], "endpoint": {"last": 4}}
+    raw["arms"]["eq"]["overrides"] = ["trainer.steps=8"]
+    out = tmp_path / "out"
+    # the command line's trainer.steps=2 leaves 2 validations after SFT, fewer than endpoint.last
+    p = _plan(_write(tmp_path, raw), out, ("trainer.steps=2",))
+    cfgs = plan.check(p)
+    for arm in ("grpo", "mc", "eq"):
+        for seed in (1, 2):
+            _run(out, arm, seed, [0.1, 0.2, 0.4], [50, 100], 0.1)
+    s, _ = summary.summarize(p, cfgs)
+    # the endpoint averages the validations after step 0 it has: (0.2 + 0.4) / 2
+    assert s["arms"]["grpo"]["primary"] == pytest.approx([0.3, 0.3])
+    raw["common"] = ["trainer.steps=2", "trainer.val_every=1"]
+    with pytest.raises(ConfigError, match="fewer than the primary endpoint's last 4"):
+        plan.check(_plan(_write(tmp_path, raw), out))
+
+
 def test_a_run_without_metrics_is_named(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no finished run here"):
         summary.read_run(tmp_path / "grpo" / "s1")
+
+
+@pytest.mark.parametrize("extra", [(), ("trainer.steps=2", "trainer.val_every=1", "data.val_size=50")])
+def test_the_shipped_tool_file_is_a_valid_claim_and_smoke_run(extra: tuple[str, ...]) -> None:
+    f = Path(__file__).resolve().parents[2] / "experiments" / "tools_rl.yaml"
+    p = _plan(f, Path("/unused"), extra)
+    cfgs = plan.check(p)  # a confirmatory file: 16 seeds, a placebo and an equal-compute arm
+    assert p.spec.purpose == "confirm" and p.spec.against_sft and len(p.spec.seeds) == 16
+    assert cfgs["tools_greedy"].process.value_estimator == "greedy_continuation"
+    assert cfgs["tools_grpo"].postprocess.dynamic_sampling.enabled

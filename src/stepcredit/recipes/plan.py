@@ -73,6 +73,10 @@ def check(plan: Plan) -> dict[str, Config]:
             raise ConfigError(f"{spec.path}: override {ov}: the recipe sets {', '.join(_FIXED)} itself")
     cfgs = {a.name: plan.config(a, plan.run_seeds[0]) for a in spec.arms}
     _check_runs(spec, cfgs)
+    # the file as written has the endpoint's validations; a smoke run's command line may shorten the
+    # runs (the details then say the run is not complete, and its endpoint averages what it has)
+    as_written = replace(plan, extra=())
+    _check_endpoint(spec, {a.name: as_written.config(a, plan.run_seeds[0]) for a in spec.arms})
     _check_roles(spec, cfgs)
     if set(plan.run_seeds) - set(spec.seeds):
         raise ConfigError(f"{spec.path}: --seeds: every seed run must be one of the file's ({spec.seeds})")
@@ -82,8 +86,8 @@ def check(plan: Plan) -> dict[str, Config]:
 
 
 def _check_runs(spec: Spec, cfgs: dict[str, Config]) -> None:
-    """Each arm's runs validate as ``stepcredit train`` does, have the primary endpoint's equally spaced
-    validations, and share the baseline's prompts."""
+    """Each arm's runs validate as ``stepcredit train`` does, have equally spaced validations, and share
+    the baseline's prompts."""
     from stepcredit.trainer import check_config
 
     for name, cfg in cfgs.items():
@@ -97,16 +101,22 @@ def _check_runs(spec: Spec, cfgs: dict[str, Config]) -> None:
                 f"{spec.path}: arm {name}: trainer.steps ({t.steps}) must be a multiple of trainer.val_every "
                 f"({t.val_every}): the curves are then equally spaced and their area recomputable"
             )
-        if t.steps // t.val_every < spec.last:
-            raise ConfigError(
-                f"{spec.path}: arm {name}: {t.steps // t.val_every} validations after SFT, fewer than the "
-                f"primary endpoint's last {spec.last} (endpoint.last)"
-            )
     base = cfgs[spec.baseline]
     for name, cfg in cfgs.items():
         if cfg.data != base.data:
             raise ConfigError(
                 f"{spec.path}: arm {name}: data.* differs from the baseline's: arms must share prompts"
+            )
+
+
+def _check_endpoint(spec: Spec, cfgs: dict[str, Config]) -> None:
+    """Each arm of the file as written validates at least ``endpoint.last`` times after SFT."""
+    for name, cfg in cfgs.items():
+        t = cfg.trainer
+        if t.val_every > 0 and t.steps // t.val_every < spec.last:
+            raise ConfigError(
+                f"{spec.path}: arm {name}: {t.steps // t.val_every} validations after SFT, fewer than the "
+                f"primary endpoint's last {spec.last} (endpoint.last)"
             )
 
 

@@ -48,6 +48,9 @@ class Spec:
     arms: tuple[Arm, ...]
     last: int = 4
     """Primary endpoint: the mean of this many last validations of each run."""
+    against_sft: bool = False
+    """Also compare every arm's primary endpoint with its own step-0 validation (the shared SFT model,
+    "RL beats SFT"), paired by seed, in the primary family (Holm) (``endpoint.against_sft``)."""
     final_greedy_prompts: int = 2000
     """Held-out prompts of the validation distribution for the final greedy evaluation (0: none)."""
     common: tuple[str, ...] = ()
@@ -104,7 +107,7 @@ def load_spec(path: Path) -> Spec:
     purpose = raw.get("purpose", "confirm")
     if purpose not in ("confirm", "search"):
         raise _err(path, "purpose", "confirm or search")
-    last = _endpoint_last(path, raw.get("endpoint") or {})
+    last, against_sft = _endpoint(path, raw.get("endpoint") or {})
     fg = raw.get("final_greedy_prompts", 2000)
     if not isinstance(fg, int) or fg < 0:
         raise _err(path, "final_greedy_prompts", "a number of prompts >= 0")
@@ -123,6 +126,7 @@ def load_spec(path: Path) -> Spec:
         seeds=tuple(seeds),
         arms=arms,
         last=last,
+        against_sft=against_sft,
         final_greedy_prompts=fg,
         common=_strs(path, "common", raw.get("common")),
         sft_model=str(raw.get("sft_model") or ""),
@@ -166,10 +170,11 @@ def _arms(path: Path, arms_raw: Any) -> tuple[Arm, ...]:
     return tuple(arms)
 
 
-def _endpoint_last(path: Path, endpoint: Any) -> int:
-    """The file's ``endpoint``: the primary endpoint is the mean of the last ``last`` validations."""
-    if not isinstance(endpoint, dict) or set(endpoint) - {"primary", "last"}:
-        raise _err(path, "endpoint", "expected {primary: last_validations, last: N}")
+def _endpoint(path: Path, endpoint: Any) -> tuple[int, bool]:
+    """The file's ``endpoint``: the primary endpoint is the mean of the last ``last`` validations;
+    ``against_sft`` adds each arm against its step-0 validation to the primary family."""
+    if not isinstance(endpoint, dict) or set(endpoint) - {"primary", "last", "against_sft"}:
+        raise _err(path, "endpoint", "expected {primary: last_validations, last: N, against_sft: BOOL}")
     if endpoint.get("primary", "last_validations") != "last_validations":
         raise _err(
             path, "endpoint.primary", "the primary endpoint is last_validations (the mean of the last N)"
@@ -177,4 +182,7 @@ def _endpoint_last(path: Path, endpoint: Any) -> int:
     last = endpoint.get("last", 4)
     if not isinstance(last, int) or last < 1:
         raise _err(path, "endpoint.last", "a number of validations >= 1")
-    return last
+    against_sft = endpoint.get("against_sft", False)
+    if not isinstance(against_sft, bool):
+        raise _err(path, "endpoint.against_sft", "true or false")
+    return last, against_sft

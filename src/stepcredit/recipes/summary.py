@@ -66,9 +66,17 @@ def _strict(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-def comparisons(spec: Spec, primary: dict[str, list[float]], kind: str) -> list[dict[str, Any]]:
+SFT = "sft (step 0)"
+"""The ``against`` of an arm's comparison with its own step-0 validation (the shared SFT model)."""
+
+
+def comparisons(
+    spec: Spec, primary: dict[str, list[float]], kind: str, step0: dict[str, list[float]] | None = None
+) -> list[dict[str, Any]]:
     """Every arm against GRPO, against its equal-compute GRPO and against its placebo, paired by seed,
-    on one endpoint; Holm's correction over the list (the family of that endpoint)."""
+    on one endpoint; with ``step0`` (each arm's step-0 validations, seed by seed) every arm against the
+    SFT model it started from (kind ``sft``: "RL beats SFT"); Holm's correction over the list (the family
+    of that endpoint)."""
     pairs: list[tuple[str, str, str]] = []
     for a in spec.arms:
         if a.name != spec.baseline:
@@ -79,6 +87,19 @@ def comparisons(spec: Spec, primary: dict[str, list[float]], kind: str) -> list[
         {"arm": x, "against": y, "kind": k, "endpoint": kind, **paired_t(primary[x], primary[y])}
         for x, y, k in pairs
         if all(v is not None for v in primary[x] + primary[y])
+    ]
+    # each arm's own step 0: every arm of a seed validates the same SFT model there, with the same
+    # per-row random streams, so the pair differs only by the RL the arm ran
+    out += [
+        {
+            "arm": a.name,
+            "against": SFT,
+            "kind": "sft",
+            "endpoint": kind,
+            **paired_t(primary[a.name], step0[a.name]),
+        }
+        for a in spec.arms
+        if step0 is not None
     ]
     for c, p in zip(out, holm([c["p"] for c in out]), strict=True):
         c["p_holm"] = p
@@ -96,6 +117,8 @@ _NOTES = {
     "(comparisons with endpoint final_greedy); auc: the validation curve's trapezoid mean over the "
     "arm's own budget (step 0 to the last step; comparisons with endpoint auc)",
     "holm": "Holm's correction within each endpoint's comparisons; the primary family is the claim",
+    "sft": "with endpoint.against_sft, every arm's primary endpoint against its own step-0 validation "
+    "(the shared SFT model, the same prompts and random streams), kind sft, in the primary family",
 }
 """What the details' figures mean, written into ``details.json`` beside them."""
 
@@ -117,7 +140,8 @@ def summarize(plan: Plan, cfgs: dict[str, Config]) -> tuple[dict[str, Any], dict
     _compute_ratios(spec, arms, details["arms"])
     primary = {k: v["primary"] for k, v in arms.items()}
     greedy: dict[str, list[float | None]] = {k: v["final_greedy"] for k, v in arms.items()}
-    comps = comparisons(spec, primary, "primary")
+    step0 = {k: [c[0] for c in v["curves"]] for k, v in arms.items()} if spec.against_sft else None
+    comps = comparisons(spec, primary, "primary", step0)
     if all(all(x is not None for x in v) for v in greedy.values()):
         comps += comparisons(
             spec, {k: [float(x) for x in v if x is not None] for k, v in greedy.items()}, "final_greedy"
@@ -131,6 +155,7 @@ def summarize(plan: Plan, cfgs: dict[str, Config]) -> tuple[dict[str, Any], dict
             "file_seeds": list(spec.seeds),
             "complete": list(plan.run_seeds) == list(spec.seeds) and not plan.extra,
             "baseline": spec.baseline,
+            "against_sft": spec.against_sft,
             "sft_model": str(plan.sft_model),
             "final_greedy_prompts": spec.final_greedy_prompts,
             "command_line_overrides": list(plan.extra),
@@ -154,7 +179,9 @@ def _arm_figures(
             "seconds": [r.seconds for r in rs],
         },
         "curves": [r.curve for r in rs],
-        "primary": [statistics.fmean(r.curve[-plan.spec.last :]) for r in rs],
+        # a smoke run shortened on the command line may have fewer validations after step 0 than
+        # endpoint.last (the file as written may not: plan.check): it averages those it has
+        "primary": [statistics.fmean(r.curve[-min(plan.spec.last, len(r.curve) - 1) :]) for r in rs],
         "final_greedy": [r.final_greedy for r in rs],
     }
     details = {
