@@ -7,8 +7,8 @@ run-to-run spread named.
 What it does, in order:
 
 1. **Alone or not at all.** Before the first run it watches the machine for ``--probe-s`` seconds:
-   the machine's CPU time (``/proc/stat``) beyond its own processes' is *foreign* (the harness's window
-   reader, ``benchmarks/_harness.py:window``). Own are this process and the benchmark runs it started,
+   the CPU time of every process that is not its own is *foreign* (the harness's window reader,
+   ``benchmarks/_harness.py:window``). Own are this process and the benchmark runs it started,
    recognised by the mark in their environment (``STEPCREDIT_BENCH_GUARD``) wherever they end up in
    the process tree (Ray's workers outlive ``ray.shutdown`` for a moment, re-parented to init). Above
    ``--max-foreign-cores`` (default 0.25 of a core) it refuses (exit 3) unless ``--allow-busy``; then
@@ -208,12 +208,12 @@ class Window:
 
     def stop(self) -> dict[str, Any]:
         w = window(self.start, _snapshot(), BUSY_SHARE)
-        other = w["other_cores"]  # the machine's CPU beyond ours (NaN without /proc/stat)
-        foreign = w["foreign_cores"] if other != other else max(other, w["foreign_cores"])
+        # per process (own ones recognised by their mark): the machine's total beyond ours would also
+        # hold Ray workers orphaned and reaped by init at ray.shutdown, which no snapshot sees
         return {
             "wall_s": w["wall_s"],
             "own_cores": w["own_cores"],
-            "foreign_cores": foreign,
+            "foreign_cores": w["foreign_cores"],
             "busy": w["busy"],
         }
 
