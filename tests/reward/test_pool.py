@@ -197,3 +197,42 @@ def test_a_chunk_item_that_kills_its_worker_is_named(rewarder: Rewarder) -> None
     # the slot has a fresh worker: the next chunk runs
     again = _pool(rewarder).submit_chunk(ref, [("x", "a", "a", {})], timeout_s=TIMEOUT).result(30)
     assert again.results[0] is not None and again.results[0].score == 1.0
+
+
+# -------------------------------------------------------------------------------------- prestart
+def _children() -> set[int]:
+    return {c.pid for c in psutil.Process(os.getpid()).children()}
+
+
+def test_prestart_returns_at_once_and_a_job_beside_it_gets_the_one_worker(tmp_path: Path) -> None:
+    # The trainer prestarts the pool while it generates; the first job may come while the worker
+    # imports: the slot's own thread and the prestart must start one worker between them, not two.
+    path = tmp_path / "f.py"
+    path.write_text("import os\ndef f(d, s, g, e=None):\n    return {'score': 1.0, 'pid': os.getpid()}\n")
+    rw = build_rewarder(RewardConfig(workers=1, custom=RewardCustomConfig(path=f"{path}:f")))
+    pool = _pool(rw)
+    before = _children()
+    starting = pool.prestart()
+    assert starting.is_alive()  # it returned before the worker was ready
+    out = pool.submit_chunk(rw.custom.ref, [("x", "s", "g", {})], timeout_s=60.0).result(120)  # type: ignore[union-attr]
+    starting.join(120)
+    assert out.results[0] is not None and out.results[0].score == 1.0
+    assert len(pool.pids) == 1 and len(_children() - before) == 1
+    pids = pool.pids
+    rw.close()
+    assert all(_gone(p) for p in pids)
+
+
+def test_a_pool_closed_while_it_prestarts_leaves_no_worker(tmp_path: Path) -> None:
+    path = tmp_path / "f.py"
+    path.write_text("def f(d, s, g, e=None):\n    return 1.0\n")
+    rw = build_rewarder(RewardConfig(workers=2, custom=RewardCustomConfig(path=f"{path}:f")))
+    pool = _pool(rw)
+    before = _children()
+    starting = pool.prestart()
+    rw.close()
+    starting.join(120)
+    deadline = time.monotonic() + 30
+    while not all(_gone(p) for p in _children() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(p) for p in _children() - before) and not pool.pids

@@ -240,6 +240,11 @@ class AgentConfig:
     where they fit); its size adapts to the measured per-sample time. 0 = one sample per request."""
     max_chunk: int = 256
     """Most samples in one chunk."""
+    prestart: bool = True
+    """Training starts the backend's workers in the background (the process pool's import math-verify,
+    ~2-3 s of CPU each) instead of at the first sample the in-process fast path cannot decide, which
+    would wait for them mid-run. False: start on first use (a run the fast path decides whole never
+    starts them)."""
     ray_resources: dict[str, float] = field(default_factory=dict)
     """Custom Ray resources each reward actor reserves (e.g. ``{cpu_node: 1}``), on top of ray_num_cpus."""
     ray_scorers: dict[str, dict[str, float]] = field(default_factory=dict)

@@ -145,6 +145,8 @@ def _set_up(cfg: Config, run_dir: Path, resume: Path | None, closing: contextlib
     # every failed reward: printed once per distinct error, counted per step, kept in the run directory
     failures = FailureLog(run_dir, warn=not cfg.reward.breaker.enabled)
     agent = closing.enter_context(build_agent(cfg.reward, rewarder))
+    if cfg.reward.agent.prestart:
+        agent.prestart()  # workers import while the model loads and generates (reward.agent.prestart)
     log = closing.enter_context(
         contextlib.closing(MetricsLogger(run_dir, cfg.trainer, ckpt, config=to_dict(cfg)))
     )

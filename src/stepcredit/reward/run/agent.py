@@ -173,6 +173,14 @@ class RewardAgent:
         """Start the backend now (pool workers, Ray and its actors start on first use otherwise)."""
         self.backend.warmup()
 
+    def prestart(self) -> None:
+        """Start the backend's workers in the background and return at once (``reward.agent.prestart``):
+        the process pool's workers import math-verify while the run loads and generates, so the first
+        sample the fast path cannot decide does not wait seconds for them mid-run."""
+        start = getattr(self.backend, "prestart", None)  # a backend written before prestart has none
+        if start is not None:
+            start()
+
     # ------------------------------------------------------------------------------- submit
     def submit(self, batch: Batch) -> Ticket:
         """Start scoring ``batch.samples[i]`` against ``batch.texts[i]``; returns at once."""

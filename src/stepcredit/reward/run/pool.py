@@ -218,6 +218,8 @@ class _Slot:
         self.progress_fd = os.memfd_create(f"reward-slot-{index}")
         os.ftruncate(self.progress_fd, PROGRESS.size)
         self.progress = mmap.mmap(self.progress_fd, PROGRESS.size)
+        # ensure_worker runs on the slot's thread and, for a prestart, on another: one starts at a time
+        self._start_lock = threading.Lock()
 
     # Worker lifecycle -------------------------------------------------------------------------
     def start_worker(self) -> None:
@@ -249,6 +251,19 @@ class _Slot:
         self.proc, self.conn = proc, parent
         self.pool._pids.add(proc.pid)
 
+    def ensure_worker(self) -> None:
+        """A live worker in this slot: started now when there is none or it died (the slot's own thread
+        and a :meth:`KillSafePool.prestart` may both ask; one starts it). Raises when none starts."""
+        with self._start_lock:
+            if self.proc is not None and self.proc.poll() is None:
+                return
+            self.kill_worker()
+            if self.pool._closed:
+                raise RuntimeError("reward pool is closed")
+            self.start_worker()
+            if self.pool._closed:  # closed while it started: the shutdown may have missed it
+                self.kill_worker()
+
     def kill_worker(self) -> None:
         if self.proc is not None:
             _kill(self.proc)
@@ -277,16 +292,14 @@ class _Slot:
             if self.proc is None and not self.pool._closed:
                 # Replace a killed/crashed worker now, while nobody is waiting on this slot.
                 with contextlib.suppress(Exception):
-                    self.start_worker()
+                    self.ensure_worker()
         self.kill_worker()
 
     def _run_chunk(self, job: _Job, items: list[tuple[Any, ...]]) -> Outcome:
         n = len(items)
         if self.pool._closed:
             return Outcome(_none_or(failures(n, Status.ERROR, "reward pool is closed", job.source)))
-        if self.proc is None or self.proc.poll() is not None:
-            self.kill_worker()
-            self.start_worker()
+        self.ensure_worker()
         job_id = next(self.pool._ids)
         results: list[RewardResult | None] = [None] * n
         PROGRESS.pack_into(self.progress, 0, 0, time.monotonic())  # item 0's clock starts at the send
@@ -394,12 +407,35 @@ class KillSafePool:
         return set(self._pids)
 
     def warmup(self) -> None:
-        """Start every worker now rather than at its first job."""
-        threads = [threading.Thread(target=s.start_worker) for s in self._slots if s.proc is None]
+        """Start every worker now rather than at its first job (raises when one cannot start)."""
+        errors: list[BaseException] = []
+
+        def start(slot: _Slot) -> None:
+            try:
+                slot.ensure_worker()
+            except Exception as e:  # the caller hears of it; a job would start the worker again
+                errors.append(e)
+
+        threads = [threading.Thread(target=start, args=(s,)) for s in self._slots]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        if errors and not self._closed:
+            raise errors[0]
+
+    def prestart(self) -> threading.Thread:
+        """:meth:`warmup` in the background, returning at once: the workers import their modules while
+        the caller works (a worker that cannot start is started again, and fails loudly, at its first
+        job). Returns the thread (tests join it)."""
+
+        def run() -> None:
+            with contextlib.suppress(Exception):
+                self.warmup()
+
+        t = threading.Thread(target=run, name="reward-pool-prestart", daemon=True)
+        t.start()
+        return t
 
     def submit_chunk(
         self,

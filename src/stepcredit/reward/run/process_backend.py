@@ -32,6 +32,9 @@ class ProcessBackend:
     def warmup(self) -> None:
         self.pool.warmup()
 
+    def prestart(self) -> None:
+        self.pool.prestart()
+
     def describe(self) -> str:
         return f"process backend, {len(self.pool.pids)} of {self.concurrency} worker processes alive"
 

@@ -327,6 +327,9 @@ class RayBackend:
         """Node ids of the live actors of a pool ("" = reward functions, else a scorer's name)."""
         return [s.node for s in self.pools[pool].slots if s.actor is not None and s.pid]
 
+    def prestart(self) -> None:
+        pass  # actors start on first use (warmup() starts them and waits)
+
     def warmup(self) -> None:
         for p in self.pools.values():
             for s in p.slots:

@@ -55,6 +55,9 @@ class ThreadBackend:
         self._tls = threading.local()
         """Per worker thread: ``credit``, whether it is answering a job (it takes the next one itself)."""
 
+    def prestart(self) -> None:
+        pass  # threads start with their first job at no cost
+
     def warmup(self) -> None:
         pass
 
