@@ -262,3 +262,29 @@ def base_weight(
 ) -> torch.Tensor:
     name = next(n for n, m in policy.named_modules() if m is layer)
     return base[f"{name}.base_layer.weight"]
+
+
+def test_decode_compile_on_a_model_the_step_cannot_run_is_refused_at_start() -> None:
+    # the compiled step is the Llama step: a policy it cannot run would decode eagerly, unasked
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from stepcredit.config import from_dict
+    from stepcredit.errors import ConfigError
+    from stepcredit.rollout.engines.hf import build_hf
+
+    cfg = from_dict({"rollout": {"decode_compile": "default"}})
+    qwen = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
+    with pytest.raises(ConfigError, match=r"rollout\.decode_compile.*Qwen2ForCausalLM.*decode_compile=off"):
+        build_hf(cfg, qwen, None)
+    lora = lora_policy(2).train()  # a LoRA Llama in training mode decodes in eval mode: accepted
+    assert build_hf(cfg, lora, None).options.compiled
+    assert not build_hf(from_dict({}), qwen, None).options.compiled

@@ -301,7 +301,8 @@ class RolloutConfig:
     (stepcredit.models.decode_step.StaticStep). A GPU option: compiling costs seconds to minutes and pays
     off over many tokens. Greedy tokens are the eager step's (up to floating-point ties); sampled ones come
     from the same distribution, though not the same draws (finished rows stay in the batch and draw too).
-    An engine that runs its own decode (``rollout.engine=vllm``) refuses it at start-up."""
+    An engine that runs its own decode (``rollout.engine=vllm``) refuses it at start-up, as does a policy
+    the Llama step cannot run (another architecture, eager attention, biases): it would decode eagerly."""
 
     def branching(self) -> tuple[int, ...]:
         """The tree's branching factors, root first (``tree.branching`` or the default derived from n)."""

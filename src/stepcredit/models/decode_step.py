@@ -91,14 +91,15 @@ _LLAMA_STEP_SETTINGS = (("_attn_implementation", "sdpa"), ("hidden_act", "silu")
 """Model config values :func:`llama_step` is written for (the attention kernel and the MLP's activation)."""
 
 
-def _llama_inside(model: Any) -> tuple[Any, torch.dtype | None] | None:
+def _llama_inside(model: Any, *, any_mode: bool = False) -> tuple[Any, torch.dtype | None] | None:
     """The ``LlamaForCausalLM`` whose modules compute ``model``'s forward and the autocast dtype its
     forward runs under (None: none), or None: ``model`` itself, or the base model of a peft LoRA
     wrapper (``model.lora``). LoRA's ``W x + (alpha / r) B A x`` (its dropout, a disabled or merged
     adapter) is each adapted linear layer's own forward, which :func:`llama_step` calls like any
     module; the wrapper's forward only passes its arguments on. Other peft methods (prompt tuning:
     virtual tokens before the input) change the forward: left to it, as is a forward wrapper other than
-    stepcredit's bfloat16 autocast (whose autocast the step runs under)."""
+    stepcredit's bfloat16 autocast (whose autocast the step runs under). ``any_mode``: a LoRA wrapper in
+    training mode counts too (the decode runs it in eval mode)."""
     from transformers import LlamaForCausalLM
 
     autocast = _autocast_dtype(model)
@@ -107,7 +108,7 @@ def _llama_inside(model: Any) -> tuple[Any, torch.dtype | None] | None:
     if hasattr(model, "peft_config") and callable(getattr(model, "get_base_model", None)):
         from peft.tuners.lora import LoraModel
 
-        if not isinstance(getattr(model, "base_model", None), LoraModel) or model.training:
+        if not isinstance(getattr(model, "base_model", None), LoraModel) or (model.training and not any_mode):
             return None
         model = model.get_base_model()
         inner_autocast = _autocast_dtype(model)
@@ -119,11 +120,12 @@ def _llama_inside(model: Any) -> tuple[Any, torch.dtype | None] | None:
     return model, autocast if isinstance(autocast, torch.dtype) else None
 
 
-def supports_llama_step(model: Any) -> bool:
+def supports_llama_step(model: Any, *, any_mode: bool = False) -> bool:
     """Can :func:`llama_step` stand in for ``model``'s forward pass? A plain ``LlamaForCausalLM``
     (float32 or bfloat16 weights, or stepcredit's bfloat16 autocast wrapper), bare or with peft LoRA
-    adapters, with sdpa attention and no biases."""
-    found = _llama_inside(model)
+    adapters, with sdpa attention and no biases, in eval mode (``any_mode``: in either mode, the
+    question a start-up check asks of a model that will decode in eval mode)."""
+    found = _llama_inside(model, any_mode=any_mode)
     if found is None:
         return False
     inner = found[0]
@@ -133,7 +135,7 @@ def supports_llama_step(model: Any) -> bool:
         and not getattr(cfg, "attention_bias", False)
         and not getattr(cfg, "mlp_bias", False)
         and getattr(cfg, "pretraining_tp", 1) == 1
-        and not inner.training
+        and (any_mode or not inner.training)
     )
 
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stepcredit.models.decode_step import DecodeOptions, decode_options
+from stepcredit.errors import ConfigError
+from stepcredit.models.decode_step import DecodeOptions, decode_options, supports_llama_step
 from stepcredit.models.lora import adapters_merged
 from stepcredit.rollout.cached_decode import decode_cached
 from stepcredit.rollout.engines.api import (
@@ -191,4 +192,11 @@ def build_hf(cfg: Config, model: Any, tok: Any) -> HFEngine:
     options = DecodeOptions(
         compile=cfg.rollout.decode_compile, merge_lora=cfg.model.lora.merge_for_generation
     )
+    if options.compiled and not supports_llama_step(model, any_mode=True):
+        # the compiled step is the Llama step over a static cache: anything else would decode eagerly
+        raise ConfigError(
+            f"config key rollout.decode_compile: {options.compile} compiles the Llama decode step, and "
+            f"the policy ({type(model).__name__}: {getattr(getattr(model, 'config', None), 'model_type', '?')}, "
+            "sdpa attention, no biases) is not one it runs; set rollout.decode_compile=off"
+        )
     return HF_ENGINE if options == HF_ENGINE.options else HFEngine(options)
