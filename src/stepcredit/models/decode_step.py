@@ -148,13 +148,36 @@ def llama_step(
     ``mask_BW``: which cached positions (and the new one, last) each row attends to; ``cache``: a
     transformers cache whose ``layers[i].update(k, v)`` appends and returns the layer's keys and values.
     """
+    # as transformers' sdpa mask: none when every position counts (q_len 1 needs no causal mask)
+    mask = None if bool(mask_BW.all()) else mask_BW.bool()[:, None, None, :]
+
+    def attend(i: int, attn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        k, v = cache.layers[i].update(k, v)
+        groups = attn.num_key_value_groups
+        kw: dict[str, Any] = {}
+        if groups > 1 and mask is None:
+            kw = {"enable_gqa": True}
+        elif groups > 1:  # transformers repeats the heads when a mask is given
+            k = k[:, :, None].expand(-1, -1, groups, -1, -1).flatten(1, 2)
+            v = v[:, :, None].expand(-1, -1, groups, -1, -1).flatten(1, 2)
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=0.0, scale=attn.scaling, is_causal=False, **kw
+        )
+
+    return _llama_layers(model, ids_B1, pos_B1, attend)
+
+
+def _llama_layers(
+    model: Any, ids_B1: torch.Tensor, pos_B1: torch.Tensor, attend: Callable[..., torch.Tensor]
+) -> torch.Tensor:
+    """The decoder stack of ``LlamaForCausalLM.forward`` on one new token per row, in its order of
+    operations, with each layer's attention over the cached positions left to ``attend(i, attn, q, k, v)``
+    (the new token's rotated queries and keys, and values; returns ``[B, heads, 1, head_dim]``)."""
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     inner = model.model
     h = inner.embed_tokens(ids_B1)
     cos, sin = inner.rotary_emb(h, pos_B1)
-    # as transformers' sdpa mask: none when every position counts (q_len 1 needs no causal mask)
-    mask = None if bool(mask_BW.all()) else mask_BW.bool()[:, None, None, :]
     B = h.shape[0]
     for i, layer in enumerate(inner.layers):
         attn = layer.self_attn
@@ -165,19 +188,7 @@ def llama_step(
         k = attn.k_proj(x).view(shape).transpose(1, 2)
         v = attn.v_proj(x).view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        k, v = cache.layers[i].update(k, v)
-        groups = attn.num_key_value_groups
-        if groups > 1:
-            kw: dict[str, Any] = {"enable_gqa": True} if mask is None else {}
-            if mask is not None:  # transformers repeats the heads when a mask is given
-                k = k[:, :, None].expand(-1, -1, groups, -1, -1).flatten(1, 2)
-                v = v[:, :, None].expand(-1, -1, groups, -1, -1).flatten(1, 2)
-        else:
-            kw = {}
-        o = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=0.0, scale=attn.scaling, is_causal=False, **kw
-        )
-        o = o.transpose(1, 2).contiguous().reshape(B, 1, -1)
+        o = attend(i, attn, q, k, v).transpose(1, 2).contiguous().reshape(B, 1, -1)
         h = residual + attn.o_proj(o)
         residual = h
         h = residual + layer.mlp(layer.post_attention_layernorm(h))
@@ -224,34 +235,17 @@ def static_llama_step(
     get the new token's keys and values at index ``at_1`` (a one-element long tensor), and attention
     runs over all ``W`` positions with ``mask_BW`` (``[B, W]``, nonzero = attend: the prompt's tokens,
     those generated so far and the new one). Every call has the same shapes."""
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-    inner = model.model
-    h = inner.embed_tokens(ids_B1)
-    cos, sin = inner.rotary_emb(h, pos_B1)
     mask = mask_BW.bool()[:, None, None, :]
-    B = h.shape[0]
-    for i, layer in enumerate(inner.layers):
-        attn = layer.self_attn
-        residual = h
-        x = layer.input_layernorm(h)
-        shape = (B, 1, -1, attn.head_dim)
-        q = attn.q_proj(x).view(shape).transpose(1, 2)
-        k = attn.k_proj(x).view(shape).transpose(1, 2)
-        v = attn.v_proj(x).view(shape).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+
+    def attend(i: int, attn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         keys[i].index_copy_(2, at_1, k.to(keys[i].dtype))
         values[i].index_copy_(2, at_1, v.to(values[i].dtype))
         kw: dict[str, Any] = {"enable_gqa": True} if attn.num_key_value_groups > 1 else {}
-        o = torch.nn.functional.scaled_dot_product_attention(
+        return torch.nn.functional.scaled_dot_product_attention(
             q, keys[i], values[i], attn_mask=mask, dropout_p=0.0, scale=attn.scaling, is_causal=False, **kw
         )
-        o = o.transpose(1, 2).contiguous().reshape(B, 1, -1)
-        h = residual + attn.o_proj(o)
-        residual = h
-        h = residual + layer.mlp(layer.post_attention_layernorm(h))
-    h = inner.norm(h)
-    return model.lm_head(h[:, -1, :])
+
+    return _llama_layers(model, ids_B1, pos_B1, attend)
 
 
 class StaticStep:
