@@ -212,6 +212,8 @@ class _Slot:
         self.index = index
         self.proc: Any = None
         self.conn: Any = None
+        self.starting: Any = None
+        """A worker started and not yet ready (a shutdown kills it too, so nobody waits out its imports)."""
         self.thread = threading.Thread(target=self._loop, name=f"reward-pool-{index}", daemon=True)
         # Shared with the worker (an anonymous memory file passed by descriptor): the item of a chunk
         # it is running and when it started, so each item gets its own deadline.
@@ -237,6 +239,9 @@ class _Slot:
             start_new_session=True,  # its own process group: a kill takes user code's children too
         )
         child.close()
+        self.starting = proc
+        if self.pool._closed:  # closed before the shutdown could see it starting: ours to kill
+            _kill(proc)
         try:
             parent.send(("init", list(sys.path), self.pool.preload))
             ready = parent.poll(STARTUP_TIMEOUT_S)
@@ -244,6 +249,8 @@ class _Slot:
                 parent.recv()
         except (EOFError, OSError):
             ready = False
+        finally:
+            self.starting = None
         if not ready:
             _kill(proc)
             parent.close()
@@ -397,6 +404,7 @@ class KillSafePool:
         self._closed = False
         self._pids: set[int] = set()
         self._slots = [_Slot(self, i) for i in range(workers)]
+        self._prestarts: list[threading.Thread] = []
         for s in self._slots:
             s.thread.start()
         self._finalizer = weakref.finalize(self, _shutdown, self._slots, self._queue)
@@ -435,6 +443,7 @@ class KillSafePool:
 
         t = threading.Thread(target=run, name="reward-pool-prestart", daemon=True)
         t.start()
+        self._prestarts.append(t)
         return t
 
     def submit_chunk(
@@ -467,6 +476,8 @@ class KillSafePool:
             return
         self._closed = True
         self._finalizer()
+        for t in self._prestarts:  # their workers were killed above: they end at once
+            t.join(10.0)
 
     def __enter__(self) -> KillSafePool:
         return self
@@ -490,9 +501,9 @@ def _shutdown(slots: list[_Slot], q: queue.SimpleQueue[_Job | None]) -> None:
     for _ in slots:
         q.put(None)
     for s in slots:
-        proc = s.proc
-        if proc is not None:
-            _kill(proc)  # interrupts a running job; its thread answers "error" and exits
+        for proc in (s.proc, s.starting):  # a starting one: its starter sees the pipe close and gives up
+            if proc is not None:
+                _kill(proc)  # interrupts a running job; its thread answers "error" and exits
     for s in slots:
         s.thread.join(10.0)
     for s in slots:
