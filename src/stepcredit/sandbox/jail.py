@@ -23,10 +23,17 @@ PYTHON_MOUNT = "/opt/stepcredit-python"
 
 
 def bwrap_command(
-    bwrap: str, python: str, host_dir: str, limits: dict[str, Any], *, tmpfs_mb: int
+    bwrap: str,
+    python: str,
+    host_dir: str,
+    limits: dict[str, Any],
+    *,
+    tmpfs_mb: int,
+    runner: str = "runner.py",
 ) -> list[str]:
-    """The bubblewrap command that starts the runner in a fresh jail: ``runner.py`` from ``host_dir``
-    read-only under ``/box``, the runner's limits as its arguments (the program comes over the protocol)."""
+    """The bubblewrap command that starts the runner in a fresh jail: ``runner`` (``runner.py``, or the
+    interpreter's compiled ``runner.pyc``) from ``host_dir`` read-only under ``/box``, the runner's limits
+    as its arguments (the program comes over the protocol)."""
     cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
     cmd += ["--as-pid-1", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
     cmd += ["--ro-bind", "/usr", "/usr"]
@@ -39,13 +46,13 @@ def bwrap_command(
     cmd += mounts
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     cmd += ["--size", str(tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-    cmd += ["--ro-bind", os.path.join(host_dir, "runner.py"), "/box/runner.py"]
+    cmd += ["--ro-bind", os.path.join(host_dir, runner), f"/box/{runner}"]
     cmd += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
     for k, v in {**env, **env_extra}.items():
         cmd += ["--setenv", k, v]
     order = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb", "timeout_s")
-    cmd += ["--", python, "-I", "-S", "-B", "/box/runner.py", *(str(limits[k]) for k in order)]
+    cmd += ["--", python, "-I", "-S", "-B", f"/box/{runner}", *(str(limits[k]) for k in order)]
     return cmd
 
 

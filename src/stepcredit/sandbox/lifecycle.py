@@ -11,6 +11,7 @@ every background stop and stops any jail started for a program that never took i
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -22,7 +23,7 @@ from typing import Any
 from stepcredit.sandbox.dirs import make_sandbox_dir
 from stepcredit.sandbox.jail import _sweep_uid, claim_uid, release_uid
 from stepcredit.sandbox.judging import SANDBOX_ERROR, CaseOutcome
-from stepcredit.sandbox.session import _runner_source, _Session
+from stepcredit.sandbox.session import _Session
 
 
 @dataclass
@@ -37,24 +38,27 @@ class Jail:
     """Why bubblewrap could not be started (then ``session`` is None)."""
 
 
-def start_jail(command: Callable[[str], list[str]], *, root: bool, line_cap: int) -> Jail:
-    """Start a jail (``command(host_dir)`` is its bubblewrap command line): returns as soon as bubblewrap
-    is running; the runner says hello when it is ready for its program."""
+def start_jail(
+    command: Callable[[str], list[str]], *, runner: tuple[str, bytes], root: bool, line_cap: int
+) -> Jail:
+    """Start a jail (``command(host_dir)`` is its bubblewrap command line, ``runner`` the runner's file
+    name and contents, see :func:`~.session.runner_file`): returns as soon as bubblewrap is running; the
+    runner says hello when it is ready for its program."""
     host_dir = make_sandbox_dir()
     uid, uid_fd = None, -1
     try:
         # Traversable (not listable) so that bwrap, started as the run's uid, can bind the runner in.
         os.chmod(host_dir, 0o711)
-        path = os.path.join(host_dir, "runner.py")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(_runner_source())
+        path = os.path.join(host_dir, runner[0])
+        with open(path, "wb") as f:
+            f.write(runner[1])
         os.chmod(path, 0o444)
         uid, uid_fd = claim_uid(root)
         jail = Jail(host_dir, uid, uid_fd)
-        as_uid: dict[str, Any] = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+        argv, as_uid = _as_uid(command(host_dir), uid)
         try:
             proc = subprocess.Popen(
-                command(host_dir),
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -72,6 +76,28 @@ def start_jail(command: Callable[[str], list[str]], *, root: bool, line_cap: int
         release_uid(uid_fd)
         shutil.rmtree(host_dir, ignore_errors=True)
         raise
+
+
+@functools.lru_cache(maxsize=1)
+def _setpriv() -> str | None:
+    # Fixed places only: we run it as root, so never one found through a PATH.
+    return next((p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)), None)
+
+
+def _as_uid(argv: list[str], uid: int | None) -> tuple[list[str], dict[str, Any]]:
+    """``argv`` run as ``uid`` (None: as we are): the command and ``Popen``'s extra arguments.
+
+    util-linux's ``setpriv`` sets the real, effective and saved uid and gid and clears the groups
+    before it executes bubblewrap, the same credentials ``Popen(user=, group=, extra_groups=[])``
+    sets; but Popen can only start a child that changes its uid with a full fork() of this process
+    (vfork is unsafe there), which copies every page table of a large host (torch loaded: ~200 MB)
+    and leaves its pages copy-on-write, while without a uid change it uses vfork."""
+    if uid is None:
+        return argv, {}
+    setpriv = _setpriv()
+    if setpriv is None:
+        return argv, {"user": uid, "group": uid, "extra_groups": []}
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv], {}
 
 
 def finish_jail(jail: Jail, *, graceful: bool) -> int:

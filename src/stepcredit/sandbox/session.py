@@ -143,6 +143,43 @@ def _runner_source() -> str:
         return f.read()
 
 
+RUNNER_IN_JAIL = "/box/runner.py"
+"""The runner's name inside a jail (its code objects' file name)."""
+_COMPILE_RUNNER = (
+    "import marshal, sys, _frozen_importlib_external as e\n"
+    "code = compile(sys.stdin.buffer.read(), sys.argv[1], 'exec')\n"
+    "sys.stdout.buffer.write(e.MAGIC_NUMBER + bytes(12) + marshal.dumps(code))\n"
+)
+
+
+def compile_pyc(python: str, source: bytes, filename: str) -> bytes | None:
+    """``source`` compiled by the interpreter ``python`` into a ``.pyc`` file's bytes (which that
+    interpreter runs as a script without compiling), or None if it could not."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        done = subprocess.run(
+            [python, "-I", "-S", "-B", "-c", _COMPILE_RUNNER, filename],
+            input=source,
+            capture_output=True,
+            timeout=60,
+            env={},
+            cwd="/",
+        )
+        # A pyc starts with the interpreter's magic number, which ends in b"\r\n" (importlib's rule).
+        if done.returncode == 0 and done.stdout[2:4] == b"\r\n" and len(done.stdout) > 16:
+            return done.stdout
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def runner_file(python: str) -> tuple[str, bytes]:
+    """The runner as a jail's interpreter ``python`` starts it fastest: ``("runner.pyc", ...)``, compiled
+    once by that interpreter (every jail would otherwise compile ~600 lines at its start), or
+    ``("runner.py", source)`` should that fail."""
+    source = _runner_source().encode("utf-8")
+    pyc = compile_pyc(python, source, RUNNER_IN_JAIL)
+    return ("runner.pyc", pyc) if pyc is not None else ("runner.py", source)
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     # bwrap leads its own process group; with --die-with-parent its death takes the namespace down.
     if proc.returncode is None:

@@ -1,0 +1,59 @@
+"""How a jail starts: the runner compiled once by the jail's interpreter, bubblewrap started under the
+jail's own uid with no way back to the host's root."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from stepcredit.sandbox.jail import UID_BASE, _default_python
+from stepcredit.sandbox.lifecycle import _as_uid
+from stepcredit.sandbox.session import _runner_source, runner_file
+
+
+def _magic(python: str) -> bytes:
+    code = "import sys, _frozen_importlib_external as e; sys.stdout.buffer.write(e.MAGIC_NUMBER)"
+    return subprocess.run([python, "-I", "-S", "-c", code], capture_output=True, check=True).stdout
+
+
+def test_the_runner_is_compiled_by_the_jails_interpreter_which_runs_it_as_is(tmp_path: Path) -> None:
+    python = _default_python()
+    name, data = runner_file(python)
+    assert name == "runner.pyc"
+    assert data[:4] == _magic(python)
+    path = tmp_path / name
+    path.write_bytes(data)
+    # Without its limits as arguments the runner reports why and exits (it never gets further).
+    done = subprocess.run([python, "-I", "-S", "-B", str(path)], capture_output=True, timeout=30)
+    assert done.returncode == 97
+    assert done.stdout.startswith(b'{"op":"failed"')
+
+
+def test_an_interpreter_that_cannot_compile_the_runner_gets_its_source(tmp_path: Path) -> None:
+    source = _runner_source().encode()
+    assert runner_file("/bin/false") == ("runner.py", source)
+    assert runner_file(str(tmp_path / "no-such-python")) == ("runner.py", source)
+
+
+def test_bubblewrap_runs_as_the_jails_uid_with_no_way_back_to_root() -> None:
+    argv = ["/bin/cat", "/proc/self/status"]
+    if os.geteuid() != 0:  # a normal user's jails run as that user: nothing changes
+        assert _as_uid(argv, None) == (argv, {})
+        return
+    uid = UID_BASE + 4095
+    cmd, extra = _as_uid(argv, uid)
+    status = subprocess.run(cmd, capture_output=True, check=True, timeout=30, **extra).stdout.decode()
+
+    def field(key: str) -> list[str]:
+        m = re.search(rf"^{key}:[ \t]*(.*)$", status, re.MULTILINE)
+        assert m is not None, key
+        return m.group(1).split()
+
+    # real, effective, saved and filesystem ids: a saved 0 would let the process become root again
+    assert field("Uid") == [str(uid)] * 4
+    assert field("Gid") == [str(uid)] * 4
+    assert field("Groups") == []
+    assert int(field("CapPrm")[0], 16) == 0 and int(field("CapEff")[0], 16) == 0
+    assert int(field("CapAmb")[0], 16) == 0
