@@ -8,6 +8,9 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from stepcredit.sandbox import lifecycle
 from stepcredit.sandbox.jail import UID_BASE, _default_python
 from stepcredit.sandbox.lifecycle import _as_uid
 from stepcredit.sandbox.session import _runner_source, runner_file
@@ -57,3 +60,12 @@ def test_bubblewrap_runs_as_the_jails_uid_with_no_way_back_to_root() -> None:
     assert field("Groups") == []
     assert int(field("CapPrm")[0], 16) == 0 and int(field("CapEff")[0], 16) == 0
     assert int(field("CapAmb")[0], 16) == 0
+
+
+def test_without_setpriv_the_uid_is_set_by_popen_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifecycle, "_setpriv", lambda: None)
+    argv = ["/usr/bin/bwrap", "--", "/bin/true"]
+    assert lifecycle._as_uid(argv, UID_BASE) == (
+        argv,
+        {"user": UID_BASE, "group": UID_BASE, "extra_groups": []},
+    )

@@ -21,8 +21,8 @@ forked by the sandbox's runner (:mod:`.runner`) with an emptied working director
   the run's user namespace), NOFILE, CORE; a wall-clock deadline per case that kills the case's
   processes; stdout/stderr capped (a case that writes more is stopped).
 * **identity**: started as root, each sandbox gets its own unprivileged uid (claimed with a lock file in
-  a root-only directory, so concurrent runs and processes never share one) and every process of that
-  uid is killed afterwards; started as a normal user, it runs as that user inside its own namespaces.
+  a root-only directory, so concurrent runs and processes never share one; util-linux's ``setpriv``
+  sets it, with no groups, before bubblewrap starts) and every process of that uid is killed afterwards; started as a normal user, it runs as that user inside its own namespaces.
 * **environment**: cleared; only ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` (and ``LD_LIBRARY_PATH`` for a
   relocated interpreter) are set.
 * **judging** happens on the host (:mod:`.judging`, :mod:`.cases`): the sandbox gets a case's stdin or requests
