@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stepcredit.sandbox import lifecycle
-from stepcredit.sandbox.jail import UID_BASE, _default_python
-from stepcredit.sandbox.lifecycle import _as_uid
+from stepcredit.sandbox import jail
+from stepcredit.sandbox.jail import UID_BASE, _default_python, as_uid
 from stepcredit.sandbox.session import _runner_source, runner_file
 
 
@@ -43,10 +42,10 @@ def test_an_interpreter_that_cannot_compile_the_runner_gets_its_source(tmp_path:
 def test_bubblewrap_runs_as_the_jails_uid_with_no_way_back_to_root() -> None:
     argv = ["/bin/cat", "/proc/self/status"]
     if os.geteuid() != 0:  # a normal user's jails run as that user: nothing changes
-        assert _as_uid(argv, None) == (argv, {})
+        assert as_uid(argv, None) == (argv, {})
         return
     uid = UID_BASE + 4095
-    cmd, extra = _as_uid(argv, uid)
+    cmd, extra = as_uid(argv, uid)
     status = subprocess.run(cmd, capture_output=True, check=True, timeout=30, **extra).stdout.decode()
 
     def field(key: str) -> list[str]:
@@ -63,9 +62,9 @@ def test_bubblewrap_runs_as_the_jails_uid_with_no_way_back_to_root() -> None:
 
 
 def test_without_setpriv_the_uid_is_set_by_popen_itself(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lifecycle, "_setpriv", lambda: None)
+    monkeypatch.setattr(jail, "_setpriv", lambda: None)
     argv = ["/usr/bin/bwrap", "--", "/bin/true"]
-    assert lifecycle._as_uid(argv, UID_BASE) == (
+    assert jail.as_uid(argv, UID_BASE) == (
         argv,
         {"user": UID_BASE, "group": UID_BASE, "extra_groups": []},
     )

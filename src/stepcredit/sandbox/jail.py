@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import signal
@@ -108,6 +109,28 @@ def _python_mounts(python: str) -> tuple[str, list[str], dict[str, str]]:
                     mounts += ["--tmpfs", f"{PYTHON_MOUNT}/lib/{std}/{pkgs}"]
     # A shared libpython is found through the build's RUNPATH (its host path): point the loader here.
     return f"{PYTHON_MOUNT}/bin/python3", mounts, {"LD_LIBRARY_PATH": f"{PYTHON_MOUNT}/lib"}
+
+
+@functools.lru_cache(maxsize=1)
+def _setpriv() -> str | None:
+    # Fixed places only: we run it as root, so never one found through a PATH.
+    return next((p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)), None)
+
+
+def as_uid(argv: list[str], uid: int | None) -> tuple[list[str], dict[str, Any]]:
+    """``argv`` run as ``uid`` (None: as we are): the command and ``Popen``'s extra arguments.
+
+    util-linux's ``setpriv`` sets the real, effective and saved uid and gid and clears the groups
+    before it executes bubblewrap, the same credentials ``Popen(user=, group=, extra_groups=[])``
+    sets; but Popen can only start a child that changes its uid with a full fork() of this process
+    (vfork is unsafe there), which copies every page table of a large host (torch loaded: ~200 MB)
+    and leaves its pages copy-on-write, while without a uid change it uses vfork."""
+    if uid is None:
+        return argv, {}
+    setpriv = _setpriv()
+    if setpriv is None:
+        return argv, {"user": uid, "group": uid, "extra_groups": []}
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv], {}
 
 
 def _uid_lock_dir() -> str:

@@ -11,17 +11,15 @@ every background stop and stops any jail started for a program that never took i
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from stepcredit.sandbox.dirs import make_sandbox_dir
-from stepcredit.sandbox.jail import _sweep_uid, claim_uid, release_uid
+from stepcredit.sandbox.jail import _sweep_uid, as_uid, claim_uid, release_uid
 from stepcredit.sandbox.judging import SANDBOX_ERROR, CaseOutcome
 from stepcredit.sandbox.session import _Session
 
@@ -55,7 +53,7 @@ def start_jail(
         os.chmod(path, 0o444)
         uid, uid_fd = claim_uid(root)
         jail = Jail(host_dir, uid, uid_fd)
-        argv, as_uid = _as_uid(command(host_dir), uid)
+        argv, extra = as_uid(command(host_dir), uid)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -65,7 +63,7 @@ def start_jail(
                 start_new_session=True,
                 cwd="/",
                 env={"PATH": "/usr/bin:/bin"},
-                **as_uid,
+                **extra,
             )
         except OSError as e:
             jail.error = f"cannot start bubblewrap: {e}"
@@ -76,28 +74,6 @@ def start_jail(
         release_uid(uid_fd)
         shutil.rmtree(host_dir, ignore_errors=True)
         raise
-
-
-@functools.lru_cache(maxsize=1)
-def _setpriv() -> str | None:
-    # Fixed places only: we run it as root, so never one found through a PATH.
-    return next((p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)), None)
-
-
-def _as_uid(argv: list[str], uid: int | None) -> tuple[list[str], dict[str, Any]]:
-    """``argv`` run as ``uid`` (None: as we are): the command and ``Popen``'s extra arguments.
-
-    util-linux's ``setpriv`` sets the real, effective and saved uid and gid and clears the groups
-    before it executes bubblewrap, the same credentials ``Popen(user=, group=, extra_groups=[])``
-    sets; but Popen can only start a child that changes its uid with a full fork() of this process
-    (vfork is unsafe there), which copies every page table of a large host (torch loaded: ~200 MB)
-    and leaves its pages copy-on-write, while without a uid change it uses vfork."""
-    if uid is None:
-        return argv, {}
-    setpriv = _setpriv()
-    if setpriv is None:
-        return argv, {"user": uid, "group": uid, "extra_groups": []}
-    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv], {}
 
 
 def finish_jail(jail: Jail, *, graceful: bool) -> int:

@@ -13,6 +13,7 @@ import subprocess
 import time
 from typing import Any
 
+from stepcredit.sandbox.jail import as_uid
 from stepcredit.sandbox.judging import SandboxFailure, _tail
 
 RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
@@ -143,6 +144,8 @@ def _runner_source() -> str:
         return f.read()
 
 
+NOBODY = 65534
+"""The uid that compiles the runner when we are root (no file or process of ours belongs to it)."""
 RUNNER_IN_JAIL = "/box/runner.py"
 """The runner's name inside a jail (its code objects' file name)."""
 _COMPILE_RUNNER = (
@@ -154,10 +157,15 @@ _COMPILE_RUNNER = (
 
 def compile_pyc(python: str, source: bytes, filename: str) -> bytes | None:
     """``source`` compiled by the interpreter ``python`` into a ``.pyc`` file's bytes (which that
-    interpreter runs as a script without compiling), or None if it could not."""
+    interpreter runs as a script without compiling), or None if it could not. Started as root, the
+    interpreter runs as ``nobody`` (jails' interpreters never run as root outside their jail)."""
+    argv, extra = as_uid(
+        [python, "-I", "-S", "-B", "-c", _COMPILE_RUNNER, filename], NOBODY if os.geteuid() == 0 else None
+    )
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         done = subprocess.run(
-            [python, "-I", "-S", "-B", "-c", _COMPILE_RUNNER, filename],
+            argv,
+            **extra,
             input=source,
             capture_output=True,
             timeout=60,
