@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from stepcredit.config import SandboxConfig
 from stepcredit.sandbox import jail
+from stepcredit.sandbox.bwrap import Sandbox
+from stepcredit.sandbox.cases import TestCase as Case
 from stepcredit.sandbox.jail import UID_BASE, _default_python, as_uid
+from stepcredit.sandbox.judging import PASSED
 from stepcredit.sandbox.session import _runner_source, runner_file
 
 
@@ -68,3 +73,15 @@ def test_without_setpriv_the_uid_is_set_by_popen_itself(monkeypatch: pytest.Monk
         argv,
         {"user": UID_BASE, "group": UID_BASE, "extra_groups": []},
     )
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_runner_hides_itself_and_not_the_programs_own_process() -> None:
+    # prctl(PR_SET_DUMPABLE) through _ctypes: 0 for the runner (pid 1), 1 again in each case's child
+    program = (
+        "x = open('/dev/stdin').read().strip()\n"
+        "try:\n    open('/proc/1/environ').read()\n    print(x, 'readable')\n"
+        "except PermissionError:\n    print(x, 'hidden')\n"
+    )
+    outs = Sandbox(SandboxConfig()).check(program, [Case("stdio", stdin="hi\n", expected="hi hidden")])
+    assert outs[0].status == PASSED, outs[0]
