@@ -16,8 +16,9 @@ cases each are judged at concurrency 1 and 2 (programs in flight at once) by fou
   per case, the same protocol and verdicts, the same batch), started directly instead of under ``bwrap`` (no
   namespaces, no private tmpfs). BENCHMARK ONLY: this script rewrites a copy of the runner to use a
   private work directory instead of the namespace's ``/tmp`` and to kill only its own case's child
-  instead of ``kill(-1)``, which outside a pid namespace would reach every process of the user. The
-  ratio sandbox / this runner is the cost of isolation itself;
+  instead of ``kill(-1)``, which outside a pid namespace would reach every process of the user; like
+  the sandbox's runner it is compiled once and started as a ``.pyc``. The ratio sandbox / this runner
+  is the cost of isolation itself;
 * ``bare subprocess.run``: ``subprocess.run([python, "-I", "-S", "-B", file], input=...,
   capture_output=True, timeout=...)`` per test case, the same interpreter and comparison: a fresh
   interpreter per case, what a user writes without a sandbox.
@@ -35,6 +36,7 @@ process, and the machine's load is recorded around each (``benchmarks/_harness.p
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import statistics
@@ -106,13 +108,15 @@ def make_programs(cases: int) -> list[tuple[str, str, list[TestCase]]]:
     return out
 
 
-def unisolated_runner_source(work: str) -> str:
-    """BENCHMARK ONLY: the sandbox's runner rewritten to run outside a namespace. Each rewrite must
-    apply (a changed runner fails here rather than running unsafely)."""
+def unisolated_runner_source(work: str | None = None) -> str:
+    """BENCHMARK ONLY: the sandbox's runner rewritten to run outside a namespace, in the folder ``work``
+    (None: the folder given as its 7th argument, so that one compiled copy serves every program). Each
+    rewrite must apply (a changed runner fails here rather than running unsafely)."""
     src = sandbox_session._runner_source()
+    where = repr(work) if work is not None else "sys.argv[7]"
     rewrites = [
-        ('os.chdir("/tmp")', f"os.chdir({work!r})"),
-        ('os.walk("/tmp", topdown=False)', f"os.walk({work!r}, topdown=False)"),
+        ('os.chdir("/tmp")', f"os.chdir({where})"),
+        ('os.walk("/tmp", topdown=False)', f"os.walk({where}, topdown=False)"),
         # kill(-1) from pid 1 of a pid namespace ends the sandbox's processes; outside one it would
         # reach every process of the user: kill the case's own child (unreaped, so its pid is ours)
         ("os.kill(-1, _SIGKILL)", "os.kill(child, _SIGKILL)"),
@@ -146,12 +150,21 @@ class UnisolatedSandbox(TimedSandbox):
         work = os.path.join(host_dir, "work")
         os.mkdir(work)
         os.chmod(work, 0o777)  # the runner may run as the sandbox's own uid
-        runner = os.path.join(host_dir, "runner_unisolated.py")
-        with open(runner, "w", encoding="utf-8") as f:
-            f.write(unisolated_runner_source(work))
+        name, data = unisolated_runner_file(self._python)
+        runner = os.path.join(host_dir, name)
+        with open(runner, "wb") as f:
+            f.write(data)
         os.chmod(runner, 0o444)
         order = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb", "timeout_s")
-        return [self._python, "-I", "-S", "-B", runner, *(str(limits[k]) for k in order)]
+        return [self._python, "-I", "-S", "-B", runner, *(str(limits[k]) for k in order), work]
+
+
+@functools.lru_cache(maxsize=2)
+def unisolated_runner_file(python: str) -> tuple[str, bytes]:
+    """The unisolated runner compiled once, as the sandbox's runner is (``session.runner_file``)."""
+    source = unisolated_runner_source().encode("utf-8")
+    pyc = sandbox_session.compile_pyc(python, source, "runner_unisolated.py")
+    return ("runner_unisolated.pyc", pyc) if pyc is not None else ("runner_unisolated.py", source)
 
 
 def percentile(xs: list[float], q: float) -> float:

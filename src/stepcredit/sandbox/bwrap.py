@@ -21,8 +21,8 @@ forked by the sandbox's runner (:mod:`.runner`) with an emptied working director
   the run's user namespace), NOFILE, CORE; a wall-clock deadline per case that kills the case's
   processes; stdout/stderr capped (a case that writes more is stopped).
 * **identity**: started as root, each sandbox gets its own unprivileged uid (claimed with a lock file in
-  a root-only directory, so concurrent runs and processes never share one) and every process of that
-  uid is killed afterwards; started as a normal user, it runs as that user inside its own namespaces.
+  a root-only directory, so concurrent runs and processes never share one; util-linux's ``setpriv``
+  sets it, with no groups, before bubblewrap starts) and every process of that uid is killed afterwards; started as a normal user, it runs as that user inside its own namespaces.
 * **environment**: cleared; only ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` (and ``LD_LIBRARY_PATH`` for a
   relocated interpreter) are set.
 * **judging** happens on the host (:mod:`.judging`, :mod:`.cases`): the sandbox gets a case's stdin or requests
@@ -79,7 +79,7 @@ from stepcredit.sandbox.judging import (
 from stepcredit.sandbox.lifecycle import Batch, Jail, finish_jail, outlived, start_jail
 from stepcredit.sandbox.protocol import Op
 from stepcredit.sandbox.remote import RemoteLink, reply_object
-from stepcredit.sandbox.session import _Session
+from stepcredit.sandbox.session import _Session, runner_file
 
 STARTUP_TIMEOUT_S = 20.0
 """How long the sandbox may take to start before it counts as a sandbox failure (a loaded machine)."""
@@ -144,7 +144,10 @@ class Sandbox:
             "timeout_s": cfg.timeout_s,
         }
         line_cap = 4 * cfg.output_limit_kb * 1024 + (1 << 20)
-        return start_jail(lambda d: self._command(d, limits), root=self._root, line_cap=line_cap)
+        runner = runner_file(self._python)
+        return start_jail(
+            lambda d: self._command(d, limits), runner=runner, root=self._root, line_cap=line_cap
+        )
 
     def _run_program(
         self, batch: Batch | None, program: str, cases: list[TestCase], stop_on_failure: bool
@@ -251,7 +254,10 @@ class Sandbox:
         return result
 
     def _command(self, host_dir: str, limits: dict[str, Any]) -> list[str]:
-        return bwrap_command(self._bwrap, self._python, host_dir, limits, tmpfs_mb=self.cfg.tmpfs_mb)
+        runner = runner_file(self._python)[0]
+        return bwrap_command(
+            self._bwrap, self._python, host_dir, limits, tmpfs_mb=self.cfg.tmpfs_mb, runner=runner
+        )
 
     # --------------------------------------------------------------------------------- verdicts
     def judge(self, program: str, case: TestCase) -> CaseOutcome:

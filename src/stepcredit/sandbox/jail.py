@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import signal
@@ -23,10 +24,17 @@ PYTHON_MOUNT = "/opt/stepcredit-python"
 
 
 def bwrap_command(
-    bwrap: str, python: str, host_dir: str, limits: dict[str, Any], *, tmpfs_mb: int
+    bwrap: str,
+    python: str,
+    host_dir: str,
+    limits: dict[str, Any],
+    *,
+    tmpfs_mb: int,
+    runner: str = "runner.py",
 ) -> list[str]:
-    """The bubblewrap command that starts the runner in a fresh jail: ``runner.py`` from ``host_dir``
-    read-only under ``/box``, the runner's limits as its arguments (the program comes over the protocol)."""
+    """The bubblewrap command that starts the runner in a fresh jail: ``runner`` (``runner.py``, or the
+    interpreter's compiled ``runner.pyc``) from ``host_dir`` read-only under ``/box``, the runner's limits
+    as its arguments (the program comes over the protocol)."""
     cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
     cmd += ["--as-pid-1", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
     cmd += ["--ro-bind", "/usr", "/usr"]
@@ -39,13 +47,13 @@ def bwrap_command(
     cmd += mounts
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     cmd += ["--size", str(tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-    cmd += ["--ro-bind", os.path.join(host_dir, "runner.py"), "/box/runner.py"]
+    cmd += ["--ro-bind", os.path.join(host_dir, runner), f"/box/{runner}"]
     cmd += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
     for k, v in {**env, **env_extra}.items():
         cmd += ["--setenv", k, v]
     order = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb", "timeout_s")
-    cmd += ["--", python, "-I", "-S", "-B", "/box/runner.py", *(str(limits[k]) for k in order)]
+    cmd += ["--", python, "-I", "-S", "-B", f"/box/{runner}", *(str(limits[k]) for k in order)]
     return cmd
 
 
@@ -101,6 +109,28 @@ def _python_mounts(python: str) -> tuple[str, list[str], dict[str, str]]:
                     mounts += ["--tmpfs", f"{PYTHON_MOUNT}/lib/{std}/{pkgs}"]
     # A shared libpython is found through the build's RUNPATH (its host path): point the loader here.
     return f"{PYTHON_MOUNT}/bin/python3", mounts, {"LD_LIBRARY_PATH": f"{PYTHON_MOUNT}/lib"}
+
+
+@functools.lru_cache(maxsize=1)
+def _setpriv() -> str | None:
+    # Fixed places only: we run it as root, so never one found through a PATH.
+    return next((p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)), None)
+
+
+def as_uid(argv: list[str], uid: int | None) -> tuple[list[str], dict[str, Any]]:
+    """``argv`` run as ``uid`` (None: as we are): the command and ``Popen``'s extra arguments.
+
+    util-linux's ``setpriv`` sets the real, effective and saved uid and gid and clears the groups
+    before it executes bubblewrap, the same credentials ``Popen(user=, group=, extra_groups=[])``
+    sets; but Popen can only start a child that changes its uid with a full fork() of this process
+    (vfork is unsafe there), which copies every page table of a large host (torch loaded: ~200 MB)
+    and leaves its pages copy-on-write, while without a uid change it uses vfork."""
+    if uid is None:
+        return argv, {}
+    setpriv = _setpriv()
+    if setpriv is None:
+        return argv, {"user": uid, "group": uid, "extra_groups": []}
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv], {}
 
 
 def _uid_lock_dir() -> str:

@@ -17,12 +17,11 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from stepcredit.sandbox.dirs import make_sandbox_dir
-from stepcredit.sandbox.jail import _sweep_uid, claim_uid, release_uid
+from stepcredit.sandbox.jail import _sweep_uid, as_uid, claim_uid, release_uid
 from stepcredit.sandbox.judging import SANDBOX_ERROR, CaseOutcome
-from stepcredit.sandbox.session import _runner_source, _Session
+from stepcredit.sandbox.session import _Session
 
 
 @dataclass
@@ -37,31 +36,34 @@ class Jail:
     """Why bubblewrap could not be started (then ``session`` is None)."""
 
 
-def start_jail(command: Callable[[str], list[str]], *, root: bool, line_cap: int) -> Jail:
-    """Start a jail (``command(host_dir)`` is its bubblewrap command line): returns as soon as bubblewrap
-    is running; the runner says hello when it is ready for its program."""
+def start_jail(
+    command: Callable[[str], list[str]], *, runner: tuple[str, bytes], root: bool, line_cap: int
+) -> Jail:
+    """Start a jail (``command(host_dir)`` is its bubblewrap command line, ``runner`` the runner's file
+    name and contents, see :func:`~.session.runner_file`): returns as soon as bubblewrap is running; the
+    runner says hello when it is ready for its program."""
     host_dir = make_sandbox_dir()
     uid, uid_fd = None, -1
     try:
         # Traversable (not listable) so that bwrap, started as the run's uid, can bind the runner in.
         os.chmod(host_dir, 0o711)
-        path = os.path.join(host_dir, "runner.py")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(_runner_source())
+        path = os.path.join(host_dir, runner[0])
+        with open(path, "wb") as f:
+            f.write(runner[1])
         os.chmod(path, 0o444)
         uid, uid_fd = claim_uid(root)
         jail = Jail(host_dir, uid, uid_fd)
-        as_uid: dict[str, Any] = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+        argv, extra = as_uid(command(host_dir), uid)
         try:
             proc = subprocess.Popen(
-                command(host_dir),
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 cwd="/",
                 env={"PATH": "/usr/bin:/bin"},
-                **as_uid,
+                **extra,
             )
         except OSError as e:
             jail.error = f"cannot start bubblewrap: {e}"

@@ -295,11 +295,32 @@ def _child(source, msg, limits, fds):
 
 
 # ------------------------------------------------------------------------------------ runner
+def _libc_prctl():
+    # From _ctypes alone: ``import ctypes`` would add four modules (types, struct, ctypes._endian and
+    # ctypes itself, dozens of classes) to every sandbox's start for this one call.
+    import _ctypes
+
+    class CInt(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    class CFunction(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL
+        _restype_ = CInt
+
+    class Libc:
+        _handle = _ctypes.dlopen(None)  # type: ignore[arg-type]  # None: the program itself (libc)
+
+    return CFunction(("prctl", Libc()))  # type: ignore[arg-type]  # any object with a _handle
+
+
+_PRCTL = []  # type: list  # libc's prctl once found (the runner's children inherit it)
+
+
 def _dumpable(flag):
     try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, flag, 0, 0, 0)  # PR_SET_DUMPABLE
+        if not _PRCTL:
+            _PRCTL.append(_libc_prctl())
+        _PRCTL[0](4, flag, 0, 0, 0)  # PR_SET_DUMPABLE
     except Exception:
         pass
 

@@ -13,6 +13,7 @@ import subprocess
 import time
 from typing import Any
 
+from stepcredit.sandbox.jail import as_uid
 from stepcredit.sandbox.judging import SandboxFailure, _tail
 
 RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
@@ -141,6 +142,50 @@ class _Session:
 def _runner_source() -> str:
     with open(RUNNER_PATH, encoding="utf-8") as f:
         return f.read()
+
+
+NOBODY = 65534
+"""The uid that compiles the runner when we are root (no file or process of ours belongs to it)."""
+RUNNER_IN_JAIL = "/box/runner.py"
+"""The runner's name inside a jail (its code objects' file name)."""
+_COMPILE_RUNNER = (
+    "import marshal, sys, _frozen_importlib_external as e\n"
+    "code = compile(sys.stdin.buffer.read(), sys.argv[1], 'exec')\n"
+    "sys.stdout.buffer.write(e.MAGIC_NUMBER + bytes(12) + marshal.dumps(code))\n"
+)
+
+
+def compile_pyc(python: str, source: bytes, filename: str) -> bytes | None:
+    """``source`` compiled by the interpreter ``python`` into a ``.pyc`` file's bytes (which that
+    interpreter runs as a script without compiling), or None if it could not. Started as root, the
+    interpreter runs as ``nobody`` (jails' interpreters never run as root outside their jail)."""
+    argv, extra = as_uid(
+        [python, "-I", "-S", "-B", "-c", _COMPILE_RUNNER, filename], NOBODY if os.geteuid() == 0 else None
+    )
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        done = subprocess.run(
+            argv,
+            **extra,
+            input=source,
+            capture_output=True,
+            timeout=60,
+            env={},
+            cwd="/",
+        )
+        # A pyc starts with the interpreter's magic number, which ends in b"\r\n" (importlib's rule).
+        if done.returncode == 0 and done.stdout[2:4] == b"\r\n" and len(done.stdout) > 16:
+            return done.stdout
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def runner_file(python: str) -> tuple[str, bytes]:
+    """The runner as a jail's interpreter ``python`` starts it fastest: ``("runner.pyc", ...)``, compiled
+    once by that interpreter (every jail would otherwise compile ~600 lines at its start), or
+    ``("runner.py", source)`` should that fail."""
+    source = _runner_source().encode("utf-8")
+    pyc = compile_pyc(python, source, RUNNER_IN_JAIL)
+    return ("runner.pyc", pyc) if pyc is not None else ("runner.py", source)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
