@@ -47,6 +47,11 @@ _PHRASE_RES = (
 _NUMBER_BODY = r"(?:\d{1,3}(?:(?:,|[ \u00a0\u2009\u202f])\d{3})+(?![\d])(?:\.\d+)?|\d+(?:[.,]\d+)?|\.\d+)"
 _NUMBER_TOKEN = rf"[-+−]?\$?\s*{_NUMBER_BODY}(?:\s*/\s*\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"^({_NUMBER_TOKEN})(?![\d.]*\s*[+\-*/^=(])")
+# Several numbers joined after an answer phrase ("2 or 3", "2, 3, 4"): read together, never the first
+# alone (a hedge is not its first candidate). A comma joins only before a space: "1,234" is one number.
+_LEADING_LIST_RE = re.compile(
+    rf"^({_NUMBER_TOKEN}(?:(?:\s*,\s+(?:or\s+)?|\s+or\s+){_NUMBER_TOKEN})+)(?![\d.]*\s*[+\-*/^=(])"
+)
 # Never a digit glued inside a word ("AZYUK2A") or to another number; a unit may follow ("5cm"). A
 # plain fraction counts as one number ("1/3", "\frac{1}{3}", as math-verify's latexFraction and expr).
 _BARE_NUMBER_RE = re.compile(
@@ -160,7 +165,7 @@ def _clean_phrase(s: str) -> str | None:
         if inner and _is_math(inner, s[dollars[1] + 1 : dollars[1] + 2]):
             return inner
     s = s.rstrip(" .;!")
-    m = _LEADING_NUMBER_RE.match(s)
+    m = _LEADING_LIST_RE.match(s) or _LEADING_NUMBER_RE.match(s)
     if m:
         return m.group(1).strip()
     if not _is_math(s, "", whole=True):
