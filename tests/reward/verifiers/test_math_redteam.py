@@ -47,6 +47,10 @@ def test_a_box_and_a_hash_that_agree_stay_right() -> None:
         ("#### 2, 3", "2"),
         ("Answer: 2, 3, 4", "2"),
         ("The answer is 2 or 3 apples.", "2"),
+        ("The answer is $2$ or $3$.", "2"),  # the same hedge in math delimiters
+        ("#### $2$ or $3$", "2"),
+        ("The answer is 2 and 3.", "2"),
+        ("The answer is 1, 2, or 3.", "1"),
         # a bound or a hedge inside the box is not the value a numeric truth asks for
         ("\\boxed{\\geq 2}", "2"),
         ("\\boxed{\\le 2}", "2"),
@@ -74,6 +78,9 @@ def test_hedged_answers_against_a_number_are_wrong(response: str, gold: str) -> 
         # "approximately" qualifies a value; it does not hedge between two
         ("\\boxed{\\approx 2}", "2"),
         ("The answer is 18, the number of eggs.", "18"),
+        # a number then a clause that names another number: the first is the answer, not a list
+        ("The answer is 5, 2 more than 3.", "5"),
+        ("The answer is 12, because 3 * 4 = 12.", "12"),
     ],
 )
 def test_lists_and_bounds_that_are_the_answer_stay_right(response: str, gold: str) -> None:
@@ -128,3 +135,30 @@ def test_correct_answers_in_common_forms(response: str, gold: str) -> None:
 )
 def test_games_that_were_already_wrong_stay_wrong(response: str, gold: str) -> None:
     assert _score(response, gold) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        # a decimal is credited within its own written precision (and 1e-6 relative, math-verify's
+        # rounding), never within 1e-6 of a large truth: 123456.1 is not 123456. Before, both scored 1.
+        ("\\boxed{123456.1}", "123456"),
+        ("\\boxed{1000000.5}", "1000000"),
+        ("\\boxed{12.000001}", "12"),  # math-verify also says no
+    ],
+)
+def test_a_decimal_off_by_more_than_its_precision_is_wrong(response: str, gold: str) -> None:
+    assert _score(response, gold) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        ("\\boxed{0.333333}", "\\frac13"),  # the truth rounded to the places written
+        ("\\boxed{0.666667}", "\\frac{2}{3}"),
+        ("\\boxed{18.00}", "18"),
+        ("\\boxed{2.5}", "\\frac{5}{2}"),
+    ],
+)
+def test_a_decimal_that_rounds_the_truth_stays_right(response: str, gold: str) -> None:
+    assert _score(response, gold) == 1.0

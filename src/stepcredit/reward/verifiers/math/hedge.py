@@ -22,17 +22,17 @@ from stepcredit.reward.verifiers.math.extract import _HASH_RE, _clean_phrase
 from stepcredit.reward.verifiers.math.fast import fast_verdict
 from stepcredit.reward.verifiers.math.mv_read import _plain_number
 
-# "or" followed by another number ("2 or 3", "2 \text{ (or 3)}"); a list ("2, 3, 4": a comma then a
+# "or"/"and" followed by another number ("2 or 3", "2 \text{ (or 3)}", "2 and 3"); a list ("2, 3, 4": a comma then a
 # space, so "1,234" stays one number); a bound with no left side ("\geq 2",
 # "< 3"); words that make a bound of a number ("at least 2", "2 or more"). "approximately 2" is not here:
 # it qualifies one value.
 _HEDGE_RE = re.compile(
-    r"(?i)\bor\b[^0-9\n]{0,24}\d"
+    r"(?i)\b(?:or|and)\b[^0-9\n]{0,24}\d"
     r"|\d\s*,\s+[-−+]?\d"
     r"|^\s*(?:\\[lg]eq?(?:slant)?(?![a-zA-Z])|\\[lg]t(?![a-zA-Z])|[<>≤≥])"
     r"|\b(?:at\s+(?:least|most)|(?:more|less|fewer)\s+than|or\s+(?:more|less|fewer))\b"
 )
-_CHEAP = (",", "or", "Or", "OR", "\\l", "\\g", "<", ">", "≤", "≥", "at ", "than")
+_CHEAP = (",", "or", "Or", "OR", "and", "And", "\\l", "\\g", "<", ">", "≤", "≥", "at ", "than")
 
 
 def hedges(pred: str, golds: Sequence[str]) -> bool:
