@@ -32,12 +32,13 @@ _HEDGE_RE = re.compile(
     r"|^\s*(?:\\[lg]eq?(?:slant)?(?![a-zA-Z])|\\[lg]t(?![a-zA-Z])|[<>≤≥])"
     r"|\b(?:at\s+(?:least|most)|(?:more|less|fewer)\s+than|or\s+(?:more|less|fewer))\b"
 )
-_CHEAP = (",", "or", "Or", "OR", "and", "And", "\\l", "\\g", "<", ">", "≤", "≥", "at ", "than")
+# what every hedge holds: one C-level scan rules out the common answer ("18", "\\frac{1}{2}") at once
+_CHEAP_RE = re.compile(r"(?i)[,<>≤≥]|\\[lg]|or|and|at\s|than")
 
 
 def hedges(pred: str, golds: Sequence[str]) -> bool:
     """Whether ``pred`` hedges ("2 or 3", "\\geq 2", "at least 2") while every truth is a plain number."""
-    if not any(c in pred for c in _CHEAP) or not _HEDGE_RE.search(pred):
+    if not _CHEAP_RE.search(pred) or not _HEDGE_RE.search(pred):
         return False
     return all(_plain_number(g.strip()) is not None for g in golds)
 
