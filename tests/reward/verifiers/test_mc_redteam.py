@@ -28,6 +28,8 @@ def _score(response: str, gold: str = "A") -> float:
         "Answer: (A)(B)",
         "The answer is [A][B]",
         "Answer: A (Paris) or B (London)",
+        "The answer is Paris or London.",  # option texts joined: a hedge too
+        "The answer is Paris and London",
     ],
 )
 def test_a_hedge_between_options_is_wrong(response: str) -> None:
@@ -60,6 +62,8 @@ def test_games_that_were_already_wrong_stay_wrong(response: str) -> None:
         ("Answer: (A) Paris", "A"),
         ("(C)", "C"),
         ("Paris", "A"),  # the option's text
+        ("The answer is Paris.", "A"),
+        ("The answer is Paris, the capital of France.", "A"),
         ("The answer is A. Option (B) is wrong because London is not in France.", "A"),
         ("The answer is (A) because (B) is in England.", "A"),
         ("The answer is A. Wait, the answer is B.", "B"),  # a correction: the last answer phrase

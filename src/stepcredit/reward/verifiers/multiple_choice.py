@@ -20,7 +20,7 @@ options, as one option's text. A bare ``A`` or ``I`` followed by a lower-case wo
 "A neutron star") unless that word joins options ("A or B") or the row's option text follows; a lower-case
 letter counts when named ("option b") or bracketed ("(b)", never the roman "(i)", "(v)", "(x)").
 **One answer only**: a final answer naming several different options ("A or B", "either A or C", "A and
-C", "A, C", "A (or possibly C)", "A; B", "(A)(B)", "A (Paris) or B (London)", ``\\boxed{AC}``) is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found
+C", "A, C", "A (or possibly C)", "A; B", "(A)(B)", "A (Paris) or B (London)", "Paris or London", ``\\boxed{AC}``) is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found
 is ``unparseable``: the verifier abstains rather than guess.
 
 Every pattern is compiled once and runs in time linear in the response (no nested unbounded repeats; a
@@ -194,12 +194,19 @@ def _norm_text(s: str) -> str:
     return _SPACES_RE.sub(" ", _NON_TEXT_RE.sub("", s.lower())).strip(" .")
 
 
+_TEXT_JOIN_RE = re.compile(r"^ (?:or|and|nor|vs\.?|versus) ")
+
+
 def _text_hits(s: str, options: dict[str, str]) -> list[str]:
-    """The options whose text ``s`` is or starts with (the longest when one text is a prefix of another)."""
+    """The options whose text ``s`` is or starts with (the longest when one text is a prefix of another);
+    with another option's text joined after it ("Paris or London"), both: a hedge."""
     t = _norm_text(s)
     hits = [k for k, v in options.items() if (n := _norm_text(v)) and (t == n or t.startswith(n + " "))]
     if len(hits) > 1:
         hits = [max(hits, key=lambda k: len(options[k]))]
+    if hits and (j := _TEXT_JOIN_RE.match(t[len(_norm_text(options[hits[0]])) :])):
+        rest = t[len(_norm_text(options[hits[0]])) + j.end() :]
+        return list(dict.fromkeys(hits + _text_hits(rest, options)))
     return hits
 
 
