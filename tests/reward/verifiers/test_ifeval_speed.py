@@ -67,12 +67,12 @@ def _rows(bench: Any) -> list[tuple[str, dict[str, Any]]]:
 def _check_every_variant(
     response: str, ids: list[str], kwargs: list[dict[str, Any]], prompt: str
 ) -> list[Any]:
-    """The loop before the change: every non-blank loose variant checked, repeats included."""
-    variants = [v for v in ifeval.loose_variants(response) if v.strip()]
+    """The loop before the change: every loose variant with content checked, repeats included."""
+    variants = [v for v in ifeval.loose_variants(response) if ifeval.has_content(v)]
     out = []
     for iid, kw in zip(ids, kwargs, strict=True):
         checker = ifeval._build(iid, kw, prompt)
-        strict = bool(response.strip()) and bool(checker.check_following(response))
+        strict = ifeval.has_content(response) and bool(checker.check_following(response))
         loose = strict or any(bool(checker.check_following(v)) for v in variants[1:])
         out.append({"id": iid, "strict": strict, "loose": loose})
     return out

@@ -47,6 +47,15 @@ def bench() -> Any:
     return _bench()
 
 
+def _before(bench: Any) -> Any:
+    """The frozen whole-text reader, reading what a place holds with today's :func:`mc.read_letters`: the
+    speed-up changed where the reader looks, not how it reads a letter (later fixes to that, such as the
+    hedges "A (or possibly C)" and "(A)(B)", apply to both sides)."""
+    before = bench.before_reader()
+    before.read_letters = mc.read_letters
+    return before
+
+
 def _both(before: Any, text: str, letters: str, options: dict[str, str] | None) -> None:
     want = before.extract_choice(text, letters=letters, options=options)
     got = mc.extract_choice(text, letters=letters, options=options)
@@ -58,7 +67,7 @@ def test_same_extractions_as_the_reader_before_the_speed_up(
     bench: Any, whole_below: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(mc, "_SCAN_WHOLE_BELOW", whole_below)
-    before = bench.before_reader()
+    before = _before(bench)
     rows = bench.load() + bench.test_cases()
     assert len(rows) > 1700
     for r in rows:
@@ -80,7 +89,7 @@ PIECES = [
 
 def test_same_extractions_on_generated_texts(bench: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mc, "_SCAN_WHOLE_BELOW", 0)
-    before = bench.before_reader()
+    before = _before(bench)
     rows = bench.load()
     lines = [ln for r in rows for ln in r["response"].split("\n") if ln]
     rng = random.Random(0)

@@ -10,6 +10,9 @@ text) or in ``extra_info``. Every instruction is checked twice, as lm-eval's ``i
 * **loose**: any of eight variants passes: the response, without its first line, without its last
   line, without both, and each of those four with every ``*`` removed.
 
+A response without a letter or digit (empty, ".", "{}", a zero-width space) meets nothing in either mode:
+IFEval's own code fails only an empty one, but the others say no more and met "no commas" or "JSON format".
+
 The score is the share of instructions met (``credit="share"``, partial credit) or 1 only when all
 are met (``credit="all"``, IFEval's prompt-level accuracy), in the ``mode`` chosen (``strict`` by
 default); ``info`` holds both modes' shares and every instruction's two verdicts.
@@ -48,6 +51,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -336,18 +340,31 @@ def loose_variants(response: str) -> list[str]:
     return [response, response.replace("*", ""), first, last, both] + [v.replace("*", "") for v in base[1:]]
 
 
+_CONTENT_RE = re.compile(r"[^\W_]")  # a letter or a digit, in any script
+
+
+def has_content(response: str) -> bool:
+    """Whether ``response`` holds a letter or a digit. One without (empty, spaces, ".", "*", "{}", '""', a
+    zero-width space, which ``str.strip`` keeps) meets no instruction: IFEval fails an empty response, and
+    these say no more, yet met "no commas", "fewer than N words" or "JSON format" (a policy could learn
+    to answer such prompts with a full stop)."""
+    return _CONTENT_RE.search(response) is not None
+
+
 def check(
     response: str, ids: list[str], kwargs: list[dict[str, Any]], prompt: str = ""
 ) -> list[dict[str, Any]]:
-    """Per instruction ``{"id", "strict", "loose"}``; an empty response meets nothing (as in IFEval)."""
-    variants = [v for v in loose_variants(response) if v.strip()]
+    """Per instruction ``{"id", "strict", "loose"}``; a response without content (:func:`has_content`)
+    meets nothing, nor does a loose variant without it."""
+    content = has_content(response)
+    variants = [v for v in loose_variants(response) if has_content(v)]
     # The variants often repeat one another (without a '*' each starred one equals its plain one): each
     # distinct text is checked once, and the response itself (variants[0]) only as the strict verdict.
     others = [v for v in dict.fromkeys(variants[1:]) if v != response]
     out = []
     for iid, kw in zip(ids, kwargs, strict=True):
         checker = _build(iid, kw, prompt)
-        strict = bool(response.strip()) and bool(checker.check_following(response))
+        strict = content and bool(checker.check_following(response))
         loose = strict or any(bool(checker.check_following(v)) for v in others)
         out.append({"id": iid, "strict": strict, "loose": loose})
     return out
@@ -391,7 +408,7 @@ def ifeval_compute_score(
     score = {"share": share, "all": all_met}[credit][mode]
     return RewardResult(
         score=score,
-        status=Status.OK if response.strip() else Status.UNPARSEABLE,
+        status=Status.OK if has_content(response) else Status.UNPARSEABLE,
         extracted=None,
         info={
             "mode": mode,

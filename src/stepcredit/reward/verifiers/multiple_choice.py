@@ -17,9 +17,10 @@ option (a response discusses options in its reasoning before it answers):
 What such a place holds is read as a letter in the forms models write (``(C)``, ``C.``, ``C)``, ``**C**``,
 ``option C``, ``$C$``, ``\\( C \\)``, ``\\[ C \\]``, ``$$C$$``, ``\\text{C}``) or, when the row gives the
 options, as one option's text. A bare ``A`` or ``I`` followed by a lower-case word is English ("I think",
-"A neutron star") unless that word joins options ("A or B") or the row's option text follows.
+"A neutron star") unless that word joins options ("A or B") or the row's option text follows; a lower-case
+letter counts when named ("option b") or bracketed ("(b)", never the roman "(i)", "(v)", "(x)").
 **One answer only**: a final answer naming several different options ("A or B", "either A or C", "A and
-C", "A, C", ``\\boxed{AC}``) is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found
+C", "A, C", "A (or possibly C)", "A; B", "(A)(B)", "A (Paris) or B (London)", "Paris or London", ``\\boxed{AC}``) is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found
 is ``unparseable``: the verifier abstains rather than guess.
 
 Every pattern is compiled once and runs in time linear in the response (no nested unbounded repeats; a
@@ -58,7 +59,13 @@ _LEAD = (
 )
 _FIRST_RE = re.compile(_LEAD + _LETTER, re.IGNORECASE)
 _JOIN = r"(?:,|/|&|\bor\b|\band\b|\bnor\b|\+|\bvs\.?|\bversus\b|\bas\s+well\s+as\b|\bthen\b)"
-_MORE_RE = re.compile(r"^[ \t]*[.):]?[ \t]*" + _JOIN + r"[ \t]*(?:(?:option|choice)[ \t]+)?" + _LETTER)
+# a join may open a bracket and carry a hedging word: "A (or possibly C)", "A, or perhaps B", "A; B", "A | B"
+_MORE_RE = re.compile(
+    r"^[ \t]*[.):]?[ \t]*[(\[]?[ \t]*(?:" + _JOIN + r"|;|\|)(?:[ \t]*(?:or|and)\b)?"
+    r"(?:[ \t]+(?:maybe|possibly|perhaps|probably|alternatively|potentially|even|also))?"
+    r"[ \t]*(?:(?:option|choice)[ \t]+)?" + _LETTER
+)
+_ADJACENT_RE = re.compile(r"^[\(\[]([A-Z])[\)\]]")  # "(A)(B)", "[A][B]": two bracketed letters side by side
 # "\s*(?:[,/&]\s*)?", not "\s*[,/&]?\s*": the same strings, but a long run of spaces splits one way only
 _LETTERS_ONLY_RE = re.compile(r"^[\(\[]?([A-Z](?:\s*(?:[,/&]\s*)?[A-Z])+)[\)\]]?\.?$")
 # a word after a bare "A" or "I" that still reads as an option letter ("A or B", "I because ...")
@@ -117,7 +124,11 @@ _WEAK_RE = re.compile(
 # "C. logical behaviorism", "(E) children with hearing impairments": a letter followed by its option's text
 _CITED_RE = re.compile(r"(?<=[ \t:*])(?:\(([A-Z])\)|([A-Z])\.)[ \t]+")
 # a later option in the same sentence: "(E) ... or (D) ...", "(H) wage inflation and (I) cost-push inflation"
-_HEDGE_RE = re.compile(r"\b(?:or|and|nor|vs\.?|versus)[ \t]+(?:(?:option|choice)[ \t]+)?[\(\[]([A-Z])[\)\]]")
+# "... or B (London)": after "or" a bare letter counts when a bracket or the sentence's end follows it
+_HEDGE_RE = re.compile(
+    r"\b(?:or|and|nor|vs\.?|versus)[ \t]+(?:(?:option|choice)[ \t]+)?[\(\[]([A-Z])[\)\]]"
+    r"|\b(?:or|nor|vs\.?|versus)[ \t]+(?:(?:option|choice)[ \t]+)?([A-Z])(?=\)|[ \t]*\(|[ \t]*[.,;]?[ \t]*$)"
+)
 _ALONE_RE = (
     re.compile(  # a line that is only an option: "(C)", "C.", "Option (C).", "C: Paris", "(B) Paris, ..."
         r"^(?:(?:the[ \t]+)?(?:option|choice|answer|letter)[ \t]*[:.]?[ \t]*)?"
@@ -183,12 +194,19 @@ def _norm_text(s: str) -> str:
     return _SPACES_RE.sub(" ", _NON_TEXT_RE.sub("", s.lower())).strip(" .")
 
 
+_TEXT_JOIN_RE = re.compile(r"^ (?:or|and|nor|vs\.?|versus) ")
+
+
 def _text_hits(s: str, options: dict[str, str]) -> list[str]:
-    """The options whose text ``s`` is or starts with (the longest when one text is a prefix of another)."""
+    """The options whose text ``s`` is or starts with (the longest when one text is a prefix of another);
+    with another option's text joined after it ("Paris or London"), both: a hedge."""
     t = _norm_text(s)
     hits = [k for k, v in options.items() if (n := _norm_text(v)) and (t == n or t.startswith(n + " "))]
     if len(hits) > 1:
         hits = [max(hits, key=lambda k: len(options[k]))]
+    if hits and (j := _TEXT_JOIN_RE.match(t[len(_norm_text(options[hits[0]])) :])):
+        rest = t[len(_norm_text(options[hits[0]])) + j.end() :]
+        return list(dict.fromkeys(hits + _text_hits(rest, options)))
     return hits
 
 
@@ -206,7 +224,9 @@ def read_letters(content: str, letters: str, options: dict[str, str] | None) -> 
     if m and m.group(1).upper() in letters:
         c, lead = m.group(1), s[: m.start(1)].lower()
         named = any(w in lead for w in ("option", "choice", "letter"))
-        if c.isupper() or named:
+        # "(b)": a bracketed lower-case letter is an option, never the article "a" (nor a roman "(i)")
+        bracketed = s[m.start(1) - 1 : m.start(1)] in ("(", "[") and s[m.end(1) : m.end(1) + 1] in (")", "]")
+        if c.isupper() or named or (bracketed and c not in "ivx"):
             c = c.upper()
             rest = s[m.end() :]
             bare = m.end() == m.end(1)  # no bracket or punctuation closes the letter
@@ -221,11 +241,13 @@ def read_letters(content: str, letters: str, options: dict[str, str] | None) -> 
             if _CONDITION_RE.match(rest):
                 return []  # "(B) if the profit were higher": a condition, not an answer
             found = [c]
-            while (more := _MORE_RE.match(rest)) and more.group(1) in letters:
+            while (more := _MORE_RE.match(rest) or _ADJACENT_RE.match(rest)) and more.group(1) in letters:
                 found.append(more.group(1))
                 rest = rest[more.end() :]
             sentence = rest.split(". ", 1)[0]
-            found += [h.group(1) for h in _HEDGE_RE.finditer(sentence) if h.group(1) in letters]
+            found += [
+                h for hm in _HEDGE_RE.finditer(sentence) if (h := hm.group(1) or hm.group(2)) in letters
+            ]
             return list(dict.fromkeys(found))
     return _text_hits(s, options) if options else []
 

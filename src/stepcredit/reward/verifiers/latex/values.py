@@ -77,13 +77,30 @@ def to_number(s: str) -> tuple[Fraction, bool] | None:
         return None
 
 
+def _places(x: Fraction) -> int:
+    """The fewest decimal places that write ``x`` (a decimal's value: its denominator is 2^a 5^b)."""
+    d, places = x.denominator, 0
+    while d % 10 == 0:
+        d //= 10
+        places += 1
+    while d % 2 == 0 or d % 5 == 0:
+        d //= 2 if d % 2 == 0 else 5
+        places += 1
+    return places
+
+
 def numbers_equal(a: tuple[Fraction, bool], b: tuple[Fraction, bool]) -> bool:
-    """Exact equality; with a decimal on either side, equality to 1e-6 relative (math-verify rounds to 6)."""
+    """Exact equality; with a decimal on either side, equality to 1e-6 relative (math-verify rounds to 6)
+    **and** within half a unit of the coarser decimal's last place: "0.333333" rounds 1/3, but "123456.1"
+    does not round 123456 (1e-6 of it is 0.12; math-verify says no too)."""
     (x, dx), (y, dy) = a, b
     if x == y:
         return True
     if dx or dy:
-        return abs(x - y) <= Fraction(1, 10**6) * max(Fraction(1), abs(y))
+        places = min(_places(v) for v, d in (a, b) if d)
+        return abs(x - y) <= Fraction(1, 10**6) * max(Fraction(1), abs(y)) and abs(x - y) <= Fraction(
+            1, 2 * 10**places
+        )
     return False
 
 

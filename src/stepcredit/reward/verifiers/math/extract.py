@@ -47,6 +47,17 @@ _PHRASE_RES = (
 _NUMBER_BODY = r"(?:\d{1,3}(?:(?:,|[ \u00a0\u2009\u202f])\d{3})+(?![\d])(?:\.\d+)?|\d+(?:[.,]\d+)?|\.\d+)"
 _NUMBER_TOKEN = rf"[-+−]?\$?\s*{_NUMBER_BODY}(?:\s*/\s*\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"^({_NUMBER_TOKEN})(?![\d.]*\s*[+\-*/^=(])")
+# Several numbers joined after an answer phrase ("2 or 3", "2, 3, 4", "2 and 3"): read together, never
+# the first alone (a hedge is not its first candidate). With "or" anything may follow ("2 or 3 apples");
+# a list joined by commas or "and" must end the clause ("5, 2 more than 3" is 5 and a remark). A comma
+# joins only before a space: "1,234" is one number.
+_SEP = r"(?:\s*,\s+|\s+and\s+|\s*,\s+and\s+)"
+_LEADING_LIST_RE = re.compile(
+    rf"^({_NUMBER_TOKEN}(?:{_SEP}{_NUMBER_TOKEN})*(?:\s*,?\s+or\s+){_NUMBER_TOKEN})(?![\d.]*\s*[+\-*/^=(])"
+    rf"|^({_NUMBER_TOKEN}(?:{_SEP}{_NUMBER_TOKEN})+)(?=\s*[.;!]?\s*$)"
+)
+# "$2$ or $3$": several math spans joined after an answer phrase, read together
+_JOINED_SPANS_RE = re.compile(r"^\s*(?:,|,?\s*(?:or|and))\s*\$")
 # Never a digit glued inside a word ("AZYUK2A") or to another number; a unit may follow ("5cm"). A
 # plain fraction counts as one number ("1/3", "\frac{1}{3}", as math-verify's latexFraction and expr).
 _BARE_NUMBER_RE = re.compile(
@@ -158,8 +169,13 @@ def _clean_phrase(s: str) -> str | None:
         inner = s[dollars[0] + 1 : dollars[1]].strip()
         # "$\frac12$" is LaTeX; "$18 a day, or $126" is money around English words.
         if inner and _is_math(inner, s[dollars[1] + 1 : dollars[1] + 2]):
+            if _JOINED_SPANS_RE.match(s[dollars[1] + 1 :]):
+                return s.rstrip(" .;!")  # "$2$ or $3$": every span (a hedge or a list), not the first
             return inner
     s = s.rstrip(" .;!")
+    m = _LEADING_LIST_RE.match(s)
+    if m:
+        return (m.group(1) or m.group(2)).strip()
     m = _LEADING_NUMBER_RE.match(s)
     if m:
         return m.group(1).strip()

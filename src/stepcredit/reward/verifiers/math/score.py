@@ -20,6 +20,7 @@ from stepcredit.reward.verifiers.math.extract import (
     strip_think,
 )
 from stepcredit.reward.verifiers.math.fast import fast_verdict
+from stepcredit.reward.verifiers.math.hedge import hedges, markers_disagree
 from stepcredit.reward.verifiers.math.mv import (
     READS_ANSWER_ALONE,
     _mv_sure_wrong,
@@ -112,7 +113,13 @@ def _fast(
             return None, pred, how
         return _unparseable(how), pred, how
     body = strip_think(solution_str, strict=strict) or ""
-    several = len({normalize(b) for b in _boxes(body)}) > 1
+    boxes = _boxes(body)
+    if hedges(pred, golds) or markers_disagree(body, boxes):
+        # two final answers, or a bound for a number: wrong whatever the truth (see .hedge)
+        result = _result(False, pred, how, format_score=format_score, path="fast")
+        result.info["hedged"] = True
+        return result, pred, how
+    several = len({normalize(b) for b in boxes}) > 1
     verdicts = [fast_verdict(g, pred) for g in golds]
     if any(v is True for v in verdicts) and not several:
         return _result(True, pred, how, format_score=format_score, path="fast"), pred, how

@@ -1,0 +1,164 @@
+"""The math verifier against responses written to game it, and against correct answers written in common ways.
+
+Each hedge below gave credit before (input -> score 1): a policy that writes two answers in two final-answer
+markers, a number list or an "or" after its answer phrase, or a bound instead of a value must not be paid
+for it. Where a case is a judgement call the comment says what a careful grader marks and why.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stepcredit.reward.verifiers.math import math_compute_score, math_fast
+
+
+def _score(response: str, gold: str) -> float:
+    return math_compute_score("math", response, gold).score
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        # a box and GSM8K's "####" that disagree: two final answers. Before, each gold was credited (the
+        # fast path read the later "####", math-verify the box), so writing one candidate in each paid
+        # whichever was right. A careful grader marks a response with two final answers wrong.
+        "The answer is \\boxed{5}.\n#### 2",
+        "#### 2\n\\boxed{5}",
+        "$\\boxed{2}$ $\\boxed{2}$ #### 5",
+    ],
+)
+@pytest.mark.parametrize("gold", ["2", "5"])
+def test_a_box_and_a_hash_that_disagree_are_wrong_for_either_gold(response: str, gold: str) -> None:
+    assert _score(response, gold) == 0.0
+
+
+def test_a_box_and_a_hash_that_agree_stay_right() -> None:
+    assert _score("So she has \\boxed{18} eggs.\n#### 18", "18") == 1.0
+    assert _score("\\boxed{\\$18}\n#### 18", "18") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        # several numbers joined after an answer marker: before, the first one was read alone
+        ("The answer is 2 or 3.", "2"),
+        ("Final answer: 2 or 3", "2"),
+        ("#### 2 or 3", "2"),
+        ("#### 2, 3", "2"),
+        ("Answer: 2, 3, 4", "2"),
+        ("The answer is 2 or 3 apples.", "2"),
+        ("The answer is $2$ or $3$.", "2"),  # the same hedge in math delimiters
+        ("#### $2$ or $3$", "2"),
+        ("The answer is 2 and 3.", "2"),
+        ("The answer is 1, 2, or 3.", "1"),
+        # a bound or a hedge inside the box is not the value a numeric truth asks for
+        ("\\boxed{\\geq 2}", "2"),
+        ("\\boxed{\\le 2}", "2"),
+        ("\\boxed{\\text{at least } 2}", "2"),
+        ("\\boxed{2 \\text{ or more}}", "2"),
+        ("\\boxed{2 \\text{ (or 3)}}", "2"),
+        ("\\boxed{2 \\text{ or } 3}", "2"),
+    ],
+)
+def test_hedged_answers_against_a_number_are_wrong(response: str, gold: str) -> None:
+    assert _score(response, gold) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        # the same forms are right where the truth itself is a list, a bound or a pair of roots
+        ("The answer is 2, 3", "2, 3"),
+        ("\\boxed{x = 2 \\text{ or } x = -2}", "2, -2"),
+        ("\\boxed{x \\ge 2}", "x \\ge 2"),
+        # a number with a thousands separator is one number, not a list
+        ("Final answer: 1,234,567", "1234567"),
+        ("The answer is 1,000.", "1000"),
+        ("#### 12,5", "12.5"),
+        # "approximately" qualifies a value; it does not hedge between two
+        ("\\boxed{\\approx 2}", "2"),
+        ("The answer is 18, the number of eggs.", "18"),
+        # a number then a clause that names another number: the first is the answer, not a list
+        ("The answer is 5, 2 more than 3.", "5"),
+        ("The answer is 12, because 3 * 4 = 12.", "12"),
+    ],
+)
+def test_lists_and_bounds_that_are_the_answer_stay_right(response: str, gold: str) -> None:
+    assert _score(response, gold) == 1.0
+
+
+def test_hedges_are_decided_without_math_verify() -> None:
+    """A hedge against a number is decided on the fast path (the common path stays off math-verify)."""
+    for response in ("#### 2 or 3", "\\boxed{\\geq 2}", "The answer is \\boxed{5}.\n#### 2"):
+        fast = math_fast("math", response, "2")
+        assert fast is not None and fast.score == 0.0, response
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        ("\\boxed{4-2}", "2"),  # the truth as an expression that evaluates to it
+        ("2", "2"),  # a response that is only the number
+        ("\\boxed{2.0}", "2"),
+        ("\\boxed{0.5}", "\\frac{1}{2}"),
+        ("\\boxed{\\dfrac{1}{2}}", "\\frac12"),
+        ("\\boxed{2\\frac{1}{2}}", "\\frac{5}{2}"),  # a mixed number
+        ("\\boxed{-0}", "0"),
+        ("\\boxed{50\\%}", "50"),
+        ("\\boxed{1{,}000}", "1000"),
+        ("\\boxed{5 \\text{ cm}}", "5"),
+        ("\\boxed{\\text{2}}", "2"),
+        ("\\boxed{−2}", "-2"),  # unicode minus
+        ("\\boxed{２}", "2"),  # full-width digit
+        ("Final answer: ١٢", "12"),  # Arabic-Indic digits
+        ("Final answer: 42 apples, as computed", "42"),
+    ],
+)
+def test_correct_answers_in_common_forms(response: str, gold: str) -> None:
+    assert _score(response, gold) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        ("\\boxed{1,2,3,4,5}", "2"),  # every candidate in one box
+        ("\\boxed{2} or \\boxed{3}", "2"),
+        ("\\boxed{[0, 10]}", "2"),  # an interval that contains the truth
+        ("\\boxed{\\{1,2,3\\}}", "2"),
+        ("The answer is x = 2 or x = -2", "2"),
+        ("\\boxed{\\infty}", "2"),
+        ("\\boxed{nan}", "2"),
+        ("\\boxed{}", "0"),
+        # the last box is the answer (VeRL's last_boxed_only_string): an early box is not credited
+        ("\\boxed{2}" + " and more" * 2000 + " \\boxed{5}", "2"),
+    ],
+)
+def test_games_that_were_already_wrong_stay_wrong(response: str, gold: str) -> None:
+    assert _score(response, gold) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        # a decimal is credited within its own written precision (and 1e-6 relative, math-verify's
+        # rounding), never within 1e-6 of a large truth: 123456.1 is not 123456. Before, both scored 1.
+        ("\\boxed{123456.1}", "123456"),
+        ("\\boxed{1000000.5}", "1000000"),
+        ("\\boxed{12.000001}", "12"),  # math-verify also says no
+    ],
+)
+def test_a_decimal_off_by_more_than_its_precision_is_wrong(response: str, gold: str) -> None:
+    assert _score(response, gold) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        ("\\boxed{0.333333}", "\\frac13"),  # the truth rounded to the places written
+        ("\\boxed{0.666667}", "\\frac{2}{3}"),
+        ("\\boxed{18.00}", "18"),
+        ("\\boxed{2.5}", "\\frac{5}{2}"),
+    ],
+)
+def test_a_decimal_that_rounds_the_truth_stays_right(response: str, gold: str) -> None:
+    assert _score(response, gold) == 1.0
