@@ -113,8 +113,8 @@ def test_a_real_ctrl_c_during_an_in_process_call_still_stops_the_run() -> None:
     [
         "(1/7**64)**64",  # a denominator of 3,460 digits (the digit limit read the numerator only)
         "((1/7**64)**64)**64",  # 221,000 digits; one more level took minutes, two the worker's memory
-        "1/(10**100*10**100*10**100)",
-        "(10**199)**64",  # refused before computing a 12,700-digit power
+        "1/10**60/10**60/10**60/10**60",  # each division grows the denominator only
+        "(2**60*2**60*2**60)**64",  # refused before computing an 11,520-bit power
     ],
 )
 def test_the_calculators_exact_values_stay_small(expression: str) -> None:
