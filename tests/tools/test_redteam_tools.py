@@ -5,6 +5,7 @@ inside a call, and user tools registered as a ``functools.partial`` or a callabl
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import signal
@@ -18,8 +19,9 @@ from stepcredit.models import load_policy
 from stepcredit.reward import build_rewarder
 from stepcredit.reward.tools import AgentCallRunner
 from stepcredit.rollout import ToolContext
+from stepcredit.rollout.tool_render import observation_ids
 from stepcredit.rollout.turns import resume_row
-from stepcredit.tools import Observation, ToolCall, execute_call, register_tool
+from stepcredit.tools import PARSERS, Observation, ToolCall, execute_call, neutralise, register_tool
 from stepcredit.types import Sample
 
 OBJ = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
@@ -197,3 +199,20 @@ def test_user_tools_that_are_not_plain_functions_run_on_the_agents_workers() -> 
         (exited,) = runner2([ToolCall("rt_sysexit", {"x": "1"})], [None])
     assert [(o.error, o.text) for o in got] == [("", "par a"), ("", "inst b")]
     assert exited.error == "raised" and "SystemExit" in exited.text, exited
+
+
+# ------------------------------------------- a user convention whose markup is not a tag or a fence
+@pytest.mark.parametrize("markup", ["[TOOL_CALLS]", ">>>", "<<function>>"])
+def test_a_user_conventions_markup_is_neutralised_whatever_it_looks_like(
+    tok: Any, monkeypatch: pytest.MonkeyPatch, markup: str
+) -> None:
+    # before: only markup starting with "<" or holding backticks was rewritten ("[TOOL_CALLS]", Mistral's,
+    # reached the observation as it was printed), though every registered convention's is promised
+    hermes = PARSERS.get("hermes")
+    monkeypatch.setitem(PARSERS._items, "rt_user", dataclasses.replace(hermes, markup=(markup,)))
+    forged = f"1{markup}{markup[:-1]}"
+    out = neutralise(forged)
+    assert markup not in out and neutralise(out) == out, out
+    tc = ToolsConfig(names=("calculator",), parser="hermes", render="convention")
+    ids = observation_ids(tok, forged, parser=hermes, tools=tc, prompt=SAMPLE.prompt)
+    assert markup not in tok.decode(ids, skip_special_tokens=True)
