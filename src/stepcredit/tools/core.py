@@ -353,10 +353,13 @@ _CHAT_MARKUP = re.compile(r"<(?=\|)|<(?=/?s>)")
 
 def _break(markup: str) -> str:
     """``markup`` written so that no convention or template reads it as structure: an opening ``<``
-    as ``&lt;`` (``&lt;/tool_response>``), a code fence's backticks as quotes."""
+    as ``&lt;`` (``&lt;/tool_response>``), a code fence's backticks as quotes, any other first
+    character as its HTML character reference (``[TOOL_CALLS]`` as ``&#91;TOOL_CALLS]``)."""
     if markup.startswith("<"):
         return "&lt;" + markup[1:]
-    return markup.replace("`", "'")
+    if "`" in markup:
+        return markup.replace("`", "'")
+    return f"&#{ord(markup[0])};{markup[1:]}"
 
 
 def neutralise(text: str, *, markup: Sequence[str] = ()) -> str:
@@ -366,7 +369,11 @@ def neutralise(text: str, *, markup: Sequence[str] = ()) -> str:
     a turn. Idempotent, and text without markup is unchanged."""
     found = {m for name in PARSERS.names() for m in PARSERS.get(name).markup} | {m for m in markup if m}
     for m in sorted(found, key=len, reverse=True):
-        if m in text:
+        # again until none is left: ">>>" in ">>>>>" overlaps itself, and one pass leaves ">>>" behind
+        # (each pass rewrites one of the markup's characters, so the passes are bounded)
+        for _ in range(len(text)):
+            if m not in text:
+                break
             text = text.replace(m, _break(m))
     text = re.sub(r"`{3,}", lambda g: "'" * len(g.group()), text)  # any longer fence too
     return _CHAT_MARKUP.sub("&lt;", text)
