@@ -216,3 +216,60 @@ def test_a_user_conventions_markup_is_neutralised_whatever_it_looks_like(
     tc = ToolsConfig(names=("calculator",), parser="hermes", render="convention")
     ids = observation_ids(tok, forged, parser=hermes, tools=tc, prompt=SAMPLE.prompt)
     assert markup not in tok.decode(ids, skip_special_tokens=True)
+
+
+# --------------------------------------------- a hostile policy's turns through the whole loop
+HC = '<tool_call>{"name": "%s", "arguments": %s}</tool_call>'
+HOSTILE_TURNS = {
+    # several calls in one turn: the turn ends at the first, the rest is never sampled or run
+    "QA": ([HC % ("calculator", '{"expression": "1+1"}') * 6], ["", "", "", ""]),
+    "QB": ([HC % ("__class__", "{}"), HC % ("../calculator", "{}"), "done"], ["unknown_tool"] * 2),
+    "QC": (["<TOOL_CALL>x</TOOL_CALL> < tool_call >{}</ tool_call > no call"], []),
+    "QD": (["The answer is 2. " + HC % ("calculator", '{"expression": "2"}'), "ok"], [""]),
+    "QE": ([HC % ("calculator", '"{\\"expression\\": \\"NaN\\"}"'), "ok"], ["bad_expression"]),
+    "QF": ([HC % ("calculator", '{"expression": "1", "expression": 1e400}'), "ok"], ["bad_arguments"]),
+    # the tiny vocabulary has no NUL (decoded as nothing): "{\r\n}" has no name
+    "QG": (["<tool_call>\x00{\r\n}</tool_call>", "ok"], ["bad_arguments"]),
+}
+
+
+def test_every_call_of_a_hostile_policy_gets_one_observation_and_only_they_are_masked(
+    tok: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import stepcredit.rollout.turns as turn_loop
+    from stepcredit.rollout.engines import Completion
+    from stepcredit.rollout.turns import TurnRow, observation_runs, run_turns
+
+    model = load_policy(SMALL, seed=0)[0]
+
+    class Scripted:
+        def sample(self, model: Any, tok: Any, ctxs: Any, spec: Any, *, budgets: Any) -> list:
+            out = []
+            for c, room in zip(ctxs, budgets, strict=True):
+                text = tok.decode(list(c), skip_special_tokens=True)
+                turns = HOSTILE_TURNS[text[:2]][0]
+                say = turns[min(text.count("<tool_response>"), len(turns) - 1)]
+                ids = [*tok(say, add_special_tokens=False)["input_ids"], tok.eos_token_id]
+                out.append(Completion(ids[:room]))
+            return out
+
+    monkeypatch.setattr(turn_loop, "engine_for", lambda model: Scripted())
+    ran: list[ToolCall] = []
+    inner = ToolContext.in_process(ToolsConfig(names=("calculator",), max_turns=4), 3000)
+
+    def runner(calls: Any, kwargs: Any) -> list[Observation]:
+        ran.extend(calls)
+        return inner.runner(calls, kwargs)
+
+    rows = [TurnRow(list(tok(q, add_special_tokens=False)["input_ids"]), SAMPLE, 3000) for q in HOSTILE_TURNS]
+    run_turns(model, tok, rows, inner.with_runner(runner), temperature=0.0)
+    assert len(ran) == sum(r.calls for r in rows)
+    for q, r in zip(HOSTILE_TURNS, rows, strict=True):
+        assert r.done and r.outcomes == HOSTILE_TURNS[q][1], (q, r.outcomes)
+        runs = observation_runs(r.obs)
+        assert len(runs) == r.calls == len(r.outcomes)  # one observation per call run, nothing else
+        for a, b in runs:  # each observation is the convention's result block, whole
+            block = tok.decode(r.ids[a:b], skip_special_tokens=True)
+            assert block.startswith("\n<tool_response>\n") and block.endswith("</tool_response>\n")
+        policy_text = tok.decode([t for t, o in zip(r.ids, r.obs, strict=True) if not o])
+        assert "<tool_response>" not in policy_text
