@@ -1,7 +1,9 @@
 """The tool path under an outside red team (issue 46, items 1-3): results a tool returns that cannot
-be shown as text, tools that raise ``BaseException``, calculator expressions whose exact value
-explodes in its denominator, printed text that is not UTF-8, a continuation from a prefix that ends
-inside a call, and user tools registered as a ``functools.partial`` or a callable object."""
+be shown as text, tools that raise ``BaseException`` (and a real Ctrl-C that must still stop the run),
+calculator expressions whose exact value explodes in its denominator, printed text that is not UTF-8, a
+continuation from a prefix that ends inside a call, user tools registered as a ``functools.partial`` or
+a callable object, a user convention's markup that is neither a tag nor a fence, and a hostile policy's
+turns through the whole turn loop (one observation per call, only observations marked)."""
 
 from __future__ import annotations
 
