@@ -14,6 +14,7 @@ into an error observation of its own kind. A call runs at most once (the style i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import os
@@ -67,7 +68,7 @@ def run_tool_call(data_source: str, solution_str: str, ground_truth: Any, extra_
     info = dict(extra_info or {})
     for name, (module, path, attr) in (info.get("refs") or {}).items():
         if name not in TOOLS:  # a user's tool registered in the trainer's process: import it here
-            _import_tool(module, path, attr)
+            _import_tool(name, module, path, attr)
     call = json.loads(solution_str)
     obs = execute_call(
         ToolCall(call["name"], call["arguments"], call.get("error", ""), call.get("kind", "")),
@@ -87,12 +88,39 @@ def run_tool_call(data_source: str, solution_str: str, ground_truth: Any, extra_
 register_reward(IDEMPOTENT_TOOL_STYLE)(run_tool_call)
 
 
-def _import_tool(module: str, path: str, attr: str) -> None:
-    # by module name where this worker can import it, else from its file (a script, a test module)
+def _defined_at(fn: Any) -> tuple[str, str, str]:
+    """(module, file, qualified name) of the code behind a tool's function: a plain function, the
+    function of a ``functools.partial``, or the class of a callable object."""
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if not (inspect.isroutine(target) or inspect.isclass(target)):
+        target = type(target)
     try:
-        load_ref(FnRef("module", module, attr))
-    except ConfigError:
-        load_ref(FnRef("file", path, attr))
+        path = inspect.getsourcefile(target) or ""
+    except TypeError:  # a built-in
+        path = ""
+    module = str(getattr(target, "__module__", "") or "")
+    return module, os.path.abspath(path) if path else "", str(getattr(target, "__qualname__", ""))
+
+
+def _import_tool(name: str, module: str, path: str, attr: str) -> None:
+    # by module name where this worker can import it, else from its file (a script, a test module);
+    # importing the module registers the tool, so a name that is no module attribute (a lambda, a
+    # partial, an object) is enough once the tool is registered
+    failed: ConfigError | None = None
+    for kind, target in (("module", module), ("file", path)):
+        if not target:
+            continue
+        try:
+            load_ref(FnRef(kind, target, attr))
+            return
+        except ConfigError as e:
+            if name in TOOLS:
+                return
+            failed = failed or e
+    if failed is not None:
+        raise failed
 
 
 _FAILED = {Status.TIMEOUT: "timeout"}
@@ -118,9 +146,9 @@ class AgentCallRunner:
         self.refs: dict[str, tuple[str, str, str]] = {}
         for n in self.offered:
             spec = TOOLS.get(n)  # an unknown name in rollout.tools.names: one line listing the valid ones
-            if not spec.fn.__module__.startswith("stepcredit."):
-                path = inspect.getsourcefile(spec.fn) or ""
-                self.refs[n] = (spec.fn.__module__, os.path.abspath(path), spec.fn.__qualname__)
+            ref = _defined_at(spec.fn)
+            if not ref[0].startswith("stepcredit."):
+                self.refs[n] = ref
 
     def __call__(
         self, calls: Sequence[ToolCall], tools_kwargs: Sequence[Mapping[str, Any] | None]

@@ -184,8 +184,10 @@ def resume_row(
     start = runs[-1][1] if runs else 0
     last = tok.decode(list(ids[start:]), skip_special_tokens=True)  # the prefix's last turn
     found = parser.find(last, {n: TOOLS.get(n) for n in tools.config.names})
-    # a call followed by more of the policy's text was not cut at (a trace, not a rollout): no call runs
-    pending = found.call if found is not None and not last[found.end :].strip() else None
+    # a call followed by more of the policy's text was not cut at (a trace, not a rollout), and a call
+    # the prefix ends inside is still being written (the continuation samples the rest): no call runs
+    complete = found is not None and found.complete and not last[found.end :].strip()
+    pending = found.call if found is not None and complete else None
     return TurnRow(
         list(prompt),
         sample,

@@ -25,9 +25,26 @@ _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos,
 _MAX_EXPONENT = 64
 """Largest power the calculator computes: 9**9**9 would take the worker's memory, not give an answer."""
 _MAX_DIGITS = 200
+"""Most digits of a result's numerator or denominator (1/7**64 repeated under ** grows only the latter)."""
+_MAX_BITS = 700
+"""A value with more bits than this has more than 200 digits (2**700 is about 5e210): a power whose
+base has ``b`` bits and whose exponent is ``e`` has at least ``(b - 1) * |e| + 1``, so it is refused
+before it is computed."""
 MAX_EXPRESSION_CHARS = 2000
 """Longest expression the calculator reads: a 100 KB one is refused before ``ast.parse`` (whose parser
 and the evaluation recurse once per nesting level), as ``bad_arguments``."""
+
+
+def _bits(x: Fraction) -> int:
+    return max(x.numerator.bit_length(), x.denominator.bit_length())
+
+
+def _small(x: Fraction) -> Fraction:
+    """``x``, or a ToolError when its numerator or its denominator has more than 200 digits (bits
+    first: ``str`` of a huge int is slow, and past Python's digit limit it raises)."""
+    if _bits(x) > _MAX_BITS or max(len(str(abs(x.numerator))), len(str(x.denominator))) > _MAX_DIGITS:
+        raise ToolError("bad_expression", f"result has more than {_MAX_DIGITS} digits")
+    return x
 
 
 def calculate(expression: str) -> Fraction:
@@ -57,13 +74,13 @@ def calculate(expression: str) -> Fraction:
             a, b = ev(node.left), ev(node.right)
             if isinstance(node.op, ast.Pow) and (b.denominator != 1 or abs(b) > _MAX_EXPONENT):
                 raise ToolError("bad_expression", f"exponent {b} is not an integer up to {_MAX_EXPONENT}")
+            if isinstance(node.op, ast.Pow) and (_bits(a) - 1) * abs(b) > _MAX_BITS:
+                raise ToolError("bad_expression", f"result has more than {_MAX_DIGITS} digits")
             try:
                 out = Fraction(_BINARY[type(node.op)](a, b))
             except ZeroDivisionError:
                 raise ToolError("bad_expression", "division by zero") from None
-            if len(str(out.numerator)) > _MAX_DIGITS:
-                raise ToolError("bad_expression", f"result has more than {_MAX_DIGITS} digits")
-            return out
+            return _small(out)
         if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
             return Fraction(_UNARY[type(node.op)](ev(node.operand)))
         raise ToolError("bad_expression", f"not arithmetic: {ast.dump(node)[:60]}")

@@ -20,8 +20,10 @@ import contextlib
 import io
 import json
 import re
+import signal
+import threading
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -165,10 +167,13 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ParsedCall:
-    """The first complete call in a text and the character offset just after it."""
+    """The first call in a text and the character offset just after it."""
 
     call: ToolCall
     end: int
+    complete: bool = True
+    """False when the text ends inside the call (no closing delimiter): in a sampled turn the policy
+    stopped there (an ``unparseable_call``), in a prefix it is still writing it (nothing to run)."""
 
 
 @dataclass(frozen=True)
@@ -220,8 +225,8 @@ MAX_JSON_DEPTH = 32
 before ``json.loads``, which would recurse once per level)."""
 
 
-def _unparseable(why: str, end: int) -> ParsedCall:
-    return ParsedCall(ToolCall("", None, why, "unparseable_call"), end)
+def _unparseable(why: str, end: int, *, complete: bool = True) -> ParsedCall:
+    return ParsedCall(ToolCall("", None, why, "unparseable_call"), end, complete)
 
 
 def _json_depth(text: str) -> int:
@@ -254,7 +259,7 @@ def _hermes_find(text: str, tools: Mapping[str, ToolSpec]) -> ParsedCall | None:
     body_at = start + len("<tool_call>")
     close = text.find("</tool_call>", body_at)
     if close < 0:
-        return _unparseable("the call has no </tool_call>", len(text))
+        return _unparseable("the call has no </tool_call>", len(text), complete=False)
     end = close + len("</tool_call>")
     body = text[body_at:close]
     if len(body) > MAX_CALL_CHARS:
@@ -318,7 +323,7 @@ def _fenced_find(text: str, tools: Mapping[str, ToolSpec]) -> ParsedCall | None:
     close = text.find("\n```", m.end())
     if close < 0:
         if name in tools:  # a tool's block the policy never closed
-            return _unparseable(f"the {name} block has no closing ```", len(text))
+            return _unparseable(f"the {name} block has no closing ```", len(text), complete=False)
         return None
     end = close + len("\n```")
     body = text[m.end() : close]
@@ -348,10 +353,13 @@ _CHAT_MARKUP = re.compile(r"<(?=\|)|<(?=/?s>)")
 
 def _break(markup: str) -> str:
     """``markup`` written so that no convention or template reads it as structure: an opening ``<``
-    as ``&lt;`` (``&lt;/tool_response>``), a code fence's backticks as quotes."""
+    as ``&lt;`` (``&lt;/tool_response>``), a code fence's backticks as quotes, any other first
+    character as its HTML character reference (``[TOOL_CALLS]`` as ``&#91;TOOL_CALLS]``)."""
     if markup.startswith("<"):
         return "&lt;" + markup[1:]
-    return markup.replace("`", "'")
+    if "`" in markup:
+        return markup.replace("`", "'")
+    return f"&#{ord(markup[0])};{markup[1:]}"
 
 
 def neutralise(text: str, *, markup: Sequence[str] = ()) -> str:
@@ -361,7 +369,11 @@ def neutralise(text: str, *, markup: Sequence[str] = ()) -> str:
     a turn. Idempotent, and text without markup is unchanged."""
     found = {m for name in PARSERS.names() for m in PARSERS.get(name).markup} | {m for m in markup if m}
     for m in sorted(found, key=len, reverse=True):
-        if m in text:
+        # again until none is left: ">>>" in ">>>>>" overlaps itself, and one pass leaves ">>>" behind
+        # (each pass rewrites one of the markup's characters, so the passes are bounded)
+        for _ in range(len(text)):
+            if m not in text:
+                break
             text = text.replace(m, _break(m))
     text = re.sub(r"`{3,}", lambda g: "'" * len(g.group()), text)  # any longer fence too
     return _CHAT_MARKUP.sub("&lt;", text)
@@ -385,7 +397,8 @@ class _CappedText(io.TextIOBase):
 
 
 def _as_text(value: Any) -> tuple[str, bool]:
-    """(text, was the value invalid UTF-8)."""
+    """(text, was the value invalid UTF-8). Raises what a value's own ``__str__`` (or ``json.dumps``,
+    or an int past Python's digit limit) raises: the caller makes that a ``raised`` observation."""
     if isinstance(value, bytes | bytearray):
         try:
             return bytes(value).decode("utf-8"), False
@@ -396,6 +409,7 @@ def _as_text(value: Any) -> tuple[str, bool]:
             value = json.dumps(value)
         except (TypeError, ValueError):
             value = str(value)
+    value = str.__str__(value)  # the exact characters: a str subclass's overrides are never called
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: a str that is not valid UTF-8
@@ -498,27 +512,82 @@ def _execute(
     extra = dict((tools_kwargs or {}).get(call.name, {}) or {})
     if spec.uses_sandbox:
         extra["sandbox"] = sandbox
+    with _user_interrupts() as interrupted:
+        try:
+            return _run(spec, call.arguments, extra, max_chars)
+        except BaseException as e:  # SystemExit, GeneratorExit, a result whose __str__ raises, ...
+            if isinstance(e, KeyboardInterrupt) and interrupted:
+                raise  # the user's Ctrl-C, not the tool's: the run stops
+            return Observation(_keep_end(f"error: {_describe(e)}", max_chars)[0], "raised")
+
+
+@contextlib.contextmanager
+def _user_interrupts() -> Iterator[list[bool]]:
+    """A list that becomes non-empty when SIGINT arrives while the block runs (in the main thread,
+    where Python delivers it): a KeyboardInterrupt the tool raises itself is its error, the user's
+    Ctrl-C still stops the run. Elsewhere (a worker thread) no signal can raise one."""
+    seen: list[bool] = []
+    main = threading.current_thread() is threading.main_thread()
+    prev = signal.getsignal(signal.SIGINT) if main else None
+    if not callable(prev):
+        yield seen
+        return
+    previous: Callable[[int, Any], Any] = prev
+
+    def note(signum: int, frame: Any) -> Any:
+        seen.append(True)
+        return previous(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _message(e: BaseException) -> str:
+    """An exception's message, even when its own ``__str__`` raises."""
+    try:
+        return str(e)
+    except BaseException:
+        return "(its message cannot be shown)"
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {_message(e)}"
+
+
+def _run(
+    spec: ToolSpec, arguments: Mapping[str, Any], extra: Mapping[str, Any], max_chars: int
+) -> Observation:
+    """Run the tool's function and make its result (or the error it raised) an observation."""
     # printed output is kept only up to the limit: a tool that prints megabytes costs no memory
     out = _CappedText(max_chars + 1)
     try:
         with contextlib.redirect_stdout(out):
-            value = spec.fn(**call.arguments, **extra)
+            value = spec.fn(**arguments, **extra)
     except ToolError as e:
-        return Observation((_keep_end if e.keep_end else _cut)(f"error: {e}", max_chars)[0], e.kind)
+        shorten = _keep_end if e.keep_end else _cut
+        return Observation(shorten(f"error: {_message(e)}", max_chars)[0], e.kind)
     except TypeError as e:  # wrong or missing argument names
-        return Observation(_cut(f"error: bad arguments: {e}", max_chars)[0], "bad_arguments")
+        return Observation(_cut(f"error: bad arguments: {_message(e)}", max_chars)[0], "bad_arguments")
     except RecursionError:
         return Observation("error: bad arguments: nested too deeply", "bad_arguments")
     except Exception as e:
-        return Observation(_keep_end(f"error: {type(e).__name__}: {e}", max_chars)[0], "raised")
-    if value is None:
-        text, bad = "".join(out.parts), False
-        text, cut = _cut(text, max_chars) if not out.dropped else (text[:max_chars] + "...[cut]", True)
-    else:
-        text, bad = _as_text(value)
-        if bad:  # said plainly, in characters every vocabulary has
-            text = "error: the result is not valid UTF-8 (? marks the bad bytes): " + text.replace(
-                "\ufffd", "?"
-            )
-        text, cut = _cut(text, max_chars)
+        return Observation(_keep_end(f"error: {_describe(e)}", max_chars)[0], "raised")
+    try:
+        if value is None:  # what it printed (a lone surrogate in it is invalid UTF-8 too)
+            printed, bad = _as_text("".join(out.parts))
+            text, cut = (printed, False) if not out.dropped else (printed[:max_chars] + "...[cut]", True)
+        else:
+            text, bad = _as_text(value)
+            cut = False
+    except Exception as e:
+        why = f"error: the result cannot be shown as text ({_describe(e)})"
+        return Observation(_keep_end(why, max_chars)[0], "raised")
+    if bad:  # said plainly, in characters every vocabulary has
+        text = "error: the result is not valid UTF-8 (? marks the bad bytes): " + text.replace("\ufffd", "?")
+    if bad or not cut:
+        text, more = _cut(text, max_chars)
+        cut = cut or more
     return Observation(text, "invalid_utf8" if bad else "", cut)
