@@ -145,8 +145,9 @@ def loopback_judge() -> Iterator[Callable[[Reply], LoopbackJudge]]:
 @pytest.fixture
 def tools_smoke() -> list[str]:
     """Overrides that run ``--preset tools`` at smoke size through the CLI: a 1-layer model, 64 training
-    problems, 2 SFT steps."""
+    problems, 2 SFT steps, rewards scored in threads (as :data:`TINY_TRAIN`'s)."""
     return [
+        "reward.agent.backend=thread",
         "model.tiny.hidden_size=32",
         "model.tiny.num_layers=1",
         "model.tiny.num_heads=2",
