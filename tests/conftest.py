@@ -78,6 +78,11 @@ TINY_TRAIN = (
     "trainer.threads=1",
     "trainer.progress=false",
     "trainer.tensorboard=false",
+    # rewards in this process's threads, as tests/trainer/test_composition.py's runs score them: the
+    # default process pool starts its workers anew in every run, which cost more than the run's
+    # training here (profiled under load). The pool has its own tests (tests/reward/test_agent*.py), and
+    # the runs through a subprocess (tests/cli/test_train.py) use the default
+    "reward.agent.backend=thread",
 )
 """Overrides of a training run small enough for a test (seconds per step); a later override of the same
 key wins, so a test appends what it changes."""
@@ -140,8 +145,9 @@ def loopback_judge() -> Iterator[Callable[[Reply], LoopbackJudge]]:
 @pytest.fixture
 def tools_smoke() -> list[str]:
     """Overrides that run ``--preset tools`` at smoke size through the CLI: a 1-layer model, 64 training
-    problems, 2 SFT steps."""
+    problems, 2 SFT steps, rewards scored in threads (as :data:`TINY_TRAIN`'s)."""
     return [
+        "reward.agent.backend=thread",
         "model.tiny.hidden_size=32",
         "model.tiny.num_layers=1",
         "model.tiny.num_heads=2",
@@ -199,3 +205,15 @@ def tool_generate() -> ToolGenerate:
         return tools_rollout(model, tok, request)
 
     return generate
+
+
+@pytest.fixture(autouse=True)
+def _curves_figure_left_to_its_own_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training runs inside the test process skip drawing ``curves.png``: matplotlib's layout of the
+    figure took longer than a tiny run's whole training (about 3 s of a 4-5 s run, profiled under
+    load), and some hundred runs draw it. The figure has tests of its own: its panels in
+    tests/cli/test_run_report.py (``plot_curves`` called directly) and the file a real run writes in
+    tests/cli/test_train.py (``stepcredit train`` in a subprocess, where this patch does not reach)."""
+    from stepcredit.trainer import loop
+
+    monkeypatch.setattr(loop, "plot_curves", lambda run_dir, **kw: None)

@@ -253,6 +253,7 @@ def test_greedy_continuation_trains_through_the_cli_and_composes(tmp_path: Any) 
     out = tmp_path / "run"
     argv = ["train", "--preset", "smoke", "--out", str(out), "trainer.steps=2", "trainer.threads=1"]
     argv += ["trainer.val_every=0", "trainer.save_every=0", "sft.steps=2", "rollout.max_new_tokens=24"]
+    argv += ["reward.agent.backend=thread"]  # as tests/conftest.py's TINY_TRAIN: no worker pool per run
     argv += ["process.enabled=true", "process.value_estimator=greedy_continuation", "process.mc_prefixes=0"]
     argv += ["process.mc_max_new_tokens=8", "process.min_episode_tokens=1", "process.credit=blame"]
     argv += ["process.step_cost=0.05", "process.step_cost_as=outcome", "algorithm.advantage=grpo_vineppo"]

@@ -6,30 +6,25 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stepcredit.config import ArithConfig, ModelConfig, TinyModelConfig
-from stepcredit.data import row_to_sample
-from stepcredit.data.arith import make_rows
-from stepcredit.models import load_policy
 from stepcredit.rollout import left_pad, render_prompts
 from stepcredit.rollout import sampling as decode_mod
 from stepcredit.rollout.sampling import decode, sample_next
 
-SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
+# the fixtures decode_policy (a fresh small policy, seed 1), prompt_batch (arithmetic prompts of
+# different lengths, left-padded), samples and prefill_widths: tests/rollout/conftest.py
 
 
 @pytest.mark.parametrize("compact", [0.125, 1.0])
 def test_greedy_equals_generate_with_rows_finishing_early(
-    compact: float, monkeypatch: pytest.MonkeyPatch
+    compact: float, decode_policy, prompt_batch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(decode_mod, "COMPACT_FRACTION", compact)
-    model, tok = load_policy(SMALL, seed=1)
-    model.eval()
+    model, tok = decode_policy
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():  # larger weights than at init, so that greedy outputs depend on the prompt
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    rows = make_rows(ArithConfig(max_steps=5), 12, seed=0, split="train")  # prompts of different lengths
-    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+    ids, mask = prompt_batch(tok, 12)  # prompts of different lengths
     free = decode(model, ids, mask, max_new_tokens=16, eos_token_id=-1, pad_token_id=0, temperature=0)
     # as "eos" take a token that the greedy rows reach at different steps, or never: rows then end
     # at different times and the loop drops them as they finish
@@ -69,13 +64,13 @@ def test_nucleus_sampling_keeps_the_top_mass() -> None:
     assert set(sample_next(logits, temperature=1.0, top_p=1.0).tolist()) == {0, 1, 2, 3}
 
 
-def test_shared_prompts_are_run_once_with_the_same_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shared_prompts_are_run_once_with_the_same_samples(
+    decode_policy, prompt_batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A GRPO batch (each prompt repeated n times) prefills each distinct prompt once and copies its
     cache to the rows: same seed, the same sampled tokens as prefilling every row's own copy."""
-    model, tok = load_policy(SMALL, seed=1)
-    model.eval()
-    rows = make_rows(ArithConfig(max_steps=5), 4, seed=0, split="train")
-    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+    model, tok = decode_policy
+    ids, mask = prompt_batch(tok, 4)
     ids, mask = ids.repeat_interleave(3, dim=0), mask.repeat_interleave(3, dim=0)
     prefill_rows: list[int] = []
     forward = type(model).forward
@@ -96,13 +91,13 @@ def test_shared_prompts_are_run_once_with_the_same_samples(monkeypatch: pytest.M
     assert torch.equal(outs[0], outs[1])
 
 
-def test_preallocated_cache_gives_the_same_samples_as_concatenation(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_preallocated_cache_gives_the_same_samples_as_concatenation(
+    decode_policy, prompt_batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The decode's keys and values written in place into one buffer per layer (rows dropped as they
     finish): same seed, the same sampled tokens as transformers' concatenating ``DynamicLayer``."""
-    model, tok = load_policy(SMALL, seed=1)
-    model.eval()
-    rows = make_rows(ArithConfig(max_steps=5), 6, seed=0, split="train")
-    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+    model, tok = decode_policy
+    ids, mask = prompt_batch(tok, 6)
     eos = int(tok.convert_tokens_to_ids("1"))  # a common token: rows finish at different steps
     outs = []
     for prealloc in (True, False):
@@ -123,11 +118,11 @@ def test_buffer_layer_refuses_more_tokens_than_its_capacity() -> None:
         layer.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
 
 
-def test_the_fast_llama_step_draws_the_same_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
-    model, tok = load_policy(SMALL, seed=1)
-    model.eval()
-    rows = make_rows(ArithConfig(max_steps=5), 6, seed=0, split="train")
-    ids, mask = left_pad(render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)]), 0)
+def test_the_fast_llama_step_draws_the_same_tokens(
+    decode_policy, prompt_batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, tok = decode_policy
+    ids, mask = prompt_batch(tok, 6)
     used: list[int] = []
     real = decode_mod.fast_step
     monkeypatch.setattr(decode_mod, "fast_step", lambda m: used.append(1) or real(m))
@@ -141,27 +136,19 @@ def test_the_fast_llama_step_draws_the_same_tokens(monkeypatch: pytest.MonkeyPat
     assert torch.equal(outs[0], outs[1])
 
 
-def test_bucketed_prefill_of_ragged_contexts_draws_the_same_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bucketed_prefill_of_ragged_contexts_draws_the_same_tokens(
+    decode_policy, samples, prefill_widths, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Contexts of very different lengths (a tree's prompt + prefix continuations) are prefilled in
     buckets of similar length: the same sampled and greedy tokens as one padded prefill, and the
     buckets really ran (each pass only as wide as its longest context)."""
-    model, tok = load_policy(SMALL, seed=1)
-    model.eval()
-    rows = make_rows(ArithConfig(max_steps=5), 12, seed=0, split="train")
-    prompts = render_prompts(tok, [row_to_sample(r, f"t:{i}") for i, r in enumerate(rows)])
+    model, tok = decode_policy
+    prompts = render_prompts(tok, samples(12, max_steps=5))
     # the first 20, 30, ..., 130 tokens of each prompt: widths far apart, padding well over a quarter
     contexts = [(p * 2)[: 20 + 10 * i] for i, p in enumerate(prompts)]
     ids, mask = left_pad(contexts, 0)
     assert float(mask.sum()) < (1 - decode_mod.BUCKET_PAD_SHARE) * mask.numel()
-    widths: list[int] = []
-    forward = type(model).forward
-
-    def spy(self, *args, **kw):  # type: ignore[no-untyped-def]
-        if kw.get("input_ids") is not None and kw["input_ids"].shape[1] > 1:
-            widths.append(int(kw["input_ids"].shape[1]))
-        return forward(self, *args, **kw)
-
-    monkeypatch.setattr(type(model), "forward", spy)
+    widths = prefill_widths(model)
     outs = []
     for bucketed in (True, False):
         if not bucketed:

@@ -9,17 +9,7 @@ import functools
 import pytest
 import torch
 
-from stepcredit.config import (
-    ArithConfig,
-    ModelConfig,
-    ProcessConfig,
-    RolloutConfig,
-    TinyModelConfig,
-    TreeConfig,
-)
-from stepcredit.data import row_to_sample
-from stepcredit.data.arith import make_rows
-from stepcredit.models import load_policy
+from stepcredit.config import ProcessConfig, RolloutConfig, TreeConfig
 from stepcredit.process import segment_episodes
 from stepcredit.rollout import ROLLOUT_MODES, RolloutRequest, render_prompts
 from stepcredit.rollout import prefix_kv as prefix_mod
@@ -27,41 +17,13 @@ from stepcredit.rollout import sampling as decode_mod
 from stepcredit.rollout.engines import SamplingSpec
 from stepcredit.rollout.engines.hf import HF_ENGINE
 
-SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
-
-
-@pytest.fixture(scope="module")
-def policy() -> tuple[object, object]:
-    model, tok = load_policy(SMALL, seed=0)
-    with torch.no_grad():  # stop now and then: rows finish at different steps (compaction runs)
-        model.lm_head.weight[tok.eos_token_id] += 0.2
-    model.eval()
-    return model, tok
-
-
-def samples(k: int) -> list:
-    return [
-        row_to_sample(r, f"t:{i}") for i, r in enumerate(make_rows(ArithConfig(), k, seed=0, split="train"))
-    ]
-
-
-def forward_widths(monkeypatch: pytest.MonkeyPatch, model: object) -> list[int]:
-    """The input widths of the model's forward passes over more than one token (prefills) from now on."""
-    widths: list[int] = []
-    forward = type(model).forward
-
-    def spy(self, *args, **kw):  # type: ignore[no-untyped-def]
-        if kw.get("input_ids") is not None and kw["input_ids"].shape[1] > 1:
-            widths.append(int(kw["input_ids"].shape[1]))
-        return forward(self, *args, **kw)
-
-    monkeypatch.setattr(type(model), "forward", spy)
-    return widths
+# the fixtures policy (rows finish at different steps: compaction runs), samples and prefill_widths:
+# tests/rollout/conftest.py
 
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_continuing_from_kept_keys_and_values_draws_what_a_prefill_draws(
-    policy, monkeypatch: pytest.MonkeyPatch, fast: bool
+    policy, samples, prefill_widths, monkeypatch: pytest.MonkeyPatch, fast: bool
 ) -> None:
     model, tok = policy
     if not fast:  # the model's own forward over the kept cache, not the lean Llama step
@@ -77,7 +39,7 @@ def test_continuing_from_kept_keys_and_values_draws_what_a_prefill_draws(
     contexts = [
         p + c.ids[: i % max(1, len(c.ids))] for i, (p, c) in enumerate(zip(prompts, parents, strict=True))
     ]
-    widths = forward_widths(monkeypatch, model)
+    widths = prefill_widths(model)
     for temperature in (1.0, 0.0):
         spec = SamplingSpec(max_tokens=12, temperature=temperature, entropy=True)
         torch.manual_seed(5)
@@ -91,13 +53,13 @@ def test_continuing_from_kept_keys_and_values_draws_what_a_prefill_draws(
             assert a.entropy == pytest.approx(b.entropy, abs=1e-5)
 
 
-def test_nothing_is_kept_unless_asked(policy) -> None:
+def test_nothing_is_kept_unless_asked(policy, samples) -> None:
     model, tok = policy
     comps = HF_ENGINE.sample(model, tok, render_prompts(tok, samples(2)), SamplingSpec(max_tokens=4))
     assert all(c.kv is None for c in comps)
 
 
-def test_a_prefix_longer_than_the_kept_row_is_refused(policy) -> None:
+def test_a_prefix_longer_than_the_kept_row_is_refused(policy, samples) -> None:
     model, tok = policy
     prompts = render_prompts(tok, samples(1))
     parent = HF_ENGINE.sample(model, tok, prompts, SamplingSpec(max_tokens=4, keep_kv=True))[0]
@@ -108,7 +70,12 @@ def test_a_prefix_longer_than_the_kept_row_is_refused(policy) -> None:
 
 @pytest.mark.parametrize(("branching", "branch_at"), [((2, 2, 2), "episode"), ((2, 4), "entropy")])
 def test_a_tree_grown_from_kept_prefixes_is_the_tree_grown_with_prefills(
-    policy, monkeypatch: pytest.MonkeyPatch, branching: tuple[int, ...], branch_at: str
+    policy,
+    samples,
+    prefill_widths,
+    monkeypatch: pytest.MonkeyPatch,
+    branching: tuple[int, ...],
+    branch_at: str,
 ) -> None:
     """The rewritten tree construction against the one it replaces (every level prefilled): the same
     leaves, segments and counters under the same seed; only the first level (the prompts) is prefilled."""
@@ -120,7 +87,7 @@ def test_a_tree_grown_from_kept_prefixes_is_the_tree_grown_with_prefills(
         n=n, max_new_tokens=24, mode="tree", tree=TreeConfig(branching=branching, branch_at=branch_at)
     )
     seg = functools.partial(segment_episodes, tokenizer=tok, cfg=ProcessConfig(min_episode_tokens=1))
-    widths = forward_widths(monkeypatch, model)
+    widths = prefill_widths(model)
     out = []
     for reuse in (True, False):
         if not reuse:  # the engine keeps nothing: every level prefills prompt + prefix as before

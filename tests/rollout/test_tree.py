@@ -9,50 +9,35 @@ from dataclasses import replace
 import pytest
 import torch
 
-from stepcredit.config import (
-    ArithConfig,
-    ModelConfig,
-    ProcessConfig,
-    RolloutConfig,
-    TinyModelConfig,
-    TreeConfig,
-)
-from stepcredit.data import row_to_sample
-from stepcredit.data.arith import make_rows
-from stepcredit.models import load_policy, token_logprobs
+from stepcredit.config import ProcessConfig, RolloutConfig, TreeConfig
+from stepcredit.models import token_logprobs
 from stepcredit.process import segment_episodes, tree_values
 from stepcredit.rollout import ROLLOUT_MODES, RolloutRequest, generate
 from stepcredit.rollout.tree import BRANCH_RULES, BranchContext, Leaf, leaf_segments
 
-SMALL = ModelConfig(tiny=TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64))
 
-
-@pytest.fixture(scope="module")
-def policy() -> tuple[object, object]:
-    model, tok = load_policy(SMALL, seed=0)
-    with torch.no_grad():  # stop now and then, so leaves differ in length and some are truncated
-        model.lm_head.weight[tok.eos_token_id] += 0.2
-    return model, tok
-
-
-def samples(k: int = 3) -> list:
-    return [
-        row_to_sample(r, f"t:{i}") for i, r in enumerate(make_rows(ArithConfig(), k, seed=0, split="train"))
-    ]
-
-
-def rollout(model, tok, cfg: RolloutConfig, *, with_logprobs: bool = True):
+@pytest.fixture
+def rollout(policy, samples):
+    """``rollout(cfg)``: the policy's rollout of 3 arithmetic prompts (groups 5, 6, 7) in ``cfg.mode``
+    (the policy and samples fixtures: tests/rollout/conftest.py)."""
+    model, tok = policy
     seg = functools.partial(segment_episodes, tokenizer=tok, cfg=ProcessConfig(min_episode_tokens=1))
-    request = RolloutRequest(samples(), cfg, seg, group_offset=5, with_logprobs=with_logprobs)
-    return ROLLOUT_MODES.get(cfg.mode).fn(model, tok, request)
+
+    def run(cfg: RolloutConfig, *, with_logprobs: bool = True):
+        request = RolloutRequest(samples(3), cfg, seg, group_offset=5, with_logprobs=with_logprobs)
+        return ROLLOUT_MODES.get(cfg.mode).fn(model, tok, request)
+
+    return run
 
 
 @pytest.mark.parametrize("branch_at", ["episode", "entropy"])
-def test_a_tree_is_a_group_of_n_complete_leaves_that_share_their_prefixes(policy, branch_at: str) -> None:
+def test_a_tree_is_a_group_of_n_complete_leaves_that_share_their_prefixes(
+    policy, rollout, branch_at: str
+) -> None:
     model, tok = policy
     cfg = RolloutConfig(n=8, max_new_tokens=24, mode="tree", tree=TreeConfig(branch_at=branch_at))
     torch.manual_seed(0)
-    b, stats = rollout(model, tok, cfg)
+    b, stats = rollout(cfg)
     assert cfg.branching() == (2, 2, 2)
     assert len(b) == 24 and b.group_B.tolist() == [5] * 8 + [6] * 8 + [7] * 8
     assert b.tree_ends is not None and b.tree_nodes is not None
@@ -85,13 +70,12 @@ def test_a_tree_is_a_group_of_n_complete_leaves_that_share_their_prefixes(policy
 
 
 @pytest.mark.parametrize("branching", [(4,), (4, 1, 1)])
-def test_a_tree_with_one_branch_per_node_is_a_flat_group(policy, branching: tuple[int, ...]) -> None:
-    model, tok = policy
+def test_a_tree_with_one_branch_per_node_is_a_flat_group(rollout, branching: tuple[int, ...]) -> None:
     cfg = RolloutConfig(n=4, max_new_tokens=16, mode="tree", tree=TreeConfig(branching=branching))
     torch.manual_seed(3)
-    tree, _ = rollout(model, tok, cfg)
+    tree, _ = rollout(cfg)
     torch.manual_seed(3)
-    flat, _ = rollout(model, tok, replace(cfg, mode="flat"))
+    flat, _ = rollout(replace(cfg, mode="flat"))
     assert tree.texts == flat.texts
     assert torch.equal(tree.response_ids_BT, flat.response_ids_BT)
     assert torch.allclose(tree.behaviour_logp_BT, flat.behaviour_logp_BT)
@@ -116,13 +100,12 @@ def test_node_values_are_the_means_of_the_leaves_below() -> None:
     assert v == [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
 
 
-def test_tree_values_of_a_real_tree_equal_brute_force_leaf_means(policy) -> None:
+def test_tree_values_of_a_real_tree_equal_brute_force_leaf_means(rollout) -> None:
     """With a deterministic verifier (reward 1 for an even number of tokens), every node's value equals
     the mean reward of the leaves whose responses start with the node's prefix and pass through it."""
-    model, tok = policy
     cfg = RolloutConfig(n=8, max_new_tokens=24, mode="tree", tree=TreeConfig(branching=(2, 4)))
     torch.manual_seed(1)
-    b, _ = rollout(model, tok, cfg, with_logprobs=False)
+    b, _ = rollout(cfg, with_logprobs=False)
     lens = b.response_mask_BT.sum(1).tolist()
     score = [float(n % 2 == 0) for n in lens]
     values = tree_values(b.group_B.tolist(), b.tree_nodes, score, [True] * len(b))
@@ -168,18 +151,17 @@ def test_leaf_segments_count_a_repeated_point_once() -> None:
     assert leaf_segments(leaf) == ([2, 5, 9], [0, 1, 5])  # the shallowest node at a point; own end last
 
 
-def test_tree_log_probs_carry_no_graph(policy) -> None:
-    model, tok = policy
-    b, _ = rollout(model, tok, RolloutConfig(n=4, max_new_tokens=8, mode="tree"))
+def test_tree_log_probs_carry_no_graph(rollout) -> None:
+    b, _ = rollout(RolloutConfig(n=4, max_new_tokens=8, mode="tree"))
     assert b.behaviour_logp_BT is not None and not b.behaviour_logp_BT.requires_grad
 
 
-def test_generate_and_the_flat_mode_agree(policy) -> None:
+def test_generate_and_the_flat_mode_agree(policy, rollout, samples) -> None:
     model, tok = policy
     torch.manual_seed(2)
-    a = generate(model, tok, samples(), n=2, max_new_tokens=12, group_offset=5)
+    a = generate(model, tok, samples(3), n=2, max_new_tokens=12, group_offset=5)
     torch.manual_seed(2)
-    b, stats = rollout(model, tok, RolloutConfig(n=2, max_new_tokens=12))
+    b, stats = rollout(RolloutConfig(n=2, max_new_tokens=12))
     assert a.texts == b.texts and b.tree_nodes is None
     assert (
         stats["rollout/generated_tokens"]

@@ -35,10 +35,11 @@ SMALL_RUN = [
     "sft.batch_size=8", "rollout.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=16",
     "optim.lr=0.001", "optim.warmup_steps=0", "trainer.steps=2", "trainer.val_every=0",
     "trainer.save_every=0", "trainer.progress=false", "trainer.tensorboard=false", "model.lora.rank=8",
-    "rollout.decode_compile=default",
+    "rollout.decode_compile=default", "reward.agent.backend=thread",
 ]  # fmt: skip
 """``stepcredit train`` overrides of a 2-step run with LoRA adapters and the compiled decode step (small
-batches: each batch shape the static step meets is one compilation)."""
+batches: each batch shape the static step meets is one compilation). Rewards are scored in threads, as in
+tests/trainer/test_composition.py: a process pool would start its workers anew in every run."""
 
 TOOLS_RUN = [
     "rollout.mode=tools", "data.task=arith_tools", f"rollout.tools.parser={TOY_PARSER}",

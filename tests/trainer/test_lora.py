@@ -33,6 +33,9 @@ FAST = [
     "model.tiny.num_heads=1",
     "model.tiny.intermediate_size=64",
     "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]",
+    # rewards in threads: the default process pool starts its workers anew in every run (the pool has
+    # its own tests; tests/cli/test_train.py runs the smoke preset with it through a subprocess)
+    "reward.agent.backend=thread",
 ]
 # optim.lr 1e-3: adapters need a larger step than full fine-tuning's (at smoke's 4e-6 they barely move)
 LORA = ["model.lora.rank=8", "optim.lr=1e-3"]
