@@ -16,8 +16,14 @@ into the README or the docs only from a run that says ``"valid": true``.
 environment (:data:`RUN_ENV`, set by :class:`Monitor` and inherited by whatever it starts) or with the
 mark of the guard that started it (:data:`GUARD_ENV`). The marks are what recognise a process that
 left the tree: Ray's workers outlive ``ray.shutdown`` for a moment, re-parented to init, and would
-otherwise count as a foreign process in the next window. :func:`window` is the one reader of a window
-(the guard's too: it adds up the foreign processes' CPU).
+otherwise count as a foreign process in the next window. A mark alone does not settle a process that
+ends inside a window after leaving the tree (Ray's workers orphaned at ``ray.shutdown``): where init
+reaps it, its CPU time lands in no process a snapshot reads (the machine's total beyond ours held it);
+where init does not (this machine's), it is a zombie whose environment, mark included, can no longer be
+read, so it counted as foreign. :class:`OwnSampler`, a thread :class:`Monitor` runs, looks at the own
+processes every :data:`SAMPLE_S`: a process it saw as own stays own, and the CPU time of one that
+ended unseen is its last look's; :func:`window` counts both as own. :func:`window` is the one reader of a window (the guard's too: it adds up
+the foreign processes' CPU).
 
 Used by the scripts as::
 
@@ -35,6 +41,7 @@ import argparse
 import json
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,6 +58,9 @@ MIN_WINDOW_S = 0.5
 """Sides shorter than this are too short (CPU time counts in clock ticks) to judge a process busy in;
 the whole run's window still covers them."""
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+SAMPLE_S = 0.2
+"""How often :class:`OwnSampler` looks at the own processes (the CPU an own process uses between its
+last look and its end inside a window is the part of it still missed)."""
 
 
 RUN_ENV = "STEPCREDIT_BENCH_RUN"
@@ -151,13 +161,106 @@ def _machine_busy_s() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / _TICK
 
 
+def _stat(pid: int) -> tuple[int, float, int] | None:
+    """(parent pid, CPU seconds with its reaped children, start time in clock ticks), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    f = raw[raw.rindex(b")") + 2 :].split()
+    return int(f[1]), sum(int(x) for x in f[11:15]) / _TICK, int(f[19])
+
+
+class OwnSampler:
+    """A thread that looks at this run's own processes every ``interval_s`` (this process, its
+    descendants, the processes carrying one of ``marks``, and every process once seen as own) and
+    keeps, per process, its parent and CPU time at the last look: what :func:`window` counts as own
+    for a process that ended inside the window and that no own process reaped (its CPU time then lands
+    in no process a snapshot reads). A look reads only the new processes and the own ones, so it
+    costs the benchmark little."""
+
+    def __init__(self, marks: frozenset[bytes] = frozenset(), interval_s: float = SAMPLE_S) -> None:
+        self.marks = marks
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._known: dict[int, int] = {}  # pid -> start time, every process looked at (own or not)
+        self._own: set[tuple[int, int]] = set()  # (pid, start time) of the own processes
+        self.seen: dict[tuple[int, int], tuple[int, float, float]] = {}
+        """(pid, start time) -> (parent pid, CPU seconds, when: perf_counter) at the last look."""
+        self._stop = threading.Event()
+        self.look()
+        self._thread = threading.Thread(target=self._run, name="bench-own-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.look()
+
+    def look(self) -> None:
+        """Note the own processes now: new ones (read once) and the CPU time of every own one."""
+        now = time.perf_counter()
+        pids = {int(d) for d in os.listdir("/proc") if d.isdigit()} if os.path.isdir("/proc") else set()
+        with self._lock:
+            for gone in [p for p in self._known if p not in pids]:
+                del self._known[gone]
+            new = {}
+            for pid in pids - self._known.keys():
+                st = _stat(pid)
+                if st is not None:
+                    new[pid] = st
+            own_pids = {p for p, start in self._own if self._known.get(p) == start}
+            own_pids.add(os.getpid())
+            # parents start before their children: resolved in start order, a child of a new own
+            # process is own too
+            for pid, (ppid, cpu, start) in sorted(new.items(), key=lambda kv: kv[1][2]):
+                self._known[pid] = start
+                if pid in own_pids or ppid in own_pids or self.marks & _marks_of(pid, start):
+                    own_pids.add(pid)
+                    self._own.add((pid, start))
+                    self.seen[(pid, start)] = (ppid, cpu, now)
+            for pid, start in list(self._own):
+                if self._known.get(pid) != start or pid in new:
+                    continue
+                st = _stat(pid)
+                if st is not None and st[2] == start:
+                    self.seen[(pid, start)] = (st[0], st[1], now)
+
+    def own_keys(self) -> set[tuple[int, int]]:
+        """(pid, start time) of every process seen as own so far."""
+        with self._lock:
+            return set(self._own)
+
+    def last_seen(self) -> dict[tuple[int, int], tuple[int, float, float]]:
+        """A copy of :attr:`seen`."""
+        with self._lock:
+            return dict(self.seen)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+
 class Snapshot:
-    def __init__(self, roots: set[int] | None = None, marks: frozenset[bytes] = frozenset()) -> None:
+    def __init__(
+        self,
+        roots: set[int] | None = None,
+        marks: frozenset[bytes] = frozenset(),
+        sampler: OwnSampler | None = None,
+    ) -> None:
         self.t = time.perf_counter()
         self.load1 = _loadavg()
         self.machine_s = _machine_busy_s()
         self.table = _proc_table()
         self.own = _own(self.table, roots, marks)
+        # what the sampler saw: own processes that left the tree unmarked stay own, and the last CPU
+        # time of those that ended is known
+        self.seen: dict[tuple[int, int], tuple[int, float, float]] = {}
+        if sampler is not None:
+            sampler.look()
+            keys = sampler.own_keys()
+            self.own |= {pid for pid, row in self.table.items() if (pid, row[4]) in keys}
+            self.seen = sampler.last_seen()
 
 
 def window(a: Snapshot, b: Snapshot, busy_share: float) -> dict[str, Any]:
@@ -170,6 +273,7 @@ def window(a: Snapshot, b: Snapshot, busy_share: float) -> dict[str, Any]:
     # an own process's children it reaped in between are own too (a run's worker processes)
     own_s += sum(b.table[p][3] - a.table[p][3] for p in b.own if p in a.table and p != me)
     own_s += sum(b.table[p][3] for p in b.own if p not in a.table)  # children started in between
+    own_s += _ended_own_s(a, b)
     own_s = min(own_s, wall * (os.cpu_count() or 1))  # a child reaped in between counts twice
     busy: list[dict[str, Any]] = []
     foreign_s = 0.0
@@ -192,6 +296,21 @@ def window(a: Snapshot, b: Snapshot, busy_share: float) -> dict[str, Any]:
         "other_cores": round(max(0.0, (b.machine_s - a.machine_s - own_s) / wall), 3),
         "busy": busy,
     }
+
+
+def _ended_own_s(a: Snapshot, b: Snapshot) -> float:
+    """CPU seconds, within the window, of the own processes the sampler saw in it that ended before
+    ``b`` and that no own process still there reaped (last seen with a parent that is not one: init
+    after ``ray.shutdown``). Those an own process reaped are in its count of waited-for children."""
+    total = 0.0
+    for (pid, start), (ppid, cpu, when) in b.seen.items():
+        if when < a.t or (pid in b.table and b.table[pid][4] == start):
+            continue  # not seen in the window, or still running (counted from the table)
+        if ppid in b.own and ppid in b.table:
+            continue
+        before = a.table.get(pid)
+        total += cpu - before[3] if before is not None and before[4] == start else cpu
+    return total
 
 
 def own_pids(marks: frozenset[bytes]) -> set[int]:
@@ -231,6 +350,7 @@ class Monitor:
         busy_share: float = BUSY_SHARE,
         other_cores: float = OTHER_CORES,
         probe_s: float = PROBE_S,
+        sample_s: float = SAMPLE_S,
     ) -> None:
         self.busy_share = busy_share
         self.other_cores = other_cores
@@ -240,13 +360,15 @@ class Monitor:
         # what this run starts from now on (Ray's processes included) carries its mark; a guard's
         # other runs (their lingering processes) are own too
         self.marks = run_marks()
+        # own processes that end inside a window after leaving the tree still count as own
+        self.sampler = OwnSampler(self.marks, sample_s) if sample_s > 0 else None
         self.first = self.snapshot()
         if probe_s > 0:
             with self.side("probe (before the first side)"):
                 time.sleep(probe_s)
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(None, self.marks)
+        return Snapshot(None, self.marks, self.sampler)
 
     @contextmanager
     def side(self, name: str) -> Iterator[dict[str, Any]]:
@@ -320,8 +442,12 @@ class Monitor:
         }
 
     def finish(self, result: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-        """The benchmark's result with both sides' settings and the load record added."""
-        return {**result, "settings": settings, **self.record()}
+        """The benchmark's result with both sides' settings and the load record added (the sampler
+        stops)."""
+        out = {**result, "settings": settings, **self.record()}
+        if self.sampler is not None:
+            self.sampler.stop()
+        return out
 
 
 def spread(xs: list[float]) -> dict[str, float]:

@@ -85,6 +85,46 @@ def test_a_busy_process_beside_the_benchmark_makes_it_invalid() -> None:
     assert out["a_loops"]["n"] == 2 and out["a_loops"]["min"] <= out["a_loops"]["median"]
 
 
+def test_an_own_process_that_ends_outside_the_tree_is_own_cpu_not_the_machines() -> None:
+    """A process the run started that leaves its tree and ends inside a side without a mark the side's
+    end can read (as Ray's workers orphaned at ray.shutdown: a zombie whose environment is gone, or
+    reaped by init): the sampler saw it as own, so its CPU time counts as the benchmark's own."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _harness  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(BENCH))
+    mon = _harness.Monitor(probe_s=0, sample_s=0.05)
+    unmarked = {k: v for k, v in os.environ.items() if not k.startswith("STEPCREDIT_BENCH_")}
+    spin = "import time\nwhile time.process_time() < 0.6: pass"  # 0.6 s of CPU, however slow the machine
+    assert mon.sampler is not None
+    try:
+        with mon.side("orphan") as rec:
+            # through a shell that exits once the sampler has seen its child: the spinner is then
+            # nobody's child here any more
+            shell = subprocess.Popen(
+                ["sh", "-c", f'{sys.executable} -c "$SPIN" >/dev/null 2>&1 & echo $!; read x'],
+                env={**unmarked, "SPIN": spin},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert shell.stdout is not None and shell.stdin is not None
+            orphan = int(shell.stdout.readline())
+            mon.sampler.look()  # what the sampling thread does every sample_s
+            shell.stdin.close()
+            shell.wait()
+            end = time.monotonic() + 120
+            while not _harness._zombie(orphan) and time.monotonic() < end:  # gone, or a zombie
+                time.sleep(0.05)
+    finally:
+        mon.sampler.stop()
+    assert _harness._zombie(orphan), "the spinner did not end"
+    # the spinner's 0.6 s less at most one sampling interval's worth; without the sampler ~0
+    assert rec["own_cores"] * rec["wall_s"] >= 0.4, rec
+    assert orphan not in {b["pid"] for b in rec["busy"]}
+
+
 def test_a_script_run_carries_the_load_record_both_settings_and_spread() -> None:
     cmd = [sys.executable, str(BENCH / "rollout.py"), "--json", "--prompts", "2", "--n", "2"]
     cmd += ["--new-tokens", "4", "--repeats", "1", "--threads", "1"]
