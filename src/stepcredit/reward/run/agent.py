@@ -78,7 +78,7 @@ from stepcredit.reward.run.backends import (
     check_config,
 )
 from stepcredit.reward.run.chunks import Outcome, failures
-from stepcredit.reward.run.routing import Router, build_router, call_args
+from stepcredit.reward.run.routing import Router, build_router, call_args_of
 from stepcredit.reward.run.tickets import LATENCY_WINDOW, Counters, Flight, Ticket, Unit, settle
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
@@ -91,6 +91,11 @@ PROBE_CHUNK = 4
 """Chunk size for a function whose per-sample time has not been measured yet."""
 EMA = 0.3
 """Weight of the newest chunk in the running per-sample time of a function."""
+
+
+def _all_ok(results: list[RewardResult | None], late_s: float) -> bool:
+    """Every item ran to an ``ok`` result within ``late_s``."""
+    return all(r is not None and r.status is _OK and r.latency_s <= late_s for r in results)
 
 
 class RewardBackendError(UserError):
@@ -315,7 +320,7 @@ class RewardAgent:
                 items = [(t.samples[i], t.texts[i]) for i in idx]
                 timeout = self.cfg.agent.deadline_s  # scorers enforce their own per-sample timeouts
             else:
-                items = [call_args(t.samples[i], t.texts[i]) for i in idx]
+                items = call_args_of(t.samples, t.texts, idx)
                 timeout = self.timeout_s
             kwargs = dict(unit.route.kwargs)
             job = Job(key, entry, items, kwargs, unit.fixed, timeout, entry.name, scorer=unit.scorer)
@@ -364,6 +369,13 @@ class RewardAgent:
             self._requeue_locked(Unit(t, unit.route, list(flight.idx), local=unit.local, solo=True))
             return [], []
         died = set(outcome.died)
+        results = outcome.results
+        late_s = math.inf if unit.scorer else self.timeout_s  # scorers enforce their own timeouts
+        if not died and not t.reran and _all_ok(results, late_s):
+            # the common answer: every item ran to an ok result in time, none was ever re-run in this
+            # batch (so none has attempts to note): all final as they are
+            self._stats.note_all(results)  # type: ignore[arg-type]
+            return flight.idx, results  # type: ignore[return-value]
         if died:
             self._stats.count["worker_deaths"] += 1
         if not unit.route.entry.reruns:
@@ -374,14 +386,14 @@ class RewardAgent:
         again: list[int] = []
         retry: list[int] = []
         noted: list[RewardResult] = []
-        results, attempts, resubs = outcome.results, t.attempts, t.resubmits
-        late_s = math.inf if unit.scorer else self.timeout_s  # scorers enforce their own timeouts
+        attempts, resubs = t.attempts, t.resubmits
         for pos, i in enumerate(flight.idx):
             r = results[pos]
             if r is not None and r.latency_s > late_s and r.status == _OK:
                 r = self._late(r, unit)
             if died and pos in died and resubs[i] < resubmits:
                 resubs[i] += 1
+                t.reran = True
                 self._stats.count["resubmits"] += 1
                 again.append(i)
             elif r is None:
@@ -389,6 +401,7 @@ class RewardAgent:
             elif r.status in _FAILED and pos not in died and attempts[i] < retries:
                 noted.append(r)
                 attempts[i] += 1
+                t.reran = True
                 retry.append(i)
             else:
                 noted.append(r)

@@ -179,6 +179,21 @@ def decode(t: Encoded, source: str) -> RewardResult:
     return RewardResult(score, _STATUS[status], extracted, info, latency, source, verdict)
 
 
+def decode_all(enc: list[Encoded], source: str) -> list[RewardResult | None]:
+    """:func:`decode` of a whole message (one call, not one per result)."""
+    st = _STATUS
+    return [RewardResult(s, st[status], x, info, lat, source, v) for s, status, x, info, v, lat in enc]
+
+
+def dumps_results(rs: list[RewardResult]) -> bytes:
+    """A chunk's results pickled once for the wire (a Ray actor's answer: Ray then carries bytes
+    instead of pickling the list again); an unpicklable ``info`` fails its result alone."""
+    try:
+        return pickle.dumps(encode_all(rs), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return pickle.dumps(encode_all(rs, check=True), protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def encode_all(rs: list[RewardResult], *, check: bool = False) -> list[Encoded]:
     """Results for the wire; with ``check``, one whose ``info`` cannot be pickled is replaced by an
     error (alone) rather than failing the whole message."""

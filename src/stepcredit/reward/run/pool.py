@@ -51,6 +51,7 @@ from stepcredit.reward.run.chunks import (
     call_reward,
     callable_of,
     decode,
+    decode_all,
     encode,
     encode_all,
     failures,
@@ -222,6 +223,9 @@ class _Slot:
         self.progress = mmap.mmap(self.progress_fd, PROGRESS.size)
         # ensure_worker runs on the slot's thread and, for a prestart, on another: one starts at a time
         self._start_lock = threading.Lock()
+        self.next: tuple[_Job, int | None] | None = None
+        """A job taken off the queue for this slot before its loop came back to it: its id when it
+        was sent to the worker already (:meth:`_presend`), None when it still has to be."""
 
     # Worker lifecycle -------------------------------------------------------------------------
     def start_worker(self) -> None:
@@ -285,13 +289,18 @@ class _Slot:
     # Job loop --------------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            job = self.pool._queue.get()
-            if job is None:
-                break
-            if not job.future.set_running_or_notify_cancel():
-                continue
+            sent_id: int | None = None
+            if self.next is not None:
+                (job, sent_id), self.next = self.next, None
+            else:
+                got = self.pool._queue.get()
+                if got is None:
+                    break
+                job = got
+                if not job.future.set_running_or_notify_cancel():
+                    continue
             try:
-                outcome = self._run_chunk(job, job.items)
+                outcome = self._run_chunk(job, job.items, sent_id)
             except BaseException as e:  # never leave a caller waiting
                 msg = f"reward pool failure: {type(e).__name__}: {e}"
                 outcome = Outcome(_none_or(failures(len(job.items), Status.ERROR, msg, job.source)))
@@ -302,22 +311,53 @@ class _Slot:
                     self.ensure_worker()
         self.kill_worker()
 
-    def _run_chunk(self, job: _Job, items: list[tuple[Any, ...]]) -> Outcome:
+    def _send(self, job: _Job, job_id: int) -> None:
+        PROGRESS.pack_into(self.progress, 0, 0, time.monotonic())  # item 0's clock starts at the send
+        self.conn.send(
+            ("chunk", job_id, job.ref, job.items, job.kwargs, job.source, job.batched, job.flush_s)
+        )
+
+    def _presend(self) -> None:
+        """The worker has answered its chunk: send it the next queued one now, before this thread
+        decodes and answers the last, so the worker computes meanwhile (it idled through the
+        parent's share of every chunk: issue 48). The worker still runs one chunk at a time."""
+        try:
+            job = self.pool._queue.get_nowait()
+        except queue.Empty:
+            return
+        if job is None:  # a slot's stop signal: left for a loop to take
+            self.pool._queue.put(None)
+            return
+        if not job.future.set_running_or_notify_cancel():
+            return
+        job_id = next(self.pool._ids)
+        try:
+            self._send(job, job_id)
+        except Exception:  # unpicklable arguments, or a worker that just died: the loop sends it again
+            self.kill_worker()
+            self.next = (job, None)
+            return
+        self.next = (job, job_id)
+
+    def _run_chunk(self, job: _Job, items: list[tuple[Any, ...]], sent_id: int | None = None) -> Outcome:
+        """Run ``job`` on this slot's worker (``sent_id``: it was sent already, with that id)."""
         n = len(items)
         if self.pool._closed:
             return Outcome(_none_or(failures(n, Status.ERROR, "reward pool is closed", job.source)))
-        self.ensure_worker()
-        job_id = next(self.pool._ids)
         results: list[RewardResult | None] = [None] * n
-        PROGRESS.pack_into(self.progress, 0, 0, time.monotonic())  # item 0's clock starts at the send
-        try:
-            self.conn.send(
-                ("chunk", job_id, job.ref, items, job.kwargs, job.source, job.batched, job.flush_s)
-            )
-        except Exception as e:  # unpicklable arguments, or a worker that just died
-            self.kill_worker()
-            msg = f"could not send the job to a worker: {e}"
-            return Outcome(_none_or(failures(n, Status.ERROR, msg, job.source)), died=list(range(n)))
+        if sent_id is not None:
+            # sent by _presend to the worker that was alive then: if it died since, the recv below
+            # says so (under which item: the progress), as for a chunk sent here
+            job_id = sent_id
+        else:
+            self.ensure_worker()
+            job_id = next(self.pool._ids)
+            try:
+                self._send(job, job_id)
+            except Exception as e:  # unpicklable arguments, or a worker that just died
+                self.kill_worker()
+                msg = f"could not send the job to a worker: {e}"
+                return Outcome(_none_or(failures(n, Status.ERROR, msg, job.source)), died=list(range(n)))
 
         def limit(k: int) -> float:
             return STARTUP_TIMEOUT_S if k == LOADING else job.timeout_s
@@ -355,8 +395,9 @@ class _Slot:
                     return Outcome(results, died=died)
                 if got_id != job_id:  # pragma: no cover - cannot happen with one job per slot
                     continue
-                for j, t in enumerate(enc):
-                    results[first + j] = decode(t, job.source)
+                if final and not self.pool._closed:
+                    self._presend()
+                results[first : first + len(enc)] = decode_all(enc, job.source)
                 if final:
                     return Outcome(results)
                 continue

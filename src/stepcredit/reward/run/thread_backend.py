@@ -53,7 +53,8 @@ class ThreadBackend:
         """Threads waiting (or about to wait) for a job, less the jobs queued: below 0, a job has no
         thread yet."""
         self._tls = threading.local()
-        """Per worker thread: ``credit``, whether it is answering a job (it takes the next one itself)."""
+        """Per worker thread: ``credit``, whether it is answering a job (the next job it submits is its
+        own: ``next``, run when it is done answering)."""
 
     def prestart(self) -> None:
         pass  # threads start with their first job at no cost
@@ -75,14 +76,15 @@ class ThreadBackend:
         if inspect.iscoroutinefunction(job.entry.fn):
             self._loop().submit(self._run_async(job))
             return
-        self._q.put(job)
         tls = self._tls
         if getattr(tls, "credit", False):
-            # a worker answering its job submits the next one: it takes it itself when it is done, so
-            # no thread is woken or started for it (with a trivial reward, thread hand-offs and wake-ups
-            # cost more than the work: issue 48)
+            # a worker answering its job submits the next one: it keeps it and runs it when it is done,
+            # so no thread is woken or started for it, and no idle thread waiting on the queue takes
+            # it (with a trivial reward, thread hand-offs and wake-ups cost more than the work: issue 48)
             tls.credit = False
+            tls.next = job
             return
+        self._q.put(job)
         with self._lock:
             self._free -= 1
             if self._free >= 0:
@@ -98,15 +100,18 @@ class ThreadBackend:
             threading.Thread(target=self._work, name="reward-agent-worker", daemon=True).start()
 
     def _work(self) -> None:
-        self._tls.credit = False
-        took_credit = False  # this thread's last answer queued a job it counted on taking
+        tls = self._tls
+        tls.credit, tls.next = False, None
         while True:
-            if not took_credit:
+            job = tls.next  # the job this thread submitted while answering its last one
+            if job is not None:
+                tls.next = None
+            else:
                 with self._lock:
                     self._free += 1
-            job = self._q.get()
-            if job is None:
-                return
+                job = self._q.get()
+                if job is None:
+                    return
             run = _Running(job, progress=(0, time.monotonic()))
             with self._lock:
                 self._running[job.key] = run
@@ -139,17 +144,15 @@ class ThreadBackend:
             if not mine:
                 if not rejoin:
                     return
-                took_credit = False
                 continue
             if run.handle is not None:
                 run.handle.cancel()
             results: list[RewardResult | None] = list(run.out)
-            self._tls.credit = True
+            tls.credit = True
             try:
                 self._on_done(job, Outcome(results))
             finally:
-                took_credit = not self._tls.credit
-                self._tls.credit = False
+                tls.credit = False
 
     def _check(self, key: int) -> None:
         """The timer's visit at an item's deadline: reschedule if the item moved on, else give up on it."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +41,8 @@ class Ticket:
     """Per index, failed attempts retried so far."""
     resubmits: list[int] = field(default_factory=list)
     """Per index, times re-submitted after its worker died."""
+    reran: bool = False
+    """Has any index been retried or re-submitted (else no result has attempts to note)?"""
     groups: dict[Hashable, list[int]] = field(default_factory=dict)
     remaining: dict[Hashable, int] = field(default_factory=dict)
     ready: deque[list[int]] = field(default_factory=deque)
@@ -111,14 +113,21 @@ class Ticket:
 
     def store(self, idx: list[int], results: list[RewardResult]) -> list[Hashable]:
         """Store final results; returns the groups whose last member this brought (to be finished)."""
-        complete: list[Hashable] = []
+        if len(idx) != len(results):
+            raise ValueError(f"{len(results)} results for {len(idx)} indices")
+        res = self.results
+        if any(res[i] is not None for i in idx):  # pragma: no cover - one final answer per index
+            kept = [(i, r) for i, r in zip(idx, results, strict=True) if res[i] is None]
+            idx, results = [i for i, _ in kept], [r for _, r in kept]
         for i, r in zip(idx, results, strict=True):
-            if self.results[i] is not None:  # pragma: no cover - one final answer per index
-                continue
-            self.results[i] = r
-            k = self.keys[i]
-            self.remaining[k] -= 1
-            if self.remaining[k] == 0:
+            res[i] = r
+        # per group, not per index: how many of its members arrived (counted in C)
+        complete: list[Hashable] = []
+        remaining = self.remaining
+        for k, got in Counter(map(self.keys.__getitem__, idx)).items():
+            left = remaining[k] - got
+            remaining[k] = left
+            if left == 0:
                 complete.append(k)
         return complete
 
