@@ -231,7 +231,15 @@ class Router:
         # and no new (route, []) pair per sample)
         last: Route | None = None
         last_calls: list[int] = []
+        cached = self._routes.get
+        plain: Route | None = None  # ``last`` when it needs nothing but a call (no check, no fast path)
         for i, (s, resp) in enumerate(zip(samples, responses, strict=True)):
+            r = cached((s.tag, s.domain, s.style, s.data_source, s.ability))  # route()'s key
+            if r is not None and r is plain and type(resp) is str:
+                # the common sample: the route of the one before, nothing to decide here
+                routes[i] = r
+                last_calls.append(i)
+                continue
             try:
                 r = routes[i] = self.route(s)
                 if r.entry.validate is not None:
@@ -257,6 +265,7 @@ class Router:
                 last = r
                 last_calls = calls.setdefault(id(r), (r, []))[1]
             last_calls.append(i)
+            plain = r if entry.validate is None and entry.fast is None else None
         return Plan(routes, done, list(scorers.values()), list(calls.values()))
 
     def run_scorer(self, entry: RewardFn, samples: list[Sample], responses: list[str]) -> list[RewardResult]:

@@ -18,6 +18,7 @@ import numpy as np
 from stepcredit.reward.run.routing import Route
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
+_NO_KEY = object()
 LATENCY_WINDOW = 10_000
 """Latencies kept per source for the percentiles of :meth:`RewardAgent.metrics`."""
 _OK = Status.OK
@@ -67,16 +68,22 @@ class Ticket:
             gl = group_B.tolist() if hasattr(group_B, "tolist") else list(group_B)
             if len(gl) != n:
                 raise ValueError(f"group_B has {len(gl)} entries for {n} samples")
-            keys: list[Hashable] = [int(g) for g in gl]
+            keys: list[Hashable] = list(map(int, gl))
         else:
             keys = [s.uid or f"#{i}" for i, s in enumerate(samples)]
         t = cls(ticket_id, samples, texts, keys, submitted_at=time.monotonic())
         t.results = [None] * n
         t.attempts = [0] * n
         t.resubmits = [0] * n
+        groups = t.groups
+        prev: Any = _NO_KEY
+        members: list[int] = []
         for i, k in enumerate(keys):
-            t.groups.setdefault(k, []).append(i)
-        t.remaining = {k: len(v) for k, v in t.groups.items()}
+            if k != prev:  # a group's members usually come in a run: one look-up per run
+                prev = k
+                members = groups.setdefault(k, [])
+            members.append(i)
+        t.remaining = {k: len(v) for k, v in groups.items()}
         if n == 0:
             settle(t.finished)
         return t
@@ -92,14 +99,17 @@ class Ticket:
 
     def group_chunks(self, idx: list[int], size: int) -> list[list[int]]:
         """``idx`` cut into runs of whole groups of about ``size`` samples (0 = one group each)."""
-        by_group: dict[Hashable, list[int]] = {}
-        keys = self.keys
-        for i in idx:
-            members = by_group.get(keys[i])
-            if members is None:
-                by_group[keys[i]] = [i]
-            else:
-                members.append(i)
+        if len(idx) == self.n and idx == list(range(self.n)):
+            by_group = self.groups  # the whole batch (one route): its groups as they are
+        else:
+            by_group = {}
+            keys = self.keys
+            for i in idx:
+                members = by_group.get(keys[i])
+                if members is None:
+                    by_group[keys[i]] = [i]
+                else:
+                    members.append(i)
         chunks: list[list[int]] = []
         cur: list[int] = []
         for members in by_group.values():
