@@ -20,8 +20,9 @@ otherwise count as a foreign process in the next window. A mark alone does not s
 ends inside a window after leaving the tree (Ray's workers orphaned at ``ray.shutdown``): where init
 reaps it, its CPU time lands in no process a snapshot reads (the machine's total beyond ours held it);
 where init does not (this machine's), it is a zombie whose environment, mark included, can no longer be
-read, so it counted as foreign. :class:`OwnSampler`, a thread :class:`Monitor` runs, looks at the own
-processes every :data:`SAMPLE_S`: a process it saw as own stays own, and the CPU time of one that
+read, so it counted as foreign. :class:`OwnSampler`, a thread :class:`Monitor` runs when asked
+(``Monitor(sample_s=SAMPLE_S)``: agent_throughput, whose Ray workers leave it; a thread waking 5 times a
+second would tax a GIL-bound side of the others), looks at the own processes every :data:`SAMPLE_S`: a process it saw as own stays own, and the CPU time of one that
 ended unseen is its last look's; :func:`window` counts both as own. :func:`window` is the one reader of a window (the guard's too: it adds up
 the foreign processes' CPU).
 
@@ -350,7 +351,7 @@ class Monitor:
         busy_share: float = BUSY_SHARE,
         other_cores: float = OTHER_CORES,
         probe_s: float = PROBE_S,
-        sample_s: float = SAMPLE_S,
+        sample_s: float = 0.0,
     ) -> None:
         self.busy_share = busy_share
         self.other_cores = other_cores
@@ -360,7 +361,9 @@ class Monitor:
         # what this run starts from now on (Ray's processes included) carries its mark; a guard's
         # other runs (their lingering processes) are own too
         self.marks = run_marks()
-        # own processes that end inside a window after leaving the tree still count as own
+        # own processes that end inside a window after leaving the tree still count as own: only for a
+        # benchmark whose processes leave it (Ray's workers, orphaned at ray.shutdown; ``sample_s``, e.g.
+        # SAMPLE_S): the sampling thread wakes every sample_s and would tax a GIL-bound side otherwise
         self.sampler = OwnSampler(self.marks, sample_s) if sample_s > 0 else None
         self.first = self.snapshot()
         if probe_s > 0:

@@ -41,7 +41,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from _harness import Monitor, emit, own_pids, spread, wait_own_exit
+from _harness import SAMPLE_S, Monitor, emit, own_pids, spread, wait_own_exit
 from stepcredit.config import AgentConfig, RewardConfig, RewardCustomConfig
 from stepcredit.reward import build_agent
 from stepcredit.types import Sample
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, tmp)
         from fn import compute_score  # type: ignore[import-not-found]
 
-        mon = Monitor()
+        mon = Monitor(sample_s=SAMPLE_S)  # Ray's workers outlive ray.shutdown (the harness's sampler)
         s, t, _ = batch(args.requests, seed=0)
         t_direct, direct = mon.timed(
             "direct loop",
