@@ -204,13 +204,18 @@ def _children() -> set[int]:
     return {c.pid for c in psutil.Process(os.getpid()).children()}
 
 
+def _custom_rewarder(tmp_path: Path, source: str, workers: int) -> tuple[Rewarder, KillSafePool]:
+    """A rewarder over the user function ``f`` written in ``source``, and its (not yet started) pool."""
+    path = tmp_path / "f.py"
+    path.write_text(source)
+    rw = build_rewarder(RewardConfig(workers=workers, custom=RewardCustomConfig(path=f"{path}:f")))
+    return rw, _pool(rw)
+
+
 def test_prestart_returns_at_once_and_a_job_beside_it_gets_the_one_worker(tmp_path: Path) -> None:
     # The trainer prestarts the pool while it generates; the first job may come while the worker
     # imports: the slot's own thread and the prestart must start one worker between them, not two.
-    path = tmp_path / "f.py"
-    path.write_text("import os\ndef f(d, s, g, e=None):\n    return {'score': 1.0, 'pid': os.getpid()}\n")
-    rw = build_rewarder(RewardConfig(workers=1, custom=RewardCustomConfig(path=f"{path}:f")))
-    pool = _pool(rw)
+    rw, pool = _custom_rewarder(tmp_path, "def f(d, s, g, e=None):\n    return 1.0\n", workers=1)
     before = _children()
     starting = pool.prestart()
     assert starting.is_alive()  # it returned before the worker was ready
@@ -224,10 +229,7 @@ def test_prestart_returns_at_once_and_a_job_beside_it_gets_the_one_worker(tmp_pa
 
 
 def test_a_pool_closed_while_it_prestarts_leaves_no_worker(tmp_path: Path) -> None:
-    path = tmp_path / "f.py"
-    path.write_text("def f(d, s, g, e=None):\n    return 1.0\n")
-    rw = build_rewarder(RewardConfig(workers=2, custom=RewardCustomConfig(path=f"{path}:f")))
-    pool = _pool(rw)
+    rw, pool = _custom_rewarder(tmp_path, "def f(d, s, g, e=None):\n    return 1.0\n", workers=2)
     before = _children()
     starting = pool.prestart()
     rw.close()
