@@ -66,9 +66,9 @@ def step_stream(
     refill: Callable[[int], Rollout],
     arrived: list[Batch],
 ) -> Iterator[Scored]:
-    """Whole scored groups of this step, ``pipeline.mini_batch`` responses at a time (all at once when
-    0), in the order their rewards complete, with the failure policy's verdicts. With dynamic sampling,
-    groups without signal are dropped and up to ``max_extra_batches`` refill rollouts are drawn until
+    """Whole scored groups of this step, ``pipeline.mini_batch`` responses at a time in the order their
+    rewards complete (all at once in index order when 0), with the failure policy's verdicts. With
+    dynamic sampling, groups without signal are dropped and up to ``max_extra_batches`` refill rollouts are drawn until
     ``prompts_per_step`` groups are kept. Every scored sub-batch is appended to ``arrived`` (for the
     step's reward metrics)."""
     ds = cfg.postprocess.dynamic_sampling
@@ -84,7 +84,9 @@ def step_stream(
         counts.count("samples/generated", len(rollout.batch))
         if keep is not None:
             counts.count("sampling/drawn_prompts", len(set(rollout.batch.group_B.tolist())))
-        pulls = agent.stream(rollout.ticket, k or len(rollout.batch))
+        # k = 0: the whole batch in index order, so a step's rows (and the float sums over them: running
+        # statistics, the loss) do not depend on which reward finished first
+        pulls = agent.stream(rollout.ticket, k)
         while True:
             t0 = time.perf_counter()
             got = next(pulls, None)  # whole groups, as soon as k samples' worth are scored
