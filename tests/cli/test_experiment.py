@@ -179,3 +179,49 @@ def test_a_file_with_a_mistake_ends_in_one_line(
     assert main(["experiment", str(f), "--out", str(tmp_path / "out"), "--summarize-only"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(f) in err and re.search(message, err), err
+
+
+def test_arms_run_first_and_the_whole_file_resumes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    f = _file(tmp_path, seeds=[3])
+    assert main(["experiment", str(f), "--out", str(out), "--arms", "grpo"]) == 0
+    assert sorted(p.name for p in (out / "logs").iterdir()) == ["grpo-s3.log", "sft.log"]
+    s = json.loads((out / "replication.json").read_text())
+    assert list(s["arms"]) == ["grpo"] and s["comparisons"] == []
+    details = json.loads((out / "details.json").read_text())
+    assert details["complete"] is False and details["arms_left_out"] == ["oracle"]
+    first = (out / "logs" / "grpo-s3.log").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["experiment", str(f), "--out", str(out)]) == 0
+    ran = capsys.readouterr().out
+    assert "start oracle seed 3" in ran and "start grpo" not in ran  # the first part is reused
+    assert (out / "logs" / "grpo-s3.log").stat().st_mtime_ns == first
+    whole = json.loads((out / "replication.json").read_text())
+    assert whole["arms"]["grpo"] == s["arms"]["grpo"]
+    assert json.loads((out / "details.json").read_text())["arms_left_out"] == []
+
+
+@pytest.mark.parametrize(
+    ("arms", "message"),
+    [
+        ("grpo,orcale", r"--arms: orcale not arms of .*\(grpo, oracle, p\)"),
+        ("oracle,p", "the baseline arm grpo must be one of them"),
+        ("grpo,p", "p is compared with oracle, which must be one of them too"),
+    ],
+)
+def test_bad_arms_end_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], arms: str, message: str
+) -> None:
+    import re
+
+    placebo = {"preset": "smoke", "placebo_of": "oracle",
+               "overrides": [*ORACLE, "process.placebo=shuffle_within_response"]}  # fmt: skip
+    f = _file(tmp_path, arms={"grpo": {"preset": "smoke"}, "oracle": {"preset": "smoke", "overrides": ORACLE},
+                              "p": placebo})  # fmt: skip
+    assert (
+        main(["experiment", str(f), "--out", str(tmp_path / "out"), "--summarize-only", "--arms", arms]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(message, err), err

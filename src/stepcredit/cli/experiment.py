@@ -21,6 +21,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (jobs x threads <= cores)")
     p.add_argument("--seeds", help="run only these of the file's seeds (a smoke run; marked incomplete)")
+    p.add_argument(
+        "--arms",
+        help="run only these arms (the baseline and every kept arm's placebo or equal-compute target among "
+        "them; marked incomplete; the whole file later resumes their runs)",
+    )
     p.add_argument("--timeout", type=float, default=6 * 3600.0, help="seconds before one run is killed")
     p.add_argument("--summarize-only", action="store_true", help="do not run: summarise the finished runs")
     p.add_argument(
@@ -36,9 +41,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime
     from stepcredit.config import Config, from_dict
-    from stepcredit.recipes.experiment import Plan, check, load_spec, run_all, write_outputs
+    from stepcredit.recipes.experiment import Plan, check, load_spec, only_arms, run_all, write_outputs
 
     spec = load_spec(args.file)
+    left_out: tuple[str, ...] = ()
+    if args.arms:
+        spec, left_out = only_arms(spec, tuple(a.strip() for a in args.arms.split(",") if a.strip()))
     if args.jobs < 1 or args.threads < 1 or args.timeout <= 0:
         raise UserError("--jobs and --threads must be >= 1 and --timeout > 0")
     try:
@@ -51,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     def build(preset: str, overrides: list[str]) -> Config:  # what `stepcredit train --preset` builds
         return from_dict(apply_overrides(load_preset(preset), overrides))
 
-    plan = Plan(spec, out, sft.resolve(), build, seeds, tuple(args.overrides), args.threads, args.timeout)
+    plan = Plan(
+        spec, out, sft.resolve(), build, seeds, tuple(args.overrides), args.threads, args.timeout, left_out
+    )
     setup_runtime()
     lock = threading.Lock()
     t0 = time.perf_counter()

@@ -25,7 +25,7 @@ runs go, every arm's config checked), :mod:`.runs` (the subprocesses, resume, he
 
 from __future__ import annotations
 
-from stepcredit.recipes.plan import Plan, check
+from stepcredit.recipes.plan import Plan, check, only_arms
 from stepcredit.recipes.runs import metrics_rows, run_all, run_one, train_sft, write_heldout
 from stepcredit.recipes.spec import MIN_CONFIRM_SEEDS, Arm, Purpose, Spec, load_spec
 from stepcredit.recipes.summary import (
@@ -50,6 +50,7 @@ __all__ = [
     "load_spec",
     "markdown",
     "metrics_rows",
+    "only_arms",
     "plot",
     "read_run",
     "run_all",

@@ -37,6 +37,8 @@ class Plan:
     """Command-line overrides of every run (last: a smoke run's sizes, ``trainer.device=cuda``)."""
     threads: int = 1
     timeout_s: float = 6 * 3600.0
+    left_out: tuple[str, ...] = ()
+    """Arms of the file not run (``--arms`` ran the others first; recorded as incomplete)."""
 
     def run_dir(self, arm: str, seed: int) -> Path:
         return self.out / arm / f"s{seed}"
@@ -61,6 +63,24 @@ class Plan:
     @property
     def heldout(self) -> Path:
         return self.out / "heldout.jsonl"
+
+
+def only_arms(spec: Spec, names: tuple[str, ...]) -> tuple[Spec, tuple[str, ...]]:
+    """(the file cut to the arms ``names``, the arms left out): the baseline, and the target of every
+    placebo or equal-compute arm kept, must be among them (``--arms``: a first part of a file's runs,
+    resumed later by the whole file, since every run keeps its own directory)."""
+    known = [a.name for a in spec.arms]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UserError(f"--arms: {', '.join(unknown)} not arms of {spec.path} ({', '.join(known)})")
+    if spec.baseline not in names:
+        raise UserError(f"--arms: the baseline arm {spec.baseline} must be one of them")
+    for a in spec.arms:
+        target = a.placebo_of or a.equal_compute_of
+        if a.name in names and target is not None and target not in names:
+            raise UserError(f"--arms: {a.name} is compared with {target}, which must be one of them too")
+    kept = tuple(a for a in spec.arms if a.name in names)
+    return replace(spec, arms=kept), tuple(n for n in known if n not in names)
 
 
 def check(plan: Plan) -> dict[str, Config]:
