@@ -30,6 +30,11 @@ def _score(response: str, gold: str = "A") -> float:
         "Answer: A (Paris) or B (London)",
         "The answer is Paris or London.",  # option texts joined: a hedge too
         "The answer is Paris and London",
+        # every option listed after the answer phrase, with no joining word
+        "Answer: A. B. C. D.",
+        "Answer: A. B.",
+        "Answer: (A) (B) (C) (D)",
+        "Answer: A) B) C)",
     ],
 )
 def test_a_hedge_between_options_is_wrong(response: str) -> None:
@@ -67,6 +72,8 @@ def test_games_that_were_already_wrong_stay_wrong(response: str) -> None:
         ("The answer is A. Option (B) is wrong because London is not in France.", "A"),
         ("The answer is (A) because (B) is in England.", "A"),
         ("The answer is A. Wait, the answer is B.", "B"),  # a correction: the last answer phrase
+        ("Answer: C. D. is incorrect", "C"),  # a letter list needs the whole rest of the line
+        ("The answer is A. B is wrong.", "A"),
     ],
 )
 def test_answers_in_common_forms_are_read(response: str, gold: str) -> None:

@@ -20,7 +20,7 @@ options, as one option's text. A bare ``A`` or ``I`` followed by a lower-case wo
 "A neutron star") unless that word joins options ("A or B") or the row's option text follows; a lower-case
 letter counts when named ("option b") or bracketed ("(b)", never the roman "(i)", "(v)", "(x)").
 **One answer only**: a final answer naming several different options ("A or B", "either A or C", "A and
-C", "A, C", "A (or possibly C)", "A; B", "(A)(B)", "A (Paris) or B (London)", "Paris or London", ``\\boxed{AC}``) is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found
+C", "A, C", "A (or possibly C)", "A; B", "(A)(B)", "A (Paris) or B (London)", "Paris or London", "A. B. C. D.", ``\\boxed{AC}``) is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found
 is ``unparseable``: the verifier abstains rather than guess.
 
 Every pattern is compiled once and runs in time linear in the response (no nested unbounded repeats; a
@@ -66,6 +66,8 @@ _MORE_RE = re.compile(
     r"[ \t]*(?:(?:option|choice)[ \t]+)?" + _LETTER
 )
 _ADJACENT_RE = re.compile(r"^[\(\[]([A-Z])[\)\]]")  # "(A)(B)", "[A][B]": two bracketed letters side by side
+# the rest of an answer that is only more letters: "A. B. C. D.", "(A) (B) (C)", "A) B)"
+_LIST_TAIL_RE = re.compile(r"^[.)]?((?:[ \t]+(?:\([A-Z]\)|\[[A-Z]\]|[A-Z][.)]?))+)[ \t]*$")
 # "\s*(?:[,/&]\s*)?", not "\s*[,/&]?\s*": the same strings, but a long run of spaces splits one way only
 _LETTERS_ONLY_RE = re.compile(r"^[\(\[]?([A-Z](?:\s*(?:[,/&]\s*)?[A-Z])+)[\)\]]?\.?$")
 # a word after a bare "A" or "I" that still reads as an option letter ("A or B", "I because ...")
@@ -244,6 +246,9 @@ def read_letters(content: str, letters: str, options: dict[str, str] | None) -> 
             while (more := _MORE_RE.match(rest) or _ADJACENT_RE.match(rest)) and more.group(1) in letters:
                 found.append(more.group(1))
                 rest = rest[more.end() :]
+            tail = _LIST_TAIL_RE.match(rest)
+            if tail:  # every option listed as the answer
+                found += [x for x in _UPPER_RE.findall(tail.group(1)) if x in letters]
             sentence = rest.split(". ", 1)[0]
             found += [
                 h for hm in _HEDGE_RE.finditer(sentence) if (h := hm.group(1) or hm.group(2)) in letters
