@@ -242,3 +242,27 @@ def test_explain_states_the_scale_of_every_column(capsys: pytest.CaptureFixture[
     sign = 1.0 if e2["utility"] > e1["utility"] else -1.0
     assert e1["advantage"] == pytest.approx([r] * len(e1["advantage"]), abs=1e-4)
     assert e2["advantage"] == pytest.approx([r + sign * 0.5**0.5] * len(e2["advantage"]), abs=1e-4)
+
+
+def test_control_characters_in_shown_text_are_escaped() -> None:
+    # a response's or a tool's text with ANSI escapes and a carriage return must not drive the terminal
+    # the table is printed to (the tiny tokenizer maps them to <unk>; byte-level tokenizers keep them)
+    from stepcredit.cli.explain import _short
+
+    shown = _short("5.\x1b[2J\x1b[31m So\r the answer\tis\n5.\x9b", 200)
+    assert shown == "5.\\x1b[2J\\x1b[31m So\\x0d the answer\\tis\\n5.\\x9b"
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in shown)
+
+
+def test_an_argument_that_is_not_utf8_is_one_error_not_a_traceback(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "stepcredit.cli.main", "explain", "--model", "tiny", "--prompt", "x",
+            "--response", os.fsdecode(b"2 + 3 = 5.\x9b"), "--answer", "5"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C.UTF-8"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "stepcredit: error: argument 7 (2 + 3 = 5.\\udc9b) is not valid UTF-8 text"
+    )

@@ -140,8 +140,13 @@ def _legend(r: Explanation) -> list[str]:
     return lines
 
 
+# control characters shown escaped: a policy's or a tool's text (ANSI escapes, carriage returns) must not
+# drive the terminal the table is printed to
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)]} | {0x0A: "\\n", 0x09: "\\t"}
+
+
 def _short(text: str, n: int = 60) -> str:
-    text = text.replace("\n", "\\n")
+    text = text.translate(_CONTROLS)
     return text if len(text) <= n else text[: n - 3] + "..."
 
 

@@ -48,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # key=value overrides may follow options that follow a command's own positional argument
     # (`stepcredit experiment FILE.yaml --jobs 4 trainer.device=cuda`): argparse leaves them over
+    raw = sys.argv[1:] if argv is None else argv
+    for i, a in enumerate(raw, 1):
+        try:
+            a.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the locale could not decode (kept as lone surrogates)
+            shown = a.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")[:80]
+            parser.error(f"argument {i} ({shown}) is not valid UTF-8 text")
     args, extra = parser.parse_known_args(argv)
     if extra:
         if isinstance(getattr(args, "overrides", None), list) and all(
