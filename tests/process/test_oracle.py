@@ -49,3 +49,24 @@ def test_data_without_exact_step_values_is_refused_at_start_up() -> None:
     with pytest.raises(DataError, match=r"sample f\.jsonl:3: .*step_oracle.*'gsm8k'"):
         check_data(cfg, [ok, code], frozenset({"default"}))
     check_data(cfg, [ok, code.with_(domain="other")], frozenset({"default"}))  # not a process domain
+
+
+@pytest.mark.parametrize(
+    ("prefix", "value"),
+    [
+        ("Let me start with 5. So 5 + 8 = 13.", 1.0),
+        # an operation written without its result is checked by nothing: 0, not the last checked value
+        # (a policy trained on that credit learned to write such steps: docs/results/regime_weaksft.md)
+        ("Let me start with 5. So 5 + 8.", 0.0),
+        ("Let me start with 5. So 5 + 8 = 13. So 17.", 0.0),
+        ("Let me start with 5. So 5 + 8. So 13 - 4 = 9.", 1.0),  # a later checked step decides again
+        ("Let me start with 5. So 5 + 8 = 13. Hmm, 13 apples so far.", 1.0),  # a restatement: no change
+        ("Let me start with 5. So 5 + 8 = 13. Let me check: that leaves 13.", 1.0),
+        ("Let me start with 5. So 5 + 8 = 13. So", 1.0),  # a marker alone states nothing
+        ("Let me start with 5. So 5 + 8 = 13. But 13 - 4 = 9. The answer is 9.", 1.0),
+    ],
+)
+def test_a_step_that_no_check_holds_is_worth_nothing(prefix: str, value: float) -> None:
+    from stepcredit.data.arith import step_value
+
+    assert step_value(Q, prefix) == value

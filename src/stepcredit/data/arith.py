@@ -190,6 +190,7 @@ _THEN_RE = re.compile(r"Then ([^.]*?)(\d+)( more)?\.")
 _EQ_RE = re.compile(r"(-?\d+) ([+-]) (\d+) = (-?\d+)")
 _BEGIN_RE = re.compile(r"start with (-?\d+)")
 _ANSWER_RE = re.compile(r"answer is (-?\d+)")
+_UNCHECKED_RE = re.compile(r"\d")  # a number that no checked statement holds
 ANSWER_END = r"answer is -?\d+\."
 """Where an arith response's answer is complete: "The answer is N." with its full stop, the end of every
 trace (:func:`make_rows`); the answer is an integer, so the full stop ends the number
@@ -212,31 +213,38 @@ def chain_of(question: str) -> tuple[list[int], list[tuple[str, int]]]:
 
 
 def step_value(question: str, prefix: str) -> float:
-    """The exact value of a reasoning prefix under an ideal continuation: 1.0 when the quantity it last
-    stated is on the problem's true chain, else 0.0.
+    """The exact value of a reasoning prefix: 1.0 when the quantity it last stated is on the problem's
+    true chain and checked, else 0.0.
 
     * a final "The answer is N": 1 iff N is the answer;
     * else the last equation "a +/- n = w": 1 iff it is one of the problem's own steps, done right
       (a = s_j, (+/-, n) = op_(j+1), w = s_(j+1)): a slip makes it 0, its correction 1 again;
-    * else "start with N": 1 iff N = s_0; a prefix that has stated nothing yet: 1.
-    Wasted restatements ("that leaves N") change nothing.
+    * else "start with N": 1 iff N = s_0; a prefix that has stated nothing yet: 1;
+    * a number written after the last such statement that none of them checks ("So 0 + 4." without its
+      result, "So 12."): 0 until a later statement is checked. Left at the last checked value, such a
+      step dodged the -1 a wrong equation costs, and a policy trained on this credit learned to write
+      half its steps that way (docs/results/regime_weaksft.md).
+    Wasted restatements ("that leaves N", ``_WASTE``) change nothing.
     """
     states, ops = chain_of(question)
-    answers = _ANSWER_RE.findall(prefix)
+    answers = list(_ANSWER_RE.finditer(prefix))
     if answers:
-        return float(int(answers[-1]) == states[-1])
-    eqs = _EQ_RE.findall(prefix)
-    if eqs:
-        a, sign, n, w = eqs[-1]
+        return float(int(answers[-1].group(1)) == states[-1])
+    eqs = list(_EQ_RE.finditer(prefix))
+    begin = list(_BEGIN_RE.finditer(prefix))
+    last = max([*eqs[-1:], *begin[-1:]], key=lambda m: m.end(), default=None)
+    if _UNCHECKED_RE.search(_WASTE_RE.sub(" ", prefix[last.end() if last else 0 :])):
+        return 0.0
+    if eqs and last is eqs[-1]:
+        a, sign, n, w = last.groups()
         return float(
             any(
                 (int(a), sign, int(n), int(w)) == (states[j], ops[j][0], ops[j][1], states[j + 1])
                 for j in range(len(ops))
             )
         )
-    begin = _BEGIN_RE.findall(prefix)
-    if begin:
-        return float(int(begin[-1]) == states[0])
+    if last is not None:
+        return float(int(last.group(1)) == states[0])
     return 1.0
 
 

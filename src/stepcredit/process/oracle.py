@@ -2,8 +2,9 @@
 estimator from above on that task.
 
 On ``arith`` each step's equation can be checked against the problem's own chain, so the value of a
-prefix under an ideal continuation is known exactly (:func:`stepcredit.data.arith.step_value`): 1 while
-the last stated quantity is right, 0 from a slip until it is corrected. Its differences are exact step
+prefix is known exactly (:func:`stepcredit.data.arith.step_value`): 1 while the last stated quantity is
+right, 0 from a slip until it is corrected, and 0 from a step that writes a number no check holds (an
+operation without its result), which a policy would otherwise learn to write to dodge the slip's -1. Its differences are exact step
 credit (-1 at the step that goes wrong, +1 at its correction, 0 elsewhere), and they run through the
 same credit forms and advantage estimators as any estimated value; the gap between a training run with
 these values and one with an estimator's is what the estimator loses.
