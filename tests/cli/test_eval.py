@@ -269,3 +269,16 @@ def test_eval_and_probe_accept_the_same_dataset_names(tmp_path: Path) -> None:
         samples = load_eval_samples(cfg, name, tmp_path)
         solutions = load_solutions(name, cfg.data.arith, n=2, seed=0, src=tmp_path)
         assert samples and solutions and all(text.strip() for _, text in solutions), name
+
+
+def test_without_data_a_preset_is_evaluated_on_what_its_trainer_validates_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --preset tools trains on arith_tools: the default --data is its validation split, not plain arith
+    out = tmp_path / "samples.jsonl"
+    argv = ["eval", "--preset", "tools", "--model", "tiny", "--limit", "2", "--out", str(out), "--no-progress",
+            "rollout.max_new_tokens=8"]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert _last_json(capsys.readouterr().out)["data"] == "val"
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and {r["data_source"] for r in rows} == {"arith_tools"}

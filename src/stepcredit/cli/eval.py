@@ -44,9 +44,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gguf-file", help="a GGUF file inside the --model directory")
     p.add_argument(
         "--data",
-        default="arith",
-        help=f"{VAL}, {', '.join(data_names())} ({VAL}: the validation split of the config's own data.task, "
-        "what the trainer validates on, e.g. arith_tools for --preset tools; arith: the arith task's "
+        default=VAL,
+        help=f"{VAL}, {', '.join(data_names())} ({VAL}, the default: the validation split of the config's own "
+        "data.task, what the trainer validates on, e.g. arith_tools for --preset tools; arith: the arith task's "
         "validation split; the others: their test split) or a verl-style .jsonl/.parquet file",
     )
     p.add_argument("--n", type=int, default=1, help="samples per prompt (k of pass@k and maj@k)")
