@@ -24,7 +24,18 @@ def test_sft_and_eval_print_absolute_paths(
     assert f"model saved to {tmp_path / 'sft' / 'model'} " in printed
     assert (tmp_path / "sft" / "model" / "config.json").is_file()
 
-    argv = ["eval", "--preset", "smoke", *small, "--model", "sft/model", "--out", "answers.jsonl"]
+    argv = [
+        "eval",
+        "--preset",
+        "smoke",
+        *small,
+        "--model",
+        "sft/model",
+        "--data",
+        "arith",
+        "--out",
+        "answers.jsonl",
+    ]
     assert main([*argv, "--no-progress"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith(f"model {tmp_path / 'sft' / 'model'} (directory)")
