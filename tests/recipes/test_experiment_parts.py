@@ -57,7 +57,7 @@ def test_the_public_names_stay_importable_from_experiment() -> None:
     # every public name experiment.py defined before the split, each the very object of its new home
     homes = {
         spec: ["Purpose", "MIN_CONFIRM_SEEDS", "Arm", "Spec", "load_spec"],
-        plan: ["Plan", "check"],
+        plan: ["Plan", "check", "only_arms"],
         runs: ["metrics_rows", "run_one", "write_heldout", "train_sft", "run_all"],
         summary: ["RunResult", "read_run", "comparisons", "summarize", "markdown", "plot", "write_outputs"],
     }

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import os
 import signal
+import time
 from typing import Any
 
 import pytest
@@ -99,8 +100,10 @@ def test_a_tool_raising_a_base_exception_is_an_error_observation(key: str) -> No
 @register_tool("rt_sigint", description="the user presses Ctrl-C while it runs", parameters=OBJ)
 def rt_sigint(x: str) -> str:
     os.kill(os.getpid(), signal.SIGINT)
-    for _ in range(1000):  # the handler runs between bytecodes
-        pass
+    # the handler runs between bytecodes of the main thread, which a loaded machine may not schedule
+    # at once: wait up to 10 s in sleeps, which a signal's handler interrupts
+    for _ in range(10_000):
+        time.sleep(0.001)
     return "not reached"
 
 
