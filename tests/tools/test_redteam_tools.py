@@ -108,10 +108,16 @@ def rt_sigint(x: str) -> str:
 
 
 def test_a_real_ctrl_c_during_an_in_process_call_still_stops_the_run() -> None:
-    # a KeyboardInterrupt the tool raises is its observation; one the user sends is not swallowed
-    with pytest.raises(KeyboardInterrupt):
-        execute_call(ToolCall("rt_sigint", {"x": "1"}), offered=["rt_sigint"])
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # a KeyboardInterrupt the tool raises is its observation; one the user sends is not swallowed.
+    # Python's own handler is set for the test: a process started in the background by a shell
+    # inherits SIGINT ignored (a CI runner's may), and then no Ctrl-C reaches it at all
+    prev = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            execute_call(ToolCall("rt_sigint", {"x": "1"}), offered=["rt_sigint"])
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, prev)
 
 
 # --------------------------------------------------------- the calculator's exact arithmetic

@@ -345,6 +345,9 @@ class _Slot:
         if self.pool._closed:
             return Outcome(_none_or(failures(n, Status.ERROR, "reward pool is closed", job.source)))
         results: list[RewardResult | None] = [None] * n
+        # no item's clock starts before this wait did: a progress slot not yet written (time 0) must not
+        # read as a chunk that started at boot (one CI run killed a healthy worker that way)
+        t0 = time.monotonic()
         if sent_id is not None:
             # sent by _presend to the worker that was alive then: if it died since, the recv below
             # says so (under which item: the progress), as for a chunk sent here
@@ -364,6 +367,7 @@ class _Slot:
 
         while True:
             k, started = PROGRESS.unpack_from(self.progress, 0)
+            started = max(started, t0)
             left = started + limit(k) - time.monotonic()
             if left > 0 and self.conn.poll(left):
                 try:
@@ -402,6 +406,7 @@ class _Slot:
                     return Outcome(results)
                 continue
             k, started = PROGRESS.unpack_from(self.progress, 0)
+            started = max(started, t0)
             now = time.monotonic()
             if now < started + limit(k):
                 continue  # the worker moved on to the next item (or from importing to item 0) meanwhile
