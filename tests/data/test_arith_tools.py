@@ -149,3 +149,46 @@ def test_direct_variant_is_the_same_problems_answered_without_a_tool() -> None:
                 assert b.extra_info["solution"] == f"The answer is\n{a.ground_truth}"
                 assert "solution_observations" not in b.extra_info
                 assert rewarder.score(b, b.extra_info["solution"]).score == 1.0
+
+
+def test_noisy_teacher_copies_one_number_wrong_and_carries_it() -> None:
+    # teacher_error_prob: one copy per noisy trace is wrong by one digit (same digit count); each result
+    # block is what the real calculator returns for the call as written, so the answer is wrong too,
+    # and the exact step values turn to 0 from the first wrong call on
+    fenced = PARSERS.get("fenced")
+    tools = {"calculator": TOOLS.get("calculator")}
+    noisy = make_tool_rows(
+        ArithConfig(min_steps=1, max_steps=3, teacher_error_prob=1.0), 200, seed=4, split="train"
+    )
+    sites = set()
+    for r in noisy:
+        q, sol, truth = (
+            r["prompt"][0]["content"],
+            r["extra_info"]["solution"],
+            r["reward_model"]["ground_truth"],
+        )
+        text, calls, first_zero = sol, [], None
+        while (found := fenced.find(text, tools)) is not None:
+            obs = execute_call(found.call, offered=["calculator"])
+            assert not obs.error
+            written = fenced.observation(obs.text)
+            assert text[found.end : found.end + len(written)] == written  # the block is the tool's own result
+            calls.append(text[: found.end])
+            prefix = sol[: len(sol) - len(text) + found.end]
+            if first_zero is None and tool_step_value(q, prefix) == 0.0:
+                first_zero = len(calls)
+            text = text[found.end + len(written) :]
+        answer = text.removeprefix("The answer is\n")
+        assert answer != truth and answer.isdigit()
+        assert tool_step_value(q, sol) == 0.0
+        sites.add("answer" if first_zero is None else first_zero)
+    assert sites >= {1, 2, "answer"}  # wrong copies land in first calls, later calls and answers
+    # with 0 the traces are the default ones, draw for draw
+    assert make_tool_rows(CFG, 20, seed=4, split="train") == make_tool_rows(
+        ArithConfig(min_steps=1, max_steps=3, teacher_error_prob=0.0), 20, seed=4, split="train"
+    )
+    half = make_tool_rows(
+        ArithConfig(min_steps=1, max_steps=3, teacher_error_prob=0.5), 400, seed=4, split="train"
+    )
+    wrong = sum(tool_step_value(r["prompt"][0]["content"], r["extra_info"]["solution"]) == 0.0 for r in half)
+    assert 150 <= wrong <= 250

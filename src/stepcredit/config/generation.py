@@ -102,7 +102,8 @@ class ArithConfig:
     """Share of SFT traces that make a mistake and correct it."""
     teacher_error_prob: float = 0.0
     """Share of SFT traces whose slip the (noisy) teacher does not correct, so their final answer is
-    wrong: an SFT policy imitates that habit and RL with the verifier has to unlearn it."""
+    wrong: an SFT policy imitates that habit and RL with the verifier has to unlearn it. On
+    ``arith_tools`` the slip is a number copied wrong into a call or the answer (``tool_trace``)."""
     slip_prob: float = 0.0
     """Per-operation chance of a further slip that is noticed and corrected ("Wait," / "Actually,"), on
     top of ``mistake_prob``'s one per trace: long chains with several self-corrections."""

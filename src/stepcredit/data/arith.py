@@ -310,7 +310,18 @@ def make_tool_problem(rng: random.Random, cfg: ArithConfig) -> ToolProblem:
     return ToolProblem(name, item, boxes, per_box, tuple(ops))
 
 
-def tool_trace(p: ToolProblem) -> tuple[str, list[tuple[int, int]]]:
+def _miscopy(n: int, rng: random.Random) -> int:
+    """``n`` with one digit copied wrong (a different digit, never a leading 0): the same number of
+    digits, so the wrong copy takes the place and the token count of the right one."""
+    digits = list(str(n))
+    i = rng.randrange(len(digits))
+    digits[i] = rng.choice([d for d in "0123456789" if d != digits[i] and (i > 0 or d != "0")])
+    return int("".join(digits))
+
+
+def tool_trace(
+    p: ToolProblem, rng: random.Random | None = None, *, teacher_error_prob: float = 0.0
+) -> tuple[str, list[tuple[int, int]]]:
     """The SFT trace and the character spans of its result blocks (never trained on): one fenced
     ``calculator`` call per operation, each followed by its result block (as the ``fenced``
     convention appends it), then "The answer is" and the last result on its own line.
@@ -321,17 +332,39 @@ def tool_trace(p: ToolProblem) -> tuple[str, list[tuple[int, int]]]:
     A tiny model learns to copy tokens; mapping the question's "▁23" token to the result's "2" "3", or
     a result's digits to "▁23" "0" "8" "4." in "The answer is 23084.", is a digit lookup it did not
     learn in 300 SFT steps (0 % validation accuracy with the older format).
+
+    With probability ``teacher_error_prob`` (draws from ``rng``; none when it is 0, so the default
+    traces never change) the teacher copies one number wrong, one digit of it, and does not notice: an
+    operand of the first call, a running total carried into the next call, or the answer. Each result
+    block holds what the calculator returns for the call as written, so the wrong value is carried on
+    and the final answer is wrong: the tool analogue of ``reference_trace``'s silent slip.
     """
-    states, text, spans = p.states, "", []
-    exprs = [f" {p.boxes} * {p.per_box}"] + [
-        f"{states[i]} {sign} {n}" for i, (sign, n, _) in enumerate(p.ops)
-    ]
-    for expr, value in zip(exprs, states, strict=True):
+    # the copy the noisy teacher gets wrong: 0 = an operand of the first call, j = the running total
+    # copied into call j + 1, len(ops) + 1 = the answer; -1 = none (no draw from rng at all)
+    rng = rng if rng is not None else random.Random(0)
+    wrong_at = -1
+    if teacher_error_prob > 0 and rng.random() < teacher_error_prob:
+        wrong_at = rng.randrange(len(p.ops) + 2)
+    boxes, per_box = p.boxes, p.per_box
+    if wrong_at == 0 and rng.random() < 0.5:
+        boxes = _miscopy(boxes, rng)
+    elif wrong_at == 0:
+        per_box = _miscopy(per_box, rng)
+    exprs, value = [f" {boxes} * {per_box}"], boxes * per_box  # value: what the calculator returns
+    values = [value]
+    for j, (sign, n, _) in enumerate(p.ops, start=1):
+        copied = _miscopy(value, rng) if wrong_at == j else value
+        value = copied + n if sign == "+" else copied - n
+        exprs.append(f"{copied} {sign} {n}")
+        values.append(value)
+    text, spans = "", []
+    for expr, result in zip(exprs, values, strict=True):
         text += f"```calculator\n{expr}\n```"
-        obs = _TOOL_OBSERVATION.format(value)
+        obs = _TOOL_OBSERVATION.format(result)
         spans.append((len(text), len(text) + len(obs)))
         text += obs
-    return text + f"The answer is\n{states[-1]}", spans
+    answer = _miscopy(value, rng) if wrong_at == len(p.ops) + 1 else value
+    return text + f"The answer is\n{answer}", spans
 
 
 def direct_trace(answer: str) -> str:
@@ -347,7 +380,7 @@ def make_tool_rows(cfg: ArithConfig, n: int, *, seed: int, split: str) -> list[d
     rows = []
     for i in range(n):
         p = make_tool_problem(rng, cfg)
-        trace, spans = tool_trace(p)
+        trace, spans = tool_trace(p, rng, teacher_error_prob=cfg.teacher_error_prob)
         rows.append(
             {
                 "data_source": TOOLS_DATA_SOURCE,
