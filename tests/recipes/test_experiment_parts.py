@@ -284,3 +284,24 @@ def test_the_shipped_tool_file_is_a_valid_claim_and_smoke_run(extra: tuple[str, 
     assert p.spec.purpose == "confirm" and p.spec.against_sft and len(p.spec.seeds) == 16
     assert cfgs["tools_greedy"].process.value_estimator == "greedy_continuation"
     assert cfgs["tools_grpo"].postprocess.dynamic_sampling.enabled
+
+
+@pytest.mark.parametrize(
+    "f", sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.yaml")), ids=lambda f: f.stem
+)
+def test_every_shipped_experiment_file_builds(f: Path) -> None:
+    # every arm of every committed file builds as `stepcredit train` would, with the file's own data
+    p = _plan(f, Path("/unused"))
+    cfgs = plan.check(p)
+    assert set(cfgs) == {a.name for a in p.spec.arms} and p.spec.baseline in cfgs
+    datas = {repr(c.data) for c in cfgs.values()}
+    assert len(datas) == 1  # the arms share prompts
+
+
+def test_the_noisy_tool_file_trains_on_the_noisy_teacher() -> None:
+    f = Path(__file__).resolve().parents[2] / "experiments" / "tools_noisy.yaml"
+    p = _plan(f, Path("/unused"))
+    cfgs = plan.check(p)
+    assert p.spec.against_sft and "data.arith.teacher_error_prob=0.3" in p.spec.sft["overrides"]
+    assert all(c.data.arith.teacher_error_prob == 0.3 and c.rollout.mode == "tools" for c in cfgs.values())
+    assert cfgs["tools_grpo_eq_greedy"].trainer.steps == 50 and cfgs["tools_grpo"].trainer.steps == 40
