@@ -48,3 +48,18 @@ def test_sft_validates_with_the_tool_rollout(tmp_path: Path, monkeypatch: Any, m
     tools, runner = seen[0]
     assert tools.names == ("calculator",) and tools.parser == "fenced"
     assert runner is not None  # the reward layer's runner, not an in-process fallback
+
+
+def test_train_on_the_noisy_tool_teacher_with_turn_credit_and_dynamic_sampling(tmp_path: Path) -> None:
+    # the noisy tool teacher (data.arith.teacher_error_prob on arith_tools) through `stepcredit train`, with
+    # the switches experiments/tools_noisy.yaml meets: tools rollout, dynamic sampling (tools_rl), greedy-
+    # continuation turn values and their placebo, the process advantage
+    out = tmp_path / "run"
+    args = ["train", "--preset", "tools_rl", "--out", str(out), *SMALL, "data.arith.teacher_error_prob=0.3",
+            "trainer.steps=2", "trainer.val_every=2", "trainer.save_every=0", "rollout.prompts_per_step=2",
+            "rollout.n=2", "process.enabled=true", "process.value_estimator=greedy_continuation",
+            "process.mc_prefixes=0", "algorithm.advantage=grpo_vineppo", "process.placebo=shuffle_within_response"]  # fmt: skip
+    assert main(args) in (0, None)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "val/accuracy" in r] == [0, 2]
+    assert max(r["step"] for r in rows) == 2 and all(r.get("reward/failed", 0) == 0 for r in rows)

@@ -320,7 +320,7 @@ def _miscopy(n: int, rng: random.Random) -> int:
 
 
 def tool_trace(
-    p: ToolProblem, rng: random.Random | None = None, *, teacher_error_prob: float = 0.0
+    p: ToolProblem, rng: random.Random, *, teacher_error_prob: float = 0.0
 ) -> tuple[str, list[tuple[int, int]]]:
     """The SFT trace and the character spans of its result blocks (never trained on): one fenced
     ``calculator`` call per operation, each followed by its result block (as the ``fenced``
@@ -341,7 +341,6 @@ def tool_trace(
     """
     # the copy the noisy teacher gets wrong: 0 = an operand of the first call, j = the running total
     # copied into call j + 1, len(ops) + 1 = the answer; -1 = none (no draw from rng at all)
-    rng = rng if rng is not None else random.Random(0)
     wrong_at = -1
     if teacher_error_prob > 0 and rng.random() < teacher_error_prob:
         wrong_at = rng.randrange(len(p.ops) + 2)
