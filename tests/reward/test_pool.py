@@ -199,6 +199,23 @@ def test_a_chunk_item_that_kills_its_worker_is_named(rewarder: Rewarder) -> None
     assert again.results[0] is not None and again.results[0].score == 1.0
 
 
+def test_a_hang_right_after_a_slow_first_import_is_killed_at_its_own_deadline(tmp_path: Path) -> None:
+    # The first chunk of a function imports it under the "loading" allowance (STARTUP_TIMEOUT_S, 120 s).
+    # The parent used to compute its wait from that allowance and sleep through the worker's move to
+    # item 0, so a first item that hung after an import longer than its deadline ran ~120 s, not 1 s.
+    source = "import time\ntime.sleep(2.0)\n\ndef f(d, s, g, e=None):\n    time.sleep(10_000)\n"
+    rw, pool = _custom_rewarder(tmp_path, source, workers=1)
+    pool.warmup()  # the worker's own start is not what is timed
+    t0 = time.monotonic()
+    out = pool.submit_chunk(rw.custom.ref, [("x", "s", "g", {})], timeout_s=TIMEOUT).result(100)  # type: ignore[union-attr]
+    dt = time.monotonic() - t0
+    rw.close()
+    assert out.results[0] is not None and out.results[0].status == Status.TIMEOUT
+    # ~3 s quiet (2 s import + 1 s deadline): the old wait was the 120 s loading allowance
+    assert dt < 60
+    assert "exceeded 1 s" in out.results[0].info["message"]
+
+
 # -------------------------------------------------------------------------------------- prestart
 def _children() -> set[int]:
     return {c.pid for c in psutil.Process(os.getpid()).children()}

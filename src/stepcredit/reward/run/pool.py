@@ -155,15 +155,22 @@ def _serve_chunk(
     out: list[RewardResult] = []
     sent = 0
     last = time.monotonic()
+    loaded = False  # the function was imported in this chunk: item 0's deadline is the parent's news
 
     def started(k: int) -> None:
-        nonlocal sent, last
+        nonlocal sent, last, loaded
         now = time.monotonic()
         if len(out) > sent and now - last >= flush_s:
             _send(conn, (False, job_id, sent), out[sent:])
             sent, last = len(out), now
         if progress is not None:
             PROGRESS.pack_into(progress, 0, k, now)
+            if loaded:
+                # The parent waits on the pipe until the deadline it last read, and the import's was
+                # STARTUP_TIMEOUT_S: wake it (an empty partial message, sent after the progress says
+                # item 0) so it waits for item 0's own deadline instead of sleeping through a hang.
+                loaded = False
+                _send(conn, (False, job_id, sent), [])
 
     try:
         if ref not in cache:
@@ -172,6 +179,7 @@ def _serve_chunk(
             # first item's own clock starts when it starts.
             if progress is not None:
                 PROGRESS.pack_into(progress, 0, LOADING, time.monotonic())
+                loaded = True
             cache[ref] = callable_of(load_ref(ref))
         fn = cache[ref]
     except BaseException as e:
