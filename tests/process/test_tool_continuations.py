@@ -275,7 +275,7 @@ def test_every_continuation_estimator_takes_tools() -> None:
     # after the result); of the others, exact values sample nothing, and tree values come from a tree
     # rollout (refused with tools)
     takes = {n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).takes_tools}
-    assert takes == {"monte_carlo", "greedy_continuation", "forced_answer_logprob"}
+    assert takes == {"monte_carlo", "greedy_continuation", "greedy_bisect", "forced_answer_logprob"}
     others = [VALUE_ESTIMATORS.get(n) for n in VALUE_ESTIMATORS if n not in takes]
     assert all(not spec.generates or spec.from_outcomes for spec in others)
 

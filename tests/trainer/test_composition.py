@@ -53,6 +53,7 @@ FACTORS: dict[str, list[Any]] = {
         "grpo_vineppo",
         "tree",
         "step_oracle",  # exact arith step values (the oracle) with grpo_vineppo and a step cost
+        "greedy_bisect",  # greedy verdicts where they change, found by bisection, with grpo_vineppo
     ],
     # tree_entropy: a tree that branches at high-entropy tokens (rollout.tree.branch_at=entropy)
     # tools: multi-turn rollouts that call the calculator (rollout.mode=tools, task arith_tools);
@@ -200,7 +201,7 @@ def config(run: dict[str, Any], **over: Any) -> Any:
             run["process"]
             if vine
             else "grpo_vineppo"
-            if run["process"] in ("tree", "step_oracle")
+            if run["process"] in ("tree", "step_oracle", "greedy_bisect")
             else "grpo_process"
         )
     if run["critic"]:

@@ -22,7 +22,8 @@ class ProcessConfig:
     value_estimator: str = "forced_answer_logprob"
     """How V(prefix) is estimated (``stepcredit.process.VALUE_ESTIMATORS``): ``forced_answer_logprob`` (the
     policy's own log-prob of the gold answer), ``monte_carlo`` (VinePPO: mean verifier reward of sampled
-    continuations), ``greedy_continuation`` (the verifier's score of one greedy continuation), ``tree``
+    continuations), ``greedy_continuation`` (the verifier's score of one greedy continuation),
+    ``greedy_bisect`` (those verdicts only where they change, found by bisection), ``tree``
     (a tree rollout's node values: mean outcome of the leaves below; needs ``rollout.mode=tree``) or
     ``step_oracle`` (exact step values of ``arith``)."""
     strategy: str = "packed"

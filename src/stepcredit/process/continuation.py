@@ -78,11 +78,11 @@ def continuation_values(
     )
     k = 1 if greedy else samples
     spec = SamplingSpec(n=k, temperature=0.0 if greedy else temperature, max_tokens=cfg.mc_max_new_tokens)
-    conts = _generate(ctx, plan.todo, spec)
+    conts = generate_continuations(ctx, plan.todo, spec)
     for context, owners in plan.todo.items():
         plan.add_continuations(context, owners, conts[context])
     left = plan.resolve(conts, cfg.mc_max_new_tokens)  # shares the tokens did not bear out
-    more = _generate(ctx, left, spec)
+    more = generate_continuations(ctx, left, spec)
     for context, owners in left.items():
         plan.add_continuations(context, owners, more[context])
     count_verified(len(plan.texts))
@@ -92,7 +92,7 @@ def continuation_values(
     return _values(plan, scores, k, cfg.mc_prefixes)
 
 
-def _generate(
+def generate_continuations(
     ctx: ValueContext, todo: dict[Context, list[Slot]], spec: SamplingSpec
 ) -> dict[Context, list[list[int]]]:
     """``spec.n`` continuations of every context of ``todo`` (each stopping at its task's answer marker,

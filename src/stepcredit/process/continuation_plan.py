@@ -154,6 +154,26 @@ def _answered(r: PrefixRequest, n: int, tokenizer: Any) -> bool:
     )
 
 
+def is_whole(r: PrefixRequest, n: int, tokenizer: Any) -> bool:
+    """Is the prefix of ``n`` tokens valued by the response's own reward: the whole (complete) response,
+    or a prefix that already holds its task's answer marker (the task's contract: it is finished)?"""
+    return (r.complete and n >= len(r.response_ids) - 1) or _answered(r, n, tokenizer)
+
+
+def plan_slots(requests: Sequence[PrefixRequest], tokenizer: Any, slots: Sequence[Slot]) -> Plan:
+    """A plan for exactly ``slots``: each valued by its response's reward (:func:`is_whole`) or by its own
+    continuation (identical contexts continued once); no shares (the slots of an adaptive search, which
+    picks the next ones from these values)."""
+    plan = Plan(requests, tokenizer)
+    for ri, pi in slots:
+        if is_whole(requests[ri], requests[ri].prefix_lens[pi], tokenizer):
+            plan.score_whole(ri)
+            plan.is_whole.append((ri, pi))
+        else:
+            plan.todo.setdefault(plan.context((ri, pi)), []).append((ri, pi))
+    return plan
+
+
 def make_plan(
     requests: Sequence[PrefixRequest], tokenizer: Any, max_prefixes: int, v0_from_group: bool, share: bool
 ) -> Plan:
@@ -177,7 +197,7 @@ def make_plan(
             n = r.prefix_lens[pi]
             if pi == 0 and ri in from_group:
                 continue
-            if (r.complete and n >= len(r.response_ids) - 1) or _answered(r, n, tokenizer):
+            if is_whole(r, n, tokenizer):
                 # the response's own reward: it is whole, or its answer is written (the task's contract)
                 plan.score_whole(ri)
                 plan.is_whole.append((ri, pi))

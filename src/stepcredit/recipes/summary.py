@@ -109,7 +109,7 @@ def comparisons(
 
 _NOTES = {
     "compute": "generated_tokens = tokens sampled from the policy: rollouts (a tree's shared prefixes once, "
-    "dynamic sampling's refills included) + process continuations (monte_carlo, greedy_continuation), "
+    "dynamic sampling's refills included) + process continuations (monte_carlo, greedy_continuation, greedy_bisect), "
     "up to and including eos; forced-answer values generate nothing (one scoring pass per value: "
     "process_values) and verifier calls are counted apart (process_verifier_calls). seconds = the RL "
     "steps' wall time less validation's (time/step_s - time/val_s), on the machine and load of the run",

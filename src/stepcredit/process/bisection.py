@@ -1,0 +1,108 @@
+"""``greedy_bisect``: greedy-continuation values only at the boundaries that matter, found by bisection.
+
+``greedy_continuation`` continues every prefix of every response: a response of n steps costs up to n
+continuations. Its values are verdicts (one greedy continuation, scored); along most responses they
+change at most once, where a slip the greedy policy cannot recover from is made (or a step that
+rescues what it could not solve). This estimator spends continuations only where that change is:
+
+1. V_0 from one greedy continuation of the bare prompt (identical contexts are continued once, so one
+   per prompt), and V_S, the value of the whole response (its reward when it is complete, or one
+   continuation when it was cut off);
+2. a response whose two ends agree gets no continuation: every value is V_0, and every step credit 0;
+3. a response whose ends differ is searched for the boundary where the verdict changes: the middle
+   boundary of the interval is continued, the half whose ends differ is kept, until the interval is one
+   step wide; about log2(n) continuations, in rounds batched over the whole batch (one engine call and
+   one verifier call per round).
+
+Each value is the last one computed at or before its boundary (as ``process.mc_prefixes`` fills the
+prefixes it leaves out), so V is V_0 up to the boundary before the change and the new verdict from it
+on. That is exactly ``greedy_continuation``'s values wherever its verdicts change at most once along a
+response; where they change more often, only one change inside the searched interval is found (the
+utilities still sum to V_S - V_0). A verdict that could not be computed (NaN) stops its response's
+search and is carried, as NaN, to the next computed value. The first-error search is OmegaPRM's (Luo et
+al. 2024, arXiv:2406.06592, section 3.2: binary search for the first step from which Monte Carlo
+rollouts stop succeeding), here with Math-Shepherd's single-completer hard verdict (Wang et al. 2024,
+arXiv:2312.08935) as the test. Everything it generates is counted as ``greedy_continuation``'s is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from stepcredit.process.continuation import continuation_estimator, generate_continuations
+from stepcredit.process.continuation_plan import Slot, is_whole, plan_slots
+from stepcredit.process.values import ValueContext, count_verified
+from stepcredit.rollout.engines import SamplingSpec
+
+
+@continuation_estimator("greedy_bisect", takes_tools=True)
+def greedy_bisect(ctx: ValueContext) -> list[list[float]]:
+    """Greedy-continuation verdicts at V_0, at the end, and by bisection at the boundary where they
+    change (the module's docstring): one continuation per prompt plus about log2(steps) per response
+    whose outcome differs from V_0. On a tool rollout (``ctx.tools``) the continuations call tools."""
+    reqs = ctx.requests
+    last = [len(r.prefix_lens) - 1 for r in reqs]
+    known: dict[Slot, float] = {}
+    whole: dict[int, float] = {}  # a response's own reward, scored once across rounds
+    ends = [(ri, 0) for ri in range(len(reqs))] + [(ri, last[ri]) for ri in range(len(reqs)) if last[ri] > 0]
+    _verdicts(ctx, ends, known, whole)
+    search: dict[int, tuple[int, int]] = {}
+    for ri, end in enumerate(last):
+        a, b = known[(ri, 0)], known[(ri, end)]
+        if end > 1 and math.isfinite(a) and math.isfinite(b) and a != b:
+            search[ri] = (0, end)
+    while search:
+        mids = {ri: (lo + hi) // 2 for ri, (lo, hi) in search.items()}
+        _verdicts(ctx, [(ri, m) for ri, m in mids.items()], known, whole)
+        narrower: dict[int, tuple[int, int]] = {}
+        for ri, (lo, hi) in search.items():
+            mid = mids[ri]
+            v = known[(ri, mid)]
+            if not math.isfinite(v):
+                continue  # no verdict: the search of this response ends here (its NaN is carried)
+            lo, hi = (mid, hi) if v == known[(ri, lo)] else (lo, mid)
+            if hi - lo > 1:
+                narrower[ri] = (lo, hi)
+        search = narrower
+    out: list[list[float]] = []
+    for ri, end in enumerate(last):
+        row, v = [], known[(ri, 0)]
+        for pi in range(end + 1):
+            v = known.get((ri, pi), v)
+            row.append(v)
+        out.append(row)
+    return out
+
+
+def _verdicts(
+    ctx: ValueContext, slots: Sequence[Slot], known: dict[Slot, float], whole: dict[int, float]
+) -> None:
+    """Fill ``known`` with the greedy verdict of every slot: one engine call over the slots' contexts
+    (identical ones once) and one verifier call over every new text; a response's own reward is scored
+    at most once (``whole``)."""
+    tok = ctx.tokenizer
+    todo = []
+    for ri, pi in slots:
+        r = ctx.requests[ri]
+        if ri in whole and is_whole(r, r.prefix_lens[pi], tok):
+            known[(ri, pi)] = whole[ri]
+        else:
+            todo.append((ri, pi))
+    if not todo:
+        return
+    plan = plan_slots(ctx.requests, tok, todo)
+    spec = SamplingSpec(n=1, temperature=0.0, max_tokens=ctx.cfg.mc_max_new_tokens)
+    conts = generate_continuations(ctx, plan.todo, spec)
+    for context, owners in plan.todo.items():
+        plan.add_continuations(context, owners, conts[context])
+    count_verified(len(plan.texts))
+    scores = [float(x) for x in ctx.verifier(plan.to_score, plan.texts)] if plan.texts else []
+    if len(scores) != len(plan.texts):
+        raise ValueError(f"the verifier returned {len(scores)} scores for {len(plan.texts)} texts")
+    for ri, first in plan.whole.items():
+        whole[ri] = scores[first]
+    for ri, pi in plan.is_whole:
+        known[(ri, pi)] = scores[plan.whole[ri]]
+    for ri, pi, first in plan.continued:
+        known[(ri, pi)] = scores[first]
