@@ -2,7 +2,8 @@
 
 Both arms train ``--steps`` steps from one SFT model with ``data.train_size=320`` and the same seed:
 ``grpo`` (preset ``midchain``) and ``greedy`` (preset ``midchain_greedy``: a greedy continuation per
-episode end, ``grpo_vineppo``). Per step it prints the rollout's tokens, the continuations' tokens
+episode end, ``grpo_vineppo``), and with ``--arms grpo,greedy,bisect`` also ``bisect`` (the same with
+``process.value_estimator=greedy_bisect``). Per step it prints the rollout's tokens, the continuations' tokens
 (``process/generated_tokens``), the verifier's texts and the step's generated tokens; then the ratio of
 the greedy arm's generated tokens per step to GRPO's, the figure an equal-compute GRPO arm is sized by.
 Tokens do not depend on the machine, so the figures hold under load (no seconds are printed; the
@@ -32,7 +33,9 @@ import torch
 
 from _harness import Monitor, emit
 
-ARMS = {"grpo": "midchain", "greedy": "midchain_greedy"}
+ARMS = {"grpo": "midchain", "greedy": "midchain_greedy", "bisect": "midchain_greedy"}
+ARM_OVERRIDES = {"bisect": ["process.value_estimator=greedy_bisect"]}
+"""``bisect``: the greedy arm with ``greedy_bisect`` values (continuations only where the verdicts change)."""
 COMMON = ["data.train_size=320", "sft.steps=0", "trainer.val_every=0", "trainer.save_every=0",
           "trainer.progress=false", "trainer.tensorboard=false"]  # fmt: skip
 
@@ -151,20 +154,23 @@ def main() -> None:
         model = args.model or sft_model(d, args.threads, args.overrides)
         for arm in args.arms.split(","):
             with mon.side(arm):
-                out[arm] = arm_tokens(ARMS[arm], model, args.steps, args.threads, args.overrides)
+                more = [*ARM_OVERRIDES.get(arm, []), *args.overrides]
+                out[arm] = arm_tokens(ARMS[arm], model, args.steps, args.threads, more)
             for i, r in enumerate(out[arm], 1):
                 print(f"{arm:<8} step {i}: " + "  ".join(f"{k}={v:.0f}" for k, v in r.items()))
-        if {"grpo", "greedy"} <= out.keys():
-            mean = {
-                a: sum(r["generated/step_tokens"] for r in out[a]) / len(out[a]) for a in ("grpo", "greedy")
-            }
-            out["greedy_vs_grpo_tokens_per_step"] = mean["greedy"] / mean["grpo"]
-            print(f"greedy / grpo generated tokens per step: {mean['greedy']:.0f} / {mean['grpo']:.0f} = "
-                  f"{out['greedy_vs_grpo_tokens_per_step']:.3f}")  # fmt: skip
+        for costly in ("greedy", "bisect"):
+            if {"grpo", costly} <= out.keys():
+                mean = {
+                    a: sum(r["generated/step_tokens"] for r in out[a]) / len(out[a]) for a in ("grpo", costly)
+                }
+                out[f"{costly}_vs_grpo_tokens_per_step"] = mean[costly] / mean["grpo"]
+                print(f"{costly} / grpo generated tokens per step: {mean[costly]:.0f} / {mean['grpo']:.0f} = "
+                      f"{out[f'{costly}_vs_grpo_tokens_per_step']:.3f}")  # fmt: skip
         if args.check:
             out["check"] = check_values(model, args.overrides)
             print("check: " + "  ".join(f"{k}={v}" for k, v in out["check"].items()))
-    emit(mon.finish(out, {a: [f"--preset {ARMS[a]}", *COMMON, *args.overrides] for a in ARMS}), args.json)
+    commands = {a: [f"--preset {ARMS[a]}", *ARM_OVERRIDES.get(a, []), *COMMON, *args.overrides] for a in ARMS}
+    emit(mon.finish(out, commands), args.json)
 
 
 if __name__ == "__main__":

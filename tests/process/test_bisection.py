@@ -108,14 +108,61 @@ def test_a_verdict_that_cannot_be_computed_is_carried_as_nan(batch_factory: Call
 
     def flaky(samples: Any, texts: Any) -> list[float]:
         calls.append(len(texts))
-        # the first search round (the middle boundary) has no verdict
+        # the first probe has no verdict: episode 1, where the response leaves V_0's greedy
+        # continuation (" ok") at once
         return [math.nan if len(calls) == 2 else verdict(s, t) for s, t in zip(samples, texts, strict=True)]
 
     got, _, _ = _values(batch, tok, "greedy_bisect", flaky)
     row = got[0]
     assert row[0] == 1.0 and row[-1] == 0.0 and len(calls) == 2  # the search stopped at the NaN
-    mid = (len(row) - 1) // 2
-    assert all(v == 1.0 for v in row[:mid]) and all(math.isnan(v) for v in row[mid:-1])
+    assert all(math.isnan(v) for v in row[1:-1])
+
+
+class GreedyPath(GreedyOk):
+    """The greedy path is ``PATH``: a context on it is continued with the rest of it (and eos), one off
+    it with " So ok" (its text holds the wrong step, so its verdict is 0 all the same)."""
+
+    PATH = OK_STEP * 8 + "So ok"
+
+    def __init__(self, tok: Any, prompt_len: int) -> None:
+        super().__init__(tok)
+        self.prompt_len = prompt_len
+
+    def sample(self, model: Any, tok: Any, contexts: Sequence[Sequence[int]], spec: Any, **_: Any) -> list:
+        self.rows.append(len(contexts) * spec.n)
+        out = []
+        for c in contexts:
+            head = self.tok.decode(list(c[self.prompt_len :]), skip_special_tokens=True)
+            rest = self.PATH[len(head) :] if self.PATH.startswith(head) else " So ok"
+            out.append(Completion(self.tok(rest)["input_ids"] + [self.tok.eos_token_id]))
+        return out
+
+
+def test_a_response_on_the_greedy_path_until_its_slip_costs_one_continuation(
+    batch_factory: Callable[..., Batch],
+) -> None:
+    # Responses that follow the policy's greedy path (PATH) until a slip at step j: V_0's continuation
+    # is the path, so every boundary before the slip shares its verdict for free, and the first probe,
+    # the episode where the response left the path, is the change: one continuation per response.
+    # greedy_continuation (which shares too) continues every boundary after the slip.
+    tok = build_tokenizer()
+    rows = [("q", OK_STEP * j + BAD_STEP + OK_STEP * (7 - j) + "So done.", "7") for j in range(8)]
+    batch = batch_factory(tok, rows)
+    prompt_len = int(batch.prompt_mask_BP[0].sum())
+    assert bool(batch.prompt_mask_BP[0, -prompt_len:].all())  # left-padded: the prompt is the last tokens
+
+    def run(name: str) -> tuple[list[list[float]], list[int]]:
+        policy = GreedyPath(tok, prompt_len)
+        cfg = ProcessConfig(value_estimator=name, mc_max_new_tokens=200, min_episode_tokens=1)
+        got = compute_prefix_values(policy.module, tok, batch, cfg, score_fn=score_each(verdict))
+        return got.values, policy.rows
+
+    want, greedy_rows = run("greedy_continuation")
+    got, bisect_rows = run("greedy_bisect")
+    assert got == want
+    assert all(want[j][j] == 1.0 and want[j][j + 1] == 0.0 for j in range(8))  # the change is at the slip
+    assert bisect_rows == [1, 8]  # V_0 once for the shared prompt, then one probe per response
+    assert sum(greedy_rows) > sum(bisect_rows)
 
 
 def test_continuing_the_rollout_cache_gives_the_values_of_the_plain_loop(

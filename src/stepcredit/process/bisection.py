@@ -14,6 +14,13 @@ rescues what it could not solve). This estimator spends continuations only where
    step wide; about log2(n) continuations, in rounds batched over the whole batch (one engine call and
    one verifier call per round).
 
+Two things make the search shorter. Greedy decoding is deterministic: where the response's tokens from
+a computed prefix to a later boundary are what that prefix's continuation wrote first, the later
+boundary's verdict is the same and costs nothing (``greedy_continuation`` shares the same way). And the
+first probe of a response is the episode in which it left V_0's greedy path: a sampled response that
+departs from what the policy would write greedily has, more often than any other, made its slip there
+(when that is the change, one continuation found it); the search bisects after that.
+
 Each value is the last one computed at or before its boundary (as ``process.mc_prefixes`` fills the
 prefixes it leaves out), so V is V_0 up to the boundary before the change and the new verdict from it
 on. That is exactly ``greedy_continuation``'s values wherever its verdicts change at most once along a
@@ -31,7 +38,7 @@ import math
 from collections.abc import Sequence
 
 from stepcredit.process.continuation import continuation_estimator, generate_continuations
-from stepcredit.process.continuation_plan import Slot, is_whole, plan_slots
+from stepcredit.process.continuation_plan import Slot, answer_end, is_whole, plan_slots, shares_root
 from stepcredit.process.values import ValueContext, count_verified
 from stepcredit.rollout.engines import SamplingSpec
 
@@ -40,28 +47,35 @@ from stepcredit.rollout.engines import SamplingSpec
 def greedy_bisect(ctx: ValueContext) -> list[list[float]]:
     """Greedy-continuation verdicts at V_0, at the end, and by bisection at the boundary where they
     change (the module's docstring): one continuation per prompt plus about log2(steps) per response
-    whose outcome differs from V_0. On a tool rollout (``ctx.tools``) the continuations call tools."""
+    whose outcome differs from V_0, fewer where the response follows a continuation's greedy path. On a
+    tool rollout (``ctx.tools``) the continuations call tools."""
     reqs = ctx.requests
     last = [len(r.prefix_lens) - 1 for r in reqs]
     known: dict[Slot, float] = {}
     whole: dict[int, float] = {}  # a response's own reward, scored once across rounds
+    conts: dict[Slot, list[int]] = {}  # each continued slot's greedy continuation
     ends = [(ri, 0) for ri in range(len(reqs))] + [(ri, last[ri]) for ri in range(len(reqs)) if last[ri] > 0]
-    _verdicts(ctx, ends, known, whole)
+    _verdicts(ctx, ends, known, whole, conts)
     search: dict[int, tuple[int, int]] = {}
+    suspect: dict[int, int] = {}  # a response's first probe: the episode in which it left V_0's greedy path
     for ri, end in enumerate(last):
         a, b = known[(ri, 0)], known[(ri, end)]
         if end > 1 and math.isfinite(a) and math.isfinite(b) and a != b:
-            search[ri] = (0, end)
+            lo = _follow(ctx, ri, 0, end, known, conts)
+            if end - lo > 1:
+                search[ri] = (lo, end)
+                if (ri, 0) in conts and ctx.tools is None:
+                    suspect[ri] = lo + 1
     while search:
-        mids = {ri: (lo + hi) // 2 for ri, (lo, hi) in search.items()}
-        _verdicts(ctx, [(ri, m) for ri, m in mids.items()], known, whole)
+        mids = {ri: suspect.pop(ri, (lo + hi) // 2) for ri, (lo, hi) in search.items()}
+        _verdicts(ctx, [(ri, m) for ri, m in mids.items()], known, whole, conts)
         narrower: dict[int, tuple[int, int]] = {}
         for ri, (lo, hi) in search.items():
             mid = mids[ri]
             v = known[(ri, mid)]
             if not math.isfinite(v):
                 continue  # no verdict: the search of this response ends here (its NaN is carried)
-            lo, hi = (mid, hi) if v == known[(ri, lo)] else (lo, mid)
+            lo, hi = (_follow(ctx, ri, mid, hi, known, conts), hi) if v == known[(ri, lo)] else (lo, mid)
             if hi - lo > 1:
                 narrower[ri] = (lo, hi)
         search = narrower
@@ -75,12 +89,39 @@ def greedy_bisect(ctx: ValueContext) -> list[list[float]]:
     return out
 
 
+def _follow(
+    ctx: ValueContext, ri: int, pi: int, hi: int, known: dict[Slot, float], conts: dict[Slot, list[int]]
+) -> int:
+    """The last boundary before ``hi`` that prefix ``pi``'s greedy continuation reaches along the
+    response: greedy decoding is deterministic, so where the response's tokens from ``pi`` to a later
+    boundary are what that continuation wrote first (and it ended by itself), the later prefix's
+    continuation is the rest of it, with the same verdict, which is noted in ``known`` for free
+    (:func:`~stepcredit.process.continuation_plan.shares_root`, as ``greedy_continuation`` shares).
+    Not on a tool rollout (a result is not the policy's to write)."""
+    cont = conts.get((ri, pi))
+    if cont is None or ctx.tools is not None:
+        return pi
+    r = ctx.requests[ri]
+    marker, cap, n0 = answer_end(r.sample), ctx.cfg.mc_max_new_tokens, r.prefix_lens[pi]
+    reached = pi
+    for q in range(pi + 1, hi):
+        if not shares_root(cont, r.response_ids[n0 : r.prefix_lens[q]], cap, ctx.tokenizer, marker):
+            break
+        known[(ri, q)] = known[(ri, pi)]
+        reached = q
+    return reached
+
+
 def _verdicts(
-    ctx: ValueContext, slots: Sequence[Slot], known: dict[Slot, float], whole: dict[int, float]
+    ctx: ValueContext,
+    slots: Sequence[Slot],
+    known: dict[Slot, float],
+    whole: dict[int, float],
+    conts: dict[Slot, list[int]],
 ) -> None:
-    """Fill ``known`` with the greedy verdict of every slot: one engine call over the slots' contexts
-    (identical ones once) and one verifier call over every new text; a response's own reward is scored
-    at most once (``whole``)."""
+    """Fill ``known`` with the greedy verdict of every slot (and ``conts`` with the continuations): one
+    engine call over the slots' contexts (identical ones once) and one verifier call over every new
+    text; a response's own reward is scored at most once (``whole``)."""
     tok = ctx.tokenizer
     todo = []
     for ri, pi in slots:
@@ -93,9 +134,11 @@ def _verdicts(
         return
     plan = plan_slots(ctx.requests, tok, todo)
     spec = SamplingSpec(n=1, temperature=0.0, max_tokens=ctx.cfg.mc_max_new_tokens)
-    conts = generate_continuations(ctx, plan.todo, spec)
+    generated = generate_continuations(ctx, plan.todo, spec)
     for context, owners in plan.todo.items():
-        plan.add_continuations(context, owners, conts[context])
+        plan.add_continuations(context, owners, generated[context])
+        for slot in owners:
+            conts[slot] = generated[context][0]
     count_verified(len(plan.texts))
     scores = [float(x) for x in ctx.verifier(plan.to_score, plan.texts)] if plan.texts else []
     if len(scores) != len(plan.texts):
