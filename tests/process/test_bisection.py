@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import pytest
+import torch
 
 from stepcredit.config import ProcessConfig
 from stepcredit.models import build_tokenizer
 from stepcredit.process import VALUE_ESTIMATORS, compute_prefix_values, score_each
-from stepcredit.process.values import spending
+from stepcredit.process.bisection import greedy_bisect
+from stepcredit.process.continuation import greedy_continuation
+from stepcredit.process.continuation_plan import is_whole
+from stepcredit.process.values import PrefixRequest, ValueContext, spending
 from stepcredit.rollout import engines
 from stepcredit.rollout.engines import Completion
+from stepcredit.rollout.stops import WINDOW
 from stepcredit.types import Batch, Sample
 
 OK_STEP, BAD_STEP = "So 1 + 1 = 2. ", "So 4 + 4 = 8. "
@@ -22,8 +30,6 @@ class GreedyOk:
     whether it is free of the wrong step). ``rows`` counts the continuations asked for, per call."""
 
     def __init__(self, tok: Any) -> None:
-        import torch
-
         self.tok = tok
         self.module = torch.nn.Linear(1, 1)
         self.rows: list[int] = []
@@ -170,8 +176,6 @@ def test_continuing_the_rollout_cache_gives_the_values_of_the_plain_loop(
 ) -> None:
     # A real (random) model: the search continued from the rollout's KV cache (training) and from
     # prefilled contexts (the probe) reaches the same verdicts, and the same search, round by round.
-    import torch
-
     from stepcredit.models.logprobs import token_logprobs
     from stepcredit.process.bisection import greedy_bisect
     from stepcredit.process.values import PrefixRequest, ValueContext
@@ -209,3 +213,68 @@ def test_continuing_the_rollout_cache_gives_the_values_of_the_plain_loop(
         plain = greedy_bisect(ValueContext(model, tok, reqs, cfg, verifier))
     assert cached == plain and rounds == seen
     assert len(rounds) > 1  # a search ran (some response's ends differ)
+
+
+# ---------------------------------------------------------------------------- answered prefixes
+ANSWER_PATH = "the answer is 7. So done."  # the policy's greedy path from the bare prompt
+
+
+class AnswerPath:
+    """Greedy decoding that follows ANSWER_PATH (then eos); ``honor_stop=False`` ignores the answer
+    marker's stop rule, as the vLLM engine does (it runs on to eos)."""
+
+    def __init__(self, tok: Any, plen: int, honor_stop: bool) -> None:
+        self.tok, self.plen, self.honor_stop = tok, plen, honor_stop
+        self.module = torch.nn.Linear(1, 1)
+        engines.bind(self.module, self)  # type: ignore[arg-type]
+
+    def sample(self, model: Any, tok: Any, contexts: Any, spec: Any, **_: Any) -> list:
+        out = []
+        for c in contexts:
+            head = self.tok.decode(list(c[self.plen :]), skip_special_tokens=True)
+            assert ANSWER_PATH.startswith(head)
+            ids = self.tok(ANSWER_PATH[len(head) :], add_special_tokens=False)["input_ids"] + [
+                self.tok.eos_token_id
+            ]
+            ids = ids[: spec.max_tokens]
+            if spec.stop_pattern and self.honor_stop:
+                for t in range(len(ids)):
+                    w = self.tok.decode(ids[max(0, t + 1 - WINDOW) : t + 1], skip_special_tokens=True)
+                    if re.search(spec.stop_pattern, w):
+                        ids = ids[: t + 1]
+                        break
+            out.append(Completion(ids))
+        return out
+
+
+def ends_ok(samples: Any, texts: Any) -> list[float]:
+    return [1.0 if t.endswith("ok") else 0.0 for t in texts]
+
+
+@pytest.mark.parametrize(
+    ("honor_stop", "cuts"),
+    [
+        (True, ["the answ", "the answer is 7. "]),  # a boundary inside the marker (hf engine)
+        (False, ["the answer is 7. "]),  # a sentence-start boundary, engine without the stop rule
+    ],
+)
+def test_an_answered_prefix_is_worth_the_reward(honor_stop: bool, cuts: list[str]) -> None:
+    # A prefix that holds the answer marker is worth the response's own reward (greedy_continuation's
+    # plan). A continuation that began inside the marker (its own text never completes it), or one from
+    # an engine that runs past the marker, goes on to eos through the answered prefix: sharing its
+    # verdict there gave the answered prefix V_0's value and moved the change a step late.
+    tok = build_tokenizer()
+    prompt = tok("<|user|>q<|assistant|>", add_special_tokens=False)["input_ids"]
+    text = "the answer is 7. ok"
+    resp = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    lens = [0] + [len(c) for c in cuts] + [len(text)]  # char tokenizer: one token per character
+    s = Sample(prompt=({"role": "user", "content": "q"},), ground_truth="7", data_source="arith")
+    req = PrefixRequest(s, prompt, resp, lens, "7", complete=True)
+    answered = lens.index(len("the answer is 7. "))
+    assert is_whole(req, lens[answered], tok)  # worth the response's reward (1.0)
+    policy = AnswerPath(tok, len(prompt), honor_stop)
+    cfg = ProcessConfig(mc_max_new_tokens=64)
+    want = greedy_continuation(ValueContext(policy.module, tok, [req], cfg, ends_ok))
+    got = greedy_bisect(ValueContext(policy.module, tok, [req], cfg, ends_ok))
+    assert want[0][answered] == 1.0 and want[0][0] == 0.0  # verdicts change once
+    assert got == want, (got, want)

@@ -105,7 +105,13 @@ def _follow(
     marker, cap, n0 = answer_end(r.sample), ctx.cfg.mc_max_new_tokens, r.prefix_lens[pi]
     reached = pi
     for q in range(pi + 1, hi):
-        if not shares_root(cont, r.response_ids[n0 : r.prefix_lens[q]], cap, ctx.tokenizer, marker):
+        n = r.prefix_lens[q]
+        # an answered prefix is worth the response's own reward, never a continuation's verdict (as in
+        # greedy_continuation's plan): a continuation that began inside the marker, or an engine that
+        # runs past it (vLLM), may go on through the rest of the response and past it to eos
+        if is_whole(r, n, ctx.tokenizer) or not shares_root(
+            cont, r.response_ids[n0:n], cap, ctx.tokenizer, marker
+        ):
             break
         known[(ri, q)] = known[(ri, pi)]
         reached = q
