@@ -33,10 +33,12 @@ class GreedyOk:
         self.tok = tok
         self.module = torch.nn.Linear(1, 1)
         self.rows: list[int] = []
+        self.contexts: list[tuple[int, ...]] = []
         engines.bind(self.module, self)  # type: ignore[arg-type]
 
     def sample(self, model: Any, tok: Any, contexts: Sequence[Sequence[int]], spec: Any, **_: Any) -> list:
         self.rows.append(len(contexts) * spec.n)
+        self.contexts += [tuple(c) for c in contexts]
         return [Completion(self.tok(" ok")["input_ids"]) for _ in contexts for _ in range(spec.n)]
 
 
@@ -83,6 +85,26 @@ def test_the_values_of_greedy_continuation_for_a_fraction_of_its_continuations(
     assert sum(bisect_rows) <= 1 + 9 * math.ceil(math.log2(steps))
     assert len(bisect_rows) == 1 + math.ceil(math.log2(steps))
     assert sum(bisect_rows) < sum(greedy_rows) and bisect_tokens < greedy_tokens
+
+
+def test_a_context_is_continued_once_across_the_rounds(batch_factory: Callable[..., Batch]) -> None:
+    # Responses to one prompt share their first steps, and their searches reach the same prefixes in
+    # different rounds: each context is continued (and scored) once per batch.
+    tok = build_tokenizer()
+    # of 8, 12 and 16 steps, so the bisections of one prefix fall in different rounds
+    rows = [
+        ("q", OK_STEP * j + BAD_STEP + OK_STEP * (n - 1 - j) + "So done.", "7")
+        for n in (8, 12, 16)
+        for j in range(2, n, 3)
+    ]
+    batch = batch_factory(tok, rows)
+    want, _, _ = _values(batch, tok, "greedy_continuation")
+    policy = GreedyOk(tok)
+    cfg = ProcessConfig(value_estimator="greedy_bisect", mc_max_new_tokens=8, min_episode_tokens=1)
+    got = compute_prefix_values(policy.module, tok, batch, cfg, score_fn=score_each(verdict)).values
+    assert got == want
+    assert len(policy.rows) > 2  # several rounds
+    assert len(policy.contexts) == len(set(policy.contexts))
 
 
 def test_a_verdict_that_changes_twice_keeps_the_sum_and_a_change_inside(

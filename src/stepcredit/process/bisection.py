@@ -36,11 +36,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from stepcredit.process.continuation import continuation_estimator, generate_continuations
-from stepcredit.process.continuation_plan import Slot, answer_end, is_whole, plan_slots, shares_root
-from stepcredit.process.values import ValueContext, count_verified
+from stepcredit.process.continuation_plan import Context, Slot, answer_end, is_whole, plan_slots, shares_root
+from stepcredit.process.values import PrefixRequest, ValueContext, count_verified
 from stepcredit.rollout.engines import SamplingSpec
+
+
+@dataclass
+class _Search:
+    """What a batch's search knows so far (the rounds fill it)."""
+
+    known: dict[Slot, float] = field(default_factory=dict)
+    """Each computed boundary's verdict."""
+    whole: dict[int, float] = field(default_factory=dict)
+    """A response's own reward, scored once across rounds."""
+    conts: dict[Slot, list[int]] = field(default_factory=dict)
+    """Each continued boundary's greedy continuation."""
+    generated: dict[tuple[Context, str], list[int]] = field(default_factory=dict)
+    """(context, its answer marker) -> its greedy continuation: a context met again in a later round
+    (two responses to one prompt that share a prefix) is not continued again."""
+    memo: dict[tuple[Context, int], float] = field(default_factory=dict)
+    """(context, id of its sample) -> the verdict of its continuation: nor scored again."""
 
 
 @continuation_estimator("greedy_bisect", takes_tools=True)
@@ -51,31 +69,30 @@ def greedy_bisect(ctx: ValueContext) -> list[list[float]]:
     tool rollout (``ctx.tools``) the continuations call tools."""
     reqs = ctx.requests
     last = [len(r.prefix_lens) - 1 for r in reqs]
-    known: dict[Slot, float] = {}
-    whole: dict[int, float] = {}  # a response's own reward, scored once across rounds
-    conts: dict[Slot, list[int]] = {}  # each continued slot's greedy continuation
+    st = _Search()
+    known = st.known
     ends = [(ri, 0) for ri in range(len(reqs))] + [(ri, last[ri]) for ri in range(len(reqs)) if last[ri] > 0]
-    _verdicts(ctx, ends, known, whole, conts)
+    _verdicts(ctx, ends, st)
     search: dict[int, tuple[int, int]] = {}
     suspect: dict[int, int] = {}  # a response's first probe: the episode in which it left V_0's greedy path
     for ri, end in enumerate(last):
         a, b = known[(ri, 0)], known[(ri, end)]
         if end > 1 and math.isfinite(a) and math.isfinite(b) and a != b:
-            lo = _follow(ctx, ri, 0, end, known, conts)
+            lo = _follow(ctx, ri, 0, end, st)
             if end - lo > 1:
                 search[ri] = (lo, end)
-                if (ri, 0) in conts and ctx.tools is None:
+                if (ri, 0) in st.conts and ctx.tools is None:
                     suspect[ri] = lo + 1
     while search:
         mids = {ri: suspect.pop(ri, (lo + hi) // 2) for ri, (lo, hi) in search.items()}
-        _verdicts(ctx, [(ri, m) for ri, m in mids.items()], known, whole, conts)
+        _verdicts(ctx, [(ri, m) for ri, m in mids.items()], st)
         narrower: dict[int, tuple[int, int]] = {}
         for ri, (lo, hi) in search.items():
             mid = mids[ri]
             v = known[(ri, mid)]
             if not math.isfinite(v):
                 continue  # no verdict: the search of this response ends here (its NaN is carried)
-            lo, hi = (_follow(ctx, ri, mid, hi, known, conts), hi) if v == known[(ri, lo)] else (lo, mid)
+            lo, hi = (_follow(ctx, ri, mid, hi, st), hi) if v == known[(ri, lo)] else (lo, mid)
             if hi - lo > 1:
                 narrower[ri] = (lo, hi)
         search = narrower
@@ -89,16 +106,14 @@ def greedy_bisect(ctx: ValueContext) -> list[list[float]]:
     return out
 
 
-def _follow(
-    ctx: ValueContext, ri: int, pi: int, hi: int, known: dict[Slot, float], conts: dict[Slot, list[int]]
-) -> int:
+def _follow(ctx: ValueContext, ri: int, pi: int, hi: int, st: _Search) -> int:
     """The last boundary before ``hi`` that prefix ``pi``'s greedy continuation reaches along the
     response: greedy decoding is deterministic, so where the response's tokens from ``pi`` to a later
     boundary are what that continuation wrote first (and it ended by itself), the later prefix's
-    continuation is the rest of it, with the same verdict, which is noted in ``known`` for free
+    continuation is the rest of it, with the same verdict, which is noted in ``st.known`` for free
     (:func:`~stepcredit.process.continuation_plan.shares_root`, as ``greedy_continuation`` shares).
     Not on a tool rollout (a result is not the policy's to write)."""
-    cont = conts.get((ri, pi))
+    cont = st.conts.get((ri, pi))
     if cont is None or ctx.tools is not None:
         return pi
     r = ctx.requests[ri]
@@ -113,45 +128,60 @@ def _follow(
             cont, r.response_ids[n0:n], cap, ctx.tokenizer, marker
         ):
             break
-        known[(ri, q)] = known[(ri, pi)]
+        st.known[(ri, q)] = st.known[(ri, pi)]
         reached = q
     return reached
 
 
-def _verdicts(
-    ctx: ValueContext,
-    slots: Sequence[Slot],
-    known: dict[Slot, float],
-    whole: dict[int, float],
-    conts: dict[Slot, list[int]],
-) -> None:
-    """Fill ``known`` with the greedy verdict of every slot (and ``conts`` with the continuations): one
-    engine call over the slots' contexts (identical ones once) and one verifier call over every new
-    text; a response's own reward is scored at most once (``whole``)."""
+def _verdicts(ctx: ValueContext, slots: Sequence[Slot], st: _Search) -> None:
+    """Fill ``st.known`` with the greedy verdict of every slot (and ``st.conts`` with the
+    continuations): one engine call over the slots' new contexts (identical ones once, and none
+    continued in an earlier round: ``st.generated``) and one verifier call over every new text; a
+    response's own reward is scored at most once (``st.whole``), a text at most once (``st.memo``)."""
     tok = ctx.tokenizer
     todo = []
     for ri, pi in slots:
         r = ctx.requests[ri]
-        if ri in whole and is_whole(r, r.prefix_lens[pi], tok):
-            known[(ri, pi)] = whole[ri]
+        key = (_context(r, pi), id(r.sample))
+        if ri in st.whole and is_whole(r, r.prefix_lens[pi], tok):
+            st.known[(ri, pi)] = st.whole[ri]
+        elif key in st.memo:
+            st.known[(ri, pi)] = st.memo[key]
+            st.conts[(ri, pi)] = st.generated[_gen_key(ctx, ri, key[0])]
         else:
             todo.append((ri, pi))
     if not todo:
         return
     plan = plan_slots(ctx.requests, tok, todo)
+    new = {c: owners for c, owners in plan.todo.items() if _gen_key(ctx, owners[0][0], c) not in st.generated}
     spec = SamplingSpec(n=1, temperature=0.0, max_tokens=ctx.cfg.mc_max_new_tokens)
-    generated = generate_continuations(ctx, plan.todo, spec)
+    for context, rows in generate_continuations(ctx, new, spec).items():
+        st.generated[_gen_key(ctx, new[context][0][0], context)] = rows[0]
     for context, owners in plan.todo.items():
-        plan.add_continuations(context, owners, generated[context])
+        cont = st.generated[_gen_key(ctx, owners[0][0], context)]
+        plan.add_continuations(context, owners, [cont])
         for slot in owners:
-            conts[slot] = generated[context][0]
+            st.conts[slot] = cont
     count_verified(len(plan.texts))
     scores = [float(x) for x in ctx.verifier(plan.to_score, plan.texts)] if plan.texts else []
     if len(scores) != len(plan.texts):
         raise ValueError(f"the verifier returned {len(scores)} scores for {len(plan.texts)} texts")
     for ri, first in plan.whole.items():
-        whole[ri] = scores[first]
+        st.whole[ri] = scores[first]
     for ri, pi in plan.is_whole:
-        known[(ri, pi)] = scores[plan.whole[ri]]
+        st.known[(ri, pi)] = scores[plan.whole[ri]]
     for ri, pi, first in plan.continued:
-        known[(ri, pi)] = scores[first]
+        st.known[(ri, pi)] = scores[first]
+        r = ctx.requests[ri]
+        st.memo[(_context(r, pi), id(r.sample))] = scores[first]
+
+
+def _gen_key(ctx: ValueContext, ri: int, context: Context) -> tuple[Context, str]:
+    """What a greedy continuation depends on: its context, and where it stops (the task's answer
+    marker); on a tool rollout the sample too (its tools run in the continuation)."""
+    sample = ctx.requests[ri].sample
+    return context, answer_end(sample) if ctx.tools is None else str(id(sample))
+
+
+def _context(r: PrefixRequest, pi: int) -> Context:
+    return tuple(r.prompt_ids + r.response_ids[: r.prefix_lens[pi]])
