@@ -245,6 +245,48 @@ def test_every_arm_against_its_sft_start_joins_the_primary_family(tmp_path: Path
     assert f"| mc | {summary.SFT} | sft | primary | +25.00 |" in summary.markdown(s, d)
 
 
+def test_the_final_greedy_accuracy_as_the_primary_endpoint(tmp_path: Path) -> None:
+    # endpoint.primary: final_greedy makes the final model's held-out greedy accuracy the claim (the
+    # primary lists and family) and the validation mean a secondary endpoint with its own family
+    raw = _good() | {"endpoint": {"primary": "final_greedy", "last": 2}}
+    out = tmp_path / "out"
+    p = _plan(_write(tmp_path, raw), out)
+    assert p.spec.primary == "final_greedy"
+    cfgs = plan.check(p)
+    _run(out, "grpo", 1, [0.0, 0.2, 0.4], [50, 100], 0.1)
+    _run(out, "grpo", 2, [0.0, 0.4, 0.4], [50, 100], 0.2)
+    _run(out, "mc", 1, [0.0, 0.5, 0.7], [100, 200], 0.4)
+    _run(out, "mc", 2, [0.0, 0.6, 0.6], [100, 200], 0.4)
+    _run(out, "eq", 1, [0.0, 0.1, 0.2, 0.3, 0.4], [25, 50, 75, 100], 0.2)
+    _run(out, "eq", 2, [0.0, 0.1, 0.2, 0.3, 0.4], [25, 50, 75, 100], 0.2)
+    s, d = summary.summarize(p, cfgs)
+    assert s["arms"]["mc"]["primary"] == pytest.approx([0.4, 0.4]) == s["arms"]["mc"]["final_greedy"]
+    assert d["arms"]["grpo"]["last_validations"] == pytest.approx([0.3, 0.4])
+    assert s["endpoint"].startswith("greedy accuracy of each run's final model on 5 held-out prompts")
+    assert {c["endpoint"] for c in s["comparisons"]} == {"primary", "last_validations", "auc"}
+    # mc against grpo on the final greedy accuracy: d = [0.3, 0.2], mean 0.25, se 0.05, t = 5, df 1
+    c = next(
+        c for c in s["comparisons"] if (c["arm"], c["against"], c["endpoint"]) == ("mc", "grpo", "primary")
+    )
+    assert c["mean_diff"] == pytest.approx(0.25) and c["t"] == pytest.approx(5.0) and c["df"] == 1
+    # the validation means keep their own family: mc 0.6, 0.6 against grpo 0.3, 0.4
+    v = next(
+        c
+        for c in s["comparisons"]
+        if (c["arm"], c["against"], c["endpoint"]) == ("mc", "grpo", "last_validations")
+    )
+    assert v["mean_diff"] == pytest.approx(0.25)
+    assert (d["primary_endpoint"], d["secondary_endpoints"]) == ("final_greedy", ["last_validations", "auc"])
+    # a held-out figure needs held-out prompts, and the SFT start has no greedy held-out figure
+    with pytest.raises(ConfigError, match=r"endpoint\.primary: final_greedy needs final_greedy_prompts"):
+        spec.load_spec(_write(tmp_path, raw | {"final_greedy_prompts": 0}))
+    both = raw | {"endpoint": {"primary": "final_greedy", "against_sft": True}}
+    with pytest.raises(ConfigError, match=r"endpoint\.against_sft"):
+        spec.load_spec(_write(tmp_path, both))
+    with pytest.raises(ConfigError, match=r"endpoint\.primary"):
+        spec.load_spec(_write(tmp_path, raw | {"endpoint": {"primary": "auc"}}))
+
+
 def test_against_sft_is_off_unless_the_file_sets_it_to_a_boolean(tmp_path: Path) -> None:
     out = tmp_path / "out"
     p = _plan(_write(tmp_path, _good()), out)

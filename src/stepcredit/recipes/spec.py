@@ -47,7 +47,11 @@ class Spec:
     seeds: tuple[int, ...]
     arms: tuple[Arm, ...]
     last: int = 4
-    """Primary endpoint: the mean of this many last validations of each run."""
+    """The validation endpoint: the mean of this many last validations of each run."""
+    primary: str = "last_validations"
+    """Which endpoint is the claim (``endpoint.primary``): ``last_validations`` (the mean of the last
+    ``last`` validations) or ``final_greedy`` (greedy accuracy of each run's final model on the
+    held-out prompts, evaluated once at the end); the other is a secondary endpoint."""
     against_sft: bool = False
     """Also compare every arm's primary endpoint with its own step-0 validation (the shared SFT model,
     "RL beats SFT"), paired by seed, in the primary family (Holm) (``endpoint.against_sft``)."""
@@ -107,10 +111,14 @@ def load_spec(path: Path) -> Spec:
     purpose = raw.get("purpose", "confirm")
     if purpose not in ("confirm", "search"):
         raise _err(path, "purpose", "confirm or search")
-    last, against_sft = _endpoint(path, raw.get("endpoint") or {})
+    last, against_sft, primary = _endpoint(path, raw.get("endpoint") or {})
     fg = raw.get("final_greedy_prompts", 2000)
     if not isinstance(fg, int) or fg < 0:
         raise _err(path, "final_greedy_prompts", "a number of prompts >= 0")
+    if primary == "final_greedy" and fg == 0:
+        raise _err(
+            path, "endpoint.primary", "final_greedy needs final_greedy_prompts > 0 (the held-out prompts)"
+        )
     sft = raw.get("sft") or {}
     if not isinstance(sft, dict) or set(sft) - {"preset", "overrides", "seed"}:
         raise _err(path, "sft", "expected {preset, overrides, seed}")
@@ -126,6 +134,7 @@ def load_spec(path: Path) -> Spec:
         seeds=tuple(seeds),
         arms=arms,
         last=last,
+        primary=primary,
         against_sft=against_sft,
         final_greedy_prompts=fg,
         common=_strs(path, "common", raw.get("common")),
@@ -170,14 +179,24 @@ def _arms(path: Path, arms_raw: Any) -> tuple[Arm, ...]:
     return tuple(arms)
 
 
-def _endpoint(path: Path, endpoint: Any) -> tuple[int, bool]:
-    """The file's ``endpoint``: the primary endpoint is the mean of the last ``last`` validations;
-    ``against_sft`` adds each arm against its step-0 validation to the primary family."""
+def _endpoint(path: Path, endpoint: Any) -> tuple[int, bool, str]:
+    """The file's ``endpoint``: the primary endpoint is the mean of the last ``last`` validations
+    (``last_validations``) or the final model's greedy accuracy on the held-out prompts
+    (``final_greedy``); ``against_sft`` adds each arm against its step-0 validation to the primary family
+    (a validation figure: with ``last_validations`` only)."""
     if not isinstance(endpoint, dict) or set(endpoint) - {"primary", "last", "against_sft"}:
-        raise _err(path, "endpoint", "expected {primary: last_validations, last: N, against_sft: BOOL}")
-    if endpoint.get("primary", "last_validations") != "last_validations":
         raise _err(
-            path, "endpoint.primary", "the primary endpoint is last_validations (the mean of the last N)"
+            path,
+            "endpoint",
+            "expected {primary: last_validations or final_greedy, last: N, against_sft: BOOL}",
+        )
+    primary = endpoint.get("primary", "last_validations")
+    if primary not in ("last_validations", "final_greedy"):
+        raise _err(
+            path,
+            "endpoint.primary",
+            "last_validations (the mean of the last N validations) or final_greedy (the final model's "
+            "greedy accuracy on the held-out prompts)",
         )
     last = endpoint.get("last", 4)
     if not isinstance(last, int) or last < 1:
@@ -185,4 +204,10 @@ def _endpoint(path: Path, endpoint: Any) -> tuple[int, bool]:
     against_sft = endpoint.get("against_sft", False)
     if not isinstance(against_sft, bool):
         raise _err(path, "endpoint.against_sft", "true or false")
-    return last, against_sft
+    if against_sft and primary != "last_validations":
+        raise _err(
+            path,
+            "endpoint.against_sft",
+            "the SFT start has a validation figure only: use primary: last_validations",
+        )
+    return last, against_sft, primary

@@ -114,7 +114,9 @@ _NOTES = {
     "process_values) and verifier calls are counted apart (process_verifier_calls). seconds = the RL "
     "steps' wall time less validation's (time/step_s - time/val_s), on the machine and load of the run",
     "secondary": "final_greedy: greedy accuracy of the final model on the held-out prompts "
-    "(comparisons with endpoint final_greedy); auc: the validation curve's trapezoid mean over the "
+    "(comparisons with endpoint final_greedy; with endpoint.primary final_greedy it is the primary "
+    "endpoint instead, and the validation mean the secondary one: endpoint last_validations, seed by seed "
+    "in details' arms[].last_validations); auc: the validation curve's trapezoid mean over the "
     "arm's own budget (step 0 to the last step; comparisons with endpoint auc)",
     "holm": "Holm's correction within each endpoint's comparisons; the primary family is the claim",
     "sft": "with endpoint.against_sft, every arm's primary endpoint against its own step-0 validation "
@@ -129,23 +131,37 @@ def summarize(plan: Plan, cfgs: dict[str, Config]) -> tuple[dict[str, Any], dict
     res = {a.name: [read_run(plan.run_dir(a.name, s)) for s in plan.run_seeds] for a in spec.arms}
     base = cfgs[spec.baseline]
     kind = f"sampled at T={base.rollout.val_temperature:g}" if base.rollout.val_temperature > 0 else "greedy"
-    endpoint = (
+    validations = (
         f"mean of the last {spec.last} validations (val/accuracy, {kind}, {base.data.val_size} prompts every "
         f"trainer.val_every steps, per-row common random numbers keyed by (seed, step, prompt))"
     )
+    held_out = (
+        f"greedy accuracy of each run's final model on {spec.final_greedy_prompts} held-out prompts of the "
+        f"validation distribution, evaluated once at the end"
+    )
+    by_greedy = spec.primary == "final_greedy"
+    endpoint = held_out if by_greedy else validations
     arms: dict[str, Any] = {}
     details: dict[str, Any] = {"arms": {}}
     for a in spec.arms:
         arms[a.name], details["arms"][a.name] = _arm_figures(plan, cfgs[a.name], a, res[a.name])
     _compute_ratios(spec, arms, details["arms"])
-    primary = {k: v["primary"] for k, v in arms.items()}
     greedy: dict[str, list[float | None]] = {k: v["final_greedy"] for k, v in arms.items()}
-    step0 = {k: [c[0] for c in v["curves"]] for k, v in arms.items()} if spec.against_sft else None
-    comps = comparisons(spec, primary, "primary", step0)
-    if all(all(x is not None for x in v) for v in greedy.values()):
-        comps += comparisons(
-            spec, {k: [float(x) for x in v if x is not None] for k, v in greedy.items()}, "final_greedy"
-        )
+    val_means = {k: v["primary"] for k, v in arms.items()}
+    if by_greedy:
+        # the claim is the final greedy accuracy: it is "primary", the validation mean a secondary endpoint
+        for k, v in arms.items():
+            details["arms"][k]["last_validations"] = v["primary"]
+            v["primary"] = v["final_greedy"]
+        comps = comparisons(spec, {k: v["primary"] for k, v in arms.items()}, "primary")
+        comps += comparisons(spec, val_means, "last_validations")
+    else:
+        step0 = {k: [c[0] for c in v["curves"]] for k, v in arms.items()} if spec.against_sft else None
+        comps = comparisons(spec, val_means, "primary", step0)
+        if all(all(x is not None for x in v) for v in greedy.values()):
+            comps += comparisons(
+                spec, {k: [float(x) for x in v if x is not None] for k, v in greedy.items()}, "final_greedy"
+            )
     comps += comparisons(spec, {k: v["auc"] for k, v in details["arms"].items()}, "auc")
     summary = {"endpoint": endpoint, "seeds": list(plan.run_seeds), "arms": arms, "comparisons": comps}
     details.update(
@@ -156,6 +172,8 @@ def summarize(plan: Plan, cfgs: dict[str, Config]) -> tuple[dict[str, Any], dict
             "complete": list(plan.run_seeds) == list(spec.seeds) and not plan.extra and not plan.left_out,
             "arms_left_out": list(plan.left_out),
             "baseline": spec.baseline,
+            "primary_endpoint": spec.primary,
+            "secondary_endpoints": ["last_validations" if by_greedy else "final_greedy", "auc"],
             "against_sft": spec.against_sft,
             "sft_model": str(plan.sft_model),
             "final_greedy_prompts": spec.final_greedy_prompts,
