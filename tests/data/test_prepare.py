@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from stepcredit.cli import main as cli
-from stepcredit.data.prepare import gsm8k_answer, prepare, shared_data_dir
+from stepcredit.data.prepare import MATH_ANSWER_END, MATH_SOURCES, gsm8k_answer, prepare, shared_data_dir
 from stepcredit.errors import DataError
 
 
@@ -74,3 +75,29 @@ def test_real_shared_data_if_present(tmp_path: Path) -> None:
         pytest.skip(f"{base} not found")
     written = prepare("math500", tmp_path / "m")
     assert pq.read_metadata(written["test"]).num_rows == 500
+
+
+@pytest.mark.parametrize(
+    ("text", "done"),
+    [
+        # (a response, the shortest prefix in which its answer is complete; None: never, eos ends it)
+        ("3 + 4 = 7.\n#### 7\nDone.", "3 + 4 = 7.\n#### 7\n"),
+        ("#### 1,000. That is it.", "#### 1,000. "),
+        ("#### $72 dollars", "#### $72 "),
+        ("#### -3\n", "#### -3\n"),
+        ("#### 7.5\n", "#### 7.5\n"),  # the full stop of 7.5 does not end it
+        ("#### 72", None),  # eos ends it
+        ("So 3 + 4 = 7. The answer is 7.", None),  # no marker: runs to eos, as before
+        ("so \\boxed{\\frac{\\sqrt{3}}{2}} is it", "so \\boxed{\\frac{\\sqrt{3}}{2}}"),
+        ("\\fbox{12} and then \\boxed{13}", "\\fbox{12}"),  # the first complete answer
+        ("\\boxed{{{{5}}}}.", "\\boxed{{{{5}}}}"),  # four deep
+    ],
+)
+def test_gsm8k_and_math_answers_end_where_the_answer_is_complete(text: str, done: str | None) -> None:
+    # the continuation stop rule (stepcredit.rollout.stops) ends a row at the first token whose text
+    # completes a match: every shorter prefix must not match, and the first matching one must be `done`
+    from stepcredit.data import ANSWER_ENDS
+
+    assert {ANSWER_ENDS.get(s) for s in MATH_SOURCES} == {MATH_ANSWER_END}
+    first = next((text[:i] for i in range(len(text) + 1) if re.search(MATH_ANSWER_END, text[:i])), None)
+    assert first == done

@@ -130,17 +130,27 @@ def test_a_share_needs_the_root_continuation_to_have_ended_by_itself(policy: typ
     assert model.calls == ([1] if policy is GreedyPath else [1, 1])
 
 
-def test_the_answer_marker_stops_continuations_and_values_answered_prefixes() -> None:
-    # arith's marker ("answer is N.") reaches the engine as the stop pattern; a prefix that already holds
-    # it is worth the response's reward, with nothing generated for it
+@pytest.mark.parametrize(
+    ("source", "step", "answer", "after"),
+    [
+        ("arith", "So 3 + 4 = 7. ", "The answer is 7.", " So 7 + 0 = 7."),
+        ("openai/gsm8k", "3 + 4 = 7.\n", "#### 7\n", "Check: 7 - 4 = 3."),
+        ("HuggingFaceH4/MATH-500", "3 + 4 = 7, so ", "\\boxed{7}", " is the answer."),
+    ],
+)
+def test_the_answer_marker_stops_continuations_and_values_answered_prefixes(
+    source: str, step: str, answer: str, after: str
+) -> None:
+    # the task's marker (arith's "answer is N.", GSM8K's "#### N", MATH's boxed answer) reaches the
+    # engine as the stop pattern; a prefix that already holds it is worth the response's reward, with
+    # nothing generated for it
     from stepcredit.models import build_tokenizer
 
     tok = build_tokenizer()
-    text = "So 3 + 4 = 7. The answer is 7. So 7 + 0 = 7."
-    ids = tok(text)["input_ids"]
-    cut = len(tok("So 3 + 4 = 7. ")["input_ids"])
-    answered = len(tok("So 3 + 4 = 7. The answer is 7.")["input_ids"])
-    s = Sample(prompt=({"role": "user", "content": "q"},), ground_truth="7", data_source="arith")
+    ids = tok(step + answer + after)["input_ids"]
+    cut = len(tok(step)["input_ids"])
+    answered = len(tok(step + answer)["input_ids"])
+    s = Sample(prompt=({"role": "user", "content": "q"},), ground_truth="7", data_source=source)
     req = PrefixRequest(s, tok("q")["input_ids"], ids, [0, cut, answered], "7")
     calls: list[tuple[int, str]] = []
 
@@ -152,18 +162,18 @@ def test_the_answer_marker_stops_continuations_and_values_answered_prefixes() ->
 
         def sample(self, model: Any, t: Any, contexts: Any, spec: Any, **_: Any) -> list:
             calls.append((len(contexts), spec.stop_pattern))
-            return [Completion(tok(" The answer is 7.")["input_ids"]) for _ in contexts]
+            return [Completion(tok(answer)["input_ids"]) for _ in contexts]
 
     scored: list[str] = []
 
     def verifier(samples: Any, texts: Any) -> list[float]:
         scored.extend(texts)
-        return [float("answer is 7." in x) for x in texts]
+        return [float(answer in x) for x in texts]
 
     ctx = ValueContext(Policy(), tok, [req], ProcessConfig(mc_prefixes=0), verifier)
     assert continuation_values(ctx, samples=1, greedy=True, temperature=1.0) == [[1.0, 1.0, 1.0]]
     # V_0 and V_1 continued in one call that stops at the marker; V_2 (answer written) is the whole reward
-    assert calls == [(2, ANSWER_ENDS.get("arith"))]
+    assert calls == [(2, ANSWER_ENDS.get(source))]
     assert tok.decode(ids, skip_special_tokens=True) in scored and len(scored) == 3
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stepcredit.config import DataConfig
-from stepcredit.data import arith, codegen, ifgen
+from stepcredit.data import arith, codegen, ifgen, prepare
 from stepcredit.data.io import read_rows, read_samples, row_to_sample, write_rows
 from stepcredit.errors import ConfigError
 from stepcredit.registry import Registry
@@ -111,6 +111,8 @@ prefix that already holds a match is worth its response's own reward
 (:func:`stepcredit.process.continuation.continuation_values`). A source without an entry: continuations
 run to eos or their length limit."""
 ANSWER_ENDS.add(arith.DATA_SOURCE, arith.ANSWER_END)
+for _source in prepare.MATH_SOURCES:
+    ANSWER_ENDS.add(_source, prepare.MATH_ANSWER_END)
 
 
 TASKS.add("code", _generated("code", codegen.make_rows))

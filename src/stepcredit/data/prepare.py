@@ -20,6 +20,29 @@ from stepcredit.errors import DataError
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 MATH_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 
+MATH_ANSWER_END = (
+    r"####[ \t]*\$?[ \t]*-?[\d,]*\.?\d+(?:[^\d.,]|[.,][^\d])"
+    r"|\\(?:boxed|fbox)\{(?:[^{}]|\{(?:[^{}]|\{(?:[^{}]|\{[^{}]*\})*\})*\})*\}"
+)
+"""Where a GSM8K or MATH response's final answer is complete (``stepcredit.data.ANSWER_ENDS``): the number
+after ``####`` once a character that cannot continue it follows ("#### 72\n", "#### 1,000. "; "#### 7.5"
+waits for what comes after the 5; an answer that eos ends needs no rule), or a ``\boxed{...}`` (``\fbox``)
+with its braces balanced, nested up to four deep. The math verifier reads either marker on either
+source (the last strong one), so both end both; the first complete one ends a continuation. A response
+that writes a second, different answer after its first is a hedge the verifier flags; a continuation
+that stops at the first answer takes that one as final, the contract of the two instructions above."""
+
+MATH_SOURCES = (
+    "openai/gsm8k",
+    "gsm8k",
+    "lighteval/MATH",
+    "DigitalLearningGmbH/MATH-lighteval",
+    "HuggingFaceH4/MATH-500",
+    "math500",
+    "MATH",
+)
+"""The data sources whose responses end at :data:`MATH_ANSWER_END` (verl's names and ours)."""
+
 
 def shared_data_dir() -> Path:
     """``$STEPCREDIT_SHARED_DATA``, else ``<repo>/../shared/data`` (CI clones the repo beside ``shared/``)."""
