@@ -41,7 +41,8 @@ MATH_SOURCES = (
     "math500",
     "MATH",
 )
-"""The data sources whose responses end at :data:`MATH_ANSWER_END` (verl's names and ours)."""
+"""The data sources whose responses end at :data:`MATH_ANSWER_END` (verl's names and ours); the math verifier
+scores them (with more: ``stepcredit.reward.verifiers.math.score``)."""
 
 
 def shared_data_dir() -> Path:

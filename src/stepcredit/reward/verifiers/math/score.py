@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from stepcredit.data.prepare import MATH_SOURCES
 from stepcredit.reward.base import register_reward
 from stepcredit.reward.verifiers.latex import normalize
 from stepcredit.reward.verifiers.math.extract import (
@@ -188,13 +189,7 @@ def math_compute_score(
 
 register_reward(
     "math",
-    "openai/gsm8k",
-    "gsm8k",
-    "lighteval/MATH",
-    "DigitalLearningGmbH/MATH-lighteval",
-    "HuggingFaceH4/MATH-500",
-    "math500",
-    "MATH",
+    *MATH_SOURCES,
     "math_dapo",
     "aime*",
     "arith",
