@@ -335,6 +335,9 @@ def test_the_verl_trainer_refuses_process_settings_it_cannot_serve() -> None:
         check_process_config(sc(), "grpo")
     with pytest.raises(ConfigError, match=r"stepcredit\.process\.value_estimator: monte_carlo"):
         check_process_config(sc(value_estimator="monte_carlo"), "stepcredit_grpo_process")
+    # values from the scored group: verl's advantage stage sees no group outcomes per prefix
+    with pytest.raises(ConfigError, match=r"stepcredit\.process\.value_estimator: group_prefix"):
+        check_process_config(sc(value_estimator="group_prefix"), "stepcredit_grpo_process")
     # VinePPO's step advantages need continuation values, which verl's advantage stage cannot compute
     with pytest.raises(ConfigError, match=r"algorithm\.adv_estimator: stepcredit_vineppo"):
         check_process_config(sc(), "stepcredit_vineppo")

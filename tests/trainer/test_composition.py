@@ -54,6 +54,7 @@ FACTORS: dict[str, list[Any]] = {
         "tree",
         "step_oracle",  # exact arith step values (the oracle) with grpo_vineppo and a step cost
         "greedy_bisect",  # greedy verdicts where they change, found by bisection, with grpo_vineppo
+        "group_prefix",  # a flat group's values where its responses share a prefix, with grpo_vineppo
     ],
     # tree_entropy: a tree that branches at high-entropy tokens (rollout.tree.branch_at=entropy)
     # tools: multi-turn rollouts that call the calculator (rollout.mode=tools, task arith_tools);
@@ -201,7 +202,7 @@ def config(run: dict[str, Any], **over: Any) -> Any:
             run["process"]
             if vine
             else "grpo_vineppo"
-            if run["process"] in ("tree", "step_oracle", "greedy_bisect")
+            if run["process"] in ("tree", "step_oracle", "greedy_bisect", "group_prefix")
             else "grpo_process"
         )
     if run["critic"]:
@@ -297,6 +298,11 @@ def test_switches_compose(run: dict[str, Any], tmp_path: Path, threads: Callable
             assert r["tools/turns_per_response"] == pytest.approx(1 + r["tools/calls_per_response"])
     if run["process"] != "off":  # values were computed for step 1's batch (and step 2's unless off-policy)
         assert math.isfinite(steps[0]["time/process_s"]) and steps[0]["process/unscored_rows"] == 0
+    if (
+        run["process"] == "group_prefix"
+    ):  # a trained step logs how much of its credit rests on shared prefixes
+        shares = [r["process/shared_prefix_frac"] for r in steps if r["samples/trained"] > 0]
+        assert all(0.0 <= s <= 1.0 for s in shares)
     # the export: the model directory, or with LoRA the adapters and the base they apply to
     final = tmp_path / "checkpoints" / "final"
     exported = (

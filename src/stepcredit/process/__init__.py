@@ -5,7 +5,7 @@ is loaded, :func:`prefix_values` (or :func:`compute_prefix_values` on a batch) r
 response) and V_1..V_S (after each episode) as a :class:`PrefixValues`; later stages turn them into
 the process channel with :func:`process_channel`, which is arithmetic only. Value estimators are
 registered in :data:`VALUE_ESTIMATORS` (:mod:`.values`); the built-in ones live in :mod:`.forced`,
-:mod:`.continuation`, :mod:`.tree` and :mod:`.oracle`; the stage itself is :mod:`.stage`.
+:mod:`.continuation`, :mod:`.tree`, :mod:`.group_prefix` and :mod:`.oracle`; the stage itself is :mod:`.stage`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from stepcredit.process.forced import (
     request_suffixes,
     resolve_force_prompt,
 )
+from stepcredit.process.group_prefix import group_prefix_values, shared_prefix_share
 from stepcredit.process.segment import segment_episodes, token_char_spans
 from stepcredit.process.stage import (
     PrefixValues,
@@ -87,6 +88,7 @@ __all__ = [
     "describe_episodes",
     "estimate",
     "forced_answer_values",
+    "group_prefix_values",
     "marginal_utilities",
     "mc_prefix_indices",
     "min_form_credit",
@@ -100,6 +102,7 @@ __all__ = [
     "resolve_force_prompt",
     "score_each",
     "segment_episodes",
+    "shared_prefix_share",
     "step_cost_outcome_B",
     "step_credits",
     "token_char_spans",

@@ -15,8 +15,9 @@ their inputs. The built-in ones live apart:
   answer forced after the prefix (three execution strategies with the same numbers);
 * :mod:`stepcredit.process.continuation` - ``monte_carlo`` (VinePPO) and ``greedy_continuation``
   (Math-Shepherd's hard estimate): continuations sampled from the prefix, scored by the verifier;
-* :mod:`stepcredit.process.tree` - a tree rollout's node values; :mod:`stepcredit.process.oracle` -
-  exact step values where the task can check every step.
+* :mod:`stepcredit.process.tree` - a tree rollout's node values; :mod:`stepcredit.process.group_prefix` -
+  a flat group's values where its responses share a prefix; :mod:`stepcredit.process.oracle` - exact step
+  values where the task can check every step.
 
 :func:`stepcredit.process.stage.prefix_values` is the process stage that calls them at rollout time.
 """
@@ -132,6 +133,11 @@ class ValueEstimatorSpec:
     tree rollout's node values: :func:`stepcredit.process.tree.tree_values`), not from ``fn`` at
     rollout time; ``fn`` values fixed traces (probe, explain). Needs a rollout mode that
     ``shares_prefixes``."""
+    from_group: bool = False
+    """In training its values come from the group's own verified outcomes once they are scored, on any
+    rollout: V(prefix) is the mean outcome of the group's responses that begin with that prefix token for
+    token (:func:`stepcredit.process.group_prefix.group_prefix_values`); no generation, no verifier call.
+    ``fn`` values fixed traces (probe, explain), which have no group."""
     success_probability: bool = False
     """Every V is a probability of success in [0, 1] on the outcome's scale (a mean verifier score, an
     exact step value), not a likelihood or a score on its own scale (a forced answer's log-probability):
@@ -161,6 +167,7 @@ class Capabilities(TypedDict, total=False):
     generates: bool
     terminal_is_reward: bool
     from_outcomes: bool
+    from_group: bool
     needs_step_values: bool
     success_probability: bool
     takes_tools: bool

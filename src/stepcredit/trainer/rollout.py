@@ -59,6 +59,24 @@ def with_values(
         return replace(batch, episode_ends=segments, prefix_values=None, kv_cache=None), 0
     ends: list[list[int]] = [[] for _ in range(len(batch))]
     values: list[list[float]] = [[] for _ in range(len(batch))]
+    if process.VALUE_ESTIMATORS.get(cfg.value_estimator).from_group:
+        # the group's values need its outcomes: the episodes now, the values once scored
+        # (trainer.update.reward_channels); the cache is not read
+        if rows:
+            prompts, responses = process.batch_token_ids(batch)
+            observed = process.batch_observed(batch)
+            got, _ = process.build_requests(
+                [batch.samples[i] for i in rows],
+                [prompts[i] for i in rows],
+                [responses[i] for i in rows],
+                state.tok,
+                cfg,
+                None if observed is None else [observed[i] for i in rows],
+                None,
+            )
+            for j, i in enumerate(rows):
+                ends[i] = got[j]
+        return replace(batch, episode_ends=ends, prefix_values=None, kv_cache=None), 0
     unscored = 0
     if rows:
         prompts, responses = process.batch_token_ids(batch)

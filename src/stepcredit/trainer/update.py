@@ -27,8 +27,11 @@ from stepcredit.models import token_logprobs
 from stepcredit.ops import last_token_index, masked_mean
 from stepcredit.process import (
     VALUE_ESTIMATORS,
+    batch_token_ids,
+    group_prefix_values,
     outcome_values,
     process_channel,
+    shared_prefix_share,
     step_cost_outcome_B,
     tree_credits,
 )
@@ -130,7 +133,8 @@ def needs_behaviour_logp(cfg: Config) -> bool:
 def reads_rollout_cache(cfg: Config) -> bool:
     """Do the process values run the policy over the batch at rollout time (and so continue from the
     behaviour pass's KV cache)? Not when they come from the group's outcomes (a tree's node values)."""
-    return cfg.process.enabled and not VALUE_ESTIMATORS.get(cfg.process.value_estimator).from_outcomes
+    spec = VALUE_ESTIMATORS.get(cfg.process.value_estimator)
+    return cfg.process.enabled and not (spec.from_outcomes or spec.from_group)
 
 
 def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None) -> tuple[Batch, Channels]:
@@ -188,6 +192,13 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
             score, ok = [r.score for r in rewards], [r.ok for r in rewards]
             values = outcome_values(*leaves, score, ok)
             credits = tree_credits(*leaves, score, ok, cfg.process)  # process.treerl (None: off)
+        elif VALUE_ESTIMATORS.get(cfg.process.value_estimator).from_group and batch.episode_ends is not None:
+            assert batch.rewards is not None
+            # the group's responses that share a prefix value it from their verified outcomes (a failed
+            # reward is not a sample of the policy's value, as for a tree's leaves)
+            _, responses = batch_token_ids(batch)
+            score, ok = [r.score for r in batch.rewards], [r.ok for r in batch.rewards]
+            values = group_prefix_values(batch.group_B.tolist(), responses, batch.episode_ends, score, ok)
         if batch.episode_ends is None or values is None:
             raise ValueError("process rewards are enabled but the batch has no V(prefix) values")
         process_BT, process_mask_BT = process_channel(
@@ -307,6 +318,13 @@ def prepare(state: TrainState, mb: Scored) -> Prepared:
             metrics["process/u_abs_mean"] = float(u.abs().mean())
             metrics["process/u_near_zero_frac"] = float((u.abs() < U_NEAR_ZERO).float().mean())
             metrics["process/episodes_per_response"] = u.numel() / max(1, int(ch.valid_B.sum()))
+    from_group = VALUE_ESTIMATORS.get(cfg.process.value_estimator).from_group
+    if cfg.process.enabled and from_group and batch.episode_ends is not None:
+        # how much of a group's step credit rests on more than one outcome
+        _, responses = batch_token_ids(batch)
+        metrics["process/shared_prefix_frac"] = shared_prefix_share(
+            batch.group_B.tolist(), responses, batch.episode_ends
+        )
     return Prepared(batch, ch, adv, ref_logp_BT, live_BT, metrics, dropped=n_in - len(batch))
 
 

@@ -156,9 +156,15 @@ def outcome_less_step_cost(
 
 def _forward_only(estimator: str) -> bool:
     """Can verl's advantage stage compute it: forward passes of the actor only (no generation, no
-    verifier, no tree rollout's outcomes, no task-specific exact step values)?"""
+    verifier, no tree rollout's or group's outcomes, no task-specific exact step values)?"""
     spec = VALUE_ESTIMATORS.get(estimator)
-    return not (spec.generates or spec.needs_verifier or spec.from_outcomes or spec.needs_step_values)
+    return not (
+        spec.generates
+        or spec.needs_verifier
+        or spec.from_outcomes
+        or spec.from_group
+        or spec.needs_step_values
+    )
 
 
 def check_process_config(sc: Config, est: str, algorithm: Any = None) -> None:

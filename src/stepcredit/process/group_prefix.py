@@ -1,0 +1,95 @@
+"""V(prefix) from a flat group's own outcomes: free Monte Carlo values where responses agree.
+
+A group's responses to one prompt are independent samples of the policy. Every response that begins
+with the token prefix p continued from p as the policy does, so among the group's scored responses
+
+    V(p) = (1 / |G(p)|) * sum_{j in G(p)} R_j          G(p): the group's valid responses that begin with p
+
+is a Monte Carlo estimate of the policy's chance of success from p, with no generation: the same
+estimate a tree rollout's node gives (:mod:`stepcredit.process.tree`; SPO-tree, Guo et al. 2025,
+arXiv:2505.23564, eq. 7), on the tree that a flat group grows by itself. A response's values are
+V(root) = the group's mean outcome, V at each of its episode ends, then its own outcome R, so with
+``process.credit=difference`` the credits telescope to R - mean(group), as the tree's do. Where a
+response has left every other one, V is its own outcome: its credit sits at the episode where it
+parted from the responses it shared a prefix with, the step that a first-error search looks for.
+
+Membership is by tokens, not by episode ends: a response counts in V(p) whenever its first |p| tokens
+are p, wherever its own episodes end. ``process.value_estimator=group_prefix`` (capability
+``from_group``): the trainer segments the responses at rollout time and computes the values in
+:func:`stepcredit.trainer.update.reward_channels` once the outcomes are verified.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from stepcredit.process.continuation import continuation_estimator, monte_carlo
+from stepcredit.process.values import ValueContext
+
+
+def group_prefix_values(
+    group_B: Sequence[int],
+    response_ids: Sequence[Sequence[int]],
+    episode_ends: Sequence[Sequence[int]],
+    score_B: Sequence[float],
+    valid_B: Sequence[bool],
+) -> list[list[float]]:
+    """[V_0, V_1, ..., V_S] per response (``[]`` for one without episodes) from its group's outcomes.
+
+    ``episode_ends[b]``: token indices (into ``response_ids[b]``) of its episodes' last tokens, the last
+    one its last token. V_0 is the mean outcome of the group's valid responses (a finite, computed
+    score); V_i (i < S) the mean outcome of the group's valid responses whose first ``ends[i-1] + 1``
+    tokens are the response's; V_S its own outcome. A prefix that no valid response carries (only an
+    invalid response has it) takes the value before it, a group with no valid response 0; an invalid
+    response's last value is the one before it, so its credits sum to nothing it did not earn."""
+    ok_B = [bool(ok) and math.isfinite(float(s)) for s, ok in zip(score_B, valid_B, strict=True)]
+    members: dict[int, list[int]] = {}
+    for b, g in enumerate(group_B):
+        members.setdefault(int(g), []).append(b)
+    out: list[list[float]] = []
+    for b, (g, ends) in enumerate(zip(group_B, episode_ends, strict=True)):
+        if not ends:
+            out.append([])
+            continue
+        ids = response_ids[b]
+        scored = [j for j in members[int(g)] if ok_B[j]]
+        values = [sum(float(score_B[j]) for j in scored) / len(scored) if scored else 0.0]
+        for e in ends[:-1]:
+            n = e + 1
+            prefix = list(ids[:n])
+            same = [j for j in scored if len(response_ids[j]) >= n and list(response_ids[j][:n]) == prefix]
+            values.append(sum(float(score_B[j]) for j in same) / len(same) if same else values[-1])
+        values.append(float(score_B[b]) if ok_B[b] else values[-1])
+        out.append(values)
+    return out
+
+
+def shared_prefix_share(
+    group_B: Sequence[int], response_ids: Sequence[Sequence[int]], episode_ends: Sequence[Sequence[int]]
+) -> float:
+    """The share of responses' inner episode ends (all but the last) whose prefix another response of
+    the group also begins with: how much of the group's credit rests on more than one outcome
+    (``process/shared_prefix_frac``; 0.0 when there are no inner ends)."""
+    members: dict[int, list[int]] = {}
+    for b, g in enumerate(group_B):
+        members.setdefault(int(g), []).append(b)
+    shared = total = 0
+    for b, (g, ends) in enumerate(zip(group_B, episode_ends, strict=True)):
+        ids = response_ids[b]
+        for e in ends[:-1]:
+            n = e + 1
+            total += 1
+            shared += any(
+                j != b and len(response_ids[j]) >= n and list(response_ids[j][:n]) == list(ids[:n])
+                for j in members[int(g)]
+            )
+    return shared / total if total else 0.0
+
+
+@continuation_estimator("group_prefix", needs_verifier=True, generates=False, from_group=True)
+def group_prefix(ctx: ValueContext) -> list[list[float]]:
+    """In training: :func:`group_prefix_values` from the group's own outcomes (no generation, no extra
+    verifier call). On fixed traces (probe, explain), which have no group: the same estimate with
+    ``process.mc_samples`` responses continuing from each prefix, which is ``monte_carlo``'s value."""
+    return monte_carlo(ctx)
