@@ -28,6 +28,20 @@ from stepcredit.process.continuation import continuation_estimator, monte_carlo
 from stepcredit.process.values import ValueContext
 
 
+def _groups(group_B: Sequence[int]) -> dict[int, list[int]]:
+    """Each group's rows, in batch order."""
+    members: dict[int, list[int]] = {}
+    for b, g in enumerate(group_B):
+        members.setdefault(int(g), []).append(b)
+    return members
+
+
+def _beginning_with(rows: Sequence[int], response_ids: Sequence[Sequence[int]], b: int, n: int) -> list[int]:
+    """The rows of ``rows`` whose first ``n`` response tokens are response ``b``'s."""
+    prefix = list(response_ids[b][:n])
+    return [j for j in rows if len(response_ids[j]) >= n and list(response_ids[j][:n]) == prefix]
+
+
 def group_prefix_values(
     group_B: Sequence[int],
     response_ids: Sequence[Sequence[int]],
@@ -44,22 +58,20 @@ def group_prefix_values(
     invalid response has it) takes the value before it, a group with no valid response 0; an invalid
     response's last value is the one before it, so its credits sum to nothing it did not earn."""
     ok_B = [bool(ok) and math.isfinite(float(s)) for s, ok in zip(score_B, valid_B, strict=True)]
-    members: dict[int, list[int]] = {}
-    for b, g in enumerate(group_B):
-        members.setdefault(int(g), []).append(b)
+    groups = _groups(group_B)
+
+    def mean(rows: list[int], default: float) -> float:
+        return sum(float(score_B[j]) for j in rows) / len(rows) if rows else default
+
     out: list[list[float]] = []
     for b, (g, ends) in enumerate(zip(group_B, episode_ends, strict=True)):
         if not ends:
             out.append([])
             continue
-        ids = response_ids[b]
-        scored = [j for j in members[int(g)] if ok_B[j]]
-        values = [sum(float(score_B[j]) for j in scored) / len(scored) if scored else 0.0]
+        scored = [j for j in groups[int(g)] if ok_B[j]]
+        values = [mean(scored, 0.0)]
         for e in ends[:-1]:
-            n = e + 1
-            prefix = list(ids[:n])
-            same = [j for j in scored if len(response_ids[j]) >= n and list(response_ids[j][:n]) == prefix]
-            values.append(sum(float(score_B[j]) for j in same) / len(same) if same else values[-1])
+            values.append(mean(_beginning_with(scored, response_ids, b, e + 1), values[-1]))
         values.append(float(score_B[b]) if ok_B[b] else values[-1])
         out.append(values)
     return out
@@ -71,19 +83,13 @@ def shared_prefix_share(
     """The share of responses' inner episode ends (all but the last) whose prefix another response of
     the group also begins with: how much of the group's credit rests on more than one outcome
     (``process/shared_prefix_frac``; 0.0 when there are no inner ends)."""
-    members: dict[int, list[int]] = {}
-    for b, g in enumerate(group_B):
-        members.setdefault(int(g), []).append(b)
+    groups = _groups(group_B)
     shared = total = 0
     for b, (g, ends) in enumerate(zip(group_B, episode_ends, strict=True)):
-        ids = response_ids[b]
+        others = [j for j in groups[int(g)] if j != b]
         for e in ends[:-1]:
-            n = e + 1
             total += 1
-            shared += any(
-                j != b and len(response_ids[j]) >= n and list(response_ids[j][:n]) == list(ids[:n])
-                for j in members[int(g)]
-            )
+            shared += bool(_beginning_with(others, response_ids, b, e + 1))
     return shared / total if total else 0.0
 
 

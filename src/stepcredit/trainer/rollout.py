@@ -65,7 +65,7 @@ def with_values(
         if rows:
             prompts, responses = process.batch_token_ids(batch)
             observed = process.batch_observed(batch)
-            got, _ = process.build_requests(
+            segmented, _ = process.build_requests(
                 [batch.samples[i] for i in rows],
                 [prompts[i] for i in rows],
                 [responses[i] for i in rows],
@@ -75,7 +75,7 @@ def with_values(
                 None,
             )
             for j, i in enumerate(rows):
-                ends[i] = got[j]
+                ends[i] = segmented[j]
         return replace(batch, episode_ends=ends, prefix_values=None, kv_cache=None), 0
     unscored = 0
     if rows:
