@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
+import torch
 
 from stepcredit.config import ProcessConfig
+from stepcredit.models import build_tokenizer
 from stepcredit.process import (
     VALUE_ESTIMATORS,
+    compute_prefix_values,
     group_prefix_values,
     process_channel,
     shared_prefix_share,
     tree_values,
 )
+from stepcredit.rollout import engines
+from stepcredit.rollout.engines import Completion
+from stepcredit.types import Batch, Sample
 
 # One group of three responses to a prompt, outcomes 1, 0, 1. Responses 0 and 1 share [1, 2], all three
 # share [1]; response 2 ends an episode after its first token, which the others pass through mid-episode.
@@ -75,7 +83,7 @@ def test_shared_prefix_share_by_hand() -> None:
     # the last ends do not count
     assert shared_prefix_share(GROUP, RESPONSES, ENDS) == 1.0
     assert shared_prefix_share([0, 0], [[1, 2, 3], [1, 9, 3]], [[0, 1, 2], [0, 1, 2]]) == pytest.approx(2 / 4)
-    assert shared_prefix_share([0], [[1]], [[0]]) == 0.0
+    assert shared_prefix_share([0], [[1]], [[0]]) is None  # no inner ends: nothing to share
 
 
 def test_registered_as_free_values_of_the_group() -> None:
@@ -85,8 +93,6 @@ def test_registered_as_free_values_of_the_group() -> None:
 
 
 def test_the_step_credit_lands_on_the_step_where_the_response_parted() -> None:
-    import torch
-
     got = group_prefix_values([0, 0], [[1, 2, 3], [1, 9, 3]], [[0, 1, 2], [0, 1, 2]], [1.0, 0.0], [True] * 2)
     mask = torch.ones(2, 3, dtype=torch.bool)
     process_BT, process_mask_BT = process_channel(
@@ -96,3 +102,54 @@ def test_the_step_credit_lands_on_the_step_where_the_response_parted() -> None:
     assert process_BT[1].tolist() == pytest.approx([0.0, -0.5, 0.0])
     assert process_BT[0].tolist() == pytest.approx([0.0, 0.5, 0.0])
     assert process_mask_BT.all()
+
+
+RESPONSE = "So 3 + 4 = 7. So 7 + 1 = 8. So done."  # episodes: "So 3 + 4 = 7. ", "So 7 + 1 = 8. ", "So done."
+SAMPLED = ["So 3 + 4 = 7. ok", "So 3 + 4 = 7. no", " ok", " no"]
+"""What the scripted policy samples from a bare prompt, in order: two share the trace's first episode."""
+
+
+class GroupPolicy(torch.nn.Module):
+    """A policy bound to itself as its rollout engine that samples :data:`SAMPLED` from every context;
+    ``contexts`` holds the context lengths of each engine call."""
+
+    def __init__(self, tok: Any) -> None:
+        super().__init__()
+        self.tok = tok
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.contexts: list[list[int]] = []
+        engines.bind(self, self)  # type: ignore[arg-type]
+
+    def sample(self, model: Any, tok: Any, contexts: Sequence[Sequence[int]], spec: Any, **_: Any) -> list:
+        assert spec.n == len(SAMPLED) and spec.temperature == 1.0
+        self.contexts.append([len(c) for c in contexts])
+        return [Completion(self.tok(t)["input_ids"]) for _ in contexts for t in SAMPLED]
+
+
+def test_on_fixed_traces_the_group_is_sampled_from_the_prompt(batch_factory: Callable[..., Batch]) -> None:
+    # the probe's path: each trace's group is K responses sampled from its prompt plus the trace
+    tok = build_tokenizer()
+    batch = batch_factory(tok, [("q", RESPONSE, "7"), ("q", RESPONSE, "7"), ("r", RESPONSE, "7")])
+    texts: list[str] = []
+
+    def score(samples: Sequence[Sample], got: Sequence[str]) -> list[float]:
+        texts.extend(got)  # right iff it ends in "ok" and does not hold the wrong "= 8"
+        return [1.0 if t.endswith("ok") and "= 8" not in t else 0.0 for t in got]
+
+    model = GroupPolicy(tok)
+    cfg = ProcessConfig(value_estimator="group_prefix", mc_samples=4)
+    got = compute_prefix_values(model, tok, batch, cfg, score_fn=score)
+    # the trace scores 0, the samples 1, 0, 1, 0: V_0 = 2/5; the first episode is shared by the trace and
+    # the first two samples: 1/3; after "= 8" the trace is alone: its own 0; then its outcome 0
+    assert [len(e) for e in got.episode_ends] == [3, 3, 3]
+    for v in got.values:
+        assert v == pytest.approx([0.4, 1 / 3, 0.0, 0.0])
+    # the two traces of prompt "q" share its samples: one engine call over 2 contexts, and one verifier
+    # call with the 3 traces and 4 samples per prompt
+    assert len(model.contexts) == 1 and len(model.contexts[0]) == 2
+    assert len(texts) == 3 + 2 * 4
+    # a trace the verifier could not score has no values
+    nan = compute_prefix_values(
+        GroupPolicy(tok), tok, batch, cfg, score_fn=lambda s, t: [math.nan] + [1.0] * (len(t) - 1)
+    )
+    assert all(math.isnan(x) for x in nan.values[0]) and nan.values[2] == pytest.approx([1.0] * 4)

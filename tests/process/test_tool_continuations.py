@@ -271,11 +271,17 @@ def test_tool_failures_in_continuations_are_observations(
 
 
 def test_every_continuation_estimator_takes_tools() -> None:
-    # the registry says which estimators see a call's result (continuations with tools, the forced answer
-    # after the result); of the others, exact values sample nothing, and tree values come from a tree
+    # the registry says which estimators see a call's result (continuations with tools, a group sampled with
+    # tools on fixed traces, the forced answer after the result); of the others, exact values sample nothing, and tree values come from a tree
     # rollout (refused with tools)
     takes = {n for n in VALUE_ESTIMATORS if VALUE_ESTIMATORS.get(n).takes_tools}
-    assert takes == {"monte_carlo", "greedy_continuation", "greedy_bisect", "forced_answer_logprob"}
+    assert takes == {
+        "monte_carlo",
+        "greedy_continuation",
+        "greedy_bisect",
+        "group_prefix",
+        "forced_answer_logprob",
+    }
     others = [VALUE_ESTIMATORS.get(n) for n in VALUE_ESTIMATORS if n not in takes]
     assert all(not spec.generates or spec.from_outcomes for spec in others)
 

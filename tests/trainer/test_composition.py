@@ -301,8 +301,12 @@ def test_switches_compose(run: dict[str, Any], tmp_path: Path, threads: Callable
     if (
         run["process"] == "group_prefix"
     ):  # a trained step logs how much of its credit rests on shared prefixes
-        shares = [r["process/shared_prefix_frac"] for r in steps if r["samples/trained"] > 0]
+        shares = [r["process/shared_prefix_frac"] for r in steps if "process/shared_prefix_frac" in r]
         assert all(0.0 <= s <= 1.0 for s in shares)
+        # logged whenever a trained step had responses of more than one episode
+        assert shares or not any(
+            r["samples/trained"] > 0 and r.get("process/episodes_per_response", 0) > 1 for r in steps
+        )
     # the export: the model directory, or with LoRA the adapters and the base they apply to
     final = tmp_path / "checkpoints" / "final"
     exported = (

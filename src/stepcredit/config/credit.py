@@ -24,8 +24,9 @@ class ProcessConfig:
     policy's own log-prob of the gold answer), ``monte_carlo`` (VinePPO: mean verifier reward of sampled
     continuations), ``greedy_continuation`` (the verifier's score of one greedy continuation),
     ``greedy_bisect`` (those verdicts only where they change, found by bisection), ``tree``
-    (a tree rollout's node values: mean outcome of the leaves below; needs ``rollout.mode=tree``) or
-    ``step_oracle`` (exact step values of ``arith``)."""
+    (a tree rollout's node values: mean outcome of the leaves below; needs ``rollout.mode=tree``),
+    ``group_prefix`` (a flat group's values: mean outcome of the group's responses that begin with the
+    prefix; no generation) or ``step_oracle`` (exact step values of ``arith``)."""
     strategy: str = "packed"
     """Execution of forced_answer_logprob (same values): ``packed`` (in training: only the suffixes, over
     the rollout's own cache; elsewhere ``packed_single`` for short responses, ``kv_packed`` for long),

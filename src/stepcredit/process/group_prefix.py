@@ -24,8 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from stepcredit.process.continuation import continuation_estimator, monte_carlo
-from stepcredit.process.values import ValueContext
+from stepcredit.process.continuation import continuation_estimator, generate_continuations
+from stepcredit.process.continuation_plan import Context, Slot
+from stepcredit.process.values import ValueContext, count_verified
+from stepcredit.rollout.engines import SamplingSpec
 
 
 def _groups(group_B: Sequence[int]) -> dict[int, list[int]]:
@@ -79,10 +81,10 @@ def group_prefix_values(
 
 def shared_prefix_share(
     group_B: Sequence[int], response_ids: Sequence[Sequence[int]], episode_ends: Sequence[Sequence[int]]
-) -> float:
+) -> float | None:
     """The share of responses' inner episode ends (all but the last) whose prefix another response of
     the group also begins with: how much of the group's credit rests on more than one outcome
-    (``process/shared_prefix_frac``; 0.0 when there are no inner ends)."""
+    (``process/shared_prefix_frac``; None when there are no inner ends, so nothing is logged)."""
     groups = _groups(group_B)
     shared = total = 0
     for b, (g, ends) in enumerate(zip(group_B, episode_ends, strict=True)):
@@ -90,12 +92,53 @@ def shared_prefix_share(
         for e in ends[:-1]:
             total += 1
             shared += bool(_beginning_with(others, response_ids, b, e + 1))
-    return shared / total if total else 0.0
+    return shared / total if total else None
 
 
-@continuation_estimator("group_prefix", needs_verifier=True, generates=False, from_group=True)
+@continuation_estimator("group_prefix", generates=False, from_group=True, takes_tools=True)
 def group_prefix(ctx: ValueContext) -> list[list[float]]:
     """In training: :func:`group_prefix_values` from the group's own outcomes (no generation, no extra
-    verifier call). On fixed traces (probe, explain), which have no group: the same estimate with
-    ``process.mc_samples`` responses continuing from each prefix, which is ``monte_carlo``'s value."""
-    return monte_carlo(ctx)
+    verifier call; ``generates=False`` describes this). On fixed traces (probe, explain), which come
+    without a group, each trace's group is ``process.mc_samples`` responses sampled from its prompt (at
+    ``process.mc_temperature``, at most ``process.mc_max_new_tokens`` tokens, stopping at the task's
+    answer marker; with tools as the rollout calls them) plus the trace itself, valued the same way, so
+    a probe scores what training computes. Traces of one prompt share its samples; every text goes to
+    the verifier in one call; a trace that could not be scored gets NaN values."""
+    requests, cfg = ctx.requests, ctx.cfg
+    if not requests:
+        return []
+    todo: dict[Context, list[Slot]] = {}
+    for i, r in enumerate(requests):
+        todo.setdefault(tuple(r.prompt_ids), []).append((i, 0))  # prefix 0: the bare prompt
+    spec = SamplingSpec(n=cfg.mc_samples, temperature=cfg.mc_temperature, max_tokens=cfg.mc_max_new_tokens)
+    sampled = generate_continuations(ctx, todo, spec)
+    contexts = list(sampled)
+    texts = [ctx.tokenizer.decode(r.response_ids, skip_special_tokens=True) for r in requests]
+    to_score = [r.sample for r in requests]
+    first: dict[Context, int] = {}
+    for c in contexts:
+        first[c] = len(texts)
+        owner = requests[todo[c][0][0]].sample
+        texts += [ctx.tokenizer.decode(ids, skip_special_tokens=True) for ids in sampled[c]]
+        to_score += [owner] * len(sampled[c])
+    count_verified(len(texts))
+    scores = [float(x) for x in ctx.verifier(to_score, texts)]
+    if len(scores) != len(texts):
+        raise ValueError(f"the verifier returned {len(scores)} scores for {len(texts)} texts")
+    out: list[list[float]] = []
+    for b, r in enumerate(requests):
+        if not math.isfinite(scores[b]):
+            out.append([math.nan] * len(r.prefix_lens))  # the trace itself could not be scored
+            continue
+        c = tuple(r.prompt_ids)
+        others = sampled[c]
+        group_scores = [scores[b], *scores[first[c] : first[c] + len(others)]]
+        rows = [list(r.response_ids), *(list(ids) for ids in others)]
+        ends = [[n - 1 for n in r.prefix_lens[1:]]] + [[] for _ in others]
+        if not ends[0]:  # an empty trace: V_0 alone
+            ok = [x for x in group_scores if math.isfinite(x)]
+            out.append([sum(ok) / len(ok)])
+            continue
+        values = group_prefix_values([0] * len(rows), rows, ends, group_scores, [True] * len(rows))
+        out.append(values[0])
+    return out

@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# each estimator module registers itself (monte_carlo and greedy_continuation, greedy_bisect, step_oracle,
-# tree)
+# each estimator module registers itself (monte_carlo and greedy_continuation, greedy_bisect, group_prefix,
+# step_oracle, tree)
 import stepcredit.process.bisection
 import stepcredit.process.continuation
+import stepcredit.process.group_prefix
 import stepcredit.process.oracle
 import stepcredit.process.tree  # noqa: F401  (these lines bind one name)
 from stepcredit.config import Config, ProcessConfig

@@ -322,9 +322,9 @@ def prepare(state: TrainState, mb: Scored) -> Prepared:
     if cfg.process.enabled and from_group and batch.episode_ends is not None:
         # how much of a group's step credit rests on more than one outcome
         _, responses = batch_token_ids(batch)
-        metrics["process/shared_prefix_frac"] = shared_prefix_share(
-            batch.group_B.tolist(), responses, batch.episode_ends
-        )
+        share = shared_prefix_share(batch.group_B.tolist(), responses, batch.episode_ends)
+        if share is not None:  # a mini-batch without inner episode ends has no share to average in
+            metrics["process/shared_prefix_frac"] = share
     return Prepared(batch, ch, adv, ref_logp_BT, live_BT, metrics, dropped=n_in - len(batch))
 
 
