@@ -83,6 +83,9 @@ FACTORS: dict[str, list[Any]] = {
     # an experiment's placebo arm: each response's step credits permuted among its episodes
     # (process.placebo=shuffle_within_response)
     "placebo": [False, True],
+    # step credit only in the groups whose outcomes are all equal, or only in the others
+    # (process.credit_groups)
+    "credit_groups": ["all", "all_equal", "mixed"],
 }
 
 
@@ -92,6 +95,10 @@ def allowed(run: dict[str, Any]) -> bool:
         return False  # tree values need a tree rollout (refused at start-up, tested below)
     if run.get("credit", "plain") != "plain" and run.get("process") == "off":
         return False  # credit forms need process rewards
+    if run.get("credit_groups", "all") != "all" and run.get("process") == "off":
+        return False  # it chooses where step credit goes (refused at start-up without it: tests/process)
+    if run.get("credit_groups") == "all_equal" and run.get("dynamic_sampling"):
+        return False  # dynamic sampling drops every all-equal group (refused at start-up: tests/process)
     if run.get("placebo") and run.get("process") == "off":
         return False  # the placebo moves step credits (refused at start-up without them: tests/process)
     # TreeRL's credit needs tree values (refused at start-up otherwise: tests/process), and the cost as a
@@ -194,6 +201,7 @@ def config(run: dict[str, Any], **over: Any) -> Any:
         }
         if run.get("placebo"):
             d["process"]["placebo"] = "shuffle_within_response"
+        d["process"]["credit_groups"] = run.get("credit_groups", "all")
         if run["credit"] == "blame":
             d["process"].update(credit="blame", step_cost_as="outcome")
         if run["credit"] == "treerl":

@@ -11,6 +11,7 @@ StepCostAs = Literal["token", "return", "outcome"]
 """Where ``process.step_cost`` is charged (``stepcredit.process.STEP_COST_FORMS``)."""
 
 Placebo = Literal["none", "shuffle_within_response"]
+CreditGroups = Literal["all", "all_equal", "mixed"]
 """How ``process.placebo`` moves the step credits (``stepcredit.process.PLACEBOS``)."""
 
 
@@ -115,6 +116,12 @@ class ProcessConfig:
     adds is then the arm minus its placebo. ``none``: the credits stay where they were earned."""
     placebo_seed: int = 0
     """Seed of the placebo's permutations (each response's own, from this seed, its group and its rank)."""
+    credit_groups: CreditGroups = "all"
+    """Which groups' responses get step credit: ``all``; ``all_equal``: only groups whose verified outcomes
+    are all equal (all right or all wrong, where outcome GRPO has no signal); ``mixed``: only the others.
+    A response left out gets the outcome advantage alone (its steps carry no credit, so an estimator's
+    normalisation of the step term sees only the credited rows). It splits step credit's effect between
+    the groups outcome GRPO cannot move and those it can; the values are still computed for every row."""
 
     @property
     def zero_last(self) -> bool:

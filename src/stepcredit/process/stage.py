@@ -212,6 +212,11 @@ def check_config(cfg: Config) -> None:
             f"config key process.treerl: TreeRL's credit needs a tree rollout's node values; "
             f"process.value_estimator={p.value_estimator} has none (use {having('from_outcomes')} with rollout.mode=tree or tools_tree)"
         )
+    if p.credit_groups != "all" and not p.enabled:
+        raise ConfigError(
+            f"config key process.credit_groups: {p.credit_groups} chooses which groups get step credit, and "
+            "there is none without process.enabled=true"
+        )
     if p.placebo_on and not p.enabled:
         raise ConfigError(
             f"config key process.placebo: {p.placebo} moves step credits, and there are none without "

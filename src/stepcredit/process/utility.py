@@ -17,6 +17,7 @@ step to the outcome reward alone.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -243,6 +244,25 @@ def step_cost_outcome_B(episode_ends: Sequence[Sequence[int]], cfg: ProcessConfi
     if not (cfg.enabled and cfg.step_cost and STEP_COST_FORMS[cfg.step_cost_as].on_outcome):
         return torch.zeros_like(n_B)
     return cfg.step_cost * n_B
+
+
+def credited_rows(
+    group_B: Sequence[int], score_B: Sequence[float], valid_B: Sequence[bool], which: str
+) -> list[bool]:
+    """Per response, does it get step credit under ``process.credit_groups`` = ``which``: every one
+    (``all``); those whose group's valid outcomes are all equal (``all_equal``; a group with fewer than
+    two valid outcomes counts as all equal: it has no outcome contrast either); or the rest (``mixed``)."""
+    if which == "all":
+        return [True] * len(group_B)
+    if which not in ("all_equal", "mixed"):
+        raise ValueError(f"process.credit_groups: unknown {which!r}")
+    seen: dict[int, set[float]] = {}
+    for g, s, ok in zip(group_B, score_B, valid_B, strict=True):
+        outcomes = seen.setdefault(int(g), set())
+        if ok and math.isfinite(float(s)):
+            outcomes.add(float(s))
+    equal = {g: len(v) <= 1 for g, v in seen.items()}
+    return [equal[int(g)] == (which == "all_equal") for g in group_B]
 
 
 def process_channel(

@@ -430,6 +430,13 @@ def check_config(cfg: Config) -> None:
             f"config key rollout.mode: process.value_estimator={cfg.process.value_estimator} values the "
             f"nodes of a rollout whose responses share prefixes; use rollout.mode={ok}, not {cfg.rollout.mode!r}"
         )
+    ds = cfg.postprocess.dynamic_sampling
+    drops_equal = ds.criterion == "std" or (ds.mean_low >= 0.0 and ds.mean_high <= 1.0)
+    if cfg.process.enabled and cfg.process.credit_groups == "all_equal" and ds.enabled and drops_equal:
+        raise ConfigError(
+            "config key process.credit_groups: all_equal credits only groups whose outcomes are all equal, "
+            "and postprocess.dynamic_sampling drops every such group; turn one of them off"
+        )
     backends.check_config(cfg.reward)
     LR_SCHEDULES.require(cfg.optim.schedule, "optim.schedule")
     if cfg.pipeline.one_step_off_policy and not losses.LOSSES.get(cfg.loss.name).corrects_staleness:

@@ -28,6 +28,7 @@ from stepcredit.ops import last_token_index, masked_mean
 from stepcredit.process import (
     VALUE_ESTIMATORS,
     batch_token_ids,
+    credited_rows,
     group_prefix_values,
     outcome_values,
     process_channel,
@@ -204,6 +205,18 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
         process_BT, process_mask_BT = process_channel(
             batch.episode_ends, values, mask_BT, cfg.process, credits=credits, row_keys=group_ranks(batch)
         )
+        if cfg.process.credit_groups != "all":
+            # only the chosen groups' responses carry step credit (their verified outcomes decide)
+            assert batch.rewards is not None
+            keep = credited_rows(
+                batch.group_B.tolist(),
+                [r.score for r in batch.rewards],
+                [r.ok for r in batch.rewards],
+                cfg.process.credit_groups,
+            )
+            keep_BT = torch.tensor(keep, dtype=torch.bool, device=process_mask_BT.device)[:, None]
+            process_mask_BT = process_mask_BT & keep_BT
+            process_BT = torch.where(keep_BT, process_BT, 0.0)
     return batch, Channels(
         outcome_BT, process_BT, process_mask_BT, score_B, valid_B, length_penalty_B, verdict_B
     )

@@ -192,6 +192,12 @@ def check_process_config(sc: Config, est: str, algorithm: Any = None) -> None:
             "verl config key stepcredit.process.treerl: TreeRL's credit needs tree rollouts "
             "(stepcredit's rollout.mode=tree), which verl does not make; set it to false"
         )
+    if p.enabled and p.credit_groups != "all":
+        # which groups are all equal is read off the verified outcomes, which verl's stage does not pass in
+        raise ConfigError(
+            f"verl config key stepcredit.process.credit_groups: {p.credit_groups} needs each group's verified "
+            "outcomes when the step credit is placed, which verl's advantage stage does not have; set it to all"
+        )
     # Inside verl only the actor's forward passes are at hand: no generation, no verifier.
     usable = [n for n in VALUE_ESTIMATORS.names() if _forward_only(n)]
     if p.enabled and p.value_estimator in VALUE_ESTIMATORS and not _forward_only(p.value_estimator):
