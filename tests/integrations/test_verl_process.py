@@ -335,6 +335,9 @@ def test_the_verl_trainer_refuses_process_settings_it_cannot_serve() -> None:
         check_process_config(sc(), "grpo")
     with pytest.raises(ConfigError, match=r"stepcredit\.process\.value_estimator: monte_carlo"):
         check_process_config(sc(value_estimator="monte_carlo"), "stepcredit_grpo_process")
+    # step credit in chosen groups only: which groups are all equal needs the verified outcomes
+    with pytest.raises(ConfigError, match=r"stepcredit\.process\.credit_groups: mixed"):
+        check_process_config(sc(credit_groups="mixed"), "stepcredit_grpo_process")
     # values from the scored group: verl's advantage stage sees no group outcomes per prefix
     with pytest.raises(ConfigError, match=r"stepcredit\.process\.value_estimator: group_prefix"):
         check_process_config(sc(value_estimator="group_prefix"), "stepcredit_grpo_process")
