@@ -115,6 +115,9 @@ class Estimator:
     """Reads the step rewards as differences of a value whose last entry is the response's reward (the
     outcome enters only through the last step): needs a value estimator whose registry entry says
     ``terminal_is_reward`` and ``process.last_episode=utility``."""
+    process_batch_centred: bool = False
+    """Centres the process term on a mean over the batch's tokens (whitening), so a response without step
+    rewards still gets a share of it: ``process.credit_groups`` other than ``all`` is refused."""
 
 
 ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
@@ -128,6 +131,7 @@ def register_estimator(
     token_level: bool = False,
     process_std_normalised: bool = False,
     needs_reward_values: bool = False,
+    process_batch_centred: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator: ``@register_estimator("grpo")`` adds an estimator function to :data:`ESTIMATORS`."""
 
@@ -141,6 +145,7 @@ def register_estimator(
                 token_level=token_level,
                 process_std_normalised=process_std_normalised,
                 needs_reward_values=needs_reward_values,
+                process_batch_centred=process_batch_centred,
             ),
         )
         return fn
@@ -216,6 +221,13 @@ def check_config(cfg: Config) -> None:
                 f"config key process.step_cost_as: {cfg.process.step_cost_as} writes each step's cost-to-go into its credit, "
                 f"but {name!r} sums the step credits into returns itself; use token or outcome, or one of: {ok}"
             )
+    if est.process_batch_centred and cfg.process.enabled and cfg.process.credit_groups != "all":
+        ok = ", ".join(n for n in ESTIMATORS if ESTIMATORS.get(n).needs_process)
+        raise ConfigError(
+            f"config key process.credit_groups: {name!r} centres the step term on the whole batch, so the "
+            f"responses left out ({cfg.process.credit_groups} keeps only some groups) would still get step "
+            f"credit; use one of: {ok}"
+        )
     if est.process_std_normalised and cfg.algorithm.norm_by_std and cfg.process.scale != 1.0:
         raise ConfigError(
             f"config key process.scale: {name!r} divides step rewards by their group std, so "

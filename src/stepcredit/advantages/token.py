@@ -96,7 +96,7 @@ def gae(
     return AdvantageOutputs(adv_BT=whiten_zeroed(a_BT, live_BT), ret_BT=ret_BT)
 
 
-@register_estimator("reinforce_pp", token_level=True)
+@register_estimator("reinforce_pp", token_level=True, process_batch_centred=True)
 def reinforce_pp(
     inp: AdvantageInputs, *, gamma: float = 1.0, process_weight: float = 1.0, **_hp: Any
 ) -> AdvantageOutputs:

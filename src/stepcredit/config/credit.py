@@ -11,8 +11,10 @@ StepCostAs = Literal["token", "return", "outcome"]
 """Where ``process.step_cost`` is charged (``stepcredit.process.STEP_COST_FORMS``)."""
 
 Placebo = Literal["none", "shuffle_within_response"]
-CreditGroups = Literal["all", "all_equal", "mixed"]
 """How ``process.placebo`` moves the step credits (``stepcredit.process.PLACEBOS``)."""
+
+CreditGroups = Literal["all", "all_equal", "mixed"]
+"""Which groups' responses carry step credit (``process.credit_groups``)."""
 
 
 # --------------------------------------------------------------------------------------- process
@@ -119,9 +121,14 @@ class ProcessConfig:
     credit_groups: CreditGroups = "all"
     """Which groups' responses get step credit: ``all``; ``all_equal``: only groups whose verified outcomes
     are all equal (all right or all wrong, where outcome GRPO has no signal); ``mixed``: only the others.
-    A response left out gets the outcome advantage alone (its steps carry no credit, so an estimator's
-    normalisation of the step term sees only the credited rows). It splits step credit's effect between
-    the groups outcome GRPO cannot move and those it can; the values are still computed for every row."""
+    "All equal" is read as GRPO reads it: the verdicts' scores (before length or step-cost shaping) of
+    the responses that stay valid after outcome processing, equal within 1e-6. A response left out
+    carries no step credit and pays no per-step cost (``step_cost_as=token`` or ``return``; with
+    ``outcome`` every response pays), so an estimator that normalises the step term over the rows with
+    steps (``grpo_vineppo``, ``grpo_process``, ``prime_rloo``) gives it the outcome advantage alone, and
+    ``vineppo`` its RLOO outcome advantage; one that shifts the step term by a batch mean
+    (``reinforce_pp``) is refused. It splits step credit's effect between the groups outcome GRPO
+    cannot move and those it can; the values are still computed for every row."""
 
     @property
     def zero_last(self) -> bool:

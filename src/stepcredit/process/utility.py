@@ -246,22 +246,27 @@ def step_cost_outcome_B(episode_ends: Sequence[Sequence[int]], cfg: ProcessConfi
     return cfg.step_cost * n_B
 
 
+EQUAL_OUTCOMES_TOL = 1e-6
+"""Outcomes closer than this are equal (as ``groups/all_equal_frac`` counts them)."""
+
+
 def credited_rows(
     group_B: Sequence[int], score_B: Sequence[float], valid_B: Sequence[bool], which: str
 ) -> list[bool]:
     """Per response, does it get step credit under ``process.credit_groups`` = ``which``: every one
-    (``all``); those whose group's valid outcomes are all equal (``all_equal``; a group with fewer than
-    two valid outcomes counts as all equal: it has no outcome contrast either); or the rest (``mixed``)."""
+    (``all``); those whose group's valid outcomes are all equal within :data:`EQUAL_OUTCOMES_TOL`
+    (``all_equal``; a group with fewer than two valid outcomes counts as all equal: it has no outcome
+    contrast either); or the rest (``mixed``)."""
     if which == "all":
         return [True] * len(group_B)
     if which not in ("all_equal", "mixed"):
         raise ValueError(f"process.credit_groups: unknown {which!r}")
-    seen: dict[int, set[float]] = {}
+    seen: dict[int, list[float]] = {}
     for g, s, ok in zip(group_B, score_B, valid_B, strict=True):
-        outcomes = seen.setdefault(int(g), set())
+        outcomes = seen.setdefault(int(g), [])
         if ok and math.isfinite(float(s)):
-            outcomes.add(float(s))
-    equal = {g: len(v) <= 1 for g, v in seen.items()}
+            outcomes.append(float(s))
+    equal = {g: not v or max(v) - min(v) <= EQUAL_OUTCOMES_TOL for g, v in seen.items()}
     return [equal[int(g)] == (which == "all_equal") for g in group_B]
 
 

@@ -150,6 +150,7 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
         batch = batch.select(idx)
         score_B, valid_B = score_B[idx], valid_B[idx]
     assert batch.rewards is not None
+    outcome_B = score_B.clone()  # the verdicts' scores before any shaping (process.credit_groups reads them)
     # a reward term before normalisation, on real verdicts only (a failed reward is never shaped)
     verdict_B = torch.tensor([r.ok for r in batch.rewards], dtype=torch.bool)
     score_B, length_penalty_B = shape_lengths(
@@ -206,13 +207,10 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
             batch.episode_ends, values, mask_BT, cfg.process, credits=credits, row_keys=group_ranks(batch)
         )
         if cfg.process.credit_groups != "all":
-            # only the chosen groups' responses carry step credit (their verified outcomes decide)
-            assert batch.rewards is not None
+            # only the chosen groups' responses carry step credit: equal outcomes as GRPO sees them (the
+            # verdicts' scores of the responses that stay valid after outcome processing)
             keep = credited_rows(
-                batch.group_B.tolist(),
-                [r.score for r in batch.rewards],
-                [r.ok for r in batch.rewards],
-                cfg.process.credit_groups,
+                batch.group_B.tolist(), outcome_B.tolist(), valid_B.tolist(), cfg.process.credit_groups
             )
             keep_BT = torch.tensor(keep, dtype=torch.bool, device=process_mask_BT.device)[:, None]
             process_mask_BT = process_mask_BT & keep_BT
