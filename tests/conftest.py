@@ -1,5 +1,6 @@
 """Shared test settings (few threads: the machine has 2 cores; no network) and helpers used by several
-test files: a loopback chat endpoint standing in for an LLM judge, and the overrides of a tiny training run.
+test files: a loopback chat endpoint standing in for an LLM judge, the overrides of a tiny training run, and
+a scored batch as the trainer's reward channels read it.
 
 Tests state behaviour, not speed (issue 45): the suite must pass on a busy machine (CI shares its
 2 cores with other jobs; two `python -c "while True: pass"` beside it must not fail it). So
@@ -205,6 +206,43 @@ def tool_generate() -> ToolGenerate:
         return tools_rollout(model, tok, request)
 
     return generate
+
+
+def make_scored_batch(
+    rewards: list[Any],
+    group_B: list[int],
+    T: int,
+    *,
+    episode_ends: list[list[int]] | None = None,
+    prefix_values: list[list[float]] | None = None,
+    truncated: list[bool] | None = None,
+) -> Any:
+    """A scored batch of ``T``-token responses (every token counts), with episodes and values when given:
+    what the trainer's reward channels and metrics read (``rewards``: ``RewardResult`` each)."""
+    import torch
+
+    from stepcredit.types import Batch, Sample
+
+    B = len(rewards)
+    return Batch(
+        samples=[Sample(prompt=({"role": "user", "content": "q"},), ground_truth="1")] * B,
+        group_B=torch.tensor(group_B),
+        prompt_ids_BP=torch.ones(B, 1, dtype=torch.long),
+        prompt_mask_BP=torch.ones(B, 1, dtype=torch.bool),
+        response_ids_BT=torch.ones(B, T, dtype=torch.long),
+        response_mask_BT=torch.ones(B, T, dtype=torch.bool),
+        behaviour_logp_BT=torch.zeros(B, T),
+        texts=["a"] * B,
+        truncated_B=torch.tensor(truncated or [False] * B),
+        rewards=rewards,
+        episode_ends=episode_ends,
+        prefix_values=prefix_values,
+    )
+
+
+@pytest.fixture
+def scored_batch() -> Callable[..., Any]:
+    return make_scored_batch
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from stepcredit.process import (
     step_credits,
     watermark_credit,
 )
-from stepcredit.types import Batch
+from stepcredit.types import Batch, RewardResult
 
 V = [-2.0, -1.0, -1.5, -0.5, -0.75]
 # differences U = V_i - V_(i-1): 1.0, -0.5, 1.0, -0.25
@@ -130,11 +130,10 @@ def test_step_cost_as_a_return_reaches_grpo_vineppo_tokens() -> None:
     assert out.adv_BT[0].tolist() == pytest.approx([0.8, 0.8, 1.4, 1.4])
 
 
-def test_step_cost_on_the_outcome_before_group_normalisation() -> None:
+def test_step_cost_on_the_outcome_before_group_normalisation(scored_batch: Callable[..., Batch]) -> None:
     from stepcredit.process import step_cost_outcome_B
     from stepcredit.reward import with_failure_policy
     from stepcredit.trainer.update import reward_channels
-    from stepcredit.types import RewardResult, Sample
 
     ends = [[1, 3], [1, 3, 5, 7], []]
     cfg = ProcessConfig(enabled=True, step_cost=0.1, step_cost_as="outcome")
@@ -144,18 +143,10 @@ def test_step_cost_on_the_outcome_before_group_normalisation() -> None:
     # episodes, and a third response without episodes (not a process row): outcome scores
     # 1 - 0.2 = 0.8, 1 - 0.4 = 0.6 and 1 at the last token; the process channel carries the plain
     # differences (V = 0.5, 1, 1, ...: 0.5 at the first step, 0 after), no cost.
-    B, T = 3, 8
-    batch = Batch(
-        samples=[Sample(prompt=({"role": "user", "content": "q"},), ground_truth="1")] * B,
-        group_B=torch.tensor([0, 0, 1]),
-        prompt_ids_BP=torch.ones(B, 1, dtype=torch.long),
-        prompt_mask_BP=torch.ones(B, 1, dtype=torch.bool),
-        response_ids_BT=torch.ones(B, T, dtype=torch.long),
-        response_mask_BT=torch.ones(B, T, dtype=torch.bool),
-        behaviour_logp_BT=torch.zeros(B, T),
-        texts=["a"] * B,
-        truncated_B=torch.zeros(B, dtype=torch.bool),
-        rewards=[RewardResult(1.0)] * B,
+    batch = scored_batch(
+        [RewardResult(1.0)] * 3,
+        [0, 0, 1],
+        8,
         episode_ends=ends,
         prefix_values=[[0.5, 1.0, 1.0], [0.5, 1.0, 1.0, 1.0, 1.0], []],
     )

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from stepcredit.config import Config, ProcessConfig, from_dict
 from stepcredit.errors import ConfigError
 from stepcredit.process import check_config, credited_rows
-from stepcredit.types import Batch, RewardResult, Sample, Status
+from stepcredit.types import Batch, RewardResult, Status
 
 
 def test_credited_rows_by_hand() -> None:
@@ -30,27 +30,25 @@ def test_credited_rows_by_hand() -> None:
 
 
 def channels(
-    which: str, rewards: list[RewardResult], truncated: list[bool] | None = None, **cfg_dict: Any
+    make: Callable[..., Batch],
+    which: str,
+    rewards: list[RewardResult],
+    truncated: list[bool] | None = None,
+    **cfg_dict: Any,
 ) -> tuple[list[list[float]], list[list[bool]]]:
     """The trainer's process channel and mask for groups of two responses (ids 0, 0, 1, 1, ...), each
     with two episodes ending at tokens 2 and 5 and the values [1, 0.5, 0] (U = -0.5, -0.5)."""
     from stepcredit.reward import with_failure_policy
     from stepcredit.trainer.update import reward_channels
 
-    B, T = len(rewards), 6
-    batch = Batch(
-        samples=[Sample(prompt=({"role": "user", "content": "q"},), ground_truth="1")] * B,
-        group_B=torch.tensor([b // 2 for b in range(B)]),
-        prompt_ids_BP=torch.ones(B, 1, dtype=torch.long),
-        prompt_mask_BP=torch.ones(B, 1, dtype=torch.bool),
-        response_ids_BT=torch.ones(B, T, dtype=torch.long),
-        response_mask_BT=torch.ones(B, T, dtype=torch.bool),
-        behaviour_logp_BT=torch.zeros(B, T),
-        texts=["a"] * B,
-        truncated_B=torch.tensor(truncated or [False] * B),
-        rewards=rewards,
+    B = len(rewards)
+    batch = make(
+        rewards,
+        [b // 2 for b in range(B)],
+        6,
         episode_ends=[[2, 5]] * B,
         prefix_values=[[1.0, 0.5, 0.0]] * B,
+        truncated=truncated,
     )
     cfg = from_dict({**cfg_dict, "process": {"enabled": True, "credit_groups": which}})
     _, ch = reward_channels(with_failure_policy(batch, cfg.reward), cfg)
@@ -63,37 +61,37 @@ STEPS = [False, False, True, False, False, True]
 NONE = ([0.0] * 6, [False] * 6)
 
 
-def credited(which: str, rewards: list[RewardResult], **kw: Any) -> list[bool]:
-    values, mask = channels(which, rewards, **kw)
+def credited(make: Callable[..., Batch], which: str, rewards: list[RewardResult], **kw: Any) -> list[bool]:
+    values, mask = channels(make, which, rewards, **kw)
     assert all((v, m) in ((ROW, STEPS), NONE) for v, m in zip(values, mask, strict=True))
     return [m == STEPS for m in mask]
 
 
-def test_the_trainer_credits_only_the_chosen_groups() -> None:
+def test_the_trainer_credits_only_the_chosen_groups(scored_batch: Callable[..., Batch]) -> None:
     # group 0 mixed (R = 1, 0), group 1 all wrong
     rewards = [RewardResult(1.0), RewardResult(0.0), RewardResult(0.0), RewardResult(0.0)]
-    assert credited("all", rewards) == [True] * 4
-    assert credited("mixed", rewards) == [True, True, False, False]
-    assert credited("all_equal", rewards) == [False, False, True, True]
+    assert credited(scored_batch, "all", rewards) == [True] * 4
+    assert credited(scored_batch, "mixed", rewards) == [True, True, False, False]
+    assert credited(scored_batch, "all_equal", rewards) == [False, False, True, True]
     # outcomes within 1e-6 are equal, as groups/all_equal_frac counts them
     close = [RewardResult(1.0), RewardResult(1.0 + 1e-9)]
-    assert credited("all_equal", close) == [True, True]
+    assert credited(scored_batch, "all_equal", close) == [True, True]
 
 
-def test_equal_outcomes_are_the_ones_grpo_sees() -> None:
+def test_equal_outcomes_are_the_ones_grpo_sees(scored_batch: Callable[..., Batch]) -> None:
     # a truncated wrong answer masked by outcome processing is out of the group's baseline: the group's one
     # valid outcome is 1, so it counts as all equal
     rewards = [RewardResult(1.0), RewardResult(0.0)]
     masked = {"postprocess": {"outcome": {"mask_truncated": True}}}
-    assert credited("all_equal", rewards, truncated=[False, True], **masked) == [True, True]
-    assert credited("all_equal", rewards, truncated=[False, True]) == [False, False]
+    assert credited(scored_batch, "all_equal", rewards, truncated=[False, True], **masked) == [True, True]
+    assert credited(scored_batch, "all_equal", rewards, truncated=[False, True]) == [False, False]
     # a failed reward scored by the failure policy (reward.failure_policy=score) counts as the outcome it
     # was given: right + failure_score 0 is a mixed group
     failed = [RewardResult(1.0), RewardResult(float("nan"), Status.ERROR)]
     scored = {"reward": {"failure_policy": "score", "failure_score": 0.0}}
-    assert credited("mixed", failed, **scored) == [True, True]
+    assert credited(scored_batch, "mixed", failed, **scored) == [True, True]
     # masked (the default policy), the failure is no outcome: one valid outcome, all equal
-    assert credited("all_equal", failed) == [True, True]
+    assert credited(scored_batch, "all_equal", failed) == [True, True]
 
 
 def test_reinforce_pp_is_refused_it_centres_the_step_term_on_the_batch() -> None:

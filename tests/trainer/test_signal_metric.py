@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from stepcredit.trainer.metrics import outcome_free_signal
-from stepcredit.types import Batch, RewardResult, Sample
+from stepcredit.types import Batch, RewardResult
 
 
-def _batch(scores: list[float], groups: list[int]) -> Batch:
-    B, T = len(scores), 3
-    return Batch(
-        samples=[Sample(prompt=({"role": "user", "content": "p"},), ground_truth="1") for _ in range(B)],
-        group_B=torch.tensor(groups),
-        prompt_ids_BP=torch.zeros(B, 1, dtype=torch.long),
-        prompt_mask_BP=torch.ones(B, 1, dtype=torch.bool),
-        response_ids_BT=torch.zeros(B, T, dtype=torch.long),
-        response_mask_BT=torch.ones(B, T, dtype=torch.bool),
-        behaviour_logp_BT=torch.zeros(B, T),
-        texts=[""] * B,
-        truncated_B=torch.zeros(B, dtype=torch.bool),
-        rewards=[RewardResult(score=s) for s in scores],
-    )
-
-
-def test_counts_equal_groups_and_those_with_advantage() -> None:
+def test_counts_equal_groups_and_those_with_advantage(scored_batch: Callable[..., Batch]) -> None:
     # group 0: outcomes 1,1 (all equal) with a process advantage on sample 1 -> equal and moved
     # group 1: outcomes 0,0 (all equal), zero advantage everywhere -> equal, not moved
     # group 2: outcomes 0,1 -> has outcome signal, not counted
-    batch = _batch([1, 1, 0, 0, 0, 1], [0, 0, 1, 1, 2, 2])
+    batch = scored_batch([RewardResult(score=s) for s in [1, 1, 0, 0, 0, 1]], [0, 0, 1, 1, 2, 2], 3)
     adv = torch.zeros(6, 3)
     adv[1, 0] = 0.3
     adv[4:] = 1.0
@@ -37,10 +23,10 @@ def test_counts_equal_groups_and_those_with_advantage() -> None:
     assert m == {"groups/all_equal_adv_frac": 2 / 3, "groups/all_equal_nonzero_adv_frac": 1 / 3}
 
 
-def test_masked_samples_and_masked_tokens_do_not_count() -> None:
+def test_masked_samples_and_masked_tokens_do_not_count(scored_batch: Callable[..., Batch]) -> None:
     # group 0: sample 1 is invalid (masked), so the valid outcomes {1} are all equal; its advantage
     # sits on a padding token only, which is not live -> equal, not moved
-    batch = _batch([1, 0], [0, 0])
+    batch = scored_batch([RewardResult(score=1), RewardResult(score=0)], [0, 0], 3)
     valid = torch.tensor([True, False])
     live = batch.response_mask_BT.clone()
     live[0, 2] = False
