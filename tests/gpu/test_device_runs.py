@@ -1,11 +1,11 @@
 """The GPU group (``pytest -m gpu``, ``benchmarks/gpu_check.sh``): short trainings on ``trainer.device``.
 
 One short run of each rollout mode (flat, tree, tools) and value estimator (forced answer, Monte Carlo,
-greedy continuation, tree values), float32 and bfloat16, LoRA on and off, the critic; a checkpoint and
-an exact resume; ``eval`` and ``probe``. Each asserts what it can: finite losses, that the policy moved,
-the device and dtype of every tensor a mini-batch update touches (the batch, advantages, reference
-log-probs, the policy's and critic's parameters, the logits of the update's forward pass), and equal
-figures after a resume.
+greedy continuation and bisection, group-prefix values, tree values; credit confined to mixed groups),
+float32 and bfloat16, LoRA on and off, the critic; a checkpoint and an exact resume; ``eval`` and
+``probe``. Each asserts what it can: finite losses, that the policy moved, the device and dtype of every
+tensor a mini-batch update touches (the batch, advantages, reference log-probs, the policy's and
+critic's parameters, the logits of the update's forward pass), and equal figures after a resume.
 
 Every test runs twice: on ``cpu`` (in CI: the checks themselves are exercised) and on ``cuda`` (marked
 ``gpu``; skipped where torch sees no CUDA device, so CI collects and skips it).
@@ -71,6 +71,12 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "forced_answer": ("process", ["process.value_estimator=forced_answer_logprob"]),
     "monte_carlo": ("midchain_process", ["process.mc_samples=2", "process.mc_prefixes=2"]),
     "greedy_continuation": ("midchain_process", ["process.value_estimator=greedy_continuation"]),
+    "greedy_bisect": ("midchain_process", ["process.value_estimator=greedy_bisect"]),
+    "group_prefix": ("midchain_process", ["process.value_estimator=group_prefix"]),
+    "credit_groups_mixed": (
+        "midchain_process",
+        ["process.value_estimator=greedy_continuation", "process.credit_groups=mixed"],
+    ),
     "tree_values": ("midchain_tree", ["rollout.tree.branching=[2, 2]"]),
     "tools": ("tools", ["data.arith.max_steps=1"]),
 }

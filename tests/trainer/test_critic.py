@@ -59,3 +59,18 @@ def test_critic_warmup_leaves_the_policy_unchanged_and_trains_the_critic() -> No
     update(state, p, train_policy=True)
     assert not all(torch.equal(policy0[k], v) for k, v in model.state_dict().items())
     assert state.updates == 1
+
+
+def test_the_value_model_lives_where_the_policy_lives() -> None:
+    """The head is made on the backbone's device (the GPU check caught a CPU head on a cuda policy:
+    "mat2 is on cpu"); the meta device stands in for cuda on a CPU machine."""
+    from stepcredit.config import TinyModelConfig
+    from stepcredit.models.critic import ValueModel
+    from stepcredit.models.tiny import build_tiny_model
+
+    tiny = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    policy = build_tiny_model(tiny, vocab_size=64).to("meta")
+    vm = ValueModel(policy)
+    assert {p.device.type for p in vm.parameters()} == {"meta"}
+    assert {p.dtype for p in vm.parameters()} == {torch.float32}
+    assert vm.head.weight.shape == (1, 32)

@@ -22,7 +22,10 @@ class ValueModel(nn.Module):
         self.backbone.train()
         for p in self.backbone.parameters():
             p.requires_grad_(True)
-        self.head = nn.Linear(policy.config.hidden_size, 1)
+        # on the backbone's device (the policy is already on trainer.device when the critic is built),
+        # in float32 like every trained parameter (bf16 runs autocast)
+        device = next(self.backbone.parameters()).device
+        self.head = nn.Linear(policy.config.hidden_size, 1, device=device, dtype=torch.float32)
         # a zero head starts every value at 0, so the first advantages are the plain returns
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
