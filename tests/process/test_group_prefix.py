@@ -153,3 +153,25 @@ def test_on_fixed_traces_the_group_is_sampled_from_the_prompt(batch_factory: Cal
         GroupPolicy(tok), tok, batch, cfg, score_fn=lambda s, t: [math.nan] + [1.0] * (len(t) - 1)
     )
     assert all(math.isnan(x) for x in nan.values[0]) and nan.values[2] == pytest.approx([1.0] * 4)
+
+
+def test_the_trainer_s_channels_carry_the_shared_prefix_share(scored_batch: Callable[..., Batch]) -> None:
+    """``reward_channels`` computes the group's values and the share ``prepare`` logs from one prefix
+    matching; another estimator's channels carry no share."""
+    from stepcredit.config import from_dict
+    from stepcredit.reward import with_failure_policy
+    from stepcredit.trainer.update import reward_channels
+    from stepcredit.types import RewardResult, Status
+
+    ok = [RewardResult(score=s, status=Status.OK) for s in (1.0, 0.0, 1.0, 1.0)]
+    # every response is 3 equal tokens, so each group's two responses share every prefix
+    batch = scored_batch(ok, [0, 0, 1, 1], 3, episode_ends=[[0, 2]] * 4, prefix_values=[[0.0, 0.0, 0.0]] * 4)
+    cfg = from_dict({"process": {"enabled": True, "value_estimator": "group_prefix"}})
+    _, ch = reward_channels(with_failure_policy(batch, cfg.reward), cfg)
+    assert ch.shared_prefix_frac == shared_prefix_share([0, 0, 1, 1], [[1, 1, 1]] * 4, [[0, 2]] * 4) == 1.0
+    # the mixed group's step credit: both responses valued 0.5 after token 0, then their own outcomes
+    assert ch.process_BT is not None
+    assert ch.process_BT[:2, 2].tolist() == pytest.approx([0.5, -0.5])
+    assert ch.to(torch.device("cpu")).shared_prefix_frac == 1.0
+    cfg = from_dict({"process": {"enabled": True, "value_estimator": "greedy_continuation"}})
+    assert reward_channels(with_failure_policy(batch, cfg.reward), cfg)[1].shared_prefix_frac is None

@@ -70,6 +70,9 @@ class Channels:
     """The length term added to each raw score (0 where none was; None when no domain shapes)."""
     verdict_B: torch.Tensor | None = None
     """True where the score is a real verdict (the responses length shaping may touch)."""
+    shared_prefix_frac: float | None = None
+    """Values from the group (``from_group`` estimators): the share of inner episode ends whose prefix more
+    than one response of the group shares (None otherwise, or with no inner episode end)."""
 
     def to(self, device: torch.device) -> Channels:
         def move(x: torch.Tensor | None) -> torch.Tensor | None:
@@ -83,6 +86,7 @@ class Channels:
             self.valid_B.to(device),
             move(self.length_penalty_B),
             move(self.verdict_B),
+            self.shared_prefix_frac,
         )
 
 
@@ -182,6 +186,7 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
     if len(batch):
         outcome_BT[torch.arange(len(batch), device=mask_BT.device), last_token_index(mask_BT)] = score_B
     process_BT = process_mask_BT = None
+    shared_frac = None
     if cfg.process.enabled:
         values = batch.prefix_values
         credits = None  # the credit form's, from the values
@@ -201,6 +206,8 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
             _, responses = batch_token_ids(batch)
             score, ok = [r.score for r in batch.rewards], [r.ok for r in batch.rewards]
             values = group_prefix_values(batch.group_B.tolist(), responses, batch.episode_ends, score, ok)
+            # how much of the group's step credit rests on more than one outcome (logged by prepare)
+            shared_frac = shared_prefix_share(batch.group_B.tolist(), responses, batch.episode_ends)
         if batch.episode_ends is None or values is None:
             raise ValueError("process rewards are enabled but the batch has no V(prefix) values")
         process_BT, process_mask_BT = process_channel(
@@ -216,7 +223,7 @@ def reward_channels(mb: Scored, cfg: Config, running: RunningStats | None = None
             process_mask_BT = process_mask_BT & keep_BT
             process_BT = torch.where(keep_BT, process_BT, 0.0)
     return batch, Channels(
-        outcome_BT, process_BT, process_mask_BT, score_B, valid_B, length_penalty_B, verdict_B
+        outcome_BT, process_BT, process_mask_BT, score_B, valid_B, length_penalty_B, verdict_B, shared_frac
     )
 
 
@@ -329,13 +336,8 @@ def prepare(state: TrainState, mb: Scored) -> Prepared:
             metrics["process/u_abs_mean"] = float(u.abs().mean())
             metrics["process/u_near_zero_frac"] = float((u.abs() < U_NEAR_ZERO).float().mean())
             metrics["process/episodes_per_response"] = u.numel() / max(1, int(ch.valid_B.sum()))
-    from_group = VALUE_ESTIMATORS.get(cfg.process.value_estimator).from_group
-    if cfg.process.enabled and from_group and batch.episode_ends is not None:
-        # how much of a group's step credit rests on more than one outcome
-        _, responses = batch_token_ids(batch)
-        share = shared_prefix_share(batch.group_B.tolist(), responses, batch.episode_ends)
-        if share is not None:  # a mini-batch without inner episode ends has no share to average in
-            metrics["process/shared_prefix_frac"] = share
+    if ch.shared_prefix_frac is not None:  # None: no inner episode end, no share to average in
+        metrics["process/shared_prefix_frac"] = ch.shared_prefix_frac
     return Prepared(batch, ch, adv, ref_logp_BT, live_BT, metrics, dropped=n_in - len(batch))
 
 
