@@ -129,6 +129,7 @@ def test_smoke_experiment_through_the_cli(tmp_path: Path, capsys: pytest.Capture
         0.0,
         0.0,
     ]  # GRPO samples no continuations
+    assert details["arms"]["oracle"]["devices"] == ["cpu", "cpu"]  # trainer.device of each run's config
     # the file's own seeds, but a command-line override: not the file as written
     assert details["complete"] is False and details["command_line_overrides"] == ["trainer.tensorboard=false"]
     # resume: every (arm, seed) is done, nothing runs again and the summary is the same
@@ -225,3 +226,34 @@ def test_bad_arms_end_in_one_line(
     )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(message, err), err
+
+
+def test_a_part_of_a_confirmatory_file_ends_without_comparisons(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--seeds (or --arms) on a ``purpose: confirm`` file runs its part and prints how many runs of the
+    file are done, no table: each interim table is another look. --summarize-only asks for one, and a
+    file run on two devices says which runs ran where."""
+    out = tmp_path / "out"
+    more = {"preset": "smoke", "overrides": ["optim.lr=0.02"]}  # an outcome arm: no placebo needed
+    f = _file(
+        tmp_path, purpose="confirm", seeds=list(range(3, 19)), arms={"grpo": {"preset": "smoke"}, "lr": more}
+    )
+    assert main(["experiment", str(f), "--out", str(out), "--seeds", "3,4", "--arms", "grpo"]) == 0
+    printed = capsys.readouterr().out
+    assert f"2 of 32 runs of {f} are done; its comparisons wait for the whole file" in printed
+    assert "| arm |" not in printed and not (out / "replication.json").exists()
+    # as if seed 4 had run on a GPU machine
+    saved = out / "grpo" / "s4" / "config.yaml"
+    cfg = yaml.safe_load(saved.read_text())
+    cfg["trainer"]["device"] = "cuda"
+    saved.write_text(yaml.safe_dump(cfg))
+    assert (
+        main(
+            ["experiment", str(f), "--out", str(out), "--seeds", "3,4", "--arms", "grpo", "--summarize-only"]
+        )
+        == 0
+    )
+    assert json.loads((out / "details.json").read_text())["arms"]["grpo"]["devices"] == ["cpu", "cuda"]
+    table = (out / "replication.md").read_text()
+    assert "Runs on cpu: 1 (seeds 3)" in table and "Runs on cuda: 1 (seeds 4)" in table

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from stepcredit.config import Config
 from stepcredit.errors import UserError
 from stepcredit.recipes.plan import Plan
@@ -31,6 +33,8 @@ class RunResult:
     values: float
     seconds: float
     final_greedy: float | None
+    device: str
+    """``trainer.device`` of the run's ``config.yaml`` (a file may be run in parts on different machines)."""
 
 
 def read_run(run: Path) -> RunResult:
@@ -44,6 +48,8 @@ def read_run(run: Path) -> RunResult:
     done = run / "final_greedy.json"
     fg = json.loads(done.read_text()).get("accuracy") if done.is_file() else None
     process = float(sum(r.get("process/generated_tokens", 0.0) for r in rl))
+    saved = run / "config.yaml"
+    trainer = (yaml.safe_load(saved.read_text()) or {}).get("trainer", {}) if saved.is_file() else {}
     return RunResult(
         curve=[float(r["val/accuracy"]) for r in vals],
         steps=[int(r["step"]) for r in vals],
@@ -54,6 +60,7 @@ def read_run(run: Path) -> RunResult:
         values=float(sum(r.get("process/values", 0.0) for r in rl)),
         seconds=float(sum(r["time/step_s"] - r.get("time/val_s", 0.0) for r in rl)),
         final_greedy=None if fg is None else float(fg),
+        device=str(trainer.get("device", "unknown")),
     )
 
 
@@ -214,6 +221,8 @@ def _arm_figures(
         "process_continuation_tokens": [r.process_tokens for r in rs],
         "process_verifier_calls": [r.verifier_calls for r in rs],
         "process_values": [r.values for r in rs],
+        # seconds are comparable only between runs on the same device
+        "devices": [r.device for r in rs],
     }
     return summary, details
 
@@ -258,6 +267,16 @@ def markdown(summary: dict[str, Any], details: dict[str, Any]) -> str:
             f"{pm(a['final_greedy'])} | {pm(details['arms'][name]['auc'])} | "
             f"{statistics.fmean(toks):,.0f} | {statistics.fmean(secs):.1f} |"
         )
+    devices = [
+        (d, s) for a in details["arms"].values() for d, s in zip(a["devices"], summary["seeds"], strict=True)
+    ]
+    if len({d for d, _ in devices}) > 1:  # a file run in parts on different machines: say which ran where
+        lines += [""] + [
+            f"Runs on {d}: {sum(x == d for x, _ in devices)} (seeds "
+            f"{', '.join(map(str, sorted({s for x, s in devices if x == d})))}); seconds compare only "
+            "within a device."
+            for d in sorted({d for d, _ in devices})
+        ]
     lines += [
         "",
         "| arm | against | kind | endpoint | diff (points) | 95 % CI | t | df | p | p (Holm) |",
