@@ -231,29 +231,31 @@ def test_bad_arms_end_in_one_line(
 def test_a_part_of_a_confirmatory_file_ends_without_comparisons(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--seeds (or --arms) on a ``purpose: confirm`` file runs its part and prints how many runs of the
-    file are done, no table: each interim table is another look. --summarize-only asks for one, and a
-    file run on two devices says which runs ran where."""
+    """--seeds (or --arms) on a ``purpose: confirm`` file as written runs its part and prints how many
+    runs of the file are done, no table: each interim table is another look. A smoke run (an override)
+    and --summarize-only print one, and a file run on two devices says which runs ran where."""
     out = tmp_path / "out"
     more = {"preset": "smoke", "overrides": ["optim.lr=0.02"]}  # an outcome arm: no placebo needed
-    f = _file(
-        tmp_path, purpose="confirm", seeds=list(range(3, 19)), arms={"grpo": {"preset": "smoke"}, "lr": more}
-    )
-    assert main(["experiment", str(f), "--out", str(out), "--seeds", "3,4", "--arms", "grpo"]) == 0
+    arms = {"grpo": {"preset": "smoke"}, "lr": more}
+    f = _file(tmp_path, purpose="confirm", seeds=list(range(3, 19)), arms=arms)
+    part = ["experiment", str(f), "--out", str(out), "--seeds", "4,3", "--jobs", "2"]
+    assert main([*part, "--summary", str(tmp_path / "r.json"), "trainer.device=cpu"]) == 0
     printed = capsys.readouterr().out
-    assert f"2 of 32 runs of {f} are done; its comparisons wait for the whole file" in printed
+    assert f"4 of 32 runs of {f} are done; its comparisons wait for the whole file" in printed
+    assert "--summary not written" in printed and not (tmp_path / "r.json").exists()
     assert "| arm |" not in printed and not (out / "replication.json").exists()
-    # as if seed 4 had run on a GPU machine
-    saved = out / "grpo" / "s4" / "config.yaml"
-    cfg = yaml.safe_load(saved.read_text())
-    cfg["trainer"]["device"] = "cuda"
-    saved.write_text(yaml.safe_dump(cfg))
-    assert (
-        main(
-            ["experiment", str(f), "--out", str(out), "--seeds", "3,4", "--arms", "grpo", "--summarize-only"]
-        )
-        == 0
-    )
-    assert json.loads((out / "details.json").read_text())["arms"]["grpo"]["devices"] == ["cpu", "cuda"]
+    fg = json.loads((out / "grpo" / "s3" / "final_greedy.json").read_text())
+    assert fg["device"] == "cpu"  # where the runner ran it
+    # an override that is not the device makes it a smoke run: its table is printed (nothing reruns)
+    assert main([*part, "trainer.tensorboard=false"]) == 0
+    printed = capsys.readouterr().out
+    assert "start " not in printed and "| lr | grpo | grpo |" in printed
+    # as if grpo's seed-4 run had run on a GPU machine
+    fg = json.loads((out / "grpo" / "s4" / "final_greedy.json").read_text())
+    (out / "grpo" / "s4" / "final_greedy.json").write_text(json.dumps(fg | {"device": "cuda (NVIDIA H200)"}))
+    assert main([*part, "--summarize-only"]) == 0
+    details = json.loads((out / "details.json").read_text())
+    assert details["arms"]["grpo"]["devices"] == ["cuda (NVIDIA H200)", "cpu"]  # seeds 4, 3
     table = (out / "replication.md").read_text()
-    assert "Runs on cpu: 1 (seeds 3)" in table and "Runs on cuda: 1 (seeds 4)" in table
+    assert "Runs on cpu: 3 (seeds 3, 4)" in table and "Runs on cuda (NVIDIA H200): 1 (seeds 4)" in table
+    assert "Seeds whose arms ran on more than one device: 4 (" in table

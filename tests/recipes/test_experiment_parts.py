@@ -148,9 +148,17 @@ def test_every_arm_is_checked_before_a_run_starts(
     assert expected in str(e.value) and "\n" not in str(e.value)
 
 
-def _run(out: Path, arm: str, seed: int, curve: list[float], tokens: list[float], greedy: float) -> None:
+def _run(
+    out: Path,
+    arm: str,
+    seed: int,
+    curve: list[float],
+    tokens: list[float],
+    greedy: float,
+    device: str = "cpu",
+) -> None:
     """A finished run's files: validations at steps 0..len(curve)-1, RL steps of 2 s less 0.5 s of
-    validation each, ``generated_tokens`` the running total given."""
+    validation each, ``generated_tokens`` the running total given, run on ``device``."""
     rows: list[dict[str, Any]] = [{"step": 0, "val/accuracy": curve[0]}]
     for step, (acc, total) in enumerate(zip(curve[1:], tokens, strict=True), start=1):
         rows.append({"step": step, "val/accuracy": acc, "time/step_s": 2.0, "time/val_s": 0.5,
@@ -158,7 +166,24 @@ def _run(out: Path, arm: str, seed: int, curve: list[float], tokens: list[float]
     d = out / arm / f"s{seed}"
     d.mkdir(parents=True)
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (d / "final_greedy.json").write_text(json.dumps({"accuracy": greedy}))
+    (d / "final_greedy.json").write_text(json.dumps({"accuracy": greedy, "device": device}))
+
+
+def test_seconds_compare_only_between_runs_on_one_device(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = _plan(_write(tmp_path, _good()), out)
+    cfgs = plan.check(p)
+    for seed, eq_device in ((1, "cpu"), (2, "cuda (NVIDIA H200)")):
+        _run(out, "grpo", seed, [0.0, 0.2, 0.4], [50, 100], 0.1)
+        _run(out, "mc", seed, [0.0, 0.5, 0.7], [100, 200], 0.3)
+        _run(out, "eq", seed, [0.0, 0.1, 0.2, 0.3, 0.4], [25, 50, 75, 100], 0.2, device=eq_device)
+    s, d = summary.summarize(p, cfgs)
+    assert d["arms"]["eq"]["devices"] == ["cpu", "cuda (NVIDIA H200)"]
+    assert d["arms"]["eq"]["token_ratio_to_costly_arm"] == [0.5, 0.5]  # tokens compare across devices
+    assert d["arms"]["eq"]["seconds_ratio_to_costly_arm"] == [2.0, None]  # seconds do not
+    table = summary.markdown(s, d)
+    assert "Runs on cuda (NVIDIA H200): 1 (seeds 2)" in table
+    assert "Seeds whose arms ran on more than one device: 2 (" in table
 
 
 def test_the_summary_of_finished_runs_by_hand(tmp_path: Path) -> None:

@@ -76,18 +76,14 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         run_all(plan, args.jobs, log)
         cfgs = check(plan)
-        if spec.purpose == "confirm" and (plan.left_out or list(plan.run_seeds) != list(spec.seeds)):
-            # a part of a confirmatory file (--seeds, --arms) ends without its comparisons: each interim
-            # table is another look at the same data (docs/experiments.md); --summarize-only asks for one
-            whole = load_spec(args.file)
-            done = sum(
-                (plan.run_dir(a.name, s) / "final_greedy.json").is_file()
-                for a in whole.arms
-                for s in whole.seeds
-            )
+        if plan.interim:  # a part of a confirmatory file ends without an interim look (docs/experiments.md)
+            done, total = plan.progress()
+            asked = (("--summary", args.summary), ("--markdown", args.markdown), ("--png", args.png))
+            ignored = [o for o, v in asked if v is not None]
             print(
-                f"{done} of {len(whole.arms) * len(whole.seeds)} runs of {args.file} are done; its comparisons "
-                "wait for the whole file (purpose: confirm; --summarize-only writes them now)"
+                f"{done} of {total} runs of {args.file} are done; its comparisons wait for the whole file "
+                "(purpose: confirm; --summarize-only writes them now)"
+                + (f"; {', '.join(ignored)} not written" if ignored else "")
             )
             return 0
     _, path = write_outputs(plan, cfgs)

@@ -23,7 +23,8 @@ class ValueModel(nn.Module):
         for p in self.backbone.parameters():
             p.requires_grad_(True)
         # on the backbone's device (the policy is already on trainer.device when the critic is built),
-        # in float32 like every trained parameter (bf16 runs autocast)
+        # in float32 like every trained parameter; the critic computes in float32 also in a
+        # model.dtype=bfloat16 run (autocast wraps the policy's forward, not this copy of its backbone)
         device = next(self.backbone.parameters()).device
         self.head = nn.Linear(policy.config.hidden_size, 1, device=device, dtype=torch.float32)
         # a zero head starts every value at 0, so the first advantages are the plain returns

@@ -43,6 +43,24 @@ class Plan:
     def run_dir(self, arm: str, seed: int) -> Path:
         return self.out / arm / f"s{seed}"
 
+    def done(self, arm: str, seed: int) -> bool:
+        """The run finished: trained and evaluated (its ``final_greedy.json``, written last, exists)."""
+        return (self.run_dir(arm, seed) / "final_greedy.json").is_file()
+
+    def progress(self) -> tuple[int, int]:
+        """(finished runs, runs) of the whole file: the arms run and those left out, every seed of it."""
+        arms = [*(a.name for a in self.spec.arms), *self.left_out]
+        return sum(self.done(a, s) for a in arms for s in self.spec.seeds), len(arms) * len(self.spec.seeds)
+
+    @property
+    def interim(self) -> bool:
+        """A part (``--seeds``, ``--arms``) of a confirmatory file as written (no override but the
+        device): its comparisons would be an interim look at the data the claim rests on, so the runner
+        reports progress instead. A smoke run (shortened by overrides) is not the claim's data."""
+        part = bool(self.left_out) or set(self.run_seeds) != set(self.spec.seeds)
+        as_written = all(o.startswith("trainer.device=") for o in self.extra)
+        return self.spec.purpose == "confirm" and part and as_written
+
     def overrides(self, arm: Arm, seed: int) -> list[str]:
         return [
             *self.spec.common, *arm.overrides, *self.extra,

@@ -62,13 +62,25 @@ def _trained(run: Path, steps: int) -> bool:
     )
 
 
-def run_one(plan: Plan, arm: Arm, seed: int, steps: int, log: Any) -> str | None:
+def device_label(name: str) -> str:
+    """The device ``trainer.device=name`` runs on here, as the summary records it: ``cpu``, or ``cuda``
+    with the card's name (seconds compare only between runs on the same kind)."""
+    import torch
+
+    from stepcredit.trainer.state import resolve_device
+
+    dev = resolve_device(name)
+    return f"cuda ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else dev.type
+
+
+def run_one(plan: Plan, arm: Arm, seed: int, cfg: Config, log: Any) -> str | None:
     """Train one (arm, seed) and evaluate its final model greedily on the held-out prompts, in one
     subprocess; None when it finished (or had finished), else what failed."""
     run = plan.run_dir(arm.name, seed)
     done = run / "final_greedy.json"
-    if done.is_file():
+    if plan.done(arm.name, seed):
         return None
+    steps = cfg.trainer.steps
     commands = []
     if not _trained(run, steps):
         if run.exists():
@@ -90,7 +102,7 @@ def run_one(plan: Plan, arm: Arm, seed: int, steps: int, log: Any) -> str | None
     if plan.spec.final_greedy_prompts > 0:
         rows = [json.loads(line) for line in greedy.read_text().splitlines() if line.strip()]
         result = {"accuracy": sum(bool(r["correct"]) for r in rows) / len(rows), "prompts": len(rows)}
-    result.update(commands=commands, wall_s=time.perf_counter() - t0)
+    result.update(commands=commands, wall_s=time.perf_counter() - t0, device=device_label(cfg.trainer.device))
     done.write_text(json.dumps(result) + "\n")
     log(f"done {arm.name} seed {seed} ({time.perf_counter() - t0:.0f} s)")
     return None
@@ -170,7 +182,7 @@ def run_all(plan: Plan, jobs: int, log: Any = print) -> None:
     write_heldout(plan, cfgs[plan.spec.baseline])
     todo = [(a, s) for s in plan.run_seeds for a in plan.spec.arms]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(run_one, plan, a, s, cfgs[a.name].trainer.steps, log) for a, s in todo]
+        futures = [pool.submit(run_one, plan, a, s, cfgs[a.name], log) for a, s in todo]
         failed = [f for f in (fu.result() for fu in futures) if f]
     if failed:
         raise UserError(f"{len(failed)} of {len(todo)} runs failed; first: {failed[0]} (rerun to resume)")

@@ -34,7 +34,8 @@ class RunResult:
     seconds: float
     final_greedy: float | None
     device: str
-    """``trainer.device`` of the run's ``config.yaml`` (a file may be run in parts on different machines)."""
+    """Where it ran (``final_greedy.json``'s ``device``, else ``trainer.device`` of its ``config.yaml``): a
+    file may be run in parts on different machines."""
 
 
 def read_run(run: Path) -> RunResult:
@@ -46,10 +47,13 @@ def read_run(run: Path) -> RunResult:
     if not vals or not rl:
         raise UserError(f"{run}: no finished run here (metrics.jsonl without validations or RL steps)")
     done = run / "final_greedy.json"
-    fg = json.loads(done.read_text()).get("accuracy") if done.is_file() else None
+    final = json.loads(done.read_text()) if done.is_file() else {}
+    fg = final.get("accuracy")
     process = float(sum(r.get("process/generated_tokens", 0.0) for r in rl))
+    # the device the runner resolved (runs before it recorded one: trainer.device as configured)
     saved = run / "config.yaml"
     trainer = (yaml.safe_load(saved.read_text()) or {}).get("trainer", {}) if saved.is_file() else {}
+    device = final.get("device") or str(trainer.get("device", "unknown"))
     return RunResult(
         curve=[float(r["val/accuracy"]) for r in vals],
         steps=[int(r["step"]) for r in vals],
@@ -60,7 +64,7 @@ def read_run(run: Path) -> RunResult:
         values=float(sum(r.get("process/values", 0.0) for r in rl)),
         seconds=float(sum(r["time/step_s"] - r.get("time/val_s", 0.0) for r in rl)),
         final_greedy=None if fg is None else float(fg),
-        device=str(trainer.get("device", "unknown")),
+        device=device,
     )
 
 
@@ -229,7 +233,8 @@ def _arm_figures(
 
 def _compute_ratios(spec: Spec, arms: dict[str, Any], details: dict[str, Any]) -> None:
     """Compute matching: an equal-compute arm's generated tokens (and seconds) over its costly arm's,
-    seed by seed, into that arm's details."""
+    seed by seed, into that arm's details; a seconds ratio between runs on different devices is
+    undefined (NaN)."""
     for a in spec.arms:
         if a.equal_compute_of is not None:
             mine, theirs = arms[a.name]["compute"], arms[a.equal_compute_of]["compute"]
@@ -237,8 +242,15 @@ def _compute_ratios(spec: Spec, arms: dict[str, Any], details: dict[str, Any]) -
                 x / y if y else float("nan")
                 for x, y in zip(mine["generated_tokens"], theirs["generated_tokens"], strict=True)
             ]
+            same = [
+                d == e
+                for d, e in zip(
+                    details[a.name]["devices"], details[a.equal_compute_of]["devices"], strict=True
+                )
+            ]
             details[a.name]["seconds_ratio_to_costly_arm"] = [
-                x / y if y else float("nan") for x, y in zip(mine["seconds"], theirs["seconds"], strict=True)
+                x / y if y and ok else float("nan")
+                for x, y, ok in zip(mine["seconds"], theirs["seconds"], same, strict=True)
             ]
 
 
@@ -277,6 +289,12 @@ def markdown(summary: dict[str, Any], details: dict[str, Any]) -> str:
             "within a device."
             for d in sorted({d for d, _ in devices})
         ]
+        mixed = sorted({s for _, s in devices if len({d for d, t in devices if t == s}) > 1})
+        if mixed:
+            lines.append(
+                f"Seeds whose arms ran on more than one device: {', '.join(map(str, mixed))} (their paired "
+                "differences include the devices' numerics)."
+            )
     lines += [
         "",
         "| arm | against | kind | endpoint | diff (points) | 95 % CI | t | df | p | p (Holm) |",

@@ -14,7 +14,7 @@ into the batch.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -75,19 +75,9 @@ class Channels:
     than one response of the group shares (None otherwise, or with no inner episode end)."""
 
     def to(self, device: torch.device) -> Channels:
-        def move(x: torch.Tensor | None) -> torch.Tensor | None:
-            return None if x is None else x.to(device)
-
-        return Channels(
-            self.outcome_BT.to(device),
-            move(self.process_BT),
-            move(self.process_mask_BT),
-            self.score_B.to(device),
-            self.valid_B.to(device),
-            move(self.length_penalty_B),
-            move(self.verdict_B),
-            self.shared_prefix_frac,
-        )
+        """Every tensor field on ``device``; the other fields as they are."""
+        now = {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(self, **{k: v.to(device) for k, v in now.items() if isinstance(v, torch.Tensor)})
 
 
 @dataclass(frozen=True)
