@@ -259,3 +259,46 @@ def test_a_part_of_a_confirmatory_file_ends_without_comparisons(
     table = (out / "replication.md").read_text()
     assert "Runs on cpu: 3 (seeds 3, 4)" in table and "Runs on cuda (NVIDIA H200): 1 (seeds 4)" in table
     assert "Seeds whose arms ran on more than one device: 4 (" in table
+
+
+def test_a_part_run_elsewhere_comes_back_as_finished_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``benchmarks/gpu_experiment_part.sh`` (the lent GPU machine's side; here on the CPU) packs each
+    finished run of its part without checkpoints; unpacked into the first machine's ``--out`` they
+    complete the file, nothing running again."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tarfile
+
+    repo = Path(__file__).resolve().parents[2]
+    f = _file(tmp_path, common=[*TINY, "trainer.steps=1", "trainer.val_every=1"], endpoint={"last": 1})
+    home = tmp_path / "home"  # the first machine's --out: the SFT model, the held-out prompts, seed 3
+    assert main(["experiment", str(f), "--out", str(home), "--seeds", "3", "--jobs", "2"]) == 0
+    part = tmp_path / "elsewhere"  # the other machine's: the same SFT model and held-out prompts
+    part.mkdir()
+    shutil.copytree(home / "sft", part / "sft")
+    shutil.copy(home / "heldout.jsonl", part)
+    ret = tmp_path / "returned"
+    env = {**os.environ, "OUT": str(ret), "GPU_PART": str(part), "GPU_PART_DEVICE": "cpu",
+           "GPU_PART_POLL": "1", "PYTHON": sys.executable}  # fmt: skip
+    script = repo / "benchmarks" / "gpu_experiment_part.sh"
+    done = subprocess.run(
+        ["bash", str(script), str(f), "4", "", "600", "2"], cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "runner exit 0" in done.stdout, done.stdout + done.stderr
+    with tarfile.open(ret / "runs_s4.tgz") as t:
+        names = t.getnames()
+        assert {"grpo/s4/final_greedy.json", "oracle/s4/final_greedy.json", "grpo/s4/metrics.jsonl"} <= set(
+            names
+        )
+        assert not [n for n in names if "/checkpoints" in n or n.startswith("sft")]
+        t.extractall(home, filter="data")
+    assert (ret / "logs.tgz").is_file() and (ret / "experiment.log").is_file()
+    capsys.readouterr()
+    assert main(["experiment", str(f), "--out", str(home)]) == 0  # the whole file: nothing runs again
+    assert "start " not in capsys.readouterr().out
+    details = json.loads((home / "details.json").read_text())
+    assert details["complete"] is True and details["arms"]["grpo"]["devices"] == ["cpu", "cpu"]
