@@ -175,3 +175,42 @@ def test_the_trainer_s_channels_carry_the_shared_prefix_share(scored_batch: Call
     assert ch.to(torch.device("cpu")).shared_prefix_frac == 1.0
     cfg = from_dict({"process": {"enabled": True, "value_estimator": "greedy_continuation"}})
     assert reward_channels(with_failure_policy(batch, cfg.reward), cfg)[1].shared_prefix_frac is None
+
+
+def test_equal_to_the_definition_on_random_groups() -> None:
+    """Against V(p) computed straight from its definition (every valid response of the group that
+    begins with p, prefix compared whole at each end), on random groups with few distinct tokens so
+    that prefixes are shared, and the share likewise."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(1, 6)
+        group = [rng.randint(0, 1) for _ in range(n)]
+        responses = [[rng.randint(0, 2) for _ in range(rng.randint(1, 8))] for _ in range(n)]
+        ends = [sorted(rng.sample(range(len(r)), rng.randint(1, len(r)))) for r in responses]
+        ends = [e if e[-1] == len(r) - 1 else [*e, len(r) - 1] for e, r in zip(ends, responses, strict=True)]
+        score = [float(rng.randint(0, 1)) for _ in range(n)]
+        valid = [rng.random() > 0.2 for _ in range(n)]
+        want = []
+        for b in range(n):
+            scored = [j for j in range(n) if group[j] == group[b] and valid[j]]
+            values = [sum(score[j] for j in scored) / len(scored) if scored else 0.0]
+            for e in ends[b][:-1]:
+                p = responses[b][: e + 1]
+                rows = [j for j in scored if responses[j][: e + 1] == p]
+                values.append(sum(score[j] for j in rows) / len(rows) if rows else values[-1])
+            values.append(score[b] if valid[b] else values[-1])
+            want.append(values)
+        got = group_prefix_values(group, responses, ends, score, valid)
+        assert [len(v) for v in got] == [len(v) for v in want]
+        assert [x for v in got for x in v] == pytest.approx([x for v in want for x in v])
+        inner = [(b, e) for b in range(n) for e in ends[b][:-1]]
+        shared = sum(
+            any(
+                j != b and group[j] == group[b] and responses[j][: e + 1] == responses[b][: e + 1]
+                for j in range(n)
+            )
+            for b, e in inner
+        )
+        assert shared_prefix_share(group, responses, ends) == (shared / len(inner) if inner else None)

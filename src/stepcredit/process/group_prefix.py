@@ -38,10 +38,20 @@ def _groups(group_B: Sequence[int]) -> dict[int, list[int]]:
     return members
 
 
-def _beginning_with(rows: Sequence[int], response_ids: Sequence[Sequence[int]], b: int, n: int) -> list[int]:
-    """The rows of ``rows`` whose first ``n`` response tokens are response ``b``'s."""
-    prefix = list(response_ids[b][:n])
-    return [j for j in rows if len(response_ids[j]) >= n and list(response_ids[j][:n]) == prefix]
+def _sharing(rows: Sequence[int], ids: Sequence[list[int]], b: int, ends: Sequence[int]) -> list[list[int]]:
+    """For each end e of ``ends`` (increasing), the rows of ``rows`` whose first e + 1 response tokens are
+    response ``b``'s. The rows still sharing at one end are narrowed by the tokens up to the next, so
+    a response costs O(rows x its length), whatever its number of episodes."""
+    alive, start, out = list(rows), 0, []
+    for e in ends:
+        n = e + 1
+        if n < start:
+            raise ValueError(f"episode ends must increase, got {list(ends)}")
+        piece = ids[b][start:n]
+        alive = [j for j in alive if len(ids[j]) >= n and ids[j][start:n] == piece]
+        start = n
+        out.append(alive)
+    return out
 
 
 def group_prefix_values(
@@ -61,6 +71,7 @@ def group_prefix_values(
     response's last value is the one before it, so its credits sum to nothing it did not earn."""
     ok_B = [bool(ok) and math.isfinite(float(s)) for s, ok in zip(score_B, valid_B, strict=True)]
     groups = _groups(group_B)
+    ids = [list(r) for r in response_ids]
 
     def mean(rows: list[int], default: float) -> float:
         return sum(float(score_B[j]) for j in rows) / len(rows) if rows else default
@@ -72,8 +83,8 @@ def group_prefix_values(
             continue
         scored = [j for j in groups[int(g)] if ok_B[j]]
         values = [mean(scored, 0.0)]
-        for e in ends[:-1]:
-            values.append(mean(_beginning_with(scored, response_ids, b, e + 1), values[-1]))
+        for rows in _sharing(scored, ids, b, ends[:-1]):
+            values.append(mean(rows, values[-1]))
         values.append(float(score_B[b]) if ok_B[b] else values[-1])
         out.append(values)
     return out
@@ -86,12 +97,13 @@ def shared_prefix_share(
     the group also begins with: how much of the group's credit rests on more than one outcome
     (``process/shared_prefix_frac``; None when there are no inner ends, so nothing is logged)."""
     groups = _groups(group_B)
+    ids = [list(r) for r in response_ids]
     shared = total = 0
     for b, (g, ends) in enumerate(zip(group_B, episode_ends, strict=True)):
         others = [j for j in groups[int(g)] if j != b]
-        for e in ends[:-1]:
+        for rows in _sharing(others, ids, b, ends[:-1]):
             total += 1
-            shared += bool(_beginning_with(others, response_ids, b, e + 1))
+            shared += bool(rows)
     return shared / total if total else None
 
 
