@@ -142,3 +142,26 @@ def test_an_interval_answered_as_its_inequality_is_right(gold: str, pred: str) -
 def test_an_inequality_for_another_set_stays_wrong(gold: str, pred: str) -> None:
     assert fast_verdict(gold, pred) is not True
     assert _score(f"\\boxed{{{pred}}}", gold) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("gold", "response", "score"),
+    [
+        # E notation, as Python's float() reads it (Qwen2.5-Math's grader: math_equal -> is_digit ->
+        # float()). Before: "1.5e6" against 1500000 scored 0 either way round, the gold side "surely"
+        # wrong on the fast path (math-verify reads "e" as Euler's number: 1.5 * e * 6).
+        ("1500000", "\\boxed{1.5e6}", 1.0),
+        ("1.5e6", "\\boxed{1500000}", 1.0),
+        ("0.00015", "\\boxed{1.5e-4}", 1.0),
+        ("1500000", "\\boxed{1.5E+6}", 1.0),
+        ("1000", "#### 1e3", 1.0),  # before: read as "1" (then "e3" as a unit), surely wrong
+        ("1500000", "The answer is 1.5e6.", 1.0),
+        ("1500000", "\\boxed{1.5e5}", 0.0),
+        ("15", "\\boxed{1.5e-1}", 0.0),
+        # Euler's number stays itself where no exponent follows
+        ("2e", "\\boxed{2e}", 1.0),
+        ("2e^{3}", "\\boxed{2e^3}", 1.0),
+    ],
+)
+def test_scientific_e_notation(gold: str, response: str, score: float) -> None:
+    assert _score(response, gold) == score

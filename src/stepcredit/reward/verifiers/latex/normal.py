@@ -36,6 +36,7 @@ _RELATION_WORDS = tuple(
     )
 )
 _MIXED_RE = re.compile(r"(?<![\d.}^_{])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
+_E_NOTATION_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")
 _UNIT_WORDS_RE = re.compile(r"^(.*?[\d}.)])\s+([a-zA-Z]{2,}\.?(?:\s+[a-zA-Z]+\.?)*)$")
 
 
@@ -179,6 +180,9 @@ def normalize(s: str) -> str:
     s = re.sub(r"(?<=\d) (?=\d{3}(?!\d))", "", s)
     s = re.sub(r"\s+", "", s)
     s = re.sub(r"(?<![\d}])\.(?=\d)", "0.", s)
+    # "1.5e6", "2E-4": a whole answer in E notation is scientific notation, as Python's float() reads it
+    # (Qwen2.5-Math's grader compares numbers through float()); math-verify reads "e" as Euler's number
+    s = _E_NOTATION_RE.sub(r"\1\\times10^{\2}", s)
     if _THOUSANDS_RE.match(s) and not listed:
         s = s.replace(",", "")
     elif re.fullmatch(r"[-+]?0,\d+", s):  # "0,111" can only be a decimal comma
