@@ -165,3 +165,28 @@ def test_an_inequality_for_another_set_stays_wrong(gold: str, pred: str) -> None
 )
 def test_scientific_e_notation(gold: str, response: str, score: float) -> None:
     assert _score(response, gold) == score
+
+
+@pytest.mark.parametrize(
+    ("response", "score"),
+    [
+        # MATH's AMC rows have golds "\text{(C)}"; contest solutions (and models trained on them) box the
+        # letter with its option's value, "\textbf{(C) }12". The letter is the answer: before, 0 (math-verify
+        # has no such rule and reads a product). A careful grader credits the letter.
+        ("The answer is $\\boxed{\\textbf{(C) }12}$", 1.0),
+        ("$\\boxed{\\textbf{(C)}\\ 12}$", 1.0),
+        ("$\\boxed{\\mathrm{(C)}\\ \\frac{1}{2}}$", 1.0),
+        ("$\\boxed{\\textbf{(D) }12}$", 0.0),
+        # a second option is a hedge, whatever the values
+        ("$\\boxed{(C) 12 \\text{ or } (D) 15}$", 0.0),
+        ("$\\boxed{(C) 12, (D) 15}$", 0.0),
+        ("$\\boxed{(C)(D)}$", 0.0),
+    ],
+)
+def test_a_choice_letter_with_its_value(response: str, score: float) -> None:
+    assert _score(response, "\\text{(C)}") == score
+
+
+def test_a_bare_letter_gold_is_not_read_as_a_choice() -> None:
+    # "C" alone may name a point or a constant: "(C) 12" against it stays with math-verify (no)
+    assert fast_verdict("C", "(C) 12") is None

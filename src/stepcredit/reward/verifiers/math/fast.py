@@ -200,6 +200,20 @@ def _kinds_differ(gold: str, pred: str, g: str, p: str) -> bool:
     return False
 
 
+_CHOICE_GOLD_RE = re.compile(r"^\s*(?:\\text(?:bf)?\s*\{\s*)?\(([A-E])\)\s*\}?\s*$")
+# an AMC option as contest solutions write it, its letter then its value: "\textbf{(C) }12" -> "(C)12"
+_CHOICE_WITH_VALUE_RE = re.compile(r"^\(([A-E])\)([^,;()]|\\frac\{|\\sqrt\{|[{}])+$")
+
+
+def _choice_with_value(gold: str, p: str) -> bool:
+    """Whether a multiple-choice gold (MATH writes ``\\text{(C)}``) is answered by its letter followed by
+    the option's value, ``\\textbf{(C) }12`` (normalised ``(C)12``): the letter is the answer. A second
+    letter, a list or a hedge (``(C),(D)``) is not."""
+    g = _CHOICE_GOLD_RE.match(gold)
+    m = _CHOICE_WITH_VALUE_RE.match(p)
+    return g is not None and m is not None and m.group(1) == g.group(1)
+
+
 def fast_verdict(gold: str, pred: str) -> bool | None:
     """True/False when the answers can be compared without sympy and the verdict is sure, else None
     (math-verify decides).
@@ -221,7 +235,7 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
         return True
     readings = _pred_readings(p, g)
     verdicts = [compare_structures(parse_answer(g), parse_answer(y)) for y in readings]
-    if any(v is True for v in verdicts) or _percent_eq(gold, pred):
+    if any(v is True for v in verdicts) or _percent_eq(gold, pred) or _choice_with_value(gold, p):
         return True
     if len(readings) == 1 and (
         _sure_different(gold, pred, g, p)
