@@ -202,7 +202,7 @@ def _kinds_differ(gold: str, pred: str, g: str, p: str) -> bool:
 
 _CHOICE_GOLD_RE = re.compile(r"^\s*(?:\\text(?:bf)?\s*\{\s*)?\(([A-E])\)\s*\}?\s*$")
 # an AMC option as contest solutions write it, its letter then its value: "\textbf{(C) }12" -> "(C)12"
-_CHOICE_WITH_VALUE_RE = re.compile(r"^\(([A-E])\)([^,;()]|\\frac\{|\\sqrt\{|[{}])+$")
+_CHOICE_WITH_VALUE_RE = re.compile(r"^\(([A-E])\)[^,;()]+$")
 
 
 def _choice_with_value(gold: str, p: str) -> bool:
