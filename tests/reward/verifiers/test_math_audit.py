@@ -190,3 +190,24 @@ def test_a_choice_letter_with_its_value(response: str, score: float) -> None:
 def test_a_bare_letter_gold_is_not_read_as_a_choice() -> None:
     # "C" alone may name a point or a constant: "(C) 12" against it stays with math-verify (no)
     assert fast_verdict("C", "(C) 12") is None
+
+
+@pytest.mark.parametrize(
+    ("gold", "response", "score"),
+    [
+        # other minus signs models emit: the hyphens U+2010/U+2011, the small and full-width
+        # hyphen-minus (NFKC maps U+FE63 and U+FF0D to "-"). Before, "\boxed{‐5}" scored 0 against -5.
+        ("-5", "\\boxed{\u20105}", 1.0),
+        ("-5", "\\boxed{\u20115}", 1.0),
+        ("-5", "\\boxed{\uff0d5}", 1.0),
+        ("-5", "\\boxed{\ufe635}", 1.0),
+        ("5", "\\boxed{\u20105}", 0.0),
+        # an assignment written value-first: "3 = x" says x is 3. Before, the fast path called it surely
+        # wrong against 3 (it compared the right side, x, as math-verify does).
+        ("3", "\\boxed{3 = x}", 1.0),
+        ("4", "\\boxed{3 = x}", 0.0),
+        ("3", "\\boxed{10 = 2x}", 0.0),
+    ],
+)
+def test_minus_signs_and_value_first_assignments(gold: str, response: str, score: float) -> None:
+    assert _score(response, gold) == score

@@ -153,8 +153,9 @@ def compare_structures(a: Any, b: Any) -> bool | None:
             return compare_structures(parse_answer(ra[1]), b)
     if isinstance(b, Relation) and not isinstance(a, Relation) and all(op == "=" for op in b.ops):
         # math-verify: a predicted equation against a gold that is none compares its last
-        # right-hand side ("(a,b) = (-2,1)", "p(8) = ... = \\frac{3}{56}", "2x = 10" vs "10").
-        return compare_structures(a, parse_answer(b.parts[-1]))
+        # right-hand side ("(a,b) = (-2,1)", "p(8) = ... = \\frac{3}{56}", "2x = 10" vs "10"); "3 = x"
+        # is read as "x = 3" first (math-verify would compare x: a careful grader reads the value)
+        return compare_structures(a, parse_answer(_canonical_relation(b).parts[-1]))
     if isinstance(a, str) and isinstance(b, str):
         return _scalar_eq(a, b)
     if isinstance(b, Relation) and _surely_interval(a) and (interval := _as_interval(b)) is not None:

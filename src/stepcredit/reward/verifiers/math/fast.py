@@ -20,7 +20,7 @@ from stepcredit.reward.verifiers.latex import (
     to_complex,
     to_number,
 )
-from stepcredit.reward.verifiers.latex.compare import _assignment_rhs
+from stepcredit.reward.verifiers.latex.compare import _assignment_rhs, _canonical_relation
 from stepcredit.reward.verifiers.latex.normal import _DECIMAL_COMMA_RE
 from stepcredit.reward.verifiers.latex.variables import nonconstant
 
@@ -185,7 +185,7 @@ def _kinds_differ(gold: str, pred: str, g: str, p: str) -> bool:
     if isinstance(a, Relation) and not isinstance(b, Relation) and (ra := _assignment_rhs(a)) is not None:
         a = parse_answer(ra[1])
     if isinstance(b, Relation) and not isinstance(a, Relation) and all(op == "=" for op in b.ops):
-        b = parse_answer(b.parts[-1])
+        b = parse_answer(_canonical_relation(b).parts[-1])  # "3 = x" is x = 3, as compare_structures reads it
     for x, y in ((a, b), (b, a)):
         if isinstance(x, str) and _is_constant(x):
             if isinstance(y, str) and nonconstant(y):
