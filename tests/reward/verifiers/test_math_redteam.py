@@ -162,3 +162,52 @@ def test_a_decimal_off_by_more_than_its_precision_is_wrong(response: str, gold: 
 )
 def test_a_decimal_that_rounds_the_truth_stays_right(response: str, gold: str) -> None:
     assert _score(response, gold) == 1.0
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        # A box the response then disowns for another number. VeRL's last_boxed_only_string and
+        # math-verify (a box outranks "the answer is": parser.py priorities 50 vs 100/200) both read the
+        # box, so gold 3 was paid before. A careful grader sees two final answers: wrong for either truth,
+        # as for a box and a "####" above.
+        "The answer is $\\boxed{3}$.\n\nWait, that's wrong. The answer is 4.",
+        "So the answer is \\boxed{3}. Wait, that's wrong. Let me recompute: the correct answer is $4$.",
+        "$\\boxed{3}$\n\nAnswer: 4",
+    ],
+)
+@pytest.mark.parametrize("gold", ["3", "4"])
+def test_a_box_retracted_by_a_later_answer_phrase_is_wrong_for_either_gold(response: str, gold: str) -> None:
+    assert _score(response, gold) == 0.0
+    fast = math_fast("math", response, gold)
+    assert fast is not None and fast.info.get("hedged"), "decided on the fast path, as a hedge"
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        # a later phrase that repeats the box, in other words or units, is no rival
+        ("$\\boxed{3}$\n\nThe answer is 3 because 1+2=3.", "3"),
+        ("$\\boxed{12}$ square units. The answer is 12 square units.", "12"),
+        ("Area: $\\boxed{12}$.\nThe answer is $12\\text{ cm}^2$.", "12"),
+        ("The probability is $\\boxed{\\frac{1}{2}}$, i.e. the answer is 50%.", "\\frac{1}{2}"),
+        ("$\\boxed{12}$. Note that the answer is independent of $x$.", "12"),
+        # an approximation of an exact box is not a second answer
+        ("$\\boxed{2\\sqrt{3}}$, so the answer is approximately 3.46.", "2\\sqrt{3}"),
+        ("$\\boxed{\\frac{1}{3}}$; the answer is about 0.33.", "\\frac{1}{3}"),
+        # "final answer is" after a box is the answer itself (math-verify ranks it with the box)
+        ("The answer is $\\boxed{3}$. Let me double-check... so the final answer is $4$.", "4"),
+        # a hallucinated next few-shot question ("Q: ... A: 5") is not a rival answer phrase
+        ("So she makes \\boxed{18} dollars.\n\nQ: How many legs do 2 dogs have?\nA: 8", "18"),
+    ],
+)
+def test_a_later_phrase_that_agrees_with_the_box_stays_right(response: str, gold: str) -> None:
+    assert _score(response, gold) == 1.0
+
+
+@pytest.mark.parametrize("gold", ["3", "4"])
+def test_a_box_retracted_by_a_later_box_is_wrong_for_either_gold(gold: str) -> None:
+    # Several distinct boxes are read as one answer of several values (math-verify's reading), never the
+    # one a later sentence disowns: neither truth is credited.
+    response = "$\\boxed{4}$.\n\nHowever, I previously wrote \\boxed{3}, which was wrong."
+    assert _score(response, gold) == 0.0

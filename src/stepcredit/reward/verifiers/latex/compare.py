@@ -111,6 +111,37 @@ def _relations_eq(a: Relation, b: Relation) -> bool | None:
     return _all([_scalar_eq(x, y) for x, y in zip(a.parts, b.parts, strict=True)])
 
 
+_INFINITIES = ("\\infty", "+\\infty", "-\\infty")
+
+
+def _surely_interval(x: Any) -> bool:
+    """A gold read as an interval, never a point: two ends in brackets with a square one or an infinite
+    end ("[1, 2)", "(-\\infty, 0)"); a plain "(1, 2)" may be an ordered pair."""
+    return (
+        isinstance(x, Seq)
+        and x.open in "(["
+        and x.close in ")]"
+        and len(x.items) == 2
+        and all(isinstance(i, str) for i in x.items)
+        and ("[" in (x.open, x.close) or "]" in (x.open, x.close) or any(i in _INFINITIES for i in x.items))
+    )
+
+
+def _as_interval(r: Relation) -> Seq | None:
+    """The interval a single-variable inequality describes ("1 < x \\le 2" -> "(1, 2]", "x \\ge 3" ->
+    "[3, \\infty)"), else None (other relations, several variables, "\\ne")."""
+    r = _canonical_relation(r)
+    if not r.ops or any(op not in ("<", "≤") for op in r.ops):
+        return None
+    var = [i for i, part in enumerate(r.parts) if _SIMPLE_LHS_RE.match(part)]
+    if len(var) != 1 or len(r.parts) > 3 or (len(r.parts) == 3 and var != [1]):
+        return None
+    i = var[0]
+    lo, lo_op = (r.parts[i - 1], r.ops[i - 1]) if i > 0 else ("-\\infty", "<")
+    hi, hi_op = (r.parts[i + 1], r.ops[i]) if i + 1 < len(r.parts) else ("\\infty", "<")
+    return Seq("(" if lo_op == "<" else "[", ")" if hi_op == "<" else "]", (lo, hi))
+
+
 def compare_structures(a: Any, b: Any) -> bool | None:
     """Equality of two parsed answers (``a`` the gold side): True/False when certain, else None."""
     if isinstance(a, Relation) and (ra := _assignment_rhs(a)) is not None:
@@ -122,10 +153,17 @@ def compare_structures(a: Any, b: Any) -> bool | None:
             return compare_structures(parse_answer(ra[1]), b)
     if isinstance(b, Relation) and not isinstance(a, Relation) and all(op == "=" for op in b.ops):
         # math-verify: a predicted equation against a gold that is none compares its last
-        # right-hand side ("(a,b) = (-2,1)", "p(8) = ... = \\frac{3}{56}", "2x = 10" vs "10").
-        return compare_structures(a, parse_answer(b.parts[-1]))
+        # right-hand side ("(a,b) = (-2,1)", "p(8) = ... = \\frac{3}{56}", "2x = 10" vs "10"); "3 = x"
+        # is read as "x = 3" first (math-verify would compare x: a careful grader reads the value)
+        return compare_structures(a, parse_answer(_canonical_relation(b).parts[-1]))
     if isinstance(a, str) and isinstance(b, str):
         return _scalar_eq(a, b)
+    if isinstance(b, Relation) and _surely_interval(a) and (interval := _as_interval(b)) is not None:
+        # An interval answered as the inequality of one variable that describes it ("[3, \\infty)" vs
+        # "x \\ge 3"): the same set. math-verify compares them only the other way round (a gold relation
+        # against a predicted set; grader.sympy_expr_eq, allow_set_relation_comp=False); the
+        # differential test labels both directions right (interval_notations).
+        return compare_structures(a, interval)
     if isinstance(a, Relation) and isinstance(b, Relation):
         return _relations_eq(a, b)
     if isinstance(a, Matrix) and isinstance(b, Matrix):

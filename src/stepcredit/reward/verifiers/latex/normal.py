@@ -36,6 +36,8 @@ _RELATION_WORDS = tuple(
     )
 )
 _MIXED_RE = re.compile(r"(?<![\d.}^_{])(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
+_MINUS_SIGNS = str.maketrans(dict.fromkeys("\u2212\u2013\u2010\u2011\ufe63\uff0d", "-"))
+_E_NOTATION_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d+)$")
 _UNIT_WORDS_RE = re.compile(r"^(.*?[\d}.)])\s+([a-zA-Z]{2,}\.?(?:\s+[a-zA-Z]+\.?)*)$")
 
 
@@ -152,7 +154,8 @@ def normalize(s: str) -> str:
     s = _SPACES_RE.sub(" ", s)
     s = _DEGREE_RE.sub("", s)
     s = s.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
-    s = s.replace("−", "-").replace("–", "-").replace("∞", "\\infty")
+    # minus signs: U+2212, the en dash, the hyphens U+2010/U+2011 and the small and full-width hyphen-minus
+    s = s.translate(_MINUS_SIGNS).replace("∞", "\\infty")
     for pat, rep in _RELATION_WORDS:
         s = pat.sub(lambda _m, rep=rep: rep, s)  # type: ignore[misc]
     # "x = 3 or x = 4", "1 \text{ and } 2": several answers, read as a list
@@ -179,6 +182,9 @@ def normalize(s: str) -> str:
     s = re.sub(r"(?<=\d) (?=\d{3}(?!\d))", "", s)
     s = re.sub(r"\s+", "", s)
     s = re.sub(r"(?<![\d}])\.(?=\d)", "0.", s)
+    # "1.5e6", "2E-4": a whole answer in E notation is scientific notation, as Python's float() reads it
+    # (Qwen2.5-Math's grader compares numbers through float()); math-verify reads "e" as Euler's number
+    s = _E_NOTATION_RE.sub(r"\1\\times10^{\2}", s)
     if _THOUSANDS_RE.match(s) and not listed:
         s = s.replace(",", "")
     elif re.fullmatch(r"[-+]?0,\d+", s):  # "0,111" can only be a decimal comma

@@ -45,7 +45,8 @@ _PHRASE_RES = (
 # A number as a person writes it: thousands separated by a comma or a (thin) space, a decimal point
 # or comma, or a leading dot.
 _NUMBER_BODY = r"(?:\d{1,3}(?:(?:,|[ \u00a0\u2009\u202f])\d{3})+(?![\d])(?:\.\d+)?|\d+(?:[.,]\d+)?|\.\d+)"
-_NUMBER_TOKEN = rf"[-+−]?\$?\s*{_NUMBER_BODY}(?:\s*/\s*\d+)?"
+# "1.5e6": E notation is one number (latex.normalize reads it), not 1.5 followed by a unit "e6"
+_NUMBER_TOKEN = rf"[-+−]?\$?\s*{_NUMBER_BODY}(?:[eE][-+]?\d+(?![\w.]))?(?:\s*/\s*\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"^({_NUMBER_TOKEN})(?![\d.]*\s*[+\-*/^=(])")
 # Several numbers joined after an answer phrase ("2 or 3", "2, 3, 4", "2 and 3"): read together, never
 # the first alone (a hedge is not its first candidate). With "or" anything may follow ("2 or 3 apples");

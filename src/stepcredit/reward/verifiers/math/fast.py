@@ -20,7 +20,7 @@ from stepcredit.reward.verifiers.latex import (
     to_complex,
     to_number,
 )
-from stepcredit.reward.verifiers.latex.compare import _assignment_rhs
+from stepcredit.reward.verifiers.latex.compare import _assignment_rhs, _canonical_relation
 from stepcredit.reward.verifiers.latex.normal import _DECIMAL_COMMA_RE
 from stepcredit.reward.verifiers.latex.variables import nonconstant
 
@@ -185,7 +185,7 @@ def _kinds_differ(gold: str, pred: str, g: str, p: str) -> bool:
     if isinstance(a, Relation) and not isinstance(b, Relation) and (ra := _assignment_rhs(a)) is not None:
         a = parse_answer(ra[1])
     if isinstance(b, Relation) and not isinstance(a, Relation) and all(op == "=" for op in b.ops):
-        b = parse_answer(b.parts[-1])
+        b = parse_answer(_canonical_relation(b).parts[-1])  # "3 = x" is x = 3, as compare_structures reads it
     for x, y in ((a, b), (b, a)):
         if isinstance(x, str) and _is_constant(x):
             if isinstance(y, str) and nonconstant(y):
@@ -198,6 +198,20 @@ def _kinds_differ(gold: str, pred: str, g: str, p: str) -> bool:
             return True
         return isinstance(a, Matrix) and isinstance(b, Matrix) and compare_structures(a, b) is False
     return False
+
+
+_CHOICE_GOLD_RE = re.compile(r"^\s*(?:\\text(?:bf)?\s*\{\s*)?\(([A-E])\)\s*\}?\s*$")
+# an AMC option as contest solutions write it, its letter then its value: "\textbf{(C) }12" -> "(C)12"
+_CHOICE_WITH_VALUE_RE = re.compile(r"^\(([A-E])\)[^,;()]+$")
+
+
+def _choice_with_value(gold: str, p: str) -> bool:
+    """Whether a multiple-choice gold (MATH writes ``\\text{(C)}``) is answered by its letter followed by
+    the option's value, ``\\textbf{(C) }12`` (normalised ``(C)12``): the letter is the answer. A second
+    letter, a list or a hedge (``(C),(D)``) is not."""
+    g = _CHOICE_GOLD_RE.match(gold)
+    m = _CHOICE_WITH_VALUE_RE.match(p)
+    return g is not None and m is not None and m.group(1) == g.group(1)
 
 
 def fast_verdict(gold: str, pred: str) -> bool | None:
@@ -221,7 +235,7 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
         return True
     readings = _pred_readings(p, g)
     verdicts = [compare_structures(parse_answer(g), parse_answer(y)) for y in readings]
-    if any(v is True for v in verdicts) or _percent_eq(gold, pred):
+    if any(v is True for v in verdicts) or _percent_eq(gold, pred) or _choice_with_value(gold, p):
         return True
     if len(readings) == 1 and (
         _sure_different(gold, pred, g, p)

@@ -21,7 +21,7 @@ from stepcredit.reward.verifiers.math.extract import (
     strip_think,
 )
 from stepcredit.reward.verifiers.math.fast import fast_verdict
-from stepcredit.reward.verifiers.math.hedge import hedges, markers_disagree
+from stepcredit.reward.verifiers.math.hedge import box_retracted, hedges, markers_disagree
 from stepcredit.reward.verifiers.math.mv import (
     READS_ANSWER_ALONE,
     _mv_sure_wrong,
@@ -115,7 +115,7 @@ def _fast(
         return _unparseable(how), pred, how
     body = strip_think(solution_str, strict=strict) or ""
     boxes = _boxes(body)
-    if hedges(pred, golds) or markers_disagree(body, boxes):
+    if hedges(pred, golds) or markers_disagree(body, boxes) or (how is Anchor.BOXED and box_retracted(body)):
         # two final answers, or a bound for a number: wrong whatever the truth (see .hedge)
         result = _result(False, pred, how, format_score=format_score, path="fast")
         result.info["hedged"] = True
