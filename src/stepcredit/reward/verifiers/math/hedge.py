@@ -5,8 +5,9 @@ A careful grader marks each of these wrong, and without this module each got cre
 
 * **two final-answer markers that disagree**: a ``\\boxed{}`` and GSM8K's ``#### N`` naming different
   values ("\\boxed{5} ... #### 2"). The fast path read the later marker and math-verify the box, so either
-  truth was credited and a policy could write one candidate in each. Several boxes alone keep VeRL's rule
-  (the last box is the answer: ``last_boxed_only_string``), which credits one candidate only.
+  truth was credited and a policy could write one candidate in each. Several boxes that differ are left
+  to math-verify, which reads them as one set of answers: equal to neither truth, so wrong for either
+  (stricter than VeRL's last-box rule, ``last_boxed_only_string``, which would credit the last one).
 * **a box retracted by a later answer phrase**: "The answer is \\boxed{3}. Wait, that's wrong. The answer is 4."
   Both VeRL (the last box) and math-verify (a box outranks "the answer is") read 3, so a policy was paid
   for a box it then disowned. A careful grader sees two final answers and marks it wrong for either truth,
