@@ -242,3 +242,20 @@ def test_secret_never_reaches_the_sandbox(suite: Any) -> None:
     res = suite["results"]["read_secrets"]
     assert res.info["cases"][0]["status"] == "failed"
     assert "nothing" in res.info["cases"][0]["message"]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "b'\\0' * (1000 * 1024)",  # each NUL is six bytes ("\u0000") in the runner's JSON report
+        "b'\\xff' * (1000 * 1024)",  # each byte that is not UTF-8 is six ("\ufffd")
+        "b'\\x1b[2K\\rPWNED\\0\\xff\\n'",  # terminal escapes and NUL around the expected answer
+    ],
+)
+def test_escaped_output_under_the_default_cap_is_the_programs_failure(payload: str) -> None:
+    # At the default output cap (1 MiB) the runner's report of ~1 MB of such bytes used to exceed the
+    # host's limit on one message: sandbox_error, a NaN the failure policy masks, instead of a 0.
+    code = f"import sys\nsys.stdout.buffer.write({payload})\n"
+    box = sb.Sandbox(SandboxConfig(timeout_s=2.0, memory_mb=256))
+    res = sb.score_code(f"```python\n{code}\n```", {"inputs": [""], "outputs": ["PWNED"]}, sandbox=box)
+    assert (res.status.value, res.score) == ("ok", 0.0), res.info
