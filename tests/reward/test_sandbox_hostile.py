@@ -6,7 +6,9 @@ a program prints only when its attack worked; ``solve``: the program defines ``s
 per ground truth of :data:`SOLVE_TRUTHS`, as ``<name>_<mode>``) and ``# score:`` the right score (default 0). Tokens
 ``__CANARY__``, ``__PORT__`` and ``__SECRET_NAME__`` are replaced by a host file that must stay
 untouched, a host TCP/UDP port on 127.0.0.1 that must see no traffic, and the name of a secret set in
-the host's environment; ``__DEEP_NOT__``/``__DEEP_NEG__`` by thousands of unary operators (compile bombs). All programs run in one batch, two at a time (the machine has two cores).
+the host's environment; ``__UNIX_ABSTRACT__``/``__UNIX_PATH__`` by host unix sockets (abstract, and a
+path in a world-writable folder) that must see no connection; ``__REPO__`` and ``__HOSTTMP__`` by the
+repository's root and the host folder where sandboxes' host-side folders are made; ``__DEEP_NOT__``/``__DEEP_NEG__`` by thousands of unary operators (compile bombs). All programs run in one batch, two at a time (the machine has two cores).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from stepcredit.reward.verifiers.code import sandbox as sb
 from stepcredit.types import RewardResult
 
 HOSTILE_DIR = Path(__file__).parent / "hostile"
+REPO = Path(__file__).resolve().parents[2]
 SOLVE_TRUTHS = {
     "assert": ({"assert_case": ["assert solve(3) == 42", "assert solve(5) == 99"]}, ""),
     "call": ({"fn_name": "solve", "inputs": [[3], [5]], "outputs": [42, 99]}, ""),
@@ -121,9 +124,10 @@ def leftover_processes() -> list[str]:
 
 
 class Listener:
-    """A TCP and a UDP socket on the host's 127.0.0.1 that record any traffic."""
+    """A TCP and a UDP socket on the host's 127.0.0.1, and unix sockets (abstract and on a path in the
+    world-writable folder ``folder``), that record any traffic."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder: Path) -> None:
         self.tcp = socket.socket()
         self.tcp.bind(("127.0.0.1", 0))
         self.tcp.listen(8)
@@ -132,6 +136,16 @@ class Listener:
         self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.udp.bind(("127.0.0.1", self.port))
         self.udp.settimeout(0.2)
+        self.unix_abstract = "\0stepcredit-hostile-" + secrets.token_hex(8)
+        self.unix_path = str(folder / "host.sock")
+        self.unix = []
+        for addr in (self.unix_abstract, self.unix_path):
+            u = socket.socket(socket.AF_UNIX)
+            u.bind(addr)
+            u.listen(8)
+            u.settimeout(0.2)
+            self.unix.append(u)
+        os.chmod(self.unix_path, 0o777)
         self.hits: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -139,11 +153,11 @@ class Listener:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            for s in (self.tcp, self.udp):
+            for s in (self.tcp, self.udp, *self.unix):
                 try:
-                    if s is self.tcp:
+                    if s.type == socket.SOCK_STREAM:
                         conn, addr = s.accept()
-                        self.hits.append(f"tcp {addr}")
+                        self.hits.append(f"{s.family.name} {addr}")
                         conn.close()
                     else:
                         _, addr = s.recvfrom(100)
@@ -154,8 +168,8 @@ class Listener:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(2)
-        self.tcp.close()
-        self.udp.close()
+        for s in (self.tcp, self.udp, *self.unix):
+            s.close()
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +179,7 @@ def suite(tmp_path_factory: pytest.TempPathFactory, private_tempdir: Path) -> An
     canary.write_text(canary_text)
     os.chmod(canary.parent, 0o777)  # even world-writable: the sandbox must still not reach it
     os.chmod(canary, 0o666)
-    listener = Listener()
+    listener = Listener(canary.parent)
     old_secret = os.environ.get(SECRET_NAME)
     os.environ[SECRET_NAME] = "hunter2-" + secrets.token_hex(8)
     bystander = subprocess.Popen(["sleep", "300"])
@@ -176,7 +190,9 @@ def suite(tmp_path_factory: pytest.TempPathFactory, private_tempdir: Path) -> An
     for name, stem, truth, tail in CASES:
         src = (HOSTILE_DIR / f"{stem}.py").read_text() + tail
         src = src.replace("__CANARY__", str(canary)).replace("__PORT__", str(listener.port))
-        src = src.replace("__SECRET_NAME__", SECRET_NAME)
+        src = src.replace("__SECRET_NAME__", SECRET_NAME).replace("__HOSTTMP__", str(private_tempdir))
+        src = src.replace("__UNIX_ABSTRACT__", "\\0" + listener.unix_abstract[1:])
+        src = src.replace("__UNIX_PATH__", listener.unix_path).replace("__REPO__", str(REPO))
         # Compile-time bombs: nesting deep enough for the compiler's RecursionError / MemoryError.
         src = src.replace("__DEEP_NOT__", "not " * 3000).replace("__DEEP_NEG__", "-" * 6000)
         tests = header(src, "tests")
@@ -242,3 +258,20 @@ def test_secret_never_reaches_the_sandbox(suite: Any) -> None:
     res = suite["results"]["read_secrets"]
     assert res.info["cases"][0]["status"] == "failed"
     assert "nothing" in res.info["cases"][0]["message"]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "b'\\0' * (1000 * 1024)",  # each NUL is six bytes ("\u0000") in the runner's JSON report
+        "b'\\xff' * (1000 * 1024)",  # each byte that is not UTF-8 is six ("\ufffd")
+        "b'\\x1b[2K\\rPWNED\\0\\xff\\n'",  # terminal escapes and NUL around the expected answer
+    ],
+)
+def test_escaped_output_under_the_default_cap_is_the_programs_failure(payload: str) -> None:
+    # At the default output cap (1 MiB) the runner's report of ~1 MB of such bytes used to exceed the
+    # host's limit on one message: sandbox_error, a NaN the failure policy masks, instead of a 0.
+    code = f"import sys\nsys.stdout.buffer.write({payload})\n"
+    box = sb.Sandbox(SandboxConfig(timeout_s=2.0, memory_mb=256))
+    res = sb.score_code(f"```python\n{code}\n```", {"inputs": [""], "outputs": ["PWNED"]}, sandbox=box)
+    assert (res.status.value, res.score) == ("ok", 0.0), res.info

@@ -143,7 +143,11 @@ class Sandbox:
             "output_limit_kb": cfg.output_limit_kb,
             "timeout_s": cfg.timeout_s,
         }
-        line_cap = 4 * cfg.output_limit_kb * 1024 + (1 << 20)
+        # The runner's largest report: stdout (the cap) and the answer channel (the cap + 128 KiB, see
+        # runner._Case._read) as JSON, where one byte can become six ("\u0000", or "\ufffd" for a byte
+        # that is not UTF-8), plus stderr's tail. A tighter bound let a program that printed ~1 MB of
+        # NUL bytes end as sandbox_error (NaN, masked) instead of its failing score.
+        line_cap = 12 * cfg.output_limit_kb * 1024 + (1 << 20)
         runner = runner_file(self._python)
         return start_jail(
             lambda d: self._command(d, limits), runner=runner, root=self._root, line_cap=line_cap

@@ -341,18 +341,54 @@ def _set_limits(limits):
 
 
 def _clean_tmp():
-    # Every case starts from an empty /tmp (its cwd); the files are the run's own uid's, so chmod works.
-    for root, dirs, files in os.walk("/tmp", topdown=False):
-        for name in files + dirs:
-            path = os.path.join(root, name)
+    """Empty /tmp (the next case's cwd) whatever the last case left: a /tmp or directories it made
+    unreadable (chmod 000), a tree deeper than PATH_MAX or than the recursion limit (os.walk recursed
+    and raised here, killing the runner). So it walks by chdir, one level at a time, with no recursion
+    and no growing path; the files are the run's own uid's, so chmod works. Bounded: a tree it cannot
+    take down (none is known) costs at most ``budget`` entries, never the runner."""
+    try:
+        os.chmod("/tmp", 0o755)
+        os.chdir("/tmp")
+    except OSError:
+        return
+    depth = 0
+    budget = 1 << 20
+    while budget > 0:
+        entered = False
+        try:
+            names = os.listdir(".")
+        except OSError:
+            names = []
+        for name in names:
+            budget -= 1
             try:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    os.chmod(path, 0o700)
-                    os.rmdir(path)
-                else:
-                    os.unlink(path)
+                os.unlink(name)  # anything but a directory (a symlink itself, never its target)
+                continue
             except OSError:
                 pass
+            try:
+                os.rmdir(name)
+                continue
+            except OSError:
+                pass
+            try:
+                os.chmod(name, 0o700)
+                os.chdir(name)
+            except OSError:
+                continue
+            depth += 1
+            entered = True
+            break
+        if entered:
+            continue
+        if depth == 0:
+            break
+        os.chdir("..")  # the directory just emptied is removed on the next pass over its parent
+        depth -= 1
+    try:
+        os.chdir("/tmp")
+    except OSError:
+        pass
 
 
 def _sweep(child):
