@@ -110,6 +110,9 @@ def test_ground_truth_forms() -> None:
         ("\\boxed{A} \\boxed{B}", MULTI),  # was B: two boxes side by side
         ("\\boxed{A}, \\boxed{B}", MULTI),  # was B
         ("The answer is B, but it could also be A.", MULTI),  # was B: a second answer offered
+        ("Answer: B (A is also acceptable)", MULTI),  # was B
+        ("The answer is B, though C is also possible.", MULTI),  # was B
+        ("Answer: \\boxed{A} \\quad \\boxed{B}", MULTI),  # was B
         ("Answer: A\u2013B", NONE),  # was A: an en-dash range of options, as "A-B" already was
         # false negatives fixed: a lone lower-case letter (no English word) is the option
         ("Answer: b", "B"),  # was none (simple-evals' (?i) pattern matches it too)

@@ -23,7 +23,7 @@ the whole answer ("Answer: b", "b.": no English word, so not "a", "i", "v", "x")
 **One answer only**: a final answer naming several different options ("A or B", "either A or C", "A and
 C", "A, C", "A (or possibly C)", "A; B", "(A)(B)", "A (Paris) or B (London)", "Paris or London",
 "A. B. C. D.", ``\\boxed{AC}``, boxes side by side or joined as in ``$\\boxed{A}$ or $\\boxed{B}$``, "B, but
-it could also be A") is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found is
+it could also be A", "B, though C is also possible") is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found is
 ``unparseable``: the verifier abstains rather than guess ("A-B" and "A–B", ranges, name no option).
 
 Every pattern is compiled once and runs in time linear in the response (no nested unbounded repeats; a
@@ -140,6 +140,9 @@ _HEDGE_RE = re.compile(
     # "B, but it could also be A": a second answer offered in the same sentence
     r"|\b(?:could|might|may)[ \t]+(?:also[ \t]+|equally[ \t]+)?be[ \t]+(?:(?:option|choice)[ \t]+)?"
     r"\(?([A-Z])\)?(?=[ \t]*[.,;!?(]|[ \t]*$)"
+    # "B, though C is also possible", "B (A is also acceptable)"
+    r"|(?:^|(?<=[ \t(]))(?:(?:option|choice)[ \t]+)?\(?([A-Z])\)?[ \t]+(?:is|would[ \t]+be|could[ \t]+be|seems)[ \t]+"
+    r"also[ \t]+(?:possible|correct|acceptable|plausible|valid|right|true|defensible)\b"
 )
 _ALONE_RE = (
     re.compile(  # a line that is only an option: "(C)", "C.", "Option (C).", "C: Paris", "(B) Paris, ..."
@@ -150,7 +153,9 @@ _ALONE_RE = (
 )
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # what lies between two boxes that answer together: "$\boxed{A}$ or $\boxed{B}$", "\boxed{A}, \boxed{B}"
-_BOX_GAP_RE = re.compile(r"(?:\s|\$|\\[()\[\]]|[,;/&|]|\bor\b|\band\b|\bvs\b\.?)*", re.IGNORECASE)
+_BOX_GAP_RE = re.compile(
+    r"(?:\s|\$|\\[()\[\],;]|\\q?quad\b|[,;/&|]|\bor\b|\band\b|\bvs\b\.?)*", re.IGNORECASE
+)
 _BOX_GAP_MAX = 40
 _BRACE_RE = re.compile(r"[{}]")
 _MARKUP_RE = re.compile(
@@ -269,7 +274,7 @@ def read_letters(content: str, letters: str, options: dict[str, str] | None) -> 
             found += [
                 h
                 for hm in _HEDGE_RE.finditer(sentence)
-                if (h := hm.group(1) or hm.group(2) or hm.group(3)) in letters
+                if (h := hm.group(1) or hm.group(2) or hm.group(3) or hm.group(4)) in letters
             ]
             return list(dict.fromkeys(found))
     return _text_hits(s, options) if options else []
