@@ -22,7 +22,7 @@ CASES = [
     ("The answer is C", "C"),
     ("The answer is (C).", "C"),
     ("Answer: C", "C"),
-    ("answer: c", NONE),  # a lower-case letter after "answer:" is a word, not an option
+    ("answer: c", "C"),  # a lone lower-case letter other than a, i, v, x is no word: the option
     ("Final Answer: **C**", "C"),
     ("The correct option is C: Paris.", "C"),
     ("\\boxed{C}", "C"),
@@ -98,3 +98,57 @@ def test_ground_truth_forms() -> None:
     # a key that names no option is the row's fault: an error, never a silent 0
     bad = mc_compute_score("multiple_choice", "C", "E", {"options": OPTS})
     assert bad.status == Status.ERROR and not bad.ok
+
+
+# Audit against a careful grader (simple-evals' ANSWER_PATTERN_MULTICHOICE, lm-eval's multi_choice_regex, a
+# human reading the final answer), gold B, four options. Each was scored before the fix as noted.
+@pytest.mark.parametrize(
+    ("response", "label"),
+    [
+        # false positives fixed: several final answers read as one
+        ("$\\boxed{A}$ or $\\boxed{B}$", MULTI),  # was B: two boxes joined by "or" are a hedge
+        ("\\boxed{A} \\boxed{B}", MULTI),  # was B: two boxes side by side
+        ("\\boxed{A}, \\boxed{B}", MULTI),  # was B
+        ("The answer is B, but it could also be A.", MULTI),  # was B: a second answer offered
+        ("Answer: B (A is also acceptable)", MULTI),  # was B
+        ("The answer is B, though C is also possible.", MULTI),  # was B
+        ("Answer: \\boxed{A} \\quad \\boxed{B}", MULTI),  # was B
+        ("Answer: A\u2013B", NONE),  # was A: an en-dash range of options, as "A-B" already was
+        # false negatives fixed: a lone lower-case letter (no English word) is the option
+        ("Answer: b", "B"),  # was none (simple-evals' (?i) pattern matches it too)
+        ("The answer is b.", "B"),  # was none
+        ("b", "B"),  # was none
+        ("**b**", "B"),  # was none
+        # unchanged, checked
+        ("(B)", "B"),
+        ("B.", "B"),
+        ("**B**", "B"),
+        ("Answer: B", "B"),
+        ("The correct option is B", "B"),
+        ("\\boxed{B}", "B"),
+        ("Madrid", "B"),
+        ("\\boxed{A}\n\nWait, that is wrong. \\boxed{B}", "B"),  # a later box after text corrects
+        ("\\boxed{B} or \\boxed{B}", "B"),  # the same answer twice
+        ("The answer is B; it could not be A.", "B"),
+        ("The answer is B (not A).", "B"),
+        ("The answer is A or B.", MULTI),
+        ("Answer: A/B", MULTI),
+        ("The answer is not A.", NONE),  # a negation names no answer
+        ("not A", NONE),
+        ("The answer is neither A nor B.", NONE),
+        ("The answer is a.", NONE),  # "a" may be the article: abstain
+        ("The answer is a prime number.", NONE),
+        ("The answer is x.", NONE),  # "x" is a variable or a roman numeral, never read as an option
+        ("Answer: A-B", NONE),
+    ],
+)
+def test_careful_grader_audit(response: str, label: str) -> None:
+    got, how = extract_choice(response, letters="ABCD", options=dict(zip("ABCD", OPTS, strict=True)))
+    if label == NONE:
+        assert got == [], (got, how)
+    elif label == MULTI:
+        assert len(got) >= 2, (got, how)
+    else:
+        assert got == [label], (got, how)
+    r = mc_compute_score("multiple_choice", response, "B", {"options": OPTS})
+    assert r.score == (1.0 if label == "B" else 0.0)

@@ -19,7 +19,9 @@ default); ``info`` holds both modes' shares and every instruction's two verdicts
 
 The checkers themselves are not rewritten here: they are Google's reference checkers
 (``instructions.py`` of google-research/instruction_following_eval) as the ``if-verifiable`` package
-ships them, the same code as lm-eval's copy for every registered instruction. We chose
+ships them, the same code as lm-eval's copy for every registered instruction (compared line by line
+with lm-eval 0.4.13: only formatting and the unregistered ``RephraseChecker`` differ; verdicts on crafted
+responses for every instruction are in ``tests/reward/test_ifeval_reference.py``). We chose
 ``if-verifiable`` (the ``ifeval`` extra) over ``lm-eval[ifeval]`` because importing lm-eval's copy
 pulls in lm-eval's whole task machinery (evaluate, scikit-learn, scipy, sacrebleu...) and its
 install downgrades packages of a training environment, while if-verifiable needs only nltk,
@@ -34,8 +36,10 @@ naming the row (never a silent 0): :func:`validate_sample` runs when data is loa
 missing or out of range with a random draw (``length_constraints:number_words`` with ``{}`` gets a random
 threshold and relation each time a checker is built); here such a draw is refused, so the row is a
 DataError that names it. Two of Google's checkers are adapted: ``keywords:letter_frequency`` counts the
-character it is given even outside a-z (the library swaps ``!`` or ``#`` for a random ASCII letter; Google's
-current checker counts the character itself), and the three checkers that call langdetect
+character it is given even outside a-z, a deliberate difference: Google's checker (google-research
+``instruction_following_eval/instructions.py``, and lm-eval's and if-verifiable's copies alike) swaps ``!``
+or ``#`` for a random ASCII letter, so its verdict on such a row is a coin toss; and the three checkers
+that call langdetect
 (``language:response_language``, ``change_case:english_capital``, ``change_case:english_lowercase``) run it
 with a detector factory of its own, seeded, instead of langdetect's process-wide one: that one is unseeded
 unless some code in the process sets its class-wide seed, and then ``detect`` draws at random (on "the casa

@@ -18,10 +18,13 @@ What such a place holds is read as a letter in the forms models write (``(C)``, 
 ``option C``, ``$C$``, ``\\( C \\)``, ``\\[ C \\]``, ``$$C$$``, ``\\text{C}``) or, when the row gives the
 options, as one option's text. A bare ``A`` or ``I`` followed by a lower-case word is English ("I think",
 "A neutron star") unless that word joins options ("A or B") or the row's option text follows; a lower-case
-letter counts when named ("option b") or bracketed ("(b)", never the roman "(i)", "(v)", "(x)").
+letter counts when named ("option b"), bracketed ("(b)", never the roman "(i)", "(v)", "(x)") or alone as
+the whole answer ("Answer: b", "b.": no English word, so not "a", "i", "v", "x").
 **One answer only**: a final answer naming several different options ("A or B", "either A or C", "A and
-C", "A, C", "A (or possibly C)", "A; B", "(A)(B)", "A (Paris) or B (London)", "Paris or London", "A. B. C. D.", ``\\boxed{AC}``) is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found
-is ``unparseable``: the verifier abstains rather than guess.
+C", "A, C", "A (or possibly C)", "A; B", "(A)(B)", "A (Paris) or B (London)", "Paris or London",
+"A. B. C. D.", ``\\boxed{AC}``, boxes side by side or joined as in ``$\\boxed{A}$ or $\\boxed{B}$``, "B, but
+it could also be A", "B, though C is also possible") is wrong (score 0, ``info["multiple"]``), never a lucky match. Nothing found is
+``unparseable``: the verifier abstains rather than guess ("A-B" and "A–B", ranges, name no option).
 
 Every pattern is compiled once and runs in time linear in the response (no nested unbounded repeats; a
 phrase's rest of line is read at most ``_REST`` characters far; box braces are paired in one pass). The
@@ -51,7 +54,8 @@ LETTERS = string.ascii_uppercase
 _REST = 240  # how far a phrase's rest of line is read: an answer follows its phrase closely
 
 # A letter standing alone as an option: (C)  [C]  C.  C)  C:  never inside a word ("Cat", "C-3", "C's").
-_LETTER = r"[\(\[]?[ \t]*([A-Z])[ \t]*[\)\]]?(?![A-Za-z0-9'’\-])(?![ \t]*[=^_×·])"  # "F = ma" is maths
+# "A-B" and "A–B" (en dash) are ranges of options, never the letter A
+_LETTER = r"[\(\[]?[ \t]*([A-Z])[ \t]*[\)\]]?(?![A-Za-z0-9'’\-–])(?![ \t]*[=^_×·])"  # "F = ma" is maths
 _LEAD = (
     r"^(?:(?:either|both|option|options|choice|choices|letter|probably|clearly|definitely|"
     r"most\s+likely|likely|therefore|thus|so|hence|indeed|simply|the|number|no\.|closest\s+to|nearest\s+to|"
@@ -98,6 +102,9 @@ _JOIN_WORDS = frozenset(
     ]
 )
 _NEXT_WORD_RE = re.compile(r"[ \t]+([a-z]+)")
+# A lower-case letter that is the whole answer ("Answer: b", "b.", "**c**"): no English word, so the option.
+# Not "a" or "i" (words), nor "v" or "x" (roman numerals, as for "(v)" below).
+_LOWER_ALONE_RE = re.compile(r"^[\(\[]?([b-hj-uwyz])[\)\]]?[.!]?$")
 
 _VERB = (
     r"(?:[ \t]*(?:is|are|was|would[ \t]+be|should[ \t]+be|must[ \t]+be|will[ \t]+be|shall[ \t]+be|"
@@ -130,6 +137,12 @@ _CITED_RE = re.compile(r"(?<=[ \t:*])(?:\(([A-Z])\)|([A-Z])\.)[ \t]+")
 _HEDGE_RE = re.compile(
     r"\b(?:or|and|nor|vs\.?|versus)[ \t]+(?:(?:option|choice)[ \t]+)?[\(\[]([A-Z])[\)\]]"
     r"|\b(?:or|nor|vs\.?|versus)[ \t]+(?:(?:option|choice)[ \t]+)?([A-Z])(?=\)|[ \t]*\(|[ \t]*[.,;]?[ \t]*$)"
+    # "B, but it could also be A": a second answer offered in the same sentence
+    r"|\b(?:could|might|may)[ \t]+(?:also[ \t]+|equally[ \t]+)?be[ \t]+(?:(?:option|choice)[ \t]+)?"
+    r"\(?([A-Z])\)?(?=[ \t]*[.,;!?(]|[ \t]*$)"
+    # "B, though C is also possible", "B (A is also acceptable)"
+    r"|(?:^|(?<=[ \t(]))(?:(?:option|choice)[ \t]+)?\(?([A-Z])\)?[ \t]+(?:is|would[ \t]+be|could[ \t]+be|seems)[ \t]+"
+    r"also[ \t]+(?:possible|correct|acceptable|plausible|valid|right|true|defensible)\b"
 )
 _ALONE_RE = (
     re.compile(  # a line that is only an option: "(C)", "C.", "Option (C).", "C: Paris", "(B) Paris, ..."
@@ -139,6 +152,11 @@ _ALONE_RE = (
     )
 )
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# what lies between two boxes that answer together: "$\boxed{A}$ or $\boxed{B}$", "\boxed{A}, \boxed{B}"
+_BOX_GAP_RE = re.compile(
+    r"(?:\s|\$|\\[()\[\],;]|\\q?quad\b|[,;/&|]|\bor\b|\band\b|\bvs\b\.?)*", re.IGNORECASE
+)
+_BOX_GAP_MAX = 40
 _BRACE_RE = re.compile(r"[{}]")
 _MARKUP_RE = re.compile(
     r"\\(?:text|textbf|mathrm|mathbf|mbox|textit|mathit|operatorname|bf|it|rm)\s*\{([^{}]*)\}"
@@ -154,8 +172,8 @@ _NEGATIVE_RE = re.compile(
 )
 
 
-def _box_contents(text: str) -> list[tuple[int, str]]:
-    """(position, content) of every ``\\boxed{...}`` with balanced braces."""
+def _box_contents(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of every ``\\boxed{...}`` with balanced braces."""
     boxes = list(_BOXED_RE.finditer(text))
     if not boxes:
         return []
@@ -172,7 +190,7 @@ def _box_contents(text: str) -> list[tuple[int, str]]:
     for m in boxes:
         end = partner.get(m.end() - 1)
         if end is not None:
-            out.append((m.start(), text[m.end() : end]))
+            out.append((m.start(), end + 1, text[m.end() : end]))
     return out
 
 
@@ -222,6 +240,9 @@ def read_letters(content: str, letters: str, options: dict[str, str] | None) -> 
         found = list(dict.fromkeys(_UPPER_RE.findall(m.group(1))))
         if all(c in letters for c in found):
             return found
+    m = _LOWER_ALONE_RE.match(s)
+    if m and m.group(1).upper() in letters:
+        return [m.group(1).upper()]
     m = _FIRST_RE.match(s)
     if m and m.group(1).upper() in letters:
         c, lead = m.group(1), s[: m.start(1)].lower()
@@ -251,7 +272,9 @@ def read_letters(content: str, letters: str, options: dict[str, str] | None) -> 
                 found += [x for x in _UPPER_RE.findall(tail.group(1)) if x in letters]
             sentence = rest.split(". ", 1)[0]
             found += [
-                h for hm in _HEDGE_RE.finditer(sentence) if (h := hm.group(1) or hm.group(2)) in letters
+                h
+                for hm in _HEDGE_RE.finditer(sentence)
+                if (h := hm.group(1) or hm.group(2) or hm.group(3) or hm.group(4)) in letters
             ]
             return list(dict.fromkeys(found))
     return _text_hits(s, options) if options else []
@@ -405,10 +428,19 @@ def extract_choice(
     text = response.rsplit("</think>", 1)[1] if "</think>" in response else response
     box: tuple[int, list[str]] | None = None
     if "boxed" in text or "fbox" in text:
-        for pos, content in _box_contents(text):
+        box_end = -1
+        for pos, end, content in _box_contents(text):
             got = read_letters(content, letters, options)
             if got:
-                box = (pos, got)
+                # a box right after another, alone or joined by "or"/"and"/a comma, answers with it: a hedge
+                # when they differ (a later box after other text is a correction and stands alone)
+                if (
+                    box is not None
+                    and 0 <= pos - box_end <= _BOX_GAP_MAX
+                    and _BOX_GAP_RE.fullmatch(text, box_end, pos)
+                ):
+                    got = list(dict.fromkeys(box[1] + got))
+                box, box_end = (pos, got), end
     box_pos = box[0] if box is not None else -1
     # ``low`` None: the patterns scan the whole text, which is what the stretches stand for: a short text
     # costs less that way, and one holding a character IGNORECASE folds to ASCII must be read so
