@@ -41,11 +41,19 @@ def load_file(path: str, *, what: str = "user code") -> Any:
         raise ConfigError(f"{what} file {path} is not a Python file")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
+    # Its folder is importable, as a script's is, so ``from helpers import x`` finds a file beside it;
+    # appended, so a file there named like a standard or installed module (random.py) shadows nothing.
+    folder = os.path.dirname(path)
+    if folder not in sys.path:
+        sys.path.append(folder)
     try:
         spec.loader.exec_module(mod)
     except Exception as e:
         sys.modules.pop(name, None)
-        raise ConfigError(f"{what} file {path} failed to import: {type(e).__name__}: {e}") from None
+        hint = ""
+        if isinstance(e, ImportError) and "relative import" in str(e):
+            hint = " (a file loaded by path is in no package: import absolutely, or name it pkg.module:fn)"
+        raise ConfigError(f"{what} file {path} failed to import: {type(e).__name__}: {e}{hint}") from None
     _FILE_CACHE[path] = mod
     return mod
 
