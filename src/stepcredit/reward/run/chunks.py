@@ -7,6 +7,7 @@ conversion and error handling exist once; :class:`Outcome` is what one attempt o
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import math
 import pickle
@@ -46,6 +47,50 @@ def call_reward(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 async def _await(x: Any) -> Any:
     return await x
+
+
+VERL_NAMES = ("data_source", "solution_str", "ground_truth", "extra_info")
+"""The names VeRL's per-sample reward managers (naive, dapo) pass a reward function's arguments by."""
+VERL_BATCH_NAMES = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
+"""The names VeRL's ``BatchRewardManager`` passes a batched function's lists by."""
+
+
+def call_style(fn: Any, names: tuple[str, ...], kwargs: frozenset[str] = frozenset()) -> str | None:
+    """How ``fn`` takes VeRL's arguments ``names`` plus the keyword arguments ``kwargs``: ``"name"``
+    (as VeRL's reward managers pass them, so parameters in another order or a bare ``**kwargs`` get
+    each by its name), ``"position"`` (other names, as VeRL's prime manager passes them), or None
+    (neither binds: the call would raise TypeError)."""
+    try:
+        return _call_style(fn, names, kwargs)
+    except TypeError:  # an unhashable callable: not cached
+        return _call_style.__wrapped__(fn, names, kwargs)
+
+
+def verl_call(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...] = VERL_NAMES
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(args, kwargs)`` of a call of ``fn`` on VeRL's arguments ``args`` (in the order of ``names``):
+    by name, with ``kwargs`` merged over them as VeRL's ``_call_with_kwargs`` does, where ``fn``
+    takes them so (:func:`call_style`); by position otherwise."""
+    if len(args) == len(names) and call_style(fn, names, frozenset(kwargs)) == "name":
+        return (), {**dict(zip(names, args, strict=True)), **kwargs}
+    return args, kwargs
+
+
+@functools.lru_cache(maxsize=256)
+def _call_style(fn: Any, names: tuple[str, ...], kwargs: frozenset[str]) -> str | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        return "position"
+    extra = dict.fromkeys(kwargs)
+    for style, args, kw in (("name", (), {**dict.fromkeys(names), **extra}), ("position", names, extra)):
+        try:
+            sig.bind(*args, **kw)
+            return style
+        except TypeError:
+            continue
+    return None
 
 
 # ---------------------------------------------------------------------------------------- chunks
@@ -110,16 +155,19 @@ def run_items(
     """Run one chunk here, appending one result per item to ``out`` (returned); never raises except
     :class:`Stop` from ``started(k)``, which is called before item ``k`` starts.
 
-    Per-sample: ``fn(*item, **kwargs)`` for each item, each caught on its own (one failing sample
-    never fails its neighbours). Batched (VeRL's ``fn(data_sources, solution_strs, ground_truths,
-    extra_infos, **kw) -> list``): one call on the items' columns, which must return one value each.
+    Per-sample: ``fn(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **kwargs)``
+    for each item (by position when ``fn`` names its parameters otherwise: :func:`call_style`), each
+    caught on its own (one failing sample never fails its neighbours). Batched (VeRL's
+    ``fn(data_sources=, solution_strs=, ground_truths=, extra_infos=, **kw) -> list``): one call on the
+    items' columns, which must return one value each.
     """
     if batched:
         if started is not None:
             started(0)
         t0 = time.perf_counter()
         try:
-            value = call_reward(fn, tuple(list(c) for c in zip(*items, strict=True)), kwargs)
+            cols = tuple(list(c) for c in zip(*items, strict=True))
+            value = call_reward(fn, *verl_call(fn, cols, kwargs, VERL_BATCH_NAMES))
             if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
                 got = failures(
                     len(items), Status.ERROR, f"batched reward function returned {type(value).__name__}"
@@ -138,6 +186,7 @@ def run_items(
         out.extend(got)
         return out
     sync = not inspect.iscoroutinefunction(fn)
+    by_name = call_style(fn, VERL_NAMES, frozenset(kwargs)) == "name"  # once per chunk: microseconds
     clock, ok, append = (
         time.perf_counter,
         Status.OK,
@@ -148,7 +197,10 @@ def run_items(
             started(k)
         t0 = clock()
         try:
-            if not sync:
+            if by_name and len(args) == len(VERL_NAMES):  # VeRL's call: verl_call inlined
+                named = {**dict(zip(VERL_NAMES, args, strict=True)), **kwargs}
+                value = fn(**named) if sync else call_reward(fn, (), named)
+            elif not sync:
                 value = call_reward(fn, args, kwargs)
             else:
                 value = fn(*args, **kwargs) if kwargs else fn(*args)

@@ -17,6 +17,7 @@ synchronous face.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ from stepcredit.reward.base import (
     parse_spec,
     resolve_source,
 )
-from stepcredit.reward.run.chunks import callable_of
+from stepcredit.reward.run.chunks import VERL_BATCH_NAMES, VERL_NAMES, call_style, callable_of
 from stepcredit.runtime import require
 from stepcredit.types import RewardResult, Sample, Status
 
@@ -109,7 +110,20 @@ def load_custom(spec: str, *, name: str, kwargs: dict[str, Any], isolate: bool, 
 
 @CUSTOM_STYLES.register("verl")
 def _load_verl_style(c: RewardCustomConfig) -> RewardFn:
-    return load_custom(c.path, name="custom", kwargs=c.kwargs, isolate=c.isolate, key="reward.custom.path")
+    entry = load_custom(c.path, name="custom", kwargs=c.kwargs, isolate=c.isolate, key="reward.custom.path")
+    fn = entry.fn
+    assert fn is not None
+    owner = getattr(fn, "__self__", None)
+    batched = c.batched or getattr(fn, "batched", False) or getattr(owner, "batched", False)
+    names = VERL_BATCH_NAMES if batched else VERL_NAMES
+    # VeRL raises TypeError at its first call; here a signature that cannot take the call stops start-up
+    if call_style(fn, names, frozenset(c.kwargs)) is None:
+        call = ", ".join([f"{n}=..." for n in names] + [f"{k}=..." for k in c.kwargs])
+        raise ConfigError(
+            f"reward.custom.path={c.path}: {getattr(fn, '__name__', 'fn')}{inspect.signature(fn)} cannot be "
+            f"called as VeRL calls it: fn({call}){' (reward.custom.batched=true)' if batched else ''}"
+        )
+    return entry
 
 
 class Router:

@@ -14,10 +14,12 @@ from typing import Any
 
 from stepcredit.reward.run.backend_api import Backend, BackendArgs, Handle, Job, _timeouts, register_backend
 from stepcredit.reward.run.chunks import (
+    VERL_BATCH_NAMES,
     Outcome,
     Stop,
     failures,
     run_items,
+    verl_call,
 )
 from stepcredit.types import RewardResult, Status
 
@@ -201,7 +203,8 @@ class ThreadBackend:
             async with self._sem:  # type: ignore[union-attr]
                 t0 = time.monotonic()
                 try:
-                    value = await asyncio.wait_for(fn(*args, **job.kwargs), job.timeout_s)
+                    a, kw = verl_call(fn, args, job.kwargs)
+                    value = await asyncio.wait_for(fn(*a, **kw), job.timeout_s)
                     (r,) = run_items(
                         lambda *_a, **_k: value, [()], {}, source=job.source, batched=False, out=[]
                     )
@@ -215,7 +218,8 @@ class ThreadBackend:
                 cols = tuple(list(c) for c in zip(*job.items, strict=True))
                 t0 = time.monotonic()
                 try:
-                    value = await asyncio.wait_for(fn(*cols, **job.kwargs), job.timeout_s)
+                    a, kw = verl_call(fn, cols, job.kwargs, VERL_BATCH_NAMES)
+                    value = await asyncio.wait_for(fn(*a, **kw), job.timeout_s)
                     out = run_items(
                         lambda *_a, **_k: value, job.items, {}, source=job.source, batched=True, out=[]
                     )
