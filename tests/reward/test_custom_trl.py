@@ -49,6 +49,18 @@ TRL_FUNCS = textwrap.dedent(
 
     def too_short(completions, **kwargs):
         return [1.0]
+
+    # TRL's current reward-function signature, and an async one (TRL runs those concurrently)
+    def with_ids(prompts, completions, completion_ids, ground_truth, trainer_state, **kwargs):
+        return [float(c == gt) for c, gt in zip(completions, ground_truth)]
+
+    async def async_reward(completions, ground_truth, **kwargs):
+        import asyncio
+        await asyncio.sleep(0)
+        return [float(c == gt) for c, gt in zip(completions, ground_truth)]
+
+    def as_text(completions, **kwargs):
+        return ["1.0" for _ in completions]
     """
 )
 
@@ -148,3 +160,18 @@ def test_configuration_errors_name_the_key(funcs: Path) -> None:
         build_rewarder(RewardConfig(custom=RewardCustomConfig(path=f"{funcs}:reward_func", style="trll")))
     with pytest.raises(ConfigError, match=r"reward.custom.trl_format"):
         RewardCustomConfig(trl_format="chat")
+
+
+@pytest.mark.parametrize("fn", ["with_ids", "async_reward"])
+def test_trls_signature_and_async_functions(funcs: Path, fn: str) -> None:
+    # completion_ids (None: stepcredit scores text) and trainer_state are passed as TRL passes them
+    with build_rewarder(_cfg(f"{funcs}:{fn}")) as rw:
+        res = rw.score_batch([_sample("42"), _sample("42")], ["42", "41"])
+    assert [(r.score, r.status) for r in res] == [(1.0, Status.OK), (0.0, Status.OK)]
+
+
+def test_a_string_reward_is_an_error_as_in_trl(funcs: Path) -> None:
+    # TRL's torch.tensor(rewards) refuses text; float("1.0") would have taken it silently
+    with build_rewarder(_cfg(f"{funcs}:as_text")) as rw:
+        res = rw.score_batch([_sample("1")], ["x"])
+    assert res[0].status is Status.ERROR and "returned str '1.0' at index 0" in res[0].info["message"]

@@ -14,15 +14,18 @@ What each call receives, following TRL's ``GRPOTrainer._calculate_rewards``:
 
 * ``prompts``: the sample's chat messages (``conversational``) or its last message's text (``standard``);
 * ``completions``: ``[{"role": "assistant", "content": text}]`` per sample, or the text (``standard``);
+* ``completion_ids=None``: stepcredit scores text, a function's token ids are not passed;
 * columns: ``ground_truth``, ``data_source``, ``ability``, ``reward_model``, ``extra_info`` and each
-  key of ``extra_info`` flattened (a dataset column of a verl-style row), plus ``trainer_state=None``
-  (the trainer's state is not shared); ``reward.custom.kwargs`` are passed as they are.
+  key of ``extra_info`` flattened (a dataset column of a verl-style row; as in TRL, not ``prompt``,
+  ``completion`` or ``completion_ids``), plus ``trainer_state=None`` (the trainer's state is not
+  shared); ``reward.custom.kwargs`` are passed as they are.
 
-The functions run in this process, on the rewarder's helper thread, like in TRL: there is no
-kill-safe pool for them. A call past ``reward.timeout_s`` is answered ``timeout`` for its samples
-(the thread cannot be stopped and its late answer is dropped); one that raises or returns the wrong
-number of values is an ``error`` for its samples. Each result's ``info["rewards"]`` keeps the
-per-function values.
+The functions run in this process, each on a helper thread, like in TRL: there is no kill-safe pool
+for them; an ``async def`` function runs on its own event loop there. A call past
+``reward.timeout_s`` is answered ``timeout`` for its samples (the thread cannot be stopped and its
+late answer is dropped); one that raises, returns the wrong number of values or a value that is not a
+number or None (a string, say) is an ``error`` for its samples. Each result's ``info["rewards"]``
+keeps the per-function values.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Any
 from stepcredit.config import RewardConfig, RewardCustomConfig
 from stepcredit.errors import ConfigError
 from stepcredit.reward.base import CUSTOM_STYLES, RewardFn, load_ref, parse_spec
+from stepcredit.reward.run.chunks import call_reward
 from stepcredit.reward.run.failures import user_traceback
 from stepcredit.types import RewardResult, Sample, Status
 
@@ -134,10 +138,17 @@ class TrlScorer:
             return []
         t0 = time.perf_counter()
         prompts, completions = trl_inputs(samples, responses, fmt=self.fmt)
-        columns = {**trl_columns(samples), "trainer_state": None, **self.kwargs}
-        futs = [
-            self._threads.submit(f.fn, prompts=prompts, completions=completions, **columns) for f in self.fns
-        ]
+        columns = {k: v for k, v in trl_columns(samples).items() if k not in _NOT_COLUMNS}
+        call = {
+            "prompts": prompts,
+            "completions": completions,
+            "completion_ids": None,  # stepcredit scores text: no token ids reach a reward function
+            **columns,
+            "trainer_state": None,
+            **self.kwargs,
+        }
+        # an ``async def`` function (TRL runs those concurrently) runs on its own loop in its thread
+        futs = [self._threads.submit(call_reward, f.fn, (), call) for f in self.fns]
         per_fn: list[list[float | None]] = []
         failed: RewardResult | None = None
         deadline = t0 + self.timeout_s
@@ -168,6 +179,11 @@ class TrlScorer:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
 
+_NOT_COLUMNS = frozenset({"prompt", "completion", "completion_ids", "prompts", "completions"})
+"""Keys of ``extra_info`` not passed as columns: TRL leaves out the first three, the other two are
+TRL's own arguments."""
+
+
 def _values(value: Any, n: int) -> list[float | None]:
     """A TRL function's return value as ``n`` floats or None; raises ValueError naming what is wrong."""
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
@@ -175,10 +191,12 @@ def _values(value: Any, n: int) -> list[float | None]:
     if len(value) != n:
         raise ValueError(f"returned {len(value)} values for {n} completions")
     out: list[float | None] = []
-    for v in value:
+    for i, v in enumerate(value):
         if v is None:
             out.append(None)
             continue
+        if isinstance(v, (str, bytes)):  # TRL's torch.tensor(...) refuses text; float("1") would not
+            raise ValueError(f"returned {type(v).__name__} {v!r} at index {i}, expected a float or None")
         x = float(v.item() if hasattr(v, "item") else v)
         # TRL turns None into NaN; a NaN the function returns itself means the same
         out.append(None if math.isnan(x) else x)
