@@ -2,7 +2,7 @@
 
 A TRL reward function (``trl.GRPOTrainer(reward_funcs=[...])``) scores a whole batch::
 
-    def reward(prompts, completions, **columns) -> list[float | None]
+    def reward(prompts, completions, completion_ids, **columns) -> list[float | None]
 
 where ``columns`` are the dataset's other columns, one list entry per completion. Several functions
 add up with weights (``reward.custom.weights``, TRL's ``reward_weights``); a ``None`` means "this
