@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -77,7 +77,8 @@ class Channels:
     def to(self, device: torch.device) -> Channels:
         """Every tensor field on ``device``; the other fields as they are."""
         now = {f.name: getattr(self, f.name) for f in fields(self)}
-        return replace(self, **{k: v.to(device) for k, v in now.items() if isinstance(v, torch.Tensor)})
+        moved: dict[str, Any] = {k: v.to(device) for k, v in now.items() if isinstance(v, torch.Tensor)}
+        return replace(self, **moved)
 
 
 @dataclass(frozen=True)
