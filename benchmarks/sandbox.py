@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -114,18 +115,20 @@ def unisolated_runner_source(work: str | None = None) -> str:
     rewrite must apply (a changed runner fails here rather than running unsafely)."""
     src = sandbox_session._runner_source()
     where = repr(work) if work is not None else "sys.argv[7]"
-    rewrites = [
-        ('os.chdir("/tmp")', f"os.chdir({where})"),
-        ('os.walk("/tmp", topdown=False)', f"os.walk({where}, topdown=False)"),
-        # kill(-1) from pid 1 of a pid namespace ends the sandbox's processes; outside one it would
-        # reach every process of the user: kill the case's own child (unreaped, so its pid is ours)
-        ("os.kill(-1, _SIGKILL)", "os.kill(child, _SIGKILL)"),
-    ]
-    for old, new in rewrites:
-        if src.count(old) != 1:
-            raise SystemExit(f"benchmarks/sandbox.py: the runner changed ({old!r}); update the rewrite")
-        src = src.replace(old, new)
-    return src
+    # every use of the sandbox's private /tmp (the cases' cwd, which the runner empties between cases:
+    # outside a namespace that would be the host's /tmp) becomes the work folder
+    named = len(re.findall(r"""["']/tmp""", src))
+    if not named or src.count('"/tmp"') != named:
+        raise SystemExit(
+            'benchmarks/sandbox.py: the runner names /tmp otherwise than "/tmp"; update the rewrite'
+        )
+    src = src.replace('"/tmp"', where)
+    # kill(-1) from pid 1 of a pid namespace ends the sandbox's processes; outside one it would
+    # reach every process of the user: kill the case's own child (unreaped, so its pid is ours)
+    old = "os.kill(-1, _SIGKILL)"
+    if src.count(old) != 1:
+        raise SystemExit(f"benchmarks/sandbox.py: the runner changed ({old!r}); update the rewrite")
+    return src.replace(old, "os.kill(child, _SIGKILL)")
 
 
 class TimedSandbox(Sandbox):
