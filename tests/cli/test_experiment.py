@@ -302,3 +302,43 @@ def test_a_part_run_elsewhere_comes_back_as_finished_runs(
     assert "start " not in capsys.readouterr().out
     details = json.loads((home / "details.json").read_text())
     assert details["complete"] is True and details["arms"]["grpo"]["devices"] == ["cpu", "cpu"]
+
+
+def test_an_archive_outlives_the_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--archive``: each finished run's record, the SFT model and the held-out prompts are copied there
+    as they finish; a fresh machine (another ``--out``, nothing in it) restores them first, runs only
+    what the archive lacks, and summarises the same numbers; an ``--out`` with another SFT model, or the
+    archive as ``--out``, ends in one line."""
+    f = _file(tmp_path)
+    archive = tmp_path / "archive"
+    first = tmp_path / "machine1"
+    assert main(["experiment", str(f), "--out", str(first), "--seeds", "3", "--archive", str(archive)]) == 0
+    for arm in ("grpo", "oracle"):
+        kept = sorted(p.name for p in (archive / arm / "s3").iterdir())
+        assert kept == ["config.yaml", "final_greedy.json", "metrics.jsonl", "validation.jsonl"]
+    assert (archive / "sft" / "model" / "config.json").is_file() and (archive / "heldout.jsonl").is_file()
+    assert not list(archive.rglob("checkpoints")) and not list(archive.rglob("*.tmp"))
+    second = tmp_path / "machine2"
+    capsys.readouterr()
+    assert main(["experiment", str(f), "--out", str(second), "--archive", str(archive)]) == 0
+    ran = capsys.readouterr().out
+    assert "restored 2 finished runs" in ran and "SFT:" not in ran
+    assert "start grpo seed 4" in ran and "start grpo seed 3" not in ran and "start oracle seed 3" not in ran
+    assert (archive / "oracle" / "s4" / "final_greedy.json").is_file()
+    whole = json.loads((second / "replication.json").read_text())
+    for arm in ("grpo", "oracle"):  # seed 3 read from the restored record, as the first machine ran it
+        got = json.loads((first / arm / "s3" / "final_greedy.json").read_text())["accuracy"]
+        assert whole["arms"][arm]["final_greedy"][0] == pytest.approx(got)
+    third = tmp_path / "machine3"  # summarise only, from the archive alone
+    assert (
+        main(["experiment", str(f), "--out", str(third), "--archive", str(archive), "--summarize-only"]) == 0
+    )
+    assert json.loads((third / "replication.json").read_text())["arms"] == whole["arms"]
+    other = tmp_path / "machine4"
+    (other / "sft" / "model").mkdir(parents=True)
+    (other / "sft" / "model" / "config.json").write_text("{}")
+    assert main(["experiment", str(f), "--out", str(other), "--archive", str(archive)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "its SFT model differs" in err and len(err.splitlines()) == 1, err
+    assert main(["experiment", str(f), "--out", str(archive), "--archive", str(archive)]) == 2
+    assert "another directory than --out" in capsys.readouterr().err

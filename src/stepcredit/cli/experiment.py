@@ -34,6 +34,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", type=Path, help="also copy the markdown table here")
     p.add_argument("--png", type=Path, help="also copy the plot here")
     p.add_argument(
+        "--archive",
+        type=Path,
+        help="copy each finished run's record, the SFT model and the held-out prompts here as they finish, "
+        "and restore them from here first (a directory that outlives the machine: git, durable storage)",
+    )
+    p.add_argument(
         "overrides", nargs="*", metavar="key=value", help="overrides of every run (e.g. trainer.device=cuda)"
     )
 
@@ -41,7 +47,15 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from stepcredit.cli.common import apply_overrides, load_preset, setup_runtime
     from stepcredit.config import Config, from_dict
-    from stepcredit.recipes.experiment import Plan, check, load_spec, only_arms, run_all, write_outputs
+    from stepcredit.recipes.experiment import (
+        Plan,
+        check,
+        load_spec,
+        only_arms,
+        restore,
+        run_all,
+        write_outputs,
+    )
 
     spec = load_spec(args.file)
     left_out: tuple[str, ...] = ()
@@ -60,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
         return from_dict(apply_overrides(load_preset(preset), overrides))
 
     plan = Plan(
-        spec, out, sft.resolve(), build, seeds, tuple(args.overrides), args.threads, args.timeout, left_out
-    )
+        spec, out, sft.resolve(), build, seeds, tuple(args.overrides), args.threads, args.timeout, left_out,
+        args.archive,
+    )  # fmt: skip
     setup_runtime()
     lock = threading.Lock()
     t0 = time.perf_counter()
@@ -72,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.summarize_only:
         cfgs = check(plan)
+        restore(plan)
     else:
         out.mkdir(parents=True, exist_ok=True)
         run_all(plan, args.jobs, log)

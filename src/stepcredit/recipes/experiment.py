@@ -26,7 +26,17 @@ runs go, every arm's config checked), :mod:`.runs` (the subprocesses, resume, he
 from __future__ import annotations
 
 from stepcredit.recipes.plan import Plan, check, only_arms
-from stepcredit.recipes.runs import metrics_rows, run_all, run_one, train_sft, write_heldout
+from stepcredit.recipes.runs import (
+    RECORD,
+    archive_run,
+    archive_shared,
+    metrics_rows,
+    restore,
+    run_all,
+    run_one,
+    train_sft,
+    write_heldout,
+)
 from stepcredit.recipes.spec import MIN_CONFIRM_SEEDS, Arm, Purpose, Spec, load_spec
 from stepcredit.recipes.summary import (
     RunResult,
@@ -40,11 +50,14 @@ from stepcredit.recipes.summary import (
 
 __all__ = [
     "MIN_CONFIRM_SEEDS",
+    "RECORD",
     "Arm",
     "Plan",
     "Purpose",
     "RunResult",
     "Spec",
+    "archive_run",
+    "archive_shared",
     "check",
     "comparisons",
     "load_spec",
@@ -53,6 +66,7 @@ __all__ = [
     "only_arms",
     "plot",
     "read_run",
+    "restore",
     "run_all",
     "run_one",
     "summarize",

@@ -39,6 +39,10 @@ class Plan:
     timeout_s: float = 6 * 3600.0
     left_out: tuple[str, ...] = ()
     """Arms of the file not run (``--arms`` ran the others first; recorded as incomplete)."""
+    archive: Path | None = None
+    """Where each finished run's record (config, metrics, validation rows, final greedy result), the SFT
+    model and the held-out prompts are copied as they finish (``--archive``: a directory kept in git or on
+    durable storage); a fresh machine's run restores them from there first and resumes past them."""
 
     def run_dir(self, arm: str, seed: int) -> Path:
         return self.out / arm / f"s{seed}"

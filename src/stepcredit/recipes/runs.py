@@ -1,6 +1,9 @@
 """Running an experiment: the SFT model once, the held-out prompts, then every (arm, seed) as
 ``stepcredit train`` + ``stepcredit eval`` in a subprocess with a real timeout; a run whose
-``final_greedy.json`` exists is not run again (resume), a run cut short is started over."""
+``final_greedy.json`` exists is not run again (resume), a run cut short is started over. With an
+archive (``--archive``) each finished run's record, the SFT model and the held-out prompts are copied
+there as they finish, and restored from there first, so a file spread over machines that do not keep
+their disks (a session's machine, a spot instance) resumes where the archive left off."""
 
 from __future__ import annotations
 
@@ -73,12 +76,95 @@ def device_label(name: str) -> str:
     return f"cuda ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else dev.type
 
 
+RECORD = ("config.yaml", "metrics.jsonl", "validation.jsonl", "final_greedy.json")
+"""The files of a finished run that the summary reads, archived in this order: ``final_greedy.json``,
+the mark of a finished run, last (no checkpoints: the comparisons need none)."""
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """Copy one file so that a reader never sees half of it (a temporary name, then a rename)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dst)
+
+
+def _copy_record(src: Path, dst: Path) -> None:
+    for name in RECORD:
+        if (src / name).is_file():
+            _copy(src / name, dst / name)
+
+
+def _model_files(d: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(d)): f.read_bytes() for f in sorted(d.rglob("*")) if f.is_file()}
+
+
+def archive_run(plan: Plan, arm: str, seed: int) -> None:
+    """Copy one finished run's record into the archive (nothing without one, or when it is there)."""
+    if plan.archive is None or not plan.done(arm, seed):
+        return
+    dst = plan.archive / arm / f"s{seed}"
+    if not (dst / "final_greedy.json").is_file():
+        _copy_record(plan.run_dir(arm, seed), dst)
+
+
+def archive_shared(plan: Plan) -> None:
+    """Copy the SFT model the runs start from and the held-out prompts into the archive, once."""
+    a = plan.archive
+    if a is None:
+        return
+    if not plan.spec.sft_model and (plan.sft_model / "config.json").is_file():
+        model = a / "sft" / "model"
+        if not (model / "config.json").is_file():
+            tmp = model.with_name("model.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(plan.sft_model, tmp)
+            shutil.rmtree(model, ignore_errors=True)
+            tmp.rename(model)
+    if plan.heldout.is_file() and not (a / "heldout.jsonl").is_file():
+        _copy(plan.heldout, a / "heldout.jsonl")
+
+
+def restore(plan: Plan) -> int:
+    """Copy into ``plan.out`` what the archive holds and it lacks: the SFT model, the held-out prompts and
+    every finished run's record; the number of runs restored. An SFT model in both that differs ends in
+    one line (the runs of one file start from one model)."""
+    a = plan.archive
+    if a is None or not a.is_dir():
+        return 0
+    if a.resolve() == plan.out.resolve():
+        raise UserError(f"--archive {a}: the archive must be another directory than --out")
+    model = a / "sft" / "model"
+    if not plan.spec.sft_model and (model / "config.json").is_file():
+        if not (plan.sft_model / "config.json").is_file():
+            shutil.copytree(model, plan.sft_model, dirs_exist_ok=True)
+        elif _model_files(model) != _model_files(plan.sft_model):
+            raise UserError(
+                f"--archive {a}: its SFT model differs from {plan.sft_model}; the runs of one file start from "
+                "one model (use another --out, or the archive's model)"
+            )
+    if (a / "heldout.jsonl").is_file() and not plan.heldout.is_file():
+        _copy(a / "heldout.jsonl", plan.heldout)
+    n = 0
+    for arm in [*(x.name for x in plan.spec.arms), *plan.left_out]:
+        for seed in plan.spec.seeds:
+            src = a / arm / f"s{seed}"
+            if (src / "final_greedy.json").is_file() and not plan.done(arm, seed):
+                run = plan.run_dir(arm, seed)
+                if run.exists():
+                    shutil.rmtree(run)  # a run cut short here: the archive's finished one replaces it
+                _copy_record(src, run)
+                n += 1
+    return n
+
+
 def run_one(plan: Plan, arm: Arm, seed: int, cfg: Config, log: Any) -> str | None:
     """Train one (arm, seed) and evaluate its final model greedily on the held-out prompts, in one
     subprocess; None when it finished (or had finished), else what failed."""
     run = plan.run_dir(arm.name, seed)
     done = run / "final_greedy.json"
     if plan.done(arm.name, seed):
+        archive_run(plan, arm.name, seed)
         return None
     steps = cfg.trainer.steps
     commands = []
@@ -104,6 +190,7 @@ def run_one(plan: Plan, arm: Arm, seed: int, cfg: Config, log: Any) -> str | Non
         result = {"accuracy": sum(bool(r["correct"]) for r in rows) / len(rows), "prompts": len(rows)}
     result.update(commands=commands, wall_s=time.perf_counter() - t0, device=device_label(cfg.trainer.device))
     done.write_text(json.dumps(result) + "\n")
+    archive_run(plan, arm.name, seed)
     log(f"done {arm.name} seed {seed} ({time.perf_counter() - t0:.0f} s)")
     return None
 
@@ -177,9 +264,13 @@ def train_sft(plan: Plan, log: Any) -> None:
 
 def run_all(plan: Plan, jobs: int, log: Any = print) -> None:
     cfgs = check(plan)
+    restored = restore(plan)
+    if restored:
+        log(f"restored {restored} finished runs from the archive {plan.archive}")
     if not plan.spec.sft_model:
         train_sft(plan, log)
     write_heldout(plan, cfgs[plan.spec.baseline])
+    archive_shared(plan)
     todo = [(a, s) for s in plan.run_seeds for a in plan.spec.arms]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(run_one, plan, a, s, cfgs[a.name], log) for a, s in todo]
