@@ -159,19 +159,18 @@ def restore(plan: Plan) -> int:
 
 
 def code_version() -> str:
-    """The code a run starts with: the git commit of the package's checkout (``+dirty`` when its
-    tracked files differ from it), else the installed version. A file run over sessions records it per
-    run, so a seed whose arms ran on different code is named in the summary."""
+    """The code a run starts with: the last git commit that changed the package (commits of docs or of
+    an archive's runs leave it alone; ``+dirty`` when its tracked files differ from that), else the
+    installed version. A file run over sessions records it per run, so a seed whose arms ran on
+    different code is named in the summary."""
     from importlib.metadata import PackageNotFoundError, version
 
     src = Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(
-            ["git", "-C", str(src), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+            ["git", "-C", str(src), "log", "-1", "--format=%h", "--abbrev=12", "--", str(src)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
         if head.returncode == 0 and head.stdout.strip():
             dirty = subprocess.run(
                 ["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no", "--", str(src)],
