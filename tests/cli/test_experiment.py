@@ -246,6 +246,7 @@ def test_a_part_of_a_confirmatory_file_ends_without_comparisons(
     assert "| arm |" not in printed and not (out / "replication.json").exists()
     fg = json.loads((out / "grpo" / "s3" / "final_greedy.json").read_text())
     assert fg["device"] == "cpu"  # where the runner ran it
+    assert fg["code"] and fg["code"] != "unknown"  # the commit it ran (or the installed version)
     # an override that is not the device makes it a smoke run: its table is printed (nothing reruns)
     assert main([*part, "trainer.tensorboard=false"]) == 0
     printed = capsys.readouterr().out

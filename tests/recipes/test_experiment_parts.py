@@ -54,11 +54,22 @@ def _plan(f: Path, out: Path, extra: tuple[str, ...] = ()) -> plan.Plan:
 
 
 def test_the_public_names_stay_importable_from_experiment() -> None:
-    # every public name experiment.py defined before the split, each the very object of its new home
+    # every public name experiment.py defined before the split (and the archive's since), each the very
+    # object of its home
     homes = {
         spec: ["Purpose", "MIN_CONFIRM_SEEDS", "Arm", "Spec", "load_spec"],
         plan: ["Plan", "check", "only_arms"],
-        runs: ["metrics_rows", "run_one", "write_heldout", "train_sft", "run_all"],
+        runs: [
+            "metrics_rows",
+            "run_one",
+            "write_heldout",
+            "train_sft",
+            "run_all",
+            "RECORD",
+            "archive_run",
+            "archive_shared",
+            "restore",
+        ],
         summary: ["RunResult", "read_run", "comparisons", "summarize", "markdown", "plot", "write_outputs"],
     }
     for mod, names in homes.items():
@@ -156,9 +167,10 @@ def _run(
     tokens: list[float],
     greedy: float,
     device: str = "cpu",
+    code: str = "abc",
 ) -> None:
     """A finished run's files: validations at steps 0..len(curve)-1, RL steps of 2 s less 0.5 s of
-    validation each, ``generated_tokens`` the running total given, run on ``device``."""
+    validation each, ``generated_tokens`` the running total given, run on ``device`` at ``code``."""
     rows: list[dict[str, Any]] = [{"step": 0, "val/accuracy": curve[0]}]
     for step, (acc, total) in enumerate(zip(curve[1:], tokens, strict=True), start=1):
         rows.append({"step": step, "val/accuracy": acc, "time/step_s": 2.0, "time/val_s": 0.5,
@@ -166,7 +178,7 @@ def _run(
     d = out / arm / f"s{seed}"
     d.mkdir(parents=True)
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (d / "final_greedy.json").write_text(json.dumps({"accuracy": greedy, "device": device}))
+    (d / "final_greedy.json").write_text(json.dumps({"accuracy": greedy, "device": device, "code": code}))
 
 
 def test_seconds_compare_only_between_runs_on_one_device(tmp_path: Path) -> None:
@@ -372,3 +384,24 @@ def test_the_noisy_tool_file_trains_on_the_noisy_teacher() -> None:
     assert p.spec.against_sft and "data.arith.teacher_error_prob=0.3" in p.spec.sft["overrides"]
     assert all(c.data.arith.teacher_error_prob == 0.3 and c.rollout.mode == "tools" for c in cfgs.values())
     assert cfgs["tools_grpo_eq_greedy"].trainer.steps == 50 and cfgs["tools_grpo"].trainer.steps == 40
+
+
+def test_a_seed_whose_arms_ran_on_different_code_is_named(tmp_path: Path) -> None:
+    """A file run over sessions: each run records the commit it started with; the details list them and
+    the table names the seeds whose arms' code differs (their differences include the change)."""
+    out = tmp_path / "out"
+    p = _plan(_write(tmp_path, _good()), out)
+    cfgs = plan.check(p)
+    for seed, eq_code in ((1, "abc"), (2, "def+dirty")):
+        _run(out, "grpo", seed, [0.0, 0.2, 0.4], [50, 100], 0.1)
+        _run(out, "mc", seed, [0.0, 0.5, 0.7], [100, 200], 0.3)
+        _run(out, "eq", seed, [0.0, 0.1, 0.2, 0.3, 0.4], [25, 50, 75, 100], 0.2, code=eq_code)
+    s, d = summary.summarize(p, cfgs)
+    assert d["arms"]["eq"]["codes"] == ["abc", "def+dirty"] and d["arms"]["grpo"]["codes"] == ["abc", "abc"]
+    table = summary.markdown(s, d)
+    assert "Runs at code abc: 5 (seeds 1, 2)." in table and "Runs at code def+dirty: 1 (seeds 2)." in table
+    assert "Seeds whose arms ran on more than one code version: 2 (" in table
+    assert "Runs on " not in table  # one device: nothing said of devices
+    _run(out / "same", "grpo", 1, [0.0, 0.2], [50], 0.1)  # one code: nothing said of code
+    assert "code" not in "".join(summary._parts(d | {"arms": {"grpo": {"codes": ["abc", "abc"]}}}, [1, 2],
+                                                "codes", "at code", "code version", "", "x"))  # fmt: skip

@@ -158,6 +158,33 @@ def restore(plan: Plan) -> int:
     return n
 
 
+def code_version() -> str:
+    """The code a run starts with: the last git commit that changed the package (commits of docs or of
+    an archive's runs leave it alone; ``+dirty`` when its tracked files differ from that), else the
+    installed version. A file run over sessions records it per run, so a seed whose arms ran on
+    different code is named in the summary."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    src = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(src), "log", "-1", "--format=%h", "--abbrev=12", "--", str(src)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        if head.returncode == 0 and head.stdout.strip():
+            dirty = subprocess.run(
+                ["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no", "--", str(src)],
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return f"stepcredit {version('stepcredit')}"
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def run_one(plan: Plan, arm: Arm, seed: int, cfg: Config, log: Any) -> str | None:
     """Train one (arm, seed) and evaluate its final model greedily on the held-out prompts, in one
     subprocess; None when it finished (or had finished), else what failed."""
@@ -179,16 +206,19 @@ def run_one(plan: Plan, arm: Arm, seed: int, cfg: Config, log: Any) -> str | Non
              "--out", str(greedy), f"trainer.threads={plan.threads}"]
         )  # fmt: skip
     log(f"start {arm.name} seed {seed}")
+    code = code_version()  # what the subprocess imports now
     t0 = time.perf_counter()
     job_log = plan.out / "logs" / f"{arm.name}-s{seed}.log"
-    code = _launch(_job(*commands), job_log, plan)
-    if code != 0:
-        return f"{arm.name} seed {seed}: exit {code} (log {job_log})"
+    exit_code = _launch(_job(*commands), job_log, plan)
+    if exit_code != 0:
+        return f"{arm.name} seed {seed}: exit {exit_code} (log {job_log})"
     result: dict[str, Any] = {"accuracy": None, "prompts": 0}
     if plan.spec.final_greedy_prompts > 0:
         rows = [json.loads(line) for line in greedy.read_text().splitlines() if line.strip()]
         result = {"accuracy": sum(bool(r["correct"]) for r in rows) / len(rows), "prompts": len(rows)}
-    result.update(commands=commands, wall_s=time.perf_counter() - t0, device=device_label(cfg.trainer.device))
+    result.update(
+        commands=commands, wall_s=time.perf_counter() - t0, device=device_label(cfg.trainer.device), code=code
+    )
     done.write_text(json.dumps(result) + "\n")
     archive_run(plan, arm.name, seed)
     log(f"done {arm.name} seed {seed} ({time.perf_counter() - t0:.0f} s)")

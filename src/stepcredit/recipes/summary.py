@@ -36,6 +36,9 @@ class RunResult:
     device: str
     """Where it ran (``final_greedy.json``'s ``device``, else ``trainer.device`` of its ``config.yaml``): a
     file may be run in parts on different machines."""
+    code: str = "unknown"
+    """The code it ran (``final_greedy.json``'s ``code``: a git commit, ``+dirty`` when the checkout was
+    changed; runs before the runner recorded it: ``unknown``)."""
 
 
 def read_run(run: Path) -> RunResult:
@@ -65,6 +68,7 @@ def read_run(run: Path) -> RunResult:
         seconds=float(sum(r["time/step_s"] - r.get("time/val_s", 0.0) for r in rl)),
         final_greedy=None if fg is None else float(fg),
         device=device,
+        code=str(final.get("code") or "unknown"),
     )
 
 
@@ -227,6 +231,7 @@ def _arm_figures(
         "process_values": [r.values for r in rs],
         # seconds are comparable only between runs on the same device
         "devices": [r.device for r in rs],
+        "codes": [r.code for r in rs],
     }
     return summary, details
 
@@ -254,6 +259,31 @@ def _compute_ratios(spec: Spec, arms: dict[str, Any], details: dict[str, Any]) -
             ]
 
 
+def _parts(
+    details: dict[str, Any], seeds: list[int], key: str, at: str, what: str, note: str, differ: str
+) -> list[str]:
+    """Lines naming the runs of each ``key`` value (``devices``, ``codes``) and the seeds whose arms ran
+    on more than one, when the runs had more than one; none otherwise."""
+    runs = [
+        (str(v), s) for a in details["arms"].values() for v, s in zip(a.get(key, []), seeds, strict=False)
+    ]
+    values = sorted({v for v, _ in runs})
+    if len(values) < 2:
+        return []
+    lines = [""] + [
+        f"Runs {at} {v}: {sum(x == v for x, _ in runs)} (seeds "
+        f"{', '.join(map(str, sorted({s for x, s in runs if x == v})))})" + (f"; {note}." if note else ".")
+        for v in values
+    ]
+    mixed = sorted({s for _, s in runs if len({v for v, t in runs if t == s}) > 1})
+    if mixed:
+        lines.append(
+            f"Seeds whose arms ran on more than one {what}: {', '.join(map(str, mixed))} (their paired "
+            f"differences include {differ})."
+        )
+    return lines
+
+
 def markdown(summary: dict[str, Any], details: dict[str, Any]) -> str:
     def pm(xs: Sequence[float | None]) -> str:
         v = [x for x in xs if x is not None]
@@ -279,22 +309,10 @@ def markdown(summary: dict[str, Any], details: dict[str, Any]) -> str:
             f"{pm(a['final_greedy'])} | {pm(details['arms'][name]['auc'])} | "
             f"{statistics.fmean(toks):,.0f} | {statistics.fmean(secs):.1f} |"
         )
-    devices = [
-        (d, s) for a in details["arms"].values() for d, s in zip(a["devices"], summary["seeds"], strict=True)
-    ]
-    if len({d for d, _ in devices}) > 1:  # a file run in parts on different machines: say which ran where
-        lines += [""] + [
-            f"Runs on {d}: {sum(x == d for x, _ in devices)} (seeds "
-            f"{', '.join(map(str, sorted({s for x, s in devices if x == d})))}); seconds compare only "
-            "within a device."
-            for d in sorted({d for d, _ in devices})
-        ]
-        mixed = sorted({s for _, s in devices if len({d for d, t in devices if t == s}) > 1})
-        if mixed:
-            lines.append(
-                f"Seeds whose arms ran on more than one device: {', '.join(map(str, mixed))} (their paired "
-                "differences include the devices' numerics)."
-            )
+    # a file run in parts (machines, sessions): say which ran where and on which code
+    lines += _parts(details, summary["seeds"], "devices", "on", "device", "seconds compare only within a device",
+                    "the devices' numerics")  # fmt: skip
+    lines += _parts(details, summary["seeds"], "codes", "at code", "code version", "", "the code's changes")
     lines += [
         "",
         "| arm | against | kind | endpoint | diff (points) | 95 % CI | t | df | p | p (Holm) |",
