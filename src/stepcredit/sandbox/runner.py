@@ -319,7 +319,7 @@ def _libc_functions():
     class Libc:
         _handle = _ctypes.dlopen(None)  # type: ignore[arg-type]  # None: the program itself (libc)
 
-    names = ("prctl", "unshare", "mount", "umount2", "capset")
+    names = ("prctl", "unshare", "mount", "umount2", "capset", "msgctl", "semctl", "shmctl")
     return {n: CFunction((n, Libc())) for n in names}, _ctypes.get_errno  # type: ignore[arg-type]
 
 
@@ -393,6 +393,25 @@ def _set_limits(limits):
     _signal.signal(_SIGXFSZ, _signal.SIG_IGN)
 
 
+def _remove_ipc():
+    """Remove every System V IPC object of the sandbox (its own IPC namespace): a message queue, semaphore
+    or shared memory segment outlives the processes of the case that made it, so it carried state into
+    the next case, and a detached segment's memory, which RLIMIT_AS no longer counts, stayed taken."""
+    # msgctl(id, IPC_RMID, NULL), shmctl(id, IPC_RMID, NULL), semctl(id, semnum (ignored), IPC_RMID)
+    for kind, remove, tail in (
+        ("msg", "msgctl", (0, None)),
+        ("shm", "shmctl", (0, None)),
+        ("sem", "semctl", (0, 0)),
+    ):
+        with open(f"/proc/sysvipc/{kind}", "rb") as f:
+            rows = f.read().splitlines()[1:]
+        for row in rows:
+            try:
+                _libc(remove, int(row.split()[1]), *tail)
+            except OSError:
+                pass  # already gone
+
+
 def _sweep(child):
     """Kill every other process of the namespace; the direct child's wait status (if reaped here) and
     whether something could not be killed."""
@@ -434,6 +453,7 @@ class Runner:
 
     def case(self, msg):  # mode: stdio, calls (answered in order), eval (a live test's requests)
         _fresh_tmp(self.limits)
+        _remove_ipc()
         mode = msg["mode"]
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
