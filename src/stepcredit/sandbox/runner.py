@@ -355,9 +355,12 @@ def _private_mounts():
 
 
 def _drop_capabilities():
-    """No capability left in this process (a case's child, before any of the program runs)."""
+    """No capability left in this process (a case's child, before any of the program runs), and none to
+    gain from an exec (no_new_privs: a file with capabilities, which the bounding set bwrap left with
+    CAP_SYS_ADMIN would let through, runs without them; bwrap sets it too, this does not rely on that)."""
     version_3 = (0x20080522).to_bytes(4, sys.byteorder) + bytes(4)  # _LINUX_CAPABILITY_VERSION_3, pid 0
     _libc("capset", version_3, bytes(24))  # effective, permitted, inheritable: all empty
+    _libc("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 
 
 _TMP_MOUNTED = []  # type: list  # a case's /tmp is mounted over the jail's own

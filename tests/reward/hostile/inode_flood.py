@@ -1,7 +1,7 @@
 # ruff: noqa  (hostile test program with placeholders, not project code)
 # expect: ok
 # tests: {"inputs": ["first", "second"], "outputs": ["PWNED", "PWNED"]}
-# Makes empty files, directories, symlinks, hard links and fifos as fast as it can (a byte-capped /tmp let it make millions: kernel memory no limit counts, and seconds of clean-up before the next case); the next case must find an empty /tmp, and no case may hold a capability or mount anything.
+# Makes empty files, directories, symlinks, hard links and fifos as fast as it can (a byte-capped /tmp let it make millions: kernel memory no limit counts, and seconds of clean-up before the next case); the next case must find an empty /tmp, and no case may hold a capability, gain one by an exec, or mount anything.
 import os
 import sys
 import time
@@ -32,5 +32,7 @@ try:
     mounted = libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, b"nr_inodes=0") == 0
 except Exception:
     pass
+no_new_privs = "NoNewPrivs:\t1" in status  # no exec may gain a capability back
 bad = made > 10_000 or (made == 0 and os.listdir("/tmp")) or any(int(c, 16) for c in caps) or mounted
+bad = bad or not no_new_privs
 print("PWNED" if bad else "nothing")
