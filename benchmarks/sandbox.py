@@ -54,6 +54,7 @@ from stepcredit.config import SandboxConfig
 from stepcredit.reward.verifiers.code.sandbox import PASSED, CaseOutcome, Sandbox, TestCase
 from stepcredit.sandbox import session as sandbox_session
 from stepcredit.sandbox.cases import outputs_match
+from stepcredit.sandbox.jail import RUNNER_LIMITS
 
 BARE, PLAIN, BOX = "bare subprocess.run", "runner without isolation", "bubblewrap sandbox"
 BOX1 = "bubblewrap sandbox, one call per program"
@@ -109,14 +110,33 @@ def make_programs(cases: int) -> list[tuple[str, str, list[TestCase]]]:
     return out
 
 
+_EMPTY_WORK = """def _fresh_tmp(limits):
+    for top, dirs, files in os.walk("/tmp", topdown=False):
+        for name in files:
+            os.unlink(os.path.join(top, name))
+        for name in dirs:
+            os.rmdir(os.path.join(top, name))
+
+
+"""
+"""BENCHMARK ONLY: the unisolated runner's clean-up between cases (the benchmark's programs are benign)."""
+
+
 def unisolated_runner_source(work: str | None = None) -> str:
     """BENCHMARK ONLY: the sandbox's runner rewritten to run outside a namespace, in the folder ``work``
     (None: the folder given as its 7th argument, so that one compiled copy serves every program). Each
     rewrite must apply (a changed runner fails here rather than running unsafely)."""
     src = sandbox_session._runner_source()
-    where = repr(work) if work is not None else "sys.argv[7]"
-    # every use of the sandbox's private /tmp (the cases' cwd, which the runner empties between cases:
-    # outside a namespace that would be the host's /tmp) becomes the work folder
+    where = repr(work) if work is not None else f"sys.argv[{len(RUNNER_LIMITS) + 1}]"
+    # The runner mounts a fresh tmpfs on /tmp for each case in a mount namespace of its own; outside a
+    # namespace it can do neither: no namespace, and the work folder is emptied between cases instead.
+    fresh = re.search(r"^def _fresh_tmp\(limits\):\n.*?\n\n\n", src, re.MULTILINE | re.DOTALL)
+    private = "        _private_mounts()\n"
+    if fresh is None or src.count(private) != 1:
+        raise SystemExit("benchmarks/sandbox.py: the runner's /tmp changed; update the rewrite")
+    src = src.replace(fresh.group(0), _EMPTY_WORK).replace(private, "")
+    # every other use of the sandbox's private /tmp (the cases' cwd: outside a namespace that would be
+    # the host's /tmp) becomes the work folder
     named = len(re.findall(r"""["']/tmp""", src))
     if not named or src.count('"/tmp"') != named:
         raise SystemExit(
@@ -158,8 +178,7 @@ class UnisolatedSandbox(TimedSandbox):
         with open(runner, "wb") as f:
             f.write(data)
         os.chmod(runner, 0o444)
-        order = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb", "timeout_s")
-        return [self._python, "-I", "-S", "-B", runner, *(str(limits[k]) for k in order), work]
+        return [self._python, "-I", "-S", "-B", runner, *(str(limits[k]) for k in RUNNER_LIMITS), work]
 
 
 @functools.lru_cache(maxsize=2)

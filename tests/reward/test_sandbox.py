@@ -56,6 +56,20 @@ def test_output_and_value_comparison() -> None:
     assert not sb.values_match(True, 1)
 
 
+def test_integers_compare_exactly_and_only_floats_get_a_tolerance() -> None:
+    # Integers went through float() with a relative tolerance of 1e-6: an answer off by one passed from
+    # 10**6 up, any two integers of 309 digits or more were both inf (equal), and a right answer that
+    # large raised OverflowError in math.isclose (an error verdict for a right answer).
+    assert not sb.outputs_match("1000001", "1000000")
+    assert not sb.outputs_match("1" * 400, "2" * 400)
+    assert not sb.values_match(1000001, 1000000)
+    assert not sb.values_match([10**400 + 1], [10**400])
+    assert sb.outputs_match("9" * 400, "9" * 400) and sb.values_match(10**400, 10**400)
+    assert sb.outputs_match("+7 007", "7 7")  # the same integers, written otherwise
+    assert sb.outputs_match("3.0000001", "3") and sb.values_match(3.0000001, 3)  # a float: tolerance
+    assert not sb.outputs_match("1_0", "10")  # float() and int() read underscores; an answer has none
+
+
 # ------------------------------------------------------------------------------ running
 @needs_bwrap
 def test_stdio_fraction_and_all_or_nothing(box: sb.Sandbox) -> None:

@@ -275,3 +275,29 @@ def test_escaped_output_under_the_default_cap_is_the_programs_failure(payload: s
     box = sb.Sandbox(SandboxConfig(timeout_s=2.0, memory_mb=256))
     res = sb.score_code(f"```python\n{code}\n```", {"inputs": [""], "outputs": ["PWNED"]}, sandbox=box)
     assert (res.status.value, res.score) == ("ok", 0.0), res.info
+
+
+def test_a_case_may_have_max_files_entries_in_tmp_whatever_their_kind() -> None:
+    # A tmpfs capped in bytes only let a program make millions of empty files or directories (kernel
+    # memory that no limit counts, and seconds of clean-up before the next case): each case's /tmp is
+    # now capped in inodes (nr_inodes), and hard links count as entries too (tmpfs charges each one).
+    code = (
+        "import os, sys\n"
+        "kind = sys.stdin.readline().strip()\n"
+        "os.close(os.open('target', os.O_CREAT | os.O_WRONLY))\n"
+        "make = {'file': lambda n: os.close(os.open(n, os.O_CREAT | os.O_WRONLY)), 'dir': os.mkdir,\n"
+        "        'symlink': lambda n: os.symlink('target', n), 'link': lambda n: os.link('target', n),\n"
+        "        'fifo': os.mkfifo, 'deep': lambda n: (os.mkdir(n), os.chdir(n))}[kind]\n"
+        "made = 0\n"
+        "try:\n"
+        "    while made < 1000:\n"
+        "        make(f'n{made}')\n"
+        "        made += 1\n"
+        "except OSError as e:\n"
+        "    print(made, e.errno)\n"
+    )
+    kinds = ["file", "dir", "symlink", "link", "fifo", "deep"]
+    box = sb.Sandbox(SandboxConfig(timeout_s=5.0, memory_mb=256, max_files=50))
+    truth = {"inputs": kinds, "outputs": ["49 28"] * len(kinds)}  # 'target' is one of the 50; ENOSPC
+    res = sb.score_code(f"```python\n{code}\n```", truth, sandbox=box)
+    assert (res.status.value, res.score) == ("ok", 1.0), res.info

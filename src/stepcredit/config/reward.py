@@ -32,6 +32,9 @@ class SandboxConfig:
     """Largest file the program may write (RLIMIT_FSIZE)."""
     tmpfs_mb: int = 64
     """Size of the private in-memory working directory (the program's cwd and /tmp)."""
+    max_files: int = 10_000
+    """Files, directories and links the program may have in that directory at once (its inodes: each
+    costs kernel memory that no other limit counts); one more is refused (ENOSPC)."""
     max_procs: int = 32
     """Processes and threads the program may run at once (RLIMIT_NPROC, counted inside its namespace)."""
     output_limit_kb: int = 1024
@@ -60,7 +63,7 @@ class SandboxConfig:
             "reward.sandbox",
             above_0=("timeout_s",),
             at_least_0=("request_timeout_s", "retries", "cpu_s", "max_cases"),
-            at_least_1=("max_procs", "output_limit_kb", "concurrency"),
+            at_least_1=("max_procs", "max_files", "output_limit_kb", "concurrency"),
         )
         _check(self.backend in SANDBOX_NEEDS_URL, "reward.sandbox.backend", "local or sandbox_fusion")
         _check(

@@ -14,8 +14,8 @@ forked by the sandbox's runner (:mod:`.runner`) with an emptied working director
 * **filesystem**: a read-only view of ``/usr`` (and, relocated to ``/opt/stepcredit-python``, the
   interpreter's own ``bin``/``lib`` when it lives elsewhere, its site-packages hidden), a fresh
   ``/proc`` and minimal ``/dev``, the runner read-only under ``/box`` (the program comes over its
-  input, kept in the runner's memory), and a size-capped tmpfs
-  as cwd and ``/tmp``, emptied before each case; the root and ``/dev`` are remounted read-only. Nothing
+  input, kept in the runner's memory), and a tmpfs capped in bytes and in files as cwd and ``/tmp``,
+  a fresh one for each case (mounted by the runner; the last case's is detached); the root and ``/dev`` are remounted read-only. Nothing
   of the host's ``/home``, ``/root``, ``/etc`` or working directory is visible, and no file holds a test.
 * **limits** set before any untrusted code runs: RLIMIT_CPU (per case), AS, FSIZE, NPROC (counted inside
   the run's user namespace), NOFILE, CORE; a wall-clock deadline per case that kills the case's
@@ -141,6 +141,8 @@ class Sandbox:
             "file_size_mb": cfg.file_size_mb,
             "max_procs": cfg.max_procs,
             "output_limit_kb": cfg.output_limit_kb,
+            "tmpfs_mb": cfg.tmpfs_mb,
+            "max_files": cfg.max_files,
             "timeout_s": cfg.timeout_s,
         }
         # The runner's largest report: stdout (the cap) and the answer channel (the cap + 128 KiB, see

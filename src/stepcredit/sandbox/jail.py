@@ -36,7 +36,10 @@ def bwrap_command(
     interpreter's compiled ``runner.pyc``) from ``host_dir`` read-only under ``/box``, the runner's limits
     as its arguments (the program comes over the protocol)."""
     cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
+    # CAP_SYS_ADMIN of the sandbox's own user namespace, for the runner alone: it mounts each case's /tmp
+    # (capped in files as well as bytes, which bwrap's --tmpfs cannot do); the cases' children drop it.
     cmd += ["--as-pid-1", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
+    cmd += ["--cap-add", "CAP_SYS_ADMIN"]
     cmd += ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
@@ -52,9 +55,21 @@ def bwrap_command(
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
     for k, v in {**env, **env_extra}.items():
         cmd += ["--setenv", k, v]
-    order = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb", "timeout_s")
-    cmd += ["--", python, "-I", "-S", "-B", f"/box/{runner}", *(str(limits[k]) for k in order)]
+    cmd += ["--", python, "-I", "-S", "-B", f"/box/{runner}", *(str(limits[k]) for k in RUNNER_LIMITS)]
     return cmd
+
+
+RUNNER_LIMITS = (
+    "cpu_s",
+    "memory_mb",
+    "file_size_mb",
+    "max_procs",
+    "output_limit_kb",
+    "tmpfs_mb",
+    "max_files",
+    "timeout_s",
+)
+"""The runner's arguments, in order (``runner.main`` reads them so)."""
 
 
 def _base_python() -> str:

@@ -10,13 +10,15 @@ or an assert statement, only a case's stdin, or calls such as ``f(1, 2)`` to mak
 by the host (``plain.decode_plain``): a program that took it over could only claim what it could return
 anyway. Being pid 1, it cannot be signalled from inside the namespace (signals without a handler are
 dropped for pid 1), and it is non-dumpable: the program can't ptrace it or open ``/proc/1/fd``, ``/mem``.
+It holds one capability, CAP_SYS_ADMIN in the sandbox's own user namespace, to mount each case's /tmp in
+a mount namespace of its own; every case's child drops it (all capabilities) before the program runs.
 
 Protocol. Host -> runner on fd 0: frames of a 4-byte big-endian length and a ``marshal``-ed dict
 (the host is trusted here). Runner -> host on fd 1: one JSON object per line, written by hand below.
 
 * runner: ``{"op": "hello"}`` once its limits are in place (no hello: the sandbox failed).
 * host ``{"op": "program", "source": ...}``: the sandbox's one program (any later one is ignored).
-* host ``{"op": "case", "mode": "stdio"|"calls"|"eval", ...}``: /tmp is emptied and a child forked:
+* host ``{"op": "case", "mode": "stdio"|"calls"|"eval", ...}``: a fresh /tmp is mounted and a child forked:
   limits, cwd /tmp, then the program (``stdio``: as ``__main__`` with the case's stdin on a pipe).
   ``calls``: after the program, the child makes the given calls and writes one answer line for each.
   ``eval``: after the program the child reports ``ready`` and answers requests until told to end.
@@ -241,6 +243,16 @@ def _child(source, msg, limits, fds):
     in_r, out_w, err_w, req_r, rep_w = fds
     mode = msg["mode"]
     try:
+        _drop_capabilities()
+        cpu = limits["cpu_s"]
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        os.chdir("/tmp")
+    except BaseException as e:
+        # Still the runner's own fd 1: the host reads this as the sandbox's failure, which the program
+        # (it never ran) cannot forge; an exit code alone would have been judged as the program's.
+        _write_all(1, (_json({"op": "failed", "message": f"case setup: {e}"}) + "\n").encode())
+        os._exit(RUNNER_FAILED)
+    try:
         os.dup2(in_r, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
@@ -250,9 +262,6 @@ def _child(source, msg, limits, fds):
             os.dup2(rep_w, 4)
             keep = 5
         os.closerange(keep, 65536)
-        cpu = limits["cpu_s"]
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        os.chdir("/tmp")
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
         _dumpable(1)
     except BaseException as e:
@@ -295,34 +304,81 @@ def _child(source, msg, limits, fds):
 
 
 # ------------------------------------------------------------------------------------ runner
-def _libc_prctl():
+def _libc_functions():
     # From _ctypes alone: ``import ctypes`` would add four modules (types, struct, ctypes._endian and
-    # ctypes itself, dozens of classes) to every sandbox's start for this one call.
+    # ctypes itself, dozens of classes) to every sandbox's start for these few calls.
     import _ctypes
 
     class CInt(_ctypes._SimpleCData):
         _type_ = "i"
 
     class CFunction(_ctypes.CFuncPtr):
-        _flags_ = _ctypes.FUNCFLAG_CDECL
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
         _restype_ = CInt
 
     class Libc:
         _handle = _ctypes.dlopen(None)  # type: ignore[arg-type]  # None: the program itself (libc)
 
-    return CFunction(("prctl", Libc()))  # type: ignore[arg-type]  # any object with a _handle
+    names = ("prctl", "unshare", "mount", "umount2", "capset", "msgctl", "semctl", "shmctl")
+    return {n: CFunction((n, Libc())) for n in names}, _ctypes.get_errno  # type: ignore[arg-type]
 
 
-_PRCTL = []  # type: list  # libc's prctl once found (the runner's children inherit it)
+_LIBC = {}  # type: dict  # libc's functions once found (the runner's children inherit them)
+
+
+def _libc(name, *args):
+    """``name(*args)`` from libc; OSError (with errno) when it fails."""
+    if not _LIBC:
+        functions, _LIBC["errno"] = _libc_functions()
+        _LIBC.update(functions)
+    if _LIBC[name](*args) != 0:
+        raise OSError(_LIBC["errno"](), f"{name} failed")
 
 
 def _dumpable(flag):
     try:
-        if not _PRCTL:
-            _PRCTL.append(_libc_prctl())
-        _PRCTL[0](4, flag, 0, 0, 0)  # PR_SET_DUMPABLE
+        _libc("prctl", 4, flag, 0, 0, 0)  # PR_SET_DUMPABLE
     except Exception:
         pass
+
+
+_CLONE_NEWNS, _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE, _MNT_DETACH = 0x20000, 2, 4, 0x4000, 0x40000, 2
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+
+
+def _private_mounts():
+    """The runner's own mount namespace, where it may mount each case's /tmp (bwrap gave it
+    CAP_SYS_ADMIN in the sandbox's user namespace for that alone); no process it starts keeps it."""
+    _libc("unshare", _CLONE_NEWNS)
+    _libc("mount", b"none", b"/", None, _MS_REC | _MS_PRIVATE, None)
+    _libc("prctl", _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # an exec never inherits it
+
+
+def _drop_capabilities():
+    """No capability left in this process (a case's child, before any of the program runs), and none to
+    gain from an exec (no_new_privs: a file with capabilities, which the bounding set bwrap left with
+    CAP_SYS_ADMIN would let through, runs without them; bwrap sets it too, this does not rely on that)."""
+    version_3 = (0x20080522).to_bytes(4, sys.byteorder) + bytes(4)  # _LINUX_CAPABILITY_VERSION_3, pid 0
+    _libc("capset", version_3, bytes(24))  # effective, permitted, inheritable: all empty
+    _libc("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+
+
+_TMP_MOUNTED = []  # type: list  # a case's /tmp is mounted over the jail's own
+
+
+def _fresh_tmp(limits):
+    """A new, empty tmpfs on /tmp for the next case, capped in bytes and in files (``nr_inodes``: every
+    file, directory and link costs kernel memory that no rlimit counts, and a byte cap alone let a
+    program make millions of empty ones). The last case's is detached: the kernel frees it with
+    everything in it, however deep, locked or large (its processes are dead by now)."""
+    os.chdir("/")  # the runner's cwd must not keep the old one alive
+    if _TMP_MOUNTED:
+        _libc("umount2", b"/tmp", _MNT_DETACH)
+        _TMP_MOUNTED.clear()
+    size, files = limits["tmpfs_mb"] * _MB, limits["max_files"] + 1  # + 1: its root directory
+    options = f"mode=0755,size={size},nr_inodes={files}".encode()
+    _libc("mount", b"tmpfs", b"/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, options)
+    _TMP_MOUNTED.append(1)
 
 
 def _set_limits(limits):
@@ -340,55 +396,23 @@ def _set_limits(limits):
     _signal.signal(_SIGXFSZ, _signal.SIG_IGN)
 
 
-def _clean_tmp():
-    """Empty /tmp (the next case's cwd) whatever the last case left: a /tmp or directories it made
-    unreadable (chmod 000), a tree deeper than PATH_MAX or than the recursion limit (os.walk recursed
-    and raised here, killing the runner). So it walks by chdir, one level at a time, with no recursion
-    and no growing path; the files are the run's own uid's, so chmod works. Bounded: a tree it cannot
-    take down (none is known) costs at most ``budget`` entries, never the runner."""
-    try:
-        os.chmod("/tmp", 0o755)
-        os.chdir("/tmp")
-    except OSError:
-        return
-    depth = 0
-    budget = 1 << 20
-    while budget > 0:
-        entered = False
-        try:
-            names = os.listdir(".")
-        except OSError:
-            names = []
-        for name in names:
-            budget -= 1
+def _remove_ipc():
+    """Remove every System V IPC object of the sandbox (its own IPC namespace): a message queue, semaphore
+    or shared memory segment outlives the processes of the case that made it, so it carried state into
+    the next case, and a detached segment's memory, which RLIMIT_AS no longer counts, stayed taken."""
+    # msgctl(id, IPC_RMID, NULL), shmctl(id, IPC_RMID, NULL), semctl(id, semnum (ignored), IPC_RMID)
+    for kind, remove, tail in (
+        ("msg", "msgctl", (0, None)),
+        ("shm", "shmctl", (0, None)),
+        ("sem", "semctl", (0, 0)),
+    ):
+        with open(f"/proc/sysvipc/{kind}", "rb") as f:
+            rows = f.read().splitlines()[1:]
+        for row in rows:
             try:
-                os.unlink(name)  # anything but a directory (a symlink itself, never its target)
-                continue
+                _libc(remove, int(row.split()[1]), *tail)
             except OSError:
-                pass
-            try:
-                os.rmdir(name)
-                continue
-            except OSError:
-                pass
-            try:
-                os.chmod(name, 0o700)
-                os.chdir(name)
-            except OSError:
-                continue
-            depth += 1
-            entered = True
-            break
-        if entered:
-            continue
-        if depth == 0:
-            break
-        os.chdir("..")  # the directory just emptied is removed on the next pass over its parent
-        depth -= 1
-    try:
-        os.chdir("/tmp")
-    except OSError:
-        pass
+                pass  # already gone
 
 
 def _sweep(child):
@@ -431,7 +455,8 @@ class Runner:
         return _read_frame(0, self.inbuf)
 
     def case(self, msg):  # mode: stdio, calls (answered in order), eval (a live test's requests)
-        _clean_tmp()
+        _fresh_tmp(self.limits)
+        _remove_ipc()
         mode = msg["mode"]
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -624,12 +649,21 @@ class _Case:
 
 def main():
     try:
-        names = ("cpu_s", "memory_mb", "file_size_mb", "max_procs", "output_limit_kb")
-        limits = dict(zip(names, map(int, sys.argv[1:6])))  # type: dict
-        limits["timeout_s"] = float(sys.argv[6])
+        names = (
+            "cpu_s",
+            "memory_mb",
+            "file_size_mb",
+            "max_procs",
+            "output_limit_kb",
+            "tmpfs_mb",
+            "max_files",
+        )
+        limits = dict(zip(names, map(int, sys.argv[1:8])))  # type: dict
+        limits["timeout_s"] = float(sys.argv[8])
         # pid 1 of the namespace: a signal without a handler is dropped, so the program cannot stop us.
         _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
         _dumpable(0)
+        _private_mounts()
         _set_limits(limits)
         runner = Runner(limits)
     except BaseException as e:
