@@ -23,10 +23,10 @@ from stepcredit.reward.verifiers.math.extract import (
 from stepcredit.reward.verifiers.math.fast import fast_verdict
 from stepcredit.reward.verifiers.math.hedge import box_retracted, hedges, markers_disagree
 from stepcredit.reward.verifiers.math.mv import (
-    READS_ANSWER_ALONE,
     _mv_sure_wrong,
     _number_surely_wrong,
     math_verify_verdict,
+    reads_alone,
 )
 from stepcredit.reward.verifiers.math.mv_read import _MV_REGEX_MAX_CHARS, _plain_number
 from stepcredit.reward.verifiers.math.mv_scan import mv_reads_only_wrong
@@ -127,7 +127,7 @@ def _fast(
     if all(v is False for v in verdicts) and sure_candidate(solution_str, pred, how, mode=mode):
         return _result(False, pred, how, format_score=format_score, path="fast"), pred, how
     if (
-        how not in READS_ANSWER_ALONE
+        not reads_alone(how, pred)
         and len(body) <= _MV_REGEX_MAX_CHARS
         and not _boxes(body)
         and not any(v is True for v in verdicts)
