@@ -7,6 +7,8 @@ showed it. The label is a careful grader's, not any reference's.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from stepcredit.reward.verifiers.math import extract_answer, math_compute_score
@@ -84,3 +86,47 @@ def test_thousands_separators_inside_latex(response: str, gold: str, score: floa
 def test_the_leading_number_is_still_what_a_plain_phrase_gives() -> None:
     assert extract_answer("The answer is 18.") == ("18", "phrase")
     assert extract_answer("#### 1,234") == ("1,234", "####")
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        # cut off mid-equation, before the answer: math-verify reads the left side ("9 * 2", 18) and paid
+        # it; VeRL's gsm8k (flexible) and lm-eval's flexible extraction read the last number, 2 (wrong).
+        # The response states no answer: a careful grader marks it wrong.
+        "She has 16 - 3 - 4 = 9 eggs left. She makes 9 * 2 =",
+        "She has 16 - 3 - 4 = 9 eggs left. She makes 9 * 2 = ",
+        "She has 9 eggs left.\nShe makes 9 * 2 =\n",
+    ],
+)
+def test_a_response_cut_off_after_an_equals_sign_has_no_answer(response: str) -> None:
+    result = math_compute_score("openai/gsm8k", response, "18")
+    assert result.score == 0.0
+    assert result.status.value == "unparseable"
+
+
+def test_a_finished_equation_still_gives_its_last_number() -> None:
+    assert _score("She has 9 eggs left. She makes 9 * 2 = 18", "18") == 1.0
+    assert _score("She has 9 eggs left. She makes 9 * 2 = 18 dollars.", "18") == 1.0
+
+
+def _seconds(response: str) -> float:
+    start = time.perf_counter()
+    math_compute_score("openai/gsm8k", response, "18")
+    return time.perf_counter() - start
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        # 4,000 answer phrases on one 100k-character line: each phrase's tail was the rest of the line,
+        # read whole, so the extraction took 33 s inline (quadratic); now each tail is read a bounded way
+        "The answer is 1\\sqrt{2}x" * 4000,
+        "#### 1\\sqrt{2}x " * 6000,
+        "Final answer: $5$ " * 5500,
+    ],
+)
+def test_a_hostile_100k_character_response_is_scored_in_linear_time(hostile: str) -> None:
+    # quiet, each takes well under 0.5 s (a 100k-character plain response: ~0.01 s); 10 s is the 10x
+    # margin a loaded machine needs, and far below the 30 s the phrase scan took
+    assert _seconds(hostile) < 10.0

@@ -107,6 +107,10 @@ def _fast(
         return RewardResult.failure(Status.ERROR, f"empty ground truth {ground_truth!r}"), None, Anchor.NONE
     strict = _STRICT[mode]
     pred, how = extract_answer(solution_str, mode=mode)
+    if how in (Anchor.LAST_NUMBER, Anchor.NONE) and solution_str.rstrip().endswith("="):
+        # cut off before its answer ("She makes 9 * 2 ="): no answer stated, though math-verify reads the
+        # left side as one (VeRL's and lm-eval's last number, 2, is no answer either)
+        return _unparseable(how), None, how
     if pred is None:
         if how is Anchor.NONE and not strict and re.search(r"[\d$\\]", solution_str):
             # math-verify's anchor-free extraction may still read something; without a digit, a
