@@ -25,6 +25,7 @@ _SPACES_RE = re.compile(
 _DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
 _THOUSANDS_RE = re.compile(r"^[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
 _DECIMAL_COMMA_RE = re.compile(r"^[-+]?\d+,\d+$")
+_GROUP_THOUSANDS_RE = re.compile(r"(?<=[^\\]\{)([-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?)(?=\})")
 _RELATION_WORDS = tuple(
     (re.compile(pat), rep)
     for pat, rep in (
@@ -187,6 +188,9 @@ def normalize(s: str) -> str:
     s = _E_NOTATION_RE.sub(r"\1\\times10^{\2}", s)
     if _THOUSANDS_RE.match(s) and not listed:
         s = s.replace(",", "")
+    elif "," in s and "{" in s:
+        # "\frac{20,000}{\pi}": a brace group that is one number with thousands separators (never "\{1,234\}", a set)
+        s = _GROUP_THOUSANDS_RE.sub(lambda m: m.group(1).replace(",", ""), s)
     elif re.fullmatch(r"[-+]?0,\d+", s):  # "0,111" can only be a decimal comma
         s = s.replace(",", ".")
     choice = re.fullmatch(r"\(([A-Za-z])\)", s)  # "(C)" -> "C"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from enum import Enum
 from typing import Any
@@ -34,20 +35,40 @@ class Anchor(str, Enum):
 
 # ---------------------------------------------------------------------------------- extraction
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*")
-_HASH_RE = re.compile(r"####\s*([^\n]*)")
+# An answer follows its marker closely: each marker's rest of line is read at most _TAIL characters far,
+# so a response of many markers on one long line is read in linear time (it was quadratic: 33 s for
+# 4,000 phrases on a 100k-character line).
+_TAIL = 1000
+_REST = rf"([^\n]{{0,{_TAIL}}})"
+_HASH_RE = re.compile(r"####\s*" + _REST)
 # Answer phrases, weakest after the boxed / #### markers. Each captures the rest of its line.
 _PHRASE_RES = (
-    re.compile(r"(?i)\bfinal\s+answer\s*(?:is|:|：)?\s*[:：]?\s*([^\n]*)"),
-    re.compile(r"(?i)\b(?:the\s+)?(?:correct\s+)?answer\s+is\s*[:：]?\s*([^\n]*)"),
-    re.compile(r"(?im)^[\s*#>_-]*answer\s*[*_]*\s*[:：]\s*[*_]*\s*([^\n]*)"),
-    re.compile(r"(?m)^\s*A\s*[:：]\s*([^\n]*)"),
+    re.compile(r"(?i)\bfinal\s+answer\s*(?:is|:|：)?\s*[:：]?\s*" + _REST),
+    re.compile(r"(?i)\b(?:the\s+)?(?:correct\s+)?answer\s+is\s*[:：]?\s*" + _REST),
+    re.compile(r"(?im)^[\s*#>_-]*answer\s*[*_]*\s*[:：]\s*[*_]*\s*" + _REST),
+    re.compile(r"(?m)^\s*A\s*[:：]\s*" + _REST),
 )
 # A number as a person writes it: thousands separated by a comma or a (thin) space, a decimal point
 # or comma, or a leading dot.
-_NUMBER_BODY = r"(?:\d{1,3}(?:(?:,|[ \u00a0\u2009\u202f])\d{3})+(?![\d])(?:\.\d+)?|\d+(?:[.,]\d+)?|\.\d+)"
+# LaTeX writes the separator "{,}", "\\," or ",\\!" ("10,\\!080", as MATH's golds do).
+_NUMBER_BODY = (
+    r"(?:\d{1,3}(?:(?:,\\!|\{,\}|\\,|,|[ \u00a0\u2009\u202f])\d{3})+(?![\d])(?:\.\d+)?|\d+(?:[.,]\d+)?|\.\d+)"
+)
 # "1.5e6": E notation is one number (latex.normalize reads it), not 1.5 followed by a unit "e6"
 _NUMBER_TOKEN = rf"[-+−]?\$?\s*{_NUMBER_BODY}(?:[eE][-+]?\d+(?![\w.]))?(?:\s*/\s*\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"^({_NUMBER_TOKEN})(?![\d.]*\s*[+\-*/^=(])")
+# What after a leading number makes it part of a larger expression ("2\\sqrt2", "5\\pi", "12 \\times 10^3",
+# "1\\frac{4}{5}", "2x+3", "6i", "52_8"): a LaTeX command other than a unit's wrapper, a percent, degree or
+# space; a subscript; a letter glued to the number and followed by more math, or "i" ending the answer.
+_MATH_GOES_ON_RE = re.compile(
+    r"\s*\\(?!(?:text\w*|mbox|mathrm|hbox|degree|circ|quad|qquad)(?![a-zA-Z])|[%$,;:!\s])"
+    r"|\s*_|[a-zA-Z](?=\s*[+\-*/^=_\\(\d])|i$"
+)
+# Where the expression that an answer phrase starts with ends: a full stop before a space, or an English
+# word, after a comma or not ("3\\sqrt{13}, which is about 10.8", "2\\pi units"); never at "or" / "and"
+# or a comma before more math ("2\\sqrt2 or 3", "2\\sqrt2, -2\\sqrt2" are read whole: several answers).
+_EXPRESSION_END_RE = re.compile(r"\.\s|[,;]?\s+(?!(?:or|and)(?![a-zA-Z]))(?=[a-zA-Z]{2,}(?![a-zA-Z]*\{))")
+_DOLLAR_RE = re.compile(r"(?<!\\)\$")
 # Several numbers joined after an answer phrase ("2 or 3", "2, 3, 4", "2 and 3"): read together, never
 # the first alone (a hedge is not its first candidate). With "or" anything may follow ("2 or 3 apples");
 # a list joined by commas or "and" must end the clause ("5, 2 more than 3" is 5 and a remark). A comma
@@ -79,7 +100,7 @@ _MATH_ENV_RE = re.compile(
 )
 # A math span that is no answer: emphasis, or one variable named in prose ("values of $x.$").
 _PROSE_MATH_RE = re.compile(r"^\s*(?:\\emph\s*\{[^{}]*\}|[a-zA-Z]\s*[.,;]?)\s*$")
-_FINAL_IS_RE = re.compile(r"(?i)\bfinal\s+answer\s+is\s*:?\s*([^\n]*)")
+_FINAL_IS_RE = re.compile(r"(?i)\bfinal\s+answer\s+is\s*:?\s*" + _REST)
 # "The largest $n$ is 34": the clause before "is", within one sentence of at most 100 characters.
 _IS_CLAUSE_RE = re.compile(r"^(?:(?![.!?]\s)[^\n]){0,100}?\s+is\s*:?\s+(.*)$", re.IGNORECASE)
 _ANSWER_WORD_RE = re.compile(r"(?i)\banswer\b")
@@ -165,7 +186,7 @@ def _clean_phrase(s: str) -> str | None:
     clause = _IS_CLAUSE_RE.match(s)  # "The final answer is $X$", "the largest $n$ is 34"
     if clause and clause.group(1).strip() and not re.match(r"[-$\\\d.(\[]", s):
         s = clause.group(1).strip()
-    dollars = [i for i, c in enumerate(s) if c == "$" and (i == 0 or s[i - 1] != "\\")]
+    dollars = [m.start() for m in itertools.islice(_DOLLAR_RE.finditer(s), 2)]
     if len(dollars) >= 2:
         inner = s[dollars[0] + 1 : dollars[1]].strip()
         # "$\frac12$" is LaTeX; "$18 a day, or $126" is money around English words.
@@ -179,6 +200,10 @@ def _clean_phrase(s: str) -> str | None:
         return (m.group(1) or m.group(2)).strip()
     m = _LEADING_NUMBER_RE.match(s)
     if m:
+        if _MATH_GOES_ON_RE.match(s, m.end()):
+            # the number starts an expression: the expression is the answer, never its first number
+            end = _EXPRESSION_END_RE.search(s, m.end())
+            return s[: end.start() if end else len(s)].strip()
         return m.group(1).strip()
     if not _is_math(s, "", whole=True):
         # an English sentence: its first number within 50 characters, as math-verify's "answer" anchor
@@ -188,6 +213,16 @@ def _clean_phrase(s: str) -> str | None:
     if len(s) <= 60:
         return s
     return None
+
+
+def starts_expression(pred: str | None) -> bool:
+    """Whether ``pred`` is a number that starts a larger expression ("2\\sqrt2", "5\\pi", "2x+3"): what
+    :func:`_clean_phrase` reads whole where it would otherwise read the leading number. math-verify,
+    given the response, reads such an answer after a phrase as its leading number."""
+    if pred is None:
+        return False
+    m = _LEADING_NUMBER_RE.match(pred)
+    return m is not None and _MATH_GOES_ON_RE.match(pred, m.end()) is not None
 
 
 def _is_math(content: str, after: str, *, whole: bool = False) -> bool:

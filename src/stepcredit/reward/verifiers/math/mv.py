@@ -7,7 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 from stepcredit.reward.verifiers.latex import normalize
-from stepcredit.reward.verifiers.math.extract import Anchor, _boxes, extract_gold
+from stepcredit.reward.verifiers.math.extract import Anchor, _boxes, extract_gold, starts_expression
 from stepcredit.reward.verifiers.math.fast import fast_verdict
 from stepcredit.reward.verifiers.math.mv_read import (
     _fitted,
@@ -21,6 +21,13 @@ from stepcredit.reward.verifiers.math.mv_read import (
 
 READS_ANSWER_ALONE = (Anchor.BOXED, Anchor.BARE)
 """Anchors whose answer math-verify reads on its own (one distinct box, a bare response), not in the response."""
+
+
+def reads_alone(how: Anchor, pred: str | None) -> bool:
+    """Whether math-verify is given the extracted answer alone rather than the response: the anchors of
+    :data:`READS_ANSWER_ALONE`, and an answer phrase whose answer is an expression that starts with a
+    number (``starts_expression``: in the response, math-verify reads "Answer: 2\\sqrt2" as 2)."""
+    return how in READS_ANSWER_ALONE or (how is Anchor.PHRASE and starts_expression(pred))
 
 
 def _mv_sure_false(g: tuple[Any, ...], p: tuple[Any, ...]) -> bool:
@@ -238,10 +245,11 @@ def math_verify_verdict(
     The response is read as math-verify reads it by default (``parse(text)``: its own extraction, the
     same configuration ``LatexExtractionConfig`` + ``ExprExtractionConfig``), except where the answer
     is unambiguous and math-verify's default reading of it is known to be lossy: one distinct
-    ``\boxed{}`` (read as ``$\boxed{...}$``; bare, ``\boxed{2m}`` reads as 2) and a response that is
-    only a bare answer. The gold is read by :func:`_gold_readings`; any reading that matches counts."""
+    ``\boxed{}`` (read as ``$\boxed{...}$``; bare, ``\boxed{2m}`` reads as 2), a response that is
+    only a bare answer, and an answer phrase followed by an expression that starts with a number
+    (:func:`reads_alone`: in the response, "Answer: 2\\sqrt2" reads as 2). The gold is read by :func:`_gold_readings`; any reading that matches counts."""
     g = _gold_readings(gold)
-    if how in READS_ANSWER_ALONE and pred is not None and len({normalize(b) for b in _boxes(text)}) <= 1:
+    if reads_alone(how, pred) and pred is not None and len({normalize(b) for b in _boxes(text)}) <= 1:
         fit = f"$\\boxed{{{pred}}}$" if how == Anchor.BOXED else _fitted(pred)
         if fit is not None:
             p = _mv_parse_cached(fit)

@@ -23,10 +23,10 @@ from stepcredit.reward.verifiers.math.extract import (
 from stepcredit.reward.verifiers.math.fast import fast_verdict
 from stepcredit.reward.verifiers.math.hedge import box_retracted, hedges, markers_disagree
 from stepcredit.reward.verifiers.math.mv import (
-    READS_ANSWER_ALONE,
     _mv_sure_wrong,
     _number_surely_wrong,
     math_verify_verdict,
+    reads_alone,
 )
 from stepcredit.reward.verifiers.math.mv_read import _MV_REGEX_MAX_CHARS, _plain_number
 from stepcredit.reward.verifiers.math.mv_scan import mv_reads_only_wrong
@@ -107,6 +107,10 @@ def _fast(
         return RewardResult.failure(Status.ERROR, f"empty ground truth {ground_truth!r}"), None, Anchor.NONE
     strict = _STRICT[mode]
     pred, how = extract_answer(solution_str, mode=mode)
+    if how in (Anchor.LAST_NUMBER, Anchor.NONE) and solution_str.rstrip().endswith("="):
+        # cut off before its answer ("She makes 9 * 2 ="): no answer stated, though math-verify reads the
+        # left side as one (VeRL's and lm-eval's last number, 2, is no answer either)
+        return _unparseable(how), None, how
     if pred is None:
         if how is Anchor.NONE and not strict and re.search(r"[\d$\\]", solution_str):
             # math-verify's anchor-free extraction may still read something; without a digit, a
@@ -127,7 +131,7 @@ def _fast(
     if all(v is False for v in verdicts) and sure_candidate(solution_str, pred, how, mode=mode):
         return _result(False, pred, how, format_score=format_score, path="fast"), pred, how
     if (
-        how not in READS_ANSWER_ALONE
+        not reads_alone(how, pred)
         and len(body) <= _MV_REGEX_MAX_CHARS
         and not _boxes(body)
         and not any(v is True for v in verdicts)
