@@ -1,4 +1,5 @@
-"""The statistics the reports share: Wilson's interval of a rate, Spearman's rank correlation.
+"""The statistics the reports share: Wilson's interval of a rate, Spearman's rank correlation, the area
+under a ROC curve.
 
 Pure functions over plain numbers (no tensors): the probe's verdicts, ``train``'s closing summary and
 ``sft``'s accuracy line read the same interval.
@@ -6,6 +7,7 @@ Pure functions over plain numbers (no tensors): the probe's verdicts, ``train``'
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -61,3 +63,27 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     sxx = sum((a - mx) ** 2 for a in rx)
     syy = sum((b - my) ** 2 for b in ry)
     return sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else float("nan")
+
+
+def auroc(positive: Sequence[float], negative: Sequence[float]) -> tuple[float, Interval]:
+    """The area under the ROC curve of a score that should be higher on ``positive`` than on
+    ``negative``: P(score of a positive > score of a negative), a tie counting 1/2 (the Mann-Whitney U
+    statistic over n_pos * n_neg), with the 95 % interval of Hanley and McNeil (1982):
+
+        Q1 = A / (2 - A), Q2 = 2 A^2 / (1 + A),
+        se^2 = (A (1 - A) + (n_p - 1)(Q1 - A^2) + (n_n - 1)(Q2 - A^2)) / (n_p n_n)
+
+    clipped to [0, 1]. 0.5 is chance. Either side empty: (nan, (nan, nan))."""
+    n_p, n_n = len(positive), len(negative)
+    if n_p == 0 or n_n == 0:
+        return float("nan"), Interval(float("nan"), float("nan"))
+    neg = sorted(negative)
+    wins = 0.0
+    for x in positive:  # below: negatives < x; equal: ties (bisect over the sorted negatives)
+        below, upto = bisect.bisect_left(neg, x), bisect.bisect_right(neg, x)
+        wins += below + 0.5 * (upto - below)
+    a = wins / (n_p * n_n)
+    q1, q2 = a / (2.0 - a), 2.0 * a * a / (1.0 + a)
+    var = (a * (1.0 - a) + (n_p - 1) * (q1 - a * a) + (n_n - 1) * (q2 - a * a)) / (n_p * n_n)
+    half = 1.96 * math.sqrt(max(var, 0.0))
+    return a, Interval(max(0.0, a - half), min(1.0, a + half))

@@ -43,8 +43,17 @@ def configure(p: argparse.ArgumentParser) -> None:
         required=True,
         help="a model directory, a run directory, 'tiny', or a packaged model (smollm2)",
     )
-    p.add_argument(
-        "--data", required=True, help=f"{', '.join(data_names())} or a jsonl/parquet file of verl-schema rows"
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--data",
+        help=f"{', '.join(data_names())} or a jsonl/parquet file of verl-schema rows (a wrong step is put in)",
+    )
+    src.add_argument(
+        "--traces",
+        type=Path,
+        metavar="FILE",
+        help="a jsonl/parquet file of labelled traces (ProcessBench rows: problem, steps, label, plus the gold "
+        "answer): find the labelled first wrong step instead of one put in",
     )
     p.add_argument(
         "--estimators",
@@ -56,7 +65,20 @@ def configure(p: argparse.ArgumentParser) -> None:
         default="",
         help="comma-separated credit forms to score beside each estimator (default: every registered one)",
     )
-    p.add_argument("--n", type=int, default=60, help="solutions to probe (default 60)")
+    p.add_argument(
+        "--n", type=int, default=60, help="solutions to probe (default 60; with --traces: the first N)"
+    )
+    p.add_argument(
+        "--step-sep",
+        default="\\n\\n",
+        help="with --traces: what joins the steps into a response (escapes read; default \\n\\n)",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        metavar="TAU",
+        help="with --traces: also ProcessBench's F1, a trace predicted wrong at its first step with U < -TAU",
+    )
     p.add_argument("--seed", type=int, default=0, help="which wrong steps are drawn (and arith problems)")
     p.add_argument(
         "--deltas", default="-2,-1,1,2", help="the changes a wrong result is drawn from (default -2,-1,1,2)"
@@ -214,6 +236,10 @@ def _parse(args: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
 
     if args.n < 1:
         raise UserError(f"--n {args.n}: must be >= 1")
+    if args.traces is None and args.threshold is not None:
+        raise UserError("--threshold scores labelled traces: it needs --traces")
+    if args.threshold is not None and not args.threshold >= 0:
+        raise UserError(f"--threshold {args.threshold}: must be >= 0 (a trace goes wrong where U < -TAU)")
     try:
         deltas = [int(d) for d in args.deltas.split(",") if d.strip()]
     except ValueError:
@@ -259,6 +285,15 @@ def run(args: argparse.Namespace) -> int:
             f"--grow-trees grows trees without tools, and rollout.mode={cfg.rollout.mode} calls tools "
             "(drop --grow-trees: continuations at every episode end run the tools)"
         )
+    if args.traces is not None:
+        if with_tools:
+            raise UserError(
+                f"--traces: labelled traces have no tool turns, and rollout.mode={cfg.rollout.mode} calls tools "
+                "(probe them with a config without tools)"
+            )
+        from stepcredit.cli.probe_traces import run_traces
+
+        return run_traces(args, cfg, model_ref, estimators, forms)
     solutions = load_solutions(args.data, cfg.data.arith, n=args.n, seed=args.seed, src=args.data_dir)
     set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     if with_tools:

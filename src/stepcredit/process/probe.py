@@ -133,8 +133,9 @@ class Locating:
 
     n: int
     """Traces these figures are over."""
-    lower: float
-    """Share where the credit at the wrong step is lower than at the same step of the clean trace."""
+    lower: float | None
+    """Share where the credit at the wrong step is lower than at the same step of the clean trace (None
+    on labelled traces, :mod:`stepcredit.process.probe_labelled`: no clean twin)."""
     argmin: float
     """Share where the most negative credit is on the wrong step (the hit rate; 1/m for an m-way tie)."""
     chance: float
@@ -172,7 +173,7 @@ def locating(rows: Sequence[dict[str, float]]) -> Locating:
     chance = mean["chance"]
     return Locating(
         n=n,
-        lower=mean["lower"],
+        lower=mean.get("lower"),
         argmin=mean["argmin"],
         chance=chance,
         argmin_vs_chance=mean["argmin"] / chance,

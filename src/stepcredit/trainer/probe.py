@@ -7,6 +7,7 @@ estimators (:mod:`stepcredit.process.values`), the figures and the recommendatio
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import time
@@ -15,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from stepcredit.config import ProcessConfig, RolloutConfig, ToolsConfig
+from stepcredit.data.labelled_traces import LabelledTrace
 from stepcredit.data.wrong_step import inject_wrong_step
 from stepcredit.errors import DataError
 from stepcredit.process import (
@@ -38,6 +40,7 @@ from stepcredit.process.probe import (
     locating,
     solvable_figures,
 )
+from stepcredit.process.probe_labelled import LabelledReport, labelled_figures
 from stepcredit.process.segment import trace_observed
 from stepcredit.process.utility import CREDIT_FORMS
 from stepcredit.process.values import ToolContext, evaluating
@@ -275,3 +278,85 @@ def probe(
         tools=tools,
     )
     return replace(report, skipped=len(solutions) - len(cases), not_correct=len(cases) - len(keep))
+
+
+def labelled_requests(
+    tokenizer: Any, traces: Sequence[LabelledTrace], *, sep: str = "\n\n"
+) -> list[PrefixRequest]:
+    """One value request per labelled trace, one episode per step: the response is the steps joined by
+    ``sep`` (ProcessBench's steps are paragraphs) and the tokenizer's eos. Each step is tokenized with
+    the separator that follows it, so an episode ends exactly where its step does (a tokenizer that
+    would merge across the boundary is not allowed to)."""
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    out = []
+    for t in traces:
+        ids: list[int] = []
+        lens = [0]
+        for k, step in enumerate(t.steps):
+            piece = step + (sep if k + 1 < len(t.steps) else "")
+            ids += list(tokenizer(piece, add_special_tokens=False)["input_ids"])
+            lens.append(len(ids))
+        if any(b <= a for a, b in itertools.pairwise(lens)):
+            raise DataError(f"{t.sample.uid}: a step tokenizes to no tokens")
+        prompt = prompt_ids(tokenizer, list(t.sample.prompt))
+        out.append(
+            PrefixRequest(t.sample, prompt, ids + eos, lens, str(t.sample.ground_truth), complete=bool(eos))
+        )
+    return out
+
+
+def probe_labelled(
+    model: Any,
+    tokenizer: Any,
+    traces: Sequence[LabelledTrace],
+    cfg: ProcessConfig,
+    estimators: Sequence[str],
+    *,
+    score_fn: ScoreFn | None,
+    sep: str = "\n\n",
+    tau: float | None = None,
+    credit_forms: Sequence[str] = (),
+    tree_rollout: RolloutConfig | None = None,
+) -> LabelledReport:
+    """The probe on traces whose first wrong step is labelled (:mod:`stepcredit.process.probe_labelled`):
+    every estimator values every trace, one episode per step; ``tau``: also ProcessBench's metric at
+    that threshold; ``tree_rollout``: as in :func:`run_probe`. DataError when no trace was given, or an
+    estimator could score none."""
+    if not traces:
+        raise DataError("probe: no labelled traces")
+    # the traces are not samples of the policy: V_0 comes from continuations, not a group's rewards
+    cfg = replace(cfg, mc_v0="sample")
+    requests = labelled_requests(tokenizer, traces, sep=sep)
+    values, seconds = _value_all(model, tokenizer, requests, cfg, estimators, score_fn, tree_rollout)
+    reference = next(
+        (
+            n
+            for n in estimators
+            if VALUE_ESTIMATORS.get(n).needs_verifier
+            and not (VALUE_ESTIMATORS.get(n).from_outcomes and tree_rollout is not None)
+        ),
+        None,
+    )
+    # a trace whose first step is already wrong has V_0 of the problem, which is what solvable asks
+    solvable = (
+        {i for i in range(len(traces)) if values[reference][i][0] > 0} if reference is not None else None
+    )
+    labels = [t.label for t in traces]
+    figures = {}
+    for name in estimators:
+        probability = VALUE_ESTIMATORS.get(name).success_probability
+        forms = [f for f in credit_forms if probability or not CREDIT_FORMS.get(f).needs_success_probability]
+        fig = labelled_figures(
+            name, values[name], labels, tau=tau, solvable=solvable,
+            s_per_trace=seconds[name] / len(traces), credit_forms=forms, clip=cfg.clip,
+        )  # fmt: skip
+        if fig is None:
+            raise DataError(f"probe: {name} values could not be computed for any trace (verifier failed)")
+        figures[name] = fig
+    return LabelledReport(
+        n=len(traces),
+        n_error=sum(t.label >= 0 for t in traces),
+        estimators=figures,
+        solvable_by=reference,
+        n_solvable=len(solvable or ()),
+    )

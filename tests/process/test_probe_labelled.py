@@ -1,0 +1,228 @@
+"""The probe on labelled traces (ProcessBench's rows): the file, the episodes, the figures, the command."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from stepcredit.data.labelled_traces import load_labelled_traces
+from stepcredit.errors import DataError
+from stepcredit.process.probe_labelled import first_drop, labelled_figures, labelled_indicators
+from stepcredit.stats import auroc
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+ROWS = [
+    {"problem": "What is 2 + 3 * 4?", "steps": ["3 * 4 = 12", "2 + 12 = 15", "So \\boxed{15}."], "label": 1,
+     "answer": "14"},
+    {"problem": "What is 5 + 6?", "steps": ["5 + 6 = 11", "So \\boxed{11}."], "label": -1, "answer": "11"},
+]  # fmt: skip
+
+
+def test_auroc_by_hand() -> None:
+    assert auroc([3.0, 4.0], [1.0, 2.0])[0] == 1.0
+    assert auroc([1.0, 2.0], [3.0, 4.0])[0] == 0.0
+    # pairs (pos, neg): (2,1) win, (2,2) tie, (2,3) loss, (5, *) 3 wins: (1 + 0.5 + 0 + 3) / 6
+    a, ci = auroc([2.0, 5.0], [1.0, 2.0, 3.0])
+    assert a == pytest.approx(4.5 / 6)
+    # Hanley and McNeil's standard error at A = 0.75, n_p = 2, n_n = 3
+    q1, q2 = 0.75 / 1.25, 2 * 0.75**2 / 1.75
+    se = math.sqrt((0.75 * 0.25 + 1 * (q1 - 0.5625) + 2 * (q2 - 0.5625)) / 6)
+    assert ci.low == pytest.approx(0.75 - 1.96 * se) and ci.high == 1.0  # clipped
+    assert math.isnan(auroc([], [1.0])[0])
+
+
+def test_indicators_on_a_labelled_trace_by_hand() -> None:
+    v = [0.8, 0.8, 0.2, 0.3]  # U = 0, -0.6, +0.1: the value falls at step 1
+    got = labelled_indicators(v, 1, tau=0.5)
+    assert got == {
+        "min_u": pytest.approx(-0.6),
+        "final_v": 0.3,
+        "predicted_right": 1.0,  # the first U below -0.5 is step 1, the label
+        "argmin": 1.0,
+        "chance": pytest.approx(1 / 3),
+        "argmin_next": 1.0,
+        "chance_next": pytest.approx(2 / 3),
+        "drop": 1.0,
+        "v_before": 0.8,
+        "v_after": 0.2,
+    }
+    # labelled at step 0 (no drop there): a miss; the threshold rule says step 1, not the label
+    got = labelled_indicators(v, 0, tau=0.5)
+    assert got["argmin"] == 0.0 and got["argmin_next"] == 1.0 and got["predicted_right"] == 0.0
+    assert got["drop"] == 0.0
+    # a trace with no wrong step: only the trace-level figures; right when no U falls below -tau
+    assert labelled_indicators(v, -1, tau=0.7) == {
+        "min_u": pytest.approx(-0.6),
+        "final_v": 0.3,
+        "predicted_right": 1.0,
+    }
+    assert labelled_indicators(v, -1, tau=0.5)["predicted_right"] == 0.0
+    assert first_drop([0.1, -0.2, -0.9], 0.1) == 1 and first_drop([0.1, -0.1], 0.1) == -1
+    # a two-way tie at the minimum: half a hit
+    assert labelled_indicators([1.0, 0.5, 0.0], 0)["argmin"] == 0.5
+
+
+def test_figures_and_processbenchs_f1_by_hand() -> None:
+    values = [
+        [1.0, 1.0, 0.0, 0.0],  # wrong at 1: U = 0, -1, 0 (hit; tau 0.5 predicts 1: right)
+        [1.0, 0.0, 0.0, 0.0],  # wrong at 2: U = -1, 0, 0 (miss; predicts 0: wrong)
+        [1.0, 1.0, 1.0],  # right: U = 0, 0 (predicts none: right)
+        [1.0, 0.4, 1.0],  # right: U = -0.6, +0.6 (predicts 0: wrong)
+        [1.0, float("nan"), 1.0],  # the verifier failed: left out, counted
+    ]
+    labels = [1, 2, -1, -1, 0]
+    f = labelled_figures(
+        "x", values, labels, tau=0.5, solvable={0}, s_per_trace=0.1, credit_forms=("difference",)
+    )
+    assert f is not None and f.unscored == 1 and (f.n_error, f.n_correct) == (2, 2)
+    assert f.error is not None and f.error.n == 2 and f.error.argmin == 0.5 and f.error.lower is None
+    assert f.error.chance == pytest.approx(1 / 3)
+    assert f.solvable is not None and f.solvable.n == 1 and f.solvable.argmin == 1.0
+    b = f.processbench
+    assert (
+        b is not None and b.error_accuracy == 0.5 and b.correct_accuracy == 0.5 and b.f1 == pytest.approx(0.5)
+    )
+    # min U of the erroneous (-1, -1) against the correct (0, -0.6): every pair ranks them right
+    assert f.min_u is not None and f.min_u.auroc == 1.0
+    # final V: erroneous 0, 0 against 1, 1
+    assert f.final_v is not None and f.final_v.auroc == 1.0
+    assert f.credits["difference"].argmin == f.error.argmin
+    # no trace of one kind: no separation, and ProcessBench's F1 is undefined
+    g = labelled_figures("x", values[:2], labels[:2], tau=0.5, solvable=None, s_per_trace=0.1)
+    assert g is not None and g.min_u is None and g.processbench is not None and math.isnan(g.processbench.f1)
+    assert labelled_figures("x", [[float("nan"), 0.0]], [0], tau=None, solvable=None, s_per_trace=0.1) is None
+
+
+def test_the_file_and_its_errors_name_the_row_and_key(tmp_path: Path) -> None:
+    p = _write(tmp_path / "t.jsonl", ROWS)
+    traces = load_labelled_traces(p)
+    assert [t.label for t in traces] == [1, -1] and traces[0].steps[1] == "2 + 12 = 15"
+    s = traces[0].sample
+    assert s.ground_truth == "14" and s.data_source == "math" and "\\boxed{}" in s.prompt[0]["content"]
+    assert s.uid == f"{p}:1" and len(load_labelled_traces(p, n=1)) == 1
+    # a verl-schema row with steps added keeps its own prompt and data source
+    verl = {"prompt": [{"role": "user", "content": "q"}], "data_source": "gsm8k",
+            "reward_model": {"ground_truth": "3"}, "steps": ["a", "b"], "label": 0}  # fmt: skip
+    (t,) = load_labelled_traces(_write(tmp_path / "v.jsonl", [verl]))
+    assert t.sample.data_source == "gsm8k" and t.sample.prompt[0]["content"] == "q"
+    bad = [
+        ({**ROWS[0], "answer": None}, "no gold answer: add 'answer'"),
+        ({**ROWS[0], "label": 3}, "'label' must be an integer from -1 (no wrong step) to 2"),
+        ({**ROWS[0], "label": True}, "'label' must be an integer"),
+        ({**ROWS[0], "steps": []}, "'steps' must be a non-empty list of strings"),
+        ({**ROWS[0], "steps": ["a", " "]}, "step 1 is empty"),
+        ({"steps": ["a"], "label": 0, "answer": "1"}, "needs 'problem' (a ProcessBench row) or 'prompt'"),
+    ]
+    for row, message in bad:
+        p = _write(tmp_path / "bad.jsonl", [ROWS[1], row])
+        with pytest.raises(DataError, match=None) as e:
+            load_labelled_traces(p)
+        assert str(e.value).startswith(f"{p}:2: ") and message in str(e.value)
+
+
+def test_each_step_is_one_episode_ending_where_the_step_does(tmp_path: Path) -> None:
+    from stepcredit.models import build_tokenizer
+    from stepcredit.trainer.probe import labelled_requests
+
+    tok = build_tokenizer()
+    traces = load_labelled_traces(_write(tmp_path / "t.jsonl", ROWS))
+    for sep in ("\n\n", "\n"):
+        for t, r in zip(traces, labelled_requests(tok, traces, sep=sep), strict=True):
+            assert len(r.prefix_lens) == len(t.steps) + 1 and r.complete and r.answer == t.sample.ground_truth
+            assert r.response_ids[-1] == tok.eos_token_id
+            for k, n in enumerate(r.prefix_lens):
+                # prefix k holds the first k steps, each followed by the separator (the last by nothing)
+                want = "".join(s + sep for s in t.steps[:k])
+                if k == len(t.steps):
+                    want = sep.join(t.steps)
+                assert tok.decode(r.response_ids[:n]) == want
+
+
+def test_labelled_traces_give_the_corruption_probes_figures_on_the_same_traces() -> None:
+    """The corruption probe's corrupted traces, written as labelled rows (its episodes as steps, its wrong
+    step as the label), give the same values and the same hit rate through the labelled path."""
+    from stepcredit.config import Config
+    from stepcredit.data.labelled_traces import LabelledTrace
+    from stepcredit.data.wrong_step import load_solutions
+    from stepcredit.models import build_tiny
+    from stepcredit.process import ValueContext, estimate
+    from stepcredit.trainer.probe import build_cases, labelled_requests, probe_labelled
+
+    cfg = Config()
+    model, tok = build_tiny(cfg.model.tiny, seed=0)
+    model.eval()
+    solutions = load_solutions("arith", cfg.data.arith, n=6, seed=0)
+    cases, used = build_cases(tok, solutions, cfg.process, deltas=(-1, 1), rng=random.Random(0))
+    assert len(cases) >= 4
+    traces = []
+    for case, i in zip(cases, used, strict=True):
+        r = case.corrupt
+        content = r.prefix_lens  # token counts of each prefix: the episodes are the spans between them
+        steps = [tok.decode(r.response_ids[a:b]) for a, b in itertools.pairwise(content)]
+        traces.append(LabelledTrace(solutions[i][0], tuple(steps), case.corrupt_step))
+    reqs = labelled_requests(tok, traces, sep="")
+    for case, r in zip(cases, reqs, strict=True):
+        assert r.prefix_lens == case.corrupt.prefix_lens and r.response_ids == case.corrupt.response_ids
+    import torch
+
+    with torch.no_grad():
+        twin = estimate(
+            ValueContext(model, tok, [c.corrupt for c in cases], cfg.process), "forced_answer_logprob"
+        )
+    report = probe_labelled(model, tok, traces, cfg.process, ["forced_answer_logprob"], score_fn=None, sep="")
+    want = labelled_figures(
+        "forced_answer_logprob", twin, [c.corrupt_step for c in cases], tau=None, solvable=None, s_per_trace=0
+    )
+    got = report.estimators["forced_answer_logprob"]
+    assert want is not None and got.error is not None and want.error is not None
+    assert got.error.argmin == pytest.approx(want.error.argmin) and got.error.n == len(cases)
+    assert got.drop == pytest.approx(want.drop) and report.n_error == len(cases)
+
+
+def test_probe_command_on_labelled_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from stepcredit.cli.main import main
+
+    p = _write(tmp_path / "t.jsonl", ROWS * 2)
+    png = tmp_path / "t.png"
+    argv = ["probe", "--model", "tiny", "--traces", str(p), "--threshold", "0.2", "--json", "--png", str(png)]
+    argv += ["--estimators", "forced_answer_logprob,monte_carlo", "--credits", "difference,blame"]
+    argv += ["trainer.threads=1", "process.mc_samples=2", "process.mc_max_new_tokens=6"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["n"] == 4 and summary["n_error"] == 2 and summary["traces"] == str(p)
+    for name, e in summary["estimators"].items():
+        assert e["n_error"] == 2 and e["n_correct"] == 2 and e["error"]["lower"] is None
+        assert e["processbench"]["tau"] == 0.2 and 0.0 <= e["min_u"]["auroc"] <= 1.0
+        # blame compares V with a certain success: only beside an estimator whose V is a probability
+        assert set(e["credits"]) == ({"difference", "blame"} if name == "monte_carlo" else {"difference"})
+    assert summary["solvable_by"] == "monte_carlo"
+    assert "ProcessBench's metric" in out and "recommendation:" in out and png.stat().st_size > 1000
+
+
+def test_probe_command_errors_on_labelled_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from stepcredit.cli.main import main
+
+    p = _write(tmp_path / "t.jsonl", [ROWS[0], {**ROWS[1], "answer": ""}])
+    assert main(["probe", "--model", "tiny", "--traces", str(p)]) == 2
+    assert f"{p}:2: no gold answer" in capsys.readouterr().err
+    assert main(["probe", "--model", "tiny", "--data", "arith", "--threshold", "0.1"]) == 2
+    assert "--threshold scores labelled traces: it needs --traces" in capsys.readouterr().err
+    good = _write(tmp_path / "g.jsonl", ROWS)
+    assert main(["probe", "--model", "tiny", "--traces", str(good), "--threshold", "-1"]) == 2
+    assert "--threshold -1.0: must be >= 0" in capsys.readouterr().err
+    assert main(["probe", "--model", "tiny", "--traces", str(good), "--preset", "tools"]) == 2
+    assert "--traces: labelled traces have no tool turns" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: one source of traces, not two
+        main(["probe", "--model", "tiny", "--traces", str(good), "--data", "arith"])
+    assert "not allowed with argument" in capsys.readouterr().err
