@@ -226,3 +226,27 @@ def test_probe_command_errors_on_labelled_traces(tmp_path: Path, capsys: pytest.
     with pytest.raises(SystemExit):  # argparse: one source of traces, not two
         main(["probe", "--model", "tiny", "--traces", str(good), "--data", "arith"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_example_writes_gsm8k_traces_labelled_at_the_changed_line(tmp_path: Path) -> None:
+    import importlib.util
+
+    from stepcredit.data.prepare import shared_data_dir
+
+    if not (shared_data_dir() / "gsm8k" / "test.jsonl").exists():
+        pytest.skip(f"{shared_data_dir()} has no GSM8K")  # CI runs beside ../shared, which has it
+    path = Path(__file__).parents[2] / "examples" / "labelled_traces.py"
+    spec = importlib.util.spec_from_file_location("labelled_traces_example", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.labelled_rows(20, seed=0)
+    again = mod.labelled_rows(20, seed=0)  # the same draw: deterministic
+    assert rows == again and sum(r["label"] >= 0 for r in rows) >= 8
+    p = _write(tmp_path / "g.jsonl", rows)
+    for r, t in zip(rows, load_labelled_traces(p), strict=True):
+        written = [x for x in r["extra_info"]["answer"].split("\n") if x.strip()]
+        if t.label < 0:
+            assert list(t.steps) == written  # left as written
+        else:  # the steps before the label as written, the labelled one changed
+            assert list(t.steps[: t.label]) == written[: t.label] and t.steps[t.label] != written[t.label]
