@@ -68,22 +68,30 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 def auroc(positive: Sequence[float], negative: Sequence[float]) -> tuple[float, Interval]:
     """The area under the ROC curve of a score that should be higher on ``positive`` than on
     ``negative``: P(score of a positive > score of a negative), a tie counting 1/2 (the Mann-Whitney U
-    statistic over n_pos * n_neg), with the 95 % interval of Hanley and McNeil (1982):
+    statistic over n_pos * n_neg), with DeLong's 95 % interval (DeLong, DeLong and Clarke-Pearson 1988),
+    which holds with ties (values from K Monte Carlo samples tie often):
 
-        Q1 = A / (2 - A), Q2 = 2 A^2 / (1 + A),
-        se^2 = (A (1 - A) + (n_p - 1)(Q1 - A^2) + (n_n - 1)(Q2 - A^2)) / (n_p n_n)
+        V10_i = mean_j psi(x_i, y_j),  V01_j = mean_i psi(x_i, y_j),  psi = 1 (x > y), 1/2 (x = y), 0
+        var(A) = s^2(V10) / n_pos + s^2(V01) / n_neg   (s^2: sample variances)
 
-    clipped to [0, 1]. 0.5 is chance. Either side empty: (nan, (nan, nan))."""
+    clipped to [0, 1]. 0.5 is chance. Either side empty: (nan, (nan, nan)); one of a side: the area
+    with a (nan, nan) interval (no variance to estimate)."""
     n_p, n_n = len(positive), len(negative)
+    nan = float("nan")
     if n_p == 0 or n_n == 0:
-        return float("nan"), Interval(float("nan"), float("nan"))
-    neg = sorted(negative)
-    wins = 0.0
-    for x in positive:  # below: negatives < x; equal: ties (bisect over the sorted negatives)
-        below, upto = bisect.bisect_left(neg, x), bisect.bisect_right(neg, x)
-        wins += below + 0.5 * (upto - below)
-    a = wins / (n_p * n_n)
-    q1, q2 = a / (2.0 - a), 2.0 * a * a / (1.0 + a)
-    var = (a * (1.0 - a) + (n_p - 1) * (q1 - a * a) + (n_n - 1) * (q2 - a * a)) / (n_p * n_n)
-    half = 1.96 * math.sqrt(max(var, 0.0))
+        return nan, Interval(nan, nan)
+    neg, pos = sorted(negative), sorted(positive)
+
+    def below(xs: list[float], v: float) -> float:  # how many of the sorted xs are below v, ties 1/2
+        lo, hi = bisect.bisect_left(xs, v), bisect.bisect_right(xs, v)
+        return lo + 0.5 * (hi - lo)
+
+    v10 = [below(neg, x) / n_n for x in positive]
+    v01 = [(n_p - below(pos, y)) / n_p for y in negative]  # positives above y, ties 1/2
+    a = sum(v10) / n_p
+    if n_p < 2 or n_n < 2:
+        return a, Interval(nan, nan)
+    s10 = sum((v - a) ** 2 for v in v10) / (n_p - 1)
+    s01 = sum((v - a) ** 2 for v in v01) / (n_n - 1)
+    half = 1.96 * math.sqrt(s10 / n_p + s01 / n_n)
     return a, Interval(max(0.0, a - half), min(1.0, a + half))

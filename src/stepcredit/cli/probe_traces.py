@@ -20,12 +20,15 @@ from stepcredit.process.probe import Locating
 from stepcredit.process.probe_labelled import LabelledReport, Separation
 
 
-def _sep(raw: str) -> str:
+def _sep(raw: str | None) -> str:
+    """``--step-sep`` with its backslash escapes read (``\\n``, ``\\t``, ``\\u2192``); other text kept."""
+    if raw is None:
+        return "\n\n"
     try:
-        sep = codecs.decode(raw, "unicode_escape")
+        # through latin-1 with the other characters as escapes: unicode_escape reads bytes as latin-1
+        return str(codecs.decode(raw.encode("latin-1", "backslashreplace"), "unicode_escape"))
     except UnicodeDecodeError as e:
         raise UserError(f"--step-sep {raw!r}: not a readable escape ({e.reason})") from None
-    return str(sep)
 
 
 def run_traces(
@@ -38,13 +41,13 @@ def run_traces(
     from stepcredit.trainer.setup import policy
 
     sep = _sep(args.step_sep)
-    traces = load_labelled_traces(args.traces, n=args.n)
+    traces, total = load_labelled_traces(args.traces, n=args.n)
+    print(f"{args.traces}: the first {len(traces)} of {total} traces (--n {args.n})")
     set_threads(cfg.trainer.threads)
     with policy(cfg) as (model, tok), build_rewarder(cfg.reward) as rewarder:
         report = probe_labelled(
             model, tok, traces, cfg.process, estimators, score_fn=rewarder.verifier_fn(), sep=sep,
-            tau=args.threshold, credit_forms=forms,
-            tree_rollout=cfg.rollout if args.grow_trees else None,
+            thresholds=args.thresholds, credit_forms=forms,
         )  # fmt: skip
     print(table(report))
     if args.png is not None:
@@ -91,8 +94,17 @@ def table(r: LabelledReport) -> str:
     lines.append(
         "AUC: how often a trace with a wrong step has the lower figure than one without (0.5: chance)"
     )
+    shown = [(n, e.same_length) for n, e in r.estimators.items() if e.same_length is not None]
+    if shown:
+        lines.append(
+            "where errors usually sit (chance 1/S assumes any step): the hit rate against the label of every other "
+            "erroneous trace with as many steps, beside the own labels' on the same traces:"
+        )
+        lines += [f"  {n:<22} own {b.hit:.3f}, swapped {b.swapped:.3f} on {b.n} traces" for n, b in shown]
     if any(e.processbench is not None for e in r.estimators.values()):
-        lines.append("ProcessBench's metric (first step with U < -tau is the predicted first wrong step):")
+        lines.append(
+            "ProcessBench's metric (first step with U < -tau is the predicted first wrong step; tau in V's units):"
+        )
         for name, e in r.estimators.items():
             b = e.processbench
             if b is not None:

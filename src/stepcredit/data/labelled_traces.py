@@ -80,9 +80,9 @@ def _steps_and_label(row: dict[str, Any], where: str) -> tuple[tuple[str, ...], 
     return tuple(steps), label
 
 
-def load_labelled_traces(path: str | Path, *, n: int | None = None) -> list[LabelledTrace]:
-    """The first ``n`` (all when None) labelled traces of a jsonl or parquet file; DataError naming the
-    file, row and key on a bad row."""
+def load_labelled_traces(path: str | Path, *, n: int | None = None) -> tuple[list[LabelledTrace], int]:
+    """The first ``n`` (all when None) labelled traces of a jsonl, json (an array or lines) or parquet
+    file, and how many rows the file has; DataError naming the file, row and key on a bad row."""
     p = Path(path)
     rows = read_rows(p)
     if not rows:
@@ -95,4 +95,4 @@ def load_labelled_traces(path: str | Path, *, n: int | None = None) -> list[Labe
             raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
         steps, label = _steps_and_label(row, where)
         out.append(LabelledTrace(_sample(row, where), steps, label))
-    return out
+    return out, len(rows)

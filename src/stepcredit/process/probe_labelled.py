@@ -8,6 +8,9 @@ valued V_0..V_S by an estimator; U_i = V_(i+1) - V_i is the credit of step i. Pe
 - on the traces with a wrong step, how often the most negative U falls on it (1/m for an m-way tie)
   against picking a step at random (1/S), with Wilson's interval and the same verdict as the
   corruption probe; on it or the next step; how often U drops (< 0) at it;
+- a baseline that keeps where errors usually sit, which 1/S does not (labels are rarely uniform over
+  the steps, and an estimator that always blames, say, the second step would look good): the same
+  argmin scored against the label of every other erroneous trace with as many steps;
 - between the traces with and without a wrong step, the area under the ROC curve of the lowest U and of
   the final V (a trace that goes wrong should have the lower of each): threshold-free;
 - with a threshold tau (``--threshold``), ProcessBench's own metric: a trace is predicted to go wrong at
@@ -25,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from stepcredit.errors import DataError
 from stepcredit.process.probe import (
     Locating,
     Recommendation,
@@ -42,6 +46,7 @@ __all__ = [
     "first_drop",
     "labelled_figures",
     "labelled_indicators",
+    "position_baseline",
     "recommend_labelled",
 ]
 
@@ -105,6 +110,39 @@ class ProcessBenchFigures:
 
 
 @dataclass(frozen=True)
+class PositionBaseline:
+    """The argmin's hit rate on the traces that have a peer (another erroneous trace with as many steps),
+    beside what it scores against the peers' labels instead of its own."""
+
+    n: int
+    """Traces with at least one peer."""
+    hit: float
+    """The hit rate on them against their own labels."""
+    swapped: float
+    """The mean hit rate against each peer's label: where the errors of traces this long usually sit."""
+
+
+def position_baseline(traces: Sequence[tuple[int, Sequence[int], int]]) -> PositionBaseline | None:
+    """:class:`PositionBaseline` of erroneous traces given as (step count, the steps that tie for the
+    lowest U, label); None when no two traces have as many steps."""
+    by_len: dict[int, list[tuple[Sequence[int], int]]] = {}
+    for n_steps, ties, label in traces:
+        by_len.setdefault(n_steps, []).append((ties, label))
+    hit, swapped = [], []
+    for group in by_len.values():
+        for i, (ties, label) in enumerate(group):
+            if len(group) < 2:
+                continue
+            score = 1.0 / len(ties)
+            hit.append(score if label in ties else 0.0)
+            others = [lab for j, (_, lab) in enumerate(group) if j != i]
+            swapped.append(sum(score for lab in others if lab in ties) / len(others))
+    if not hit:
+        return None
+    return PositionBaseline(len(hit), sum(hit) / len(hit), sum(swapped) / len(swapped))
+
+
+@dataclass(frozen=True)
 class LabelledFigures:
     """What the probe measured for one value estimator on labelled traces."""
 
@@ -122,6 +160,8 @@ class LabelledFigures:
     chance_next: float
     drop: float
     """Share where U at the wrong step is negative."""
+    same_length: PositionBaseline | None
+    """The hit rate against labels swapped among traces of equal length (None: no two such traces)."""
     min_u: Separation | None
     """The lowest U of a trace, as a score of its going wrong (None without both kinds of traces)."""
     final_v: Separation | None
@@ -192,6 +232,9 @@ def labelled_figures(
         argmin_next=share("argmin_next", err),
         chance_next=share("chance_next", err),
         drop=share("drop", err),
+        same_length=position_baseline(
+            [(len(values[i]) - 1, _ties_at_min(marginal_utilities(values[i])), labels[i]) for i in err]
+        ),
         min_u=_separation(rows, labels, "min_u"),
         final_v=_separation(rows, labels, "final_v"),
         processbench=bench,
@@ -207,6 +250,10 @@ def labelled_figures(
 
 def _credit_row(values: Sequence[float], label: int, form: str, clip: float) -> dict[str, float]:
     c = CREDIT_FORMS.get(form)(values, clip=clip, scale=1.0, zero_last=False)
+    if len(c) != len(values) - 1:
+        raise DataError(
+            f"credit form {form!r}: {len(values)} values gave {len(c)} credits, expected {len(values) - 1}"
+        )
     ties = _ties_at_min(c)
     return {"argmin": (1.0 / len(ties)) if label in ties else 0.0, "chance": 1.0 / len(c)}
 
@@ -233,7 +280,18 @@ class LabelledReport:
         """JSON-ready (intervals as ``{"low", "high"}``)."""
         out = _json_ready(asdict(self))
         out["recommendation"] = asdict(self.recommendation)
-        return out
+        return _no_nan(out)
+
+
+def _no_nan(x: Any) -> Any:
+    """NaN (an F1 or a share with no trace of its kind) as null: strict JSON has no NaN."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _no_nan(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_no_nan(v) for v in x]
+    return x
 
 
 def recommend_labelled(estimators: dict[str, LabelledFigures]) -> Recommendation:
