@@ -110,7 +110,36 @@ def test_the_position_baseline_swaps_labels_among_traces_of_equal_length() -> No
     assert b.hit == pytest.approx((1.0 + 0.0 + 0.5) / 3)
     # trace 0 against labels 2, 2: 0; trace 1 against 1, 2: 1/2; trace 2 against 1, 2: (0 + 1/2) / 2
     assert b.swapped == pytest.approx((0.0 + 0.5 + 0.25) / 3)
+    d = [1.0, -0.5, 0.25]  # own minus swapped, trace by trace
+    se = math.sqrt(sum((x - sum(d) / 3) ** 2 for x in d) / 2 / 3)
+    assert b.diff_ci.low == pytest.approx(sum(d) / 3 - 1.96 * se) and not b.beaten
     assert position_baseline([(3, [1], 1), (4, [1], 1)]) is None
+
+
+def _drop_at(k: int, n: int) -> list[float]:
+    return [1.0] * (k + 1) + [0.0] * (n - k)  # V falls at step k of n
+
+
+def test_an_estimator_that_points_at_a_position_is_not_recommended() -> None:
+    from stepcredit.process.probe_labelled import recommend_labelled
+
+    # every error at step 1 and every drop at step 1: 4x chance, but so is any trace's label
+    fixed = labelled_figures("x", [_drop_at(1, 4)] * 40, [1] * 40, tau=None, solvable=None, s_per_trace=0.1)
+    assert fixed is not None and fixed.error is not None and fixed.error.signal
+    assert fixed.same_length is not None and fixed.same_length.swapped == 1.0 and not fixed.same_length.beaten
+    rec = recommend_labelled({"x": fixed})
+    assert rec.estimator is None and "points at a position" in rec.reason
+    # errors spread over the steps and each drop on its own trace's error: beats the swapped labels
+    labels = [i % 4 for i in range(40)]
+    moving = labelled_figures(
+        "y", [_drop_at(k, 4) for k in labels], labels, tau=None, solvable=None, s_per_trace=0.1
+    )
+    assert moving is not None and moving.same_length is not None and moving.same_length.beaten
+    assert moving.same_length.hit == 1.0 and moving.same_length.swapped == pytest.approx(
+        9 / 39
+    )  # 9 of 39 peers share the label
+    rec = recommend_labelled({"x": fixed, "y": moving})
+    assert rec.estimator == "y" and "more often than where errors usually sit" in rec.reason
 
 
 def test_figures_and_processbenchs_f1_by_hand() -> None:

@@ -120,6 +120,14 @@ class PositionBaseline:
     """The hit rate on them against their own labels."""
     swapped: float
     """The mean hit rate against each peer's label: where the errors of traces this long usually sit."""
+    diff_ci: Interval
+    """95 % interval of ``hit - swapped``, trace by trace (normal approximation: mean +- 1.96 se)."""
+
+    @property
+    def beaten(self) -> bool:
+        """The estimator finds the labelled step more often than where errors usually sit (the whole
+        interval of the difference above 0)."""
+        return self.diff_ci.low > 0
 
 
 def position_baseline(traces: Sequence[tuple[int, Sequence[int], int]]) -> PositionBaseline | None:
@@ -139,7 +147,12 @@ def position_baseline(traces: Sequence[tuple[int, Sequence[int], int]]) -> Posit
             swapped.append(sum(score for lab in others if lab in ties) / len(others))
     if not hit:
         return None
-    return PositionBaseline(len(hit), sum(hit) / len(hit), sum(swapped) / len(swapped))
+    n = len(hit)
+    d = [a - b for a, b in zip(hit, swapped, strict=True)]
+    mean = sum(d) / n
+    nan = float("nan")
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n) if n > 1 else nan
+    return PositionBaseline(n, sum(hit) / n, sum(swapped) / n, Interval(mean - 1.96 * se, mean + 1.96 * se))
 
 
 @dataclass(frozen=True)
@@ -296,8 +309,9 @@ def _no_nan(x: Any) -> Any:
 
 def recommend_labelled(estimators: dict[str, LabelledFigures]) -> Recommendation:
     """As :func:`~stepcredit.process.probe.recommend`, on the traces with a wrong step: among the
-    estimators whose hit-rate interval lies wholly above chance, the highest lower bound of the ratio to
-    chance (the cheaper on a tie); none when none has a signal."""
+    estimators whose hit-rate interval lies wholly above chance and that find the labelled step more often
+    than where errors usually sit (:class:`PositionBaseline`, when some traces have a peer of as many
+    steps), the highest lower bound of the ratio to chance (the cheaper on a tie); none when none does."""
     scored = {n: e for n, e in estimators.items() if e.error is not None}
     if not scored:
         return Recommendation(None, "no trace with a wrong step was scored: nothing to locate")
@@ -313,11 +327,32 @@ def recommend_labelled(estimators: dict[str, LabelledFigures]) -> Recommendation
             f"(the best, {best.name}, {m.argmin_vs_chance:.2f}x [{m.vs_chance_ci.low:.2f}, "
             f"{m.vs_chance_ci.high:.2f}] on {m.n} traces); {why}",
         )
-    best = max(signal, key=lambda e: (e.error.vs_chance_ci.low if e.error else 0.0, -e.s_per_trace))
+    located = [e for e in signal if e.same_length is None or e.same_length.beaten]
+    if not located:
+        e = max(signal, key=lambda e: e.error.vs_chance_ci.low if e.error else 0.0)
+        b, m = e.same_length, e.error
+        assert b is not None and m is not None
+        return Recommendation(
+            None,
+            f"none: {e.name} puts its most negative U on the labelled step {m.argmin_vs_chance:.2f}x as often as "
+            f"chance, but no more often than where the errors of traces as long usually sit (on {b.n} traces: "
+            f"{b.hit:.3f} of their own labels, {b.swapped:.3f} of other traces' labels, difference "
+            f"{b.hit - b.swapped:+.3f} [{b.diff_ci.low:+.3f}, {b.diff_ci.high:+.3f}]): it points at a position, "
+            "not at this trace's error",
+        )
+    best = max(located, key=lambda e: (e.error.vs_chance_ci.low if e.error else 0.0, -e.s_per_trace))
     m = best.error
     assert m is not None
-    return Recommendation(
-        best.name,
+    reason = (
         f"its most negative U falls on the labelled wrong step {m.argmin_vs_chance:.2f}x as often as chance "
-        f"(95 % interval {m.vs_chance_ci.low:.2f}-{m.vs_chance_ci.high:.2f}x, wholly above 1) on {m.n} traces",
+        f"(95 % interval {m.vs_chance_ci.low:.2f}-{m.vs_chance_ci.high:.2f}x, wholly above 1) on {m.n} traces"
     )
+    b = best.same_length
+    if b is not None:
+        reason += (
+            f", and more often than where errors usually sit ({b.hit:.3f} of the own labels against "
+            f"{b.swapped:.3f} of other traces' labels of as many steps, on {b.n})"
+        )
+    else:
+        reason += "; no two erroneous traces have as many steps, so position was not ruled out"
+    return Recommendation(best.name, reason)
