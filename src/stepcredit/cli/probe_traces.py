@@ -15,6 +15,7 @@ import codecs
 import json
 from typing import Any
 
+from stepcredit.cli.probe import position_line
 from stepcredit.errors import UserError
 from stepcredit.process.probe import Locating
 from stepcredit.process.probe_labelled import LabelledReport, Separation
@@ -100,12 +101,7 @@ def table(r: LabelledReport) -> str:
             "where errors usually sit (chance 1/S assumes any step): the hit rate against the label of every other "
             "erroneous trace with as many steps, beside the own labels' on the same traces:"
         )
-        lines += [
-            f"  {n:<22} own {b.hit:.3f}, swapped {b.swapped:.3f} on {b.n} traces: difference "
-            f"{b.hit - b.swapped:+.3f} [95% {b.diff_ci.low:+.3f}, {b.diff_ci.high:+.3f}]"
-            f" -> {'beats position' if b.beaten else 'no better than position'}"
-            for n, b in shown
-        ]
+        lines += [f"  {n:<22} {position_line(b)}" for n, b in shown]
     if any(e.processbench is not None for e in r.estimators.values()):
         lines.append(
             "ProcessBench's metric (first step with U < -tau is the predicted first wrong step; tau in V's units):"

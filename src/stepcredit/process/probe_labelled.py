@@ -8,9 +8,9 @@ valued V_0..V_S by an estimator; U_i = V_(i+1) - V_i is the credit of step i. Pe
 - on the traces with a wrong step, how often the most negative U falls on it (1/m for an m-way tie)
   against picking a step at random (1/S), with Wilson's interval and the same verdict as the
   corruption probe; on it or the next step; how often U drops (< 0) at it;
-- a baseline that keeps where errors usually sit, which 1/S does not (labels are rarely uniform over
-  the steps, and an estimator that always blames, say, the second step would look good): the same
-  argmin scored against the label of every other erroneous trace with as many steps;
+- a baseline that keeps where errors usually sit, which 1/S does not (:class:`~stepcredit.process.probe.
+  PositionBaseline`): the same argmin scored against the label of every other erroneous trace with as
+  many steps;
 - between the traces with and without a wrong step, the area under the ROC curve of the lowest U and of
   the final V (a trace that goes wrong should have the lower of each): threshold-free;
 - with a threshold tau (``--threshold``), ProcessBench's own metric: a trace is predicted to go wrong at
@@ -31,10 +31,12 @@ from typing import Any
 from stepcredit.errors import DataError
 from stepcredit.process.probe import (
     Locating,
+    PositionBaseline,
     Recommendation,
     _json_ready,
     _ties_at_min,
     locating,
+    position_baseline,
     solvable_figures,
 )
 from stepcredit.process.utility import CREDIT_FORMS, marginal_utilities
@@ -46,7 +48,6 @@ __all__ = [
     "first_drop",
     "labelled_figures",
     "labelled_indicators",
-    "position_baseline",
     "recommend_labelled",
 ]
 
@@ -107,52 +108,6 @@ class ProcessBenchFigures:
     """Share of the traces without one predicted to have none."""
     f1: float
     """The harmonic mean of the two (0 when either is 0)."""
-
-
-@dataclass(frozen=True)
-class PositionBaseline:
-    """The argmin's hit rate on the traces that have a peer (another erroneous trace with as many steps),
-    beside what it scores against the peers' labels instead of its own."""
-
-    n: int
-    """Traces with at least one peer."""
-    hit: float
-    """The hit rate on them against their own labels."""
-    swapped: float
-    """The mean hit rate against each peer's label: where the errors of traces this long usually sit."""
-    diff_ci: Interval
-    """95 % interval of ``hit - swapped``, trace by trace (normal approximation: mean +- 1.96 se)."""
-
-    @property
-    def beaten(self) -> bool:
-        """The estimator finds the labelled step more often than where errors usually sit (the whole
-        interval of the difference above 0)."""
-        return self.diff_ci.low > 0
-
-
-def position_baseline(traces: Sequence[tuple[int, Sequence[int], int]]) -> PositionBaseline | None:
-    """:class:`PositionBaseline` of erroneous traces given as (step count, the steps that tie for the
-    lowest U, label); None when no two traces have as many steps."""
-    by_len: dict[int, list[tuple[Sequence[int], int]]] = {}
-    for n_steps, ties, label in traces:
-        by_len.setdefault(n_steps, []).append((ties, label))
-    hit, swapped = [], []
-    for group in by_len.values():
-        for i, (ties, label) in enumerate(group):
-            if len(group) < 2:
-                continue
-            score = 1.0 / len(ties)
-            hit.append(score if label in ties else 0.0)
-            others = [lab for j, (_, lab) in enumerate(group) if j != i]
-            swapped.append(sum(score for lab in others if lab in ties) / len(others))
-    if not hit:
-        return None
-    n = len(hit)
-    d = [a - b for a, b in zip(hit, swapped, strict=True)]
-    mean = sum(d) / n
-    nan = float("nan")
-    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n) if n > 1 else nan
-    return PositionBaseline(n, sum(hit) / n, sum(swapped) / n, Interval(mean - 1.96 * se, mean + 1.96 * se))
 
 
 @dataclass(frozen=True)

@@ -34,15 +34,17 @@ from stepcredit.process.probe import (
     ProbeCase,
     ProbeReport,
     RankCorrelation,
+    _ties_at_min,
     case_indicators,
     credit_indicators,
     episode_at,
     locating,
+    position_baseline,
     solvable_figures,
 )
 from stepcredit.process.probe_labelled import LabelledReport, labelled_figures
 from stepcredit.process.segment import token_char_spans, trace_observed
-from stepcredit.process.utility import CREDIT_FORMS
+from stepcredit.process.utility import CREDIT_FORMS, marginal_utilities
 from stepcredit.process.values import ToolContext, evaluating
 from stepcredit.rollout.tool_render import render_tool_prompts
 from stepcredit.stats import spearman
@@ -180,6 +182,16 @@ def _estimator_figures(
         s_per_trace=s_per_trace,
         unscored=len(cases) - len(ok),
         credits=credits,
+        same_length=position_baseline(
+            [
+                (
+                    len(values[2 * i + 1]) - 1,
+                    _ties_at_min(marginal_utilities(values[2 * i + 1])),
+                    cases[i].corrupt_step,
+                )
+                for i in ok
+            ]
+        ),
     )
 
 
