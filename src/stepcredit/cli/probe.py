@@ -32,7 +32,7 @@ from pathlib import Path
 
 from stepcredit.data.prepare import data_names
 from stepcredit.errors import UserError
-from stepcredit.process.probe import EstimatorFigures, Locating, PositionBaseline, ProbeReport
+from stepcredit.process.probe import EstimatorFigures, Locating, ProbeReport
 
 DEFAULT_ESTIMATORS = "forced_answer_logprob,monte_carlo,greedy_continuation"
 
@@ -177,7 +177,7 @@ def _table(r: ProbeReport) -> str:
             "where wrong steps usually sit (chance 1/S assumes any step): the hit rate against the wrong step of "
             "every other trace with as many episodes, beside the own on the same traces:"
         )
-        lines += [f"  {n:<22} {position_line(b)}" for n, b in shown]
+        lines += [f"  {n:<22} {b.describe()}" for n, b in shown]
     lines += _credit_table(r.estimators)
     if r.rank_correlation is not None:
         rc = r.rank_correlation
@@ -188,15 +188,6 @@ def _table(r: ProbeReport) -> str:
     use = f"process.value_estimator={rec.estimator}" if rec.estimator else "no process rewards"
     lines.append(f"recommendation: {use}: {rec.reason}")
     return "\n".join(lines)
-
-
-def position_line(b: PositionBaseline) -> str:
-    """One estimator's :class:`PositionBaseline` as the tables print it."""
-    return (
-        f"own {b.hit:.3f}, swapped {b.swapped:.3f} on {b.n} traces: difference {b.hit - b.swapped:+.3f} "
-        f"[95% {b.diff_ci.low:+.3f}, {b.diff_ci.high:+.3f}] -> "
-        + ("beats position" if b.beaten else "no better than position")
-    )
 
 
 def _png(report: ProbeReport, path: Path, title: str) -> None:

@@ -15,7 +15,6 @@ import codecs
 import json
 from typing import Any
 
-from stepcredit.cli.probe import position_line
 from stepcredit.errors import UserError
 from stepcredit.process.probe import Locating
 from stepcredit.process.probe_labelled import LabelledReport, Separation
@@ -101,7 +100,7 @@ def table(r: LabelledReport) -> str:
             "where errors usually sit (chance 1/S assumes any step): the hit rate against the label of every other "
             "erroneous trace with as many steps, beside the own labels' on the same traces:"
         )
-        lines += [f"  {n:<22} {position_line(b)}" for n, b in shown]
+        lines += [f"  {n:<22} {b.describe()}" for n, b in shown]
     if any(e.processbench is not None for e in r.estimators.values()):
         lines.append(
             "ProcessBench's metric (first step with U < -tau is the predicted first wrong step; tau in V's units):"

@@ -130,6 +130,14 @@ class PositionBaseline:
     diff_ci: Interval
     """95 % interval of ``hit - swapped``, trace by trace (normal approximation: mean +- 1.96 se)."""
 
+    def describe(self) -> str:
+        """One line, as the probe's tables print it."""
+        verdict = "beats position" if self.beaten else "no better than position"
+        return (
+            f"own {self.hit:.3f}, swapped {self.swapped:.3f} on {self.n} traces: difference "
+            f"{self.hit - self.swapped:+.3f} [95% {self.diff_ci.low:+.3f}, {self.diff_ci.high:+.3f}] -> {verdict}"
+        )
+
     @property
     def beaten(self) -> bool:
         """The estimator finds the labelled step more often than where errors usually sit (the whole
