@@ -416,6 +416,12 @@ def recommend(estimators: dict[str, EstimatorFigures]) -> Recommendation:
         f"its most negative U falls on the wrong step {m.argmin_vs_chance:.2f}x as often as chance "
         f"(95 % interval {m.vs_chance_ci.low:.2f}-{m.vs_chance_ci.high:.2f}x, wholly above 1) on {m.n} traces"
     )
+    if best.same_length is not None:
+        b = best.same_length
+        reason += (
+            f", and more often than other traces' wrong steps of as many episodes ({b.hit:.3f} against "
+            f"{b.swapped:.3f} on {b.n})"
+        )
     others = [e.name for e in signal if e is not best]
     if others:
         reason += f"; the highest lower bound of the estimators with a signal (also: {', '.join(others)})"
