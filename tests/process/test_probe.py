@@ -240,6 +240,8 @@ def test_probe_command_on_a_tiny_model(tmp_path: Path, capsys: pytest.CaptureFix
     assert summary["n"] == 3 and summary["not_correct"] == 0
     assert "x chance" in out and png.stat().st_size > 1000
     assert "verdict" in out and "[95%" in out
+    # three arith traces of as many episodes: the position baseline is reported beside chance
+    assert all("same_length" in m for m in summary["estimators"].values())
 
 
 def test_probe_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -294,3 +296,19 @@ def test_the_probe_ends_with_one_recommendation_consistent_with_its_verdicts() -
     # 3 of 10: too few traces to tell: none yet, and the advice to probe more
     few = recommend({"monte_carlo": _figures_of("monte_carlo", 3, 10)})
     assert few.estimator is None and few.reason.startswith("none yet") and "--n" in few.reason
+
+
+def test_a_signal_that_the_wrong_steps_position_explains_is_not_recommended() -> None:
+    from dataclasses import replace
+
+    from stepcredit.process.probe import PositionBaseline, recommend
+    from stepcredit.stats import Interval
+
+    strong = _figures_of("monte_carlo", 24, 40)
+    # against the wrong steps of other traces as long it hits as often as against its own
+    same = PositionBaseline(40, 0.6, 0.58, Interval(-0.05, 0.09))
+    rec = recommend({"monte_carlo": replace(strong, same_length=same)})
+    assert rec.estimator is None and "points at a position" in rec.reason and "0.580" in rec.reason
+    beats = PositionBaseline(40, 0.6, 0.3, Interval(0.15, 0.45))
+    rec = recommend({"monte_carlo": replace(strong, same_length=beats)})
+    assert rec.estimator == "monte_carlo" and "(0.600 against 0.300 on 40)" in rec.reason

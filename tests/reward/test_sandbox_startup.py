@@ -85,3 +85,28 @@ def test_the_runner_hides_itself_and_not_the_programs_own_process() -> None:
     )
     outs = Sandbox(SandboxConfig()).check(program, [Case("stdio", stdin="hi\n", expected="hi hidden")])
     assert outs[0].status == PASSED, outs[0]
+
+
+def test_the_jail_passes_the_limits_in_the_order_the_runner_reads_them() -> None:
+    # runner.py runs alone in the jail (it imports nothing of ours), so it names the limits itself; the
+    # two lists must agree, or a limit silently lands in another's place.
+    import ast
+
+    from stepcredit.sandbox import runner
+
+    tree = ast.parse(Path(runner.__file__).read_text())
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+    names = next(
+        tuple(ast.literal_eval(n.value))
+        for n in ast.walk(main)
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "names" for t in n.targets)
+    )
+    tail = [
+        n.targets[0].slice.value
+        for n in ast.walk(main)
+        if isinstance(n, ast.Assign)
+        and isinstance(n.targets[0], ast.Subscript)
+        and isinstance(n.targets[0].value, ast.Name)
+        and n.targets[0].value.id == "limits"
+    ]
+    assert (*names, *tail) == jail.RUNNER_LIMITS

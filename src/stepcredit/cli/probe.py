@@ -43,8 +43,17 @@ def configure(p: argparse.ArgumentParser) -> None:
         required=True,
         help="a model directory, a run directory, 'tiny', or a packaged model (smollm2)",
     )
-    p.add_argument(
-        "--data", required=True, help=f"{', '.join(data_names())} or a jsonl/parquet file of verl-schema rows"
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--data",
+        help=f"{', '.join(data_names())} or a jsonl/parquet file of verl-schema rows (a wrong step is put in)",
+    )
+    src.add_argument(
+        "--traces",
+        type=Path,
+        metavar="FILE",
+        help="a jsonl/parquet file of labelled traces (ProcessBench rows: problem, steps, label, plus the gold "
+        "answer): find the labelled first wrong step instead of one put in",
     )
     p.add_argument(
         "--estimators",
@@ -56,13 +65,32 @@ def configure(p: argparse.ArgumentParser) -> None:
         default="",
         help="comma-separated credit forms to score beside each estimator (default: every registered one)",
     )
-    p.add_argument("--n", type=int, default=60, help="solutions to probe (default 60)")
-    p.add_argument("--seed", type=int, default=0, help="which wrong steps are drawn (and arith problems)")
     p.add_argument(
-        "--deltas", default="-2,-1,1,2", help="the changes a wrong result is drawn from (default -2,-1,1,2)"
+        "--n", type=int, default=60, help="solutions to probe (default 60; with --traces: the first N)"
+    )
+    p.add_argument(
+        "--step-sep",
+        help="with --traces: what joins the steps into a response (escapes read; default \\n\\n)",
+    )
+    p.add_argument(
+        "--threshold",
+        metavar="TAU|NAME=TAU,...",
+        help="with --traces: also ProcessBench's F1, a trace predicted wrong at its first step with U < -TAU; "
+        "TAU is in each estimator's units (nats for forced_answer_logprob, a chance for monte_carlo): one "
+        "for all, or per estimator as name=tau,...",
+    )
+    p.add_argument(
+        "--seed", type=int, help="with --data: which wrong steps are drawn (and arith problems; default 0)"
+    )
+    p.add_argument(
+        "--deltas", help="with --data: the changes a wrong result is drawn from (default -2,-1,1,2)"
     )
     p.add_argument("--gguf-file", default="", help="a GGUF file inside the model directory")
-    p.add_argument("--data-dir", type=Path, help="the raw GSM8K/MATH-500 directory (default: ../shared/data)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        help="with --data: the raw GSM8K/MATH-500 directory (default: ../shared/data)",
+    )
     p.add_argument("--png", type=Path, metavar="FILE", help="write a bar chart of the figures")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     p.add_argument(
@@ -143,6 +171,13 @@ def _table(r: ProbeReport) -> str:
                 lines.append(
                     f"  {name:<22} U lower {sv.lower:.3f}, V {sv.v_before or 0.0:.3f} -> {sv.v_after or 0.0:.3f}, {_figures(sv)}"
                 )
+    shown = [(n, e.same_length) for n, e in r.estimators.items() if e.same_length is not None]
+    if shown:
+        lines.append(
+            "where wrong steps usually sit (chance 1/S assumes any step): the hit rate against the wrong step of "
+            "every other trace with as many episodes, beside the own on the same traces:"
+        )
+        lines += [f"  {n:<22} {b.describe()}" for n, b in shown]
     lines += _credit_table(r.estimators)
     if r.rank_correlation is not None:
         rc = r.rank_correlation
@@ -214,21 +249,59 @@ def _parse(args: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
 
     if args.n < 1:
         raise UserError(f"--n {args.n}: must be >= 1")
+    # each mode's own flags: one given to the other mode would be ignored, so it is refused
+    own = {"--data": ("--seed", "--deltas", "--data-dir"), "--traces": ("--step-sep", "--threshold")}
+    mode = "--traces" if args.traces is not None else "--data"
+    for other, flags in own.items():
+        for flag in flags if other != mode else ():
+            if getattr(args, flag[2:].replace("-", "_")) is not None:
+                raise UserError(f"{flag} is a flag of {other}, and this probe reads {mode}: drop it")
+    if args.traces is not None and args.grow_trees:
+        raise UserError(
+            "--grow-trees branches a tree at the config's episode ends, not at the labelled steps: drop it "
+            "with --traces (Monte Carlo and greedy continuations value every labelled step)"
+        )
+    raw = args.deltas if args.deltas is not None else "-2,-1,1,2"
     try:
-        deltas = [int(d) for d in args.deltas.split(",") if d.strip()]
+        deltas = [int(d) for d in raw.split(",") if d.strip()]
     except ValueError:
         deltas = []
     if not deltas or 0 in deltas:
-        raise UserError(f"--deltas {args.deltas}: expected comma-separated non-zero integers")
+        raise UserError(f"--deltas {raw}: expected comma-separated non-zero integers")
     estimators = [e.strip() for e in args.estimators.split(",") if e.strip()]
     for e in estimators:
         if e not in VALUE_ESTIMATORS:
             raise UserError(f"--estimators: unknown {e!r} (valid: {', '.join(VALUE_ESTIMATORS.names())})")
+    args.thresholds = _thresholds(args.threshold, estimators)
     forms = [c.strip() for c in args.credits.split(",") if c.strip()] or CREDIT_FORMS.names()
     for c in forms:
         if c not in CREDIT_FORMS:
             raise UserError(f"--credits: unknown {c!r} (valid: {', '.join(CREDIT_FORMS.names())})")
     return estimators, forms, deltas
+
+
+def _thresholds(raw: str | None, estimators: list[str]) -> dict[str, float] | None:
+    """``--threshold``: one tau for every estimator, or ``name=tau,...`` (each >= 0; a name probed)."""
+    if raw is None:
+        return None
+    out: dict[str, float] = {}
+    try:
+        if "=" not in raw:
+            out = dict.fromkeys(estimators, float(raw))
+        else:
+            for part in (p for p in raw.split(",") if p.strip()):
+                name, _, value = part.partition("=")
+                out[name.strip()] = float(value)
+    except ValueError:
+        raise UserError(f"--threshold {raw}: expected TAU or name=TAU,... with numbers") from None
+    for name, tau in out.items():
+        if name not in estimators:
+            raise UserError(
+                f"--threshold {raw}: {name!r} is not one of --estimators ({', '.join(estimators)})"
+            )
+        if not tau >= 0:
+            raise UserError(f"--threshold {raw}: {tau} must be >= 0 (a trace goes wrong where U < -TAU)")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -251,6 +324,15 @@ def run(args: argparse.Namespace) -> int:
     # rollout.mode=tools: continuations run the calls as in training (the mode's own start-up check
     # imports rollout.tools.modules and checks the names and the parser)
     with_tools = ROLLOUT_MODES.get(cfg.rollout.mode).uses_tools
+    if args.traces is not None:
+        if with_tools:
+            raise UserError(
+                f"--traces: labelled traces have no tool turns, and rollout.mode={cfg.rollout.mode} calls tools "
+                "(probe them with a config without tools)"
+            )
+        from stepcredit.cli.probe_traces import run_traces
+
+        return run_traces(args, cfg, model_ref, estimators, forms)
     check = ROLLOUT_MODES.get(cfg.rollout.mode).check
     if with_tools and check is not None:
         check(cfg)
@@ -259,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
             f"--grow-trees grows trees without tools, and rollout.mode={cfg.rollout.mode} calls tools "
             "(drop --grow-trees: continuations at every episode end run the tools)"
         )
-    solutions = load_solutions(args.data, cfg.data.arith, n=args.n, seed=args.seed, src=args.data_dir)
+    solutions = load_solutions(args.data, cfg.data.arith, n=args.n, seed=args.seed or 0, src=args.data_dir)
     set_threads(cfg.trainer.threads)  # at most the usable CPUs; STEPCREDIT_THREADS overrides
     if with_tools:
         tc = cfg.rollout.tools
@@ -269,7 +351,7 @@ def run(args: argparse.Namespace) -> int:
     with policy(cfg) as (model, tok), build_rewarder(cfg.reward) as rewarder:
         report = probe(
             model, tok, solutions, cfg.process, estimators, score_fn=rewarder.verifier_fn(),
-            deltas=deltas, seed=args.seed, credit_forms=forms,
+            deltas=deltas, seed=args.seed or 0, credit_forms=forms,
             tree_rollout=cfg.rollout if args.grow_trees else None,
             # the calls run in the reward agent, as the trainer's continuations do
             tools=tool_context(cfg, rewarder),

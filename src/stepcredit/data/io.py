@@ -95,6 +95,21 @@ def _read_jsonl(p: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _read_json(p: Path) -> list[dict[str, Any]]:
+    """A ``.json`` file: one JSON array of rows (as some datasets ship), else JSON lines."""
+    with p.open() as f:
+        head = f.read(4096).lstrip()
+    if not head.startswith("["):
+        return _read_jsonl(p)
+    try:
+        rows = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise DataError(f"{p}: invalid JSON array (line {e.lineno}: {e.msg})") from None
+    if not isinstance(rows, list):
+        raise DataError(f"{p}: expected a JSON array of rows")
+    return rows
+
+
 def _write_parquet(rows: list[dict[str, Any]], tmp: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -108,7 +123,7 @@ def _write_jsonl(rows: list[dict[str, Any]], tmp: Path) -> None:
             f.write(json.dumps(r) + "\n")
 
 
-_READERS = {".parquet": _read_parquet, ".jsonl": _read_jsonl, ".json": _read_jsonl}
+_READERS = {".parquet": _read_parquet, ".jsonl": _read_jsonl, ".json": _read_json}
 """File suffix -> reader of its rows."""
 _WRITERS = {".parquet": _write_parquet}
 """File suffix -> writer; any other suffix is written as jsonl."""
@@ -123,7 +138,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         raise DataError(f"{p}: no such file")
     read = _READERS.get(p.suffix)
     if read is None:
-        raise DataError(f"{p}: unsupported file type {p.suffix!r} (expected .parquet or .jsonl)")
+        raise DataError(f"{p}: unsupported file type {p.suffix!r} (expected .parquet, .jsonl or .json)")
     return read(p)
 
 

@@ -10,6 +10,7 @@ the traces is :mod:`stepcredit.trainer.probe` and ``stepcredit probe`` is its co
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -110,6 +111,65 @@ def credit_indicators(
     }
 
 
+@dataclass(frozen=True)
+class PositionBaseline:
+    """The argmin's hit rate on the traces that have a peer (another erroneous trace with as many steps),
+    beside what it scores against the peers' wrong steps instead of its own.
+
+    Chance (1/S) assumes the wrong step could be any step. It rarely is: the injector prefers an
+    equation that is not the last, ProcessBench's labels cluster early. An estimator that always
+    blames, say, the second step then beats 1/S without looking at the trace; against the wrong steps
+    of other traces of the same length it does not."""
+
+    n: int
+    """Traces with at least one peer."""
+    hit: float
+    """The hit rate on them against their own labels."""
+    swapped: float
+    """The mean hit rate against each peer's label: where the errors of traces this long usually sit."""
+    diff_ci: Interval
+    """95 % interval of ``hit - swapped``, trace by trace (normal approximation: mean +- 1.96 se)."""
+
+    def describe(self) -> str:
+        """One line, as the probe's tables print it."""
+        verdict = "beats position" if self.beaten else "no better than position"
+        return (
+            f"own {self.hit:.3f}, swapped {self.swapped:.3f} on {self.n} traces: difference "
+            f"{self.hit - self.swapped:+.3f} [95% {self.diff_ci.low:+.3f}, {self.diff_ci.high:+.3f}] -> {verdict}"
+        )
+
+    @property
+    def beaten(self) -> bool:
+        """The estimator finds the labelled step more often than where errors usually sit (the whole
+        interval of the difference above 0)."""
+        return self.diff_ci.low > 0
+
+
+def position_baseline(traces: Sequence[tuple[int, Sequence[int], int]]) -> PositionBaseline | None:
+    """:class:`PositionBaseline` of erroneous traces given as (step count, the steps that tie for the
+    lowest U, label); None when no two traces have as many steps."""
+    by_len: dict[int, list[tuple[Sequence[int], int]]] = {}
+    for n_steps, ties, label in traces:
+        by_len.setdefault(n_steps, []).append((ties, label))
+    hit, swapped = [], []
+    for group in by_len.values():
+        for i, (ties, label) in enumerate(group):
+            if len(group) < 2:
+                continue
+            score = 1.0 / len(ties)
+            hit.append(score if label in ties else 0.0)
+            others = [lab for j, (_, lab) in enumerate(group) if j != i]
+            swapped.append(sum(score for lab in others if lab in ties) / len(others))
+    if not hit:
+        return None
+    n = len(hit)
+    d = [a - b for a, b in zip(hit, swapped, strict=True)]
+    mean = sum(d) / n
+    nan = float("nan")
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n) if n > 1 else nan
+    return PositionBaseline(n, sum(hit) / n, sum(swapped) / n, Interval(mean - 1.96 * se, mean + 1.96 * se))
+
+
 Verdict = Literal["signal", "no signal", "too few traces"]
 """What a probe's figures say about one estimator (see :func:`verdict`)."""
 
@@ -133,8 +193,9 @@ class Locating:
 
     n: int
     """Traces these figures are over."""
-    lower: float
-    """Share where the credit at the wrong step is lower than at the same step of the clean trace."""
+    lower: float | None
+    """Share where the credit at the wrong step is lower than at the same step of the clean trace (None
+    on labelled traces, :mod:`stepcredit.process.probe_labelled`: no clean twin)."""
     argmin: float
     """Share where the most negative credit is on the wrong step (the hit rate; 1/m for an m-way tie)."""
     chance: float
@@ -172,7 +233,7 @@ def locating(rows: Sequence[dict[str, float]]) -> Locating:
     chance = mean["chance"]
     return Locating(
         n=n,
-        lower=mean["lower"],
+        lower=mean.get("lower"),
         argmin=mean["argmin"],
         chance=chance,
         argmin_vs_chance=mean["argmin"] / chance,
@@ -218,6 +279,9 @@ class EstimatorFigures:
     """Traces left out because the verifier could not score them (NaN values)."""
     credits: dict[str, CreditFigures]
     """Per credit form, its step credits' locating figures."""
+    same_length: PositionBaseline | None = None
+    """The hit rate against the wrong steps of other corrupted traces of as many episodes (None: no two
+    such traces)."""
 
 
 @dataclass(frozen=True)
@@ -332,12 +396,32 @@ def recommend(estimators: dict[str, EstimatorFigures]) -> Recommendation:
             f"none: no estimator puts its most negative U on the wrong step more often than chance ({figures}); "
             "process rewards from these values would add noise: train on outcome rewards",
         )
+    located = [e for e in signal if e.same_length is None or e.same_length.beaten]
+    if not located:
+        e = max(signal, key=lambda e: e.all.vs_chance_ci.low)
+        b = e.same_length
+        assert b is not None
+        return Recommendation(
+            None,
+            f"none: {e.name} puts its most negative U on the wrong step {e.all.argmin_vs_chance:.2f}x as often as "
+            f"chance, but no more often than on where the wrong steps of traces as long usually sit (on {b.n} "
+            f"traces: {b.hit:.3f} of their own, {b.swapped:.3f} of other traces', difference "
+            f"{b.hit - b.swapped:+.3f} [{b.diff_ci.low:+.3f}, {b.diff_ci.high:+.3f}]): it points at a position, "
+            "not at the trace's error",
+        )
+    signal = located
     best = max(signal, key=lambda e: (e.all.vs_chance_ci.low, -e.s_per_trace))
     m = best.all
     reason = (
         f"its most negative U falls on the wrong step {m.argmin_vs_chance:.2f}x as often as chance "
         f"(95 % interval {m.vs_chance_ci.low:.2f}-{m.vs_chance_ci.high:.2f}x, wholly above 1) on {m.n} traces"
     )
+    if best.same_length is not None:
+        b = best.same_length
+        reason += (
+            f", and more often than other traces' wrong steps of as many episodes ({b.hit:.3f} against "
+            f"{b.swapped:.3f} on {b.n})"
+        )
     others = [e.name for e in signal if e is not best]
     if others:
         reason += f"; the highest lower bound of the estimators with a signal (also: {', '.join(others)})"

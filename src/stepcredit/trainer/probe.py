@@ -7,14 +7,16 @@ estimators (:mod:`stepcredit.process.values`), the figures and the recommendatio
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from stepcredit.config import ProcessConfig, RolloutConfig, ToolsConfig
+from stepcredit.data.labelled_traces import LabelledTrace
 from stepcredit.data.wrong_step import inject_wrong_step
 from stepcredit.errors import DataError
 from stepcredit.process import (
@@ -32,14 +34,17 @@ from stepcredit.process.probe import (
     ProbeCase,
     ProbeReport,
     RankCorrelation,
+    _ties_at_min,
     case_indicators,
     credit_indicators,
     episode_at,
     locating,
+    position_baseline,
     solvable_figures,
 )
-from stepcredit.process.segment import trace_observed
-from stepcredit.process.utility import CREDIT_FORMS
+from stepcredit.process.probe_labelled import LabelledReport, labelled_figures
+from stepcredit.process.segment import token_char_spans, trace_observed
+from stepcredit.process.utility import CREDIT_FORMS, marginal_utilities
 from stepcredit.process.values import ToolContext, evaluating
 from stepcredit.rollout.tool_render import render_tool_prompts
 from stepcredit.stats import spearman
@@ -177,6 +182,16 @@ def _estimator_figures(
         s_per_trace=s_per_trace,
         unscored=len(cases) - len(ok),
         credits=credits,
+        same_length=position_baseline(
+            [
+                (
+                    len(values[2 * i + 1]) - 1,
+                    _ties_at_min(marginal_utilities(values[2 * i + 1])),
+                    cases[i].corrupt_step,
+                )
+                for i in ok
+            ]
+        ),
     )
 
 
@@ -275,3 +290,95 @@ def probe(
         tools=tools,
     )
     return replace(report, skipped=len(solutions) - len(cases), not_correct=len(cases) - len(keep))
+
+
+def labelled_requests(
+    tokenizer: Any, traces: Sequence[LabelledTrace], *, sep: str = "\n\n"
+) -> list[PrefixRequest]:
+    """One value request per labelled trace, one episode per step: the response is the steps joined by
+    ``sep`` (ProcessBench's steps are paragraphs) and the tokenizer's eos.
+
+    The whole response is tokenized at once, as the policy would have written it (tokenizing step by
+    step gives other tokens at the boundaries: SmolLM2 writes ``"\n\n"`` before a word as two tokens,
+    alone as one), and step k's episode ends with the last token that starts inside step k or the
+    separator after it (a token across the boundary goes to the earlier step). When the tokens do not
+    decode to the text (a tokenizer that normalises it), each step is tokenized with its separator
+    instead. DataError naming the row and step when a step gets no token of its own."""
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    out = []
+    for t in traces:
+        pieces = [step + (sep if k + 1 < len(t.steps) else "") for k, step in enumerate(t.steps)]
+        text = "".join(pieces)
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        decoded, spans = token_char_spans(ids, tokenizer)
+        if decoded == text:
+            ends = list(itertools.accumulate(len(p) for p in pieces))  # character where each step ends
+            lens = [0] + [sum(1 for a, _ in spans if a < c) for c in ends]
+            lens[-1] = len(ids)
+        else:
+            ids, lens = [], [0]
+            for piece in pieces:
+                ids += list(tokenizer(piece, add_special_tokens=False)["input_ids"])
+                lens.append(len(ids))
+        empty = next((k for k, (a, b) in enumerate(itertools.pairwise(lens)) if b <= a), None)
+        if empty is not None:
+            raise DataError(
+                f"{t.sample.uid}: step {empty} has no token of its own (a token of the step before "
+                "covers it): join it to a neighbour"
+            )
+        prompt = prompt_ids(tokenizer, list(t.sample.prompt))
+        out.append(
+            PrefixRequest(t.sample, prompt, ids + eos, lens, str(t.sample.ground_truth), complete=bool(eos))
+        )
+    return out
+
+
+def probe_labelled(
+    model: Any,
+    tokenizer: Any,
+    traces: Sequence[LabelledTrace],
+    cfg: ProcessConfig,
+    estimators: Sequence[str],
+    *,
+    score_fn: ScoreFn | None,
+    sep: str = "\n\n",
+    thresholds: Mapping[str, float] | None = None,
+    credit_forms: Sequence[str] = (),
+) -> LabelledReport:
+    """The probe on traces whose first wrong step is labelled (:mod:`stepcredit.process.probe_labelled`):
+    every estimator values every prefix of every trace, one episode per step (:func:`labelled_requests`);
+    ``thresholds``: per estimator, the tau of ProcessBench's metric, in its own V's units (nats for a
+    log-probability, a chance for a success probability). Values come from each estimator's function on
+    the fixed traces (a tree grown over a trace would branch at the config's episode ends, not at the
+    labelled steps). DataError when no trace was given, or an estimator could score none."""
+    if not traces:
+        raise DataError("probe: no labelled traces")
+    # the traces are not samples of the policy: V_0 comes from continuations, not a group's rewards;
+    # every step is valued (a preset's cap on valued prefixes would give a skipped step U = 0)
+    cfg = replace(cfg, mc_v0="sample", mc_prefixes=0)
+    requests = labelled_requests(tokenizer, traces, sep=sep)
+    values, seconds = _value_all(model, tokenizer, requests, cfg, estimators, score_fn)
+    reference = next((n for n in estimators if VALUE_ESTIMATORS.get(n).needs_verifier), None)
+    # a trace whose first step is already wrong has V_0 of the problem, which is what solvable asks
+    solvable = (
+        {i for i in range(len(traces)) if values[reference][i][0] > 0} if reference is not None else None
+    )
+    labels = [t.label for t in traces]
+    figures = {}
+    for name in estimators:
+        probability = VALUE_ESTIMATORS.get(name).success_probability
+        forms = [f for f in credit_forms if probability or not CREDIT_FORMS.get(f).needs_success_probability]
+        fig = labelled_figures(
+            name, values[name], labels, tau=(thresholds or {}).get(name), solvable=solvable,
+            s_per_trace=seconds[name] / len(traces), credit_forms=forms, clip=cfg.clip,
+        )  # fmt: skip
+        if fig is None:
+            raise DataError(f"probe: {name} values could not be computed for any trace (verifier failed)")
+        figures[name] = fig
+    return LabelledReport(
+        n=len(traces),
+        n_error=sum(t.label >= 0 for t in traces),
+        estimators=figures,
+        solvable_by=reference,
+        n_solvable=len(solvable or ()),
+    )
