@@ -32,7 +32,7 @@ from pathlib import Path
 
 from stepcredit.data.prepare import data_names
 from stepcredit.errors import UserError
-from stepcredit.process.probe import EstimatorFigures, Locating, ProbeReport
+from stepcredit.process.probe import EstimatorFigures, Locating, ProbeReport, position_lines
 
 DEFAULT_ESTIMATORS = "forced_answer_logprob,monte_carlo,greedy_continuation"
 
@@ -171,30 +171,24 @@ def _table(r: ProbeReport) -> str:
                 lines.append(
                     f"  {name:<22} U lower {sv.lower:.3f}, V {sv.v_before or 0.0:.3f} -> {sv.v_after or 0.0:.3f}, {_figures(sv)}"
                 )
-    shown = [(n, e.same_length) for n, e in r.estimators.items() if e.same_length is not None]
-    if shown:
-        lines.append(
-            "where wrong steps usually sit (chance 1/S assumes any step): the hit rate against the wrong step of "
-            "every other trace with as many episodes, beside the own on the same traces:"
-        )
-        lines += [f"  {n:<22} {b.describe()}" for n, b in shown]
+    lines += position_lines(
+        {n: e.same_length for n, e in r.estimators.items()},
+        "the wrong step of every other trace with as many episodes",
+    )
     lines += _credit_table(r.estimators)
     if r.rank_correlation is not None:
         rc = r.rank_correlation
         lines.append(f"rank correlation of {rc.x} V with {rc.y} V: {rc.spearman:.3f}")
     lines.append("verdict (does the most negative U fall on the wrong step more often than chance?):")
     lines += [f"  {name:<22} {_figures(e.all)}" for name, e in r.estimators.items()]
-    rec = r.recommendation
-    use = f"process.value_estimator={rec.estimator}" if rec.estimator else "no process rewards"
-    lines.append(f"recommendation: {use}: {rec.reason}")
+    lines.append(r.recommendation.describe())
     return "\n".join(lines)
 
 
 def _png(report: ProbeReport, path: Path, title: str) -> None:
-    import matplotlib
+    from stepcredit.plotting import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     est = report.estimators
     names = list(est)
@@ -234,9 +228,7 @@ def _png(report: ProbeReport, path: Path, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper center", ncol=3 if len(names) > 1 else 2)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def _bar_value(e: EstimatorFigures, key: str) -> float:

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from stepcredit.errors import UserError
-from stepcredit.process.probe import Locating
+from stepcredit.process.probe import Locating, position_lines
 from stepcredit.process.probe_labelled import LabelledReport, Separation
 
 
@@ -94,13 +94,10 @@ def table(r: LabelledReport) -> str:
     lines.append(
         "AUC: how often a trace with a wrong step has the lower figure than one without (0.5: chance)"
     )
-    shown = [(n, e.same_length) for n, e in r.estimators.items() if e.same_length is not None]
-    if shown:
-        lines.append(
-            "where errors usually sit (chance 1/S assumes any step): the hit rate against the label of every other "
-            "erroneous trace with as many steps, beside the own labels' on the same traces:"
-        )
-        lines += [f"  {n:<22} {b.describe()}" for n, b in shown]
+    lines += position_lines(
+        {n: e.same_length for n, e in r.estimators.items()},
+        "the label of every other erroneous trace with as many steps",
+    )
     if any(e.processbench is not None for e in r.estimators.values()):
         lines.append(
             "ProcessBench's metric (first step with U < -tau is the predicted first wrong step; tau in V's units):"
@@ -131,17 +128,14 @@ def table(r: LabelledReport) -> str:
             "left out (the verifier could not score them): "
             + ", ".join(f"{n} {k} traces" for n, k in unscored.items())
         )
-    rec = r.recommendation
-    use = f"process.value_estimator={rec.estimator}" if rec.estimator else "no process rewards"
-    lines.append(f"recommendation: {use}: {rec.reason}")
+    lines.append(r.recommendation.describe())
     return "\n".join(lines)
 
 
 def _png(report: LabelledReport, path: Any, title: str) -> None:
-    import matplotlib
+    from stepcredit.plotting import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(report.estimators)
     fig, ax = plt.subplots(figsize=(1.8 + 2.4 * len(names), 3.6))
@@ -160,6 +154,4 @@ def _png(report: LabelledReport, path: Any, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stepcredit.data.io import _FIRST_ROW, read_rows, row_to_sample
+from stepcredit.data.io import numbered_rows, row_to_sample
 from stepcredit.data.prepare import MATH_INSTRUCTION
 from stepcredit.errors import DataError
 from stepcredit.types import Sample
@@ -84,13 +84,11 @@ def load_labelled_traces(path: str | Path, *, n: int | None = None) -> tuple[lis
     """The first ``n`` (all when None) labelled traces of a jsonl, json (an array or lines) or parquet
     file, and how many rows the file has; DataError naming the file, row and key on a bad row."""
     p = Path(path)
-    rows = read_rows(p)
+    rows = numbered_rows(p)
     if not rows:
         raise DataError(f"{p}: the file has no rows")
-    first = _FIRST_ROW.get(p.suffix, 1)
     out = []
-    for i, row in enumerate(rows[: n if n is not None else len(rows)]):
-        where = f"{p}:{i + first}"
+    for where, row in rows[: n if n is not None else len(rows)]:
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
         steps, label = _steps_and_label(row, where)
