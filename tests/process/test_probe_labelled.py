@@ -186,7 +186,7 @@ def test_the_file_and_its_errors_name_the_row_and_key(tmp_path: Path) -> None:
     (t,), _ = load_labelled_traces(_write(tmp_path / "v.jsonl", [verl]))
     assert t.sample.data_source == "gsm8k" and t.sample.prompt[0]["content"] == "q"
     bad = [
-        ({**ROWS[0], "answer": None}, "no gold answer: add 'answer'"),
+        ({**ROWS[0], "answer": None}, "no gold answer: the row has no 'answer'"),
         ({**ROWS[0], "label": 3}, "'label' must be an integer from -1 (no wrong step) to 2"),
         ({**ROWS[0], "label": True}, "'label' must be an integer"),
         ({**ROWS[0], "steps": []}, "'steps' must be a non-empty list of strings"),
@@ -348,7 +348,6 @@ def test_probe_command_errors_on_labelled_traces(tmp_path: Path, capsys: pytest.
     for extra, message in [
         (["--seed", "3"], "--seed is a flag of --data, and this probe reads --traces: drop it"),
         (["--deltas", "1"], "--deltas is a flag of --data"),
-        (["--data-dir", "x"], "--data-dir is a flag of --data"),
         (["--grow-trees"], "--grow-trees branches a tree at the config's episode ends"),
         (["--threshold", "1,2"], "--threshold 1,2: expected TAU or name=TAU"),
         (["--threshold", "tree=1"], "'tree' is not one of --estimators"),
@@ -388,3 +387,75 @@ def test_the_example_writes_gsm8k_traces_labelled_at_the_changed_line(tmp_path: 
             assert list(t.steps) == written  # left as written
         else:  # the steps before the label as written, the labelled one changed
             assert list(t.steps[: t.label]) == written[: t.label] and t.steps[t.label] != written[t.label]
+
+
+def _raw_datasets(root: Path) -> Path:
+    (root / "gsm8k").mkdir(parents=True)
+    q = "Janet\u2019s ducks lay 16 eggs per day.  She eats three.\nHow many are left?"
+    (root / "gsm8k" / "test.jsonl").write_text(
+        json.dumps({"question": q, "answer": "16 - 3 = 13\n#### 1,013"}) + "\n"
+    )
+    (root / "math500").mkdir()
+    row = {"problem": "Compute $\\frac{1}{2}+\\frac{1}{3}$.", "answer": "\\frac{5}{6}"}
+    (root / "math500" / "test.jsonl").write_text(json.dumps(row) + "\n")
+    return root
+
+
+def test_a_processbench_row_without_an_answer_gets_the_gold_of_its_dataset_or_its_own_marked_answer(
+    tmp_path: Path,
+) -> None:
+    from stepcredit.data.labelled_traces import gold_sources
+
+    src = _raw_datasets(tmp_path / "raw")
+    rows = [
+        # ProcessBench's own fields: no answer; the problem as GSM8K has it, white space and forms changed
+        {"id": "gsm8k-0", "problem": "Janet\u2019s ducks lay 16 eggs per day. She eats three. How many are left? ",
+         "steps": ["16 - 3 = 13", "\\boxed{13}"], "label": 0, "final_answer_correct": False},
+        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{3}$.", "steps": ["\\boxed{\\frac{5}{6}}"], "label": -1,
+         "final_answer_correct": True},
+        # not in any dataset, its final answer marked correct: that answer is the gold
+        {"problem": "What is 7 * 6?", "steps": ["7 * 6 = 42.", "The answer is \\boxed{42}."], "label": -1,
+         "final_answer_correct": True},
+        {"problem": "What is 2 + 2?", "steps": ["2 + 2 = 4"], "label": -1, "answer": "4"},
+    ]  # fmt: skip
+    traces, total = load_labelled_traces(_write(tmp_path / "pb.jsonl", rows), src=src)
+    assert total == 4 and [t.gold_from for t in traces] == ["gsm8k", "math500", "final_answer", "row"]
+    got = [(t.sample.ground_truth, t.sample.data_source) for t in traces]
+    assert got == [
+        ("1013", "openai/gsm8k"),  # GSM8K's gold with its separators removed, and GSM8K's source
+        ("\\frac{5}{6}", "HuggingFaceH4/MATH-500"),
+        ("42", "math"),
+        ("4", "math"),
+    ]
+    assert gold_sources(traces).startswith("1 from gsm8k, 1 from math500, 1 from the traces' own final")
+    # an answer the row gives wins over the dataset's
+    (t,), _ = load_labelled_traces(_write(tmp_path / "a.jsonl", [{**rows[0], "answer": "7"}]), src=src)
+    assert (t.sample.ground_truth, t.gold_from) == ("7", "row")
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ({"final_answer_correct": False}, "the row does not mark its final answer correct"),
+        ({}, "the row does not mark its final answer correct"),
+        # marked correct, but no box, #### or answer phrase to take it from: not guessed from a last number
+        ({"final_answer_correct": True, "steps": ["so it is 42"]}, "its final answer is not marked plainly"),
+    ],
+)
+def test_a_row_whose_gold_cannot_be_found_is_refused_by_name(tmp_path: Path, row: dict, needle: str) -> None:
+    src = _raw_datasets(tmp_path / "raw")
+    base = {"problem": "What is 7 * 6?", "steps": ["\\boxed{42}"], "label": -1}
+    with pytest.raises(DataError, match=r"x\.jsonl:1: no gold answer") as e:
+        load_labelled_traces(_write(tmp_path / "x.jsonl", [{**base, **row}]), src=src)
+    assert needle in str(e.value) and "gsm8k, math500 under" in str(e.value) and "--data-dir" in str(e.value)
+
+
+def test_the_real_gsm8k_test_split_gives_processbench_rows_their_gold() -> None:
+    from stepcredit.data.labelled_traces import GoldLookup
+    from stepcredit.data.prepare import shared_data_dir
+
+    if not (shared_data_dir() / "gsm8k" / "test.jsonl").is_file():
+        pytest.fail("the shared data directory (../shared/data) is missing; CI has it beside the checkout")
+    first = json.loads((shared_data_dir() / "gsm8k" / "test.jsonl").read_text().splitlines()[0])
+    found = GoldLookup().find(first["question"].replace(". ", ".  "))
+    assert found == ("18", "openai/gsm8k", "gsm8k")

@@ -52,8 +52,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--traces",
         type=Path,
         metavar="FILE",
-        help="a jsonl/parquet file of labelled traces (ProcessBench rows: problem, steps, label, plus the gold "
-        "answer): find the labelled first wrong step instead of one put in",
+        help="a jsonl/parquet/json file of labelled traces (ProcessBench rows: problem, steps, label; the gold "
+        "answer from the row's 'answer', the GSM8K/MATH-500 problem it matches, or its own final answer "
+        "when final_answer_correct): find the labelled first wrong step instead of one put in",
     )
     p.add_argument(
         "--estimators",
@@ -89,7 +90,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-dir",
         type=Path,
-        help="with --data: the raw GSM8K/MATH-500 directory (default: ../shared/data)",
+        help="the raw GSM8K/MATH-500 directory (default: ../shared/data): --data's datasets, and where "
+        "--traces looks up the gold answer of a row that has none",
     )
     p.add_argument("--png", type=Path, metavar="FILE", help="write a bar chart of the figures")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
@@ -242,7 +244,7 @@ def _parse(args: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
     if args.n < 1:
         raise UserError(f"--n {args.n}: must be >= 1")
     # each mode's own flags: one given to the other mode would be ignored, so it is refused
-    own = {"--data": ("--seed", "--deltas", "--data-dir"), "--traces": ("--step-sep", "--threshold")}
+    own = {"--data": ("--seed", "--deltas"), "--traces": ("--step-sep", "--threshold")}
     mode = "--traces" if args.traces is not None else "--data"
     for other, flags in own.items():
         for flag in flags if other != mode else ():

@@ -34,15 +34,18 @@ def _sep(raw: str | None) -> str:
 def run_traces(
     args: argparse.Namespace, cfg: Any, model_ref: Any, estimators: list[str], forms: list[str]
 ) -> int:
-    from stepcredit.data.labelled_traces import load_labelled_traces
+    from stepcredit.data.labelled_traces import gold_sources, load_labelled_traces
     from stepcredit.reward import build_rewarder
     from stepcredit.runtime import set_threads
     from stepcredit.trainer.probe import probe_labelled
     from stepcredit.trainer.setup import policy
 
     sep = _sep(args.step_sep)
-    traces, total = load_labelled_traces(args.traces, n=args.n)
-    print(f"{args.traces}: the first {len(traces)} of {total} traces (--n {args.n})")
+    traces, total = load_labelled_traces(args.traces, n=args.n, src=args.data_dir)
+    print(
+        f"{args.traces}: the first {len(traces)} of {total} traces (--n {args.n}); gold answers: "
+        f"{gold_sources(traces)}"
+    )
     set_threads(cfg.trainer.threads)
     with policy(cfg) as (model, tok), build_rewarder(cfg.reward) as rewarder:
         report = probe_labelled(

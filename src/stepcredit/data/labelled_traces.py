@@ -3,25 +3,32 @@
 This is ProcessBench's row (Zheng et al. 2024, "ProcessBench: Identifying Process Errors in
 Mathematical Reasoning"): ``problem``, ``steps`` (a list of strings), ``label`` (the 0-based index of
 the earliest wrong step, -1 when every step is right). ProcessBench does not carry the gold answer,
-which every value estimator that continues a prefix needs; a row gives it as ``answer`` or
-``ground_truth`` (join it from the source dataset), or is a verl-schema row (``prompt``,
-``data_source``, ``reward_model.ground_truth``) with ``steps`` and ``label`` added. A ProcessBench row's
-prompt is the problem with the MATH instruction (answer in ``\\boxed{}``), scored by the ``math``
-verifier unless the row names its ``data_source``. ``stepcredit probe --traces FILE`` values them.
+which every value estimator that continues a prefix needs. Where a row has none it is found, in this
+order: the row's ``answer`` or ``ground_truth``; the registered dataset whose problem text is the row's
+(:data:`stepcredit.data.prepare.DATASETS`: GSM8K's train and test splits, MATH-500, read from the shared
+data directory; whitespace and Unicode forms folded), with that dataset's ``data_source``; the trace's
+own final answer when the row marks it correct (ProcessBench's ``final_answer_correct``), taken only
+from a ``\\boxed{}``, ``####`` or an answer phrase. A row none of these gives is refused, named. A
+verl-schema row (``prompt``, ``data_source``, ``reward_model.ground_truth``) with ``steps`` and
+``label`` added carries its own. A ProcessBench row's prompt is the problem with the MATH instruction
+(answer in ``\\boxed{}``), scored by the ``math`` verifier unless the row or the matched dataset names
+its ``data_source``. ``stepcredit probe --traces FILE`` values them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stepcredit.data.io import numbered_rows, row_to_sample
-from stepcredit.data.prepare import MATH_INSTRUCTION
+from stepcredit.data.prepare import DATASETS, MATH_INSTRUCTION, shared_data_dir
 from stepcredit.errors import DataError
 from stepcredit.types import Sample
 
-__all__ = ["LabelledTrace", "load_labelled_traces"]
+__all__ = ["GoldLookup", "LabelledTrace", "gold_sources", "load_labelled_traces", "problem_key"]
 
 
 @dataclass(frozen=True)
@@ -34,34 +41,103 @@ class LabelledTrace:
     """The solution's steps, in order (the response is them joined by the probe's separator)."""
     label: int
     """0-based index of the earliest wrong step; -1 when every step is right."""
+    gold_from: str = "row"
+    """Where the gold answer came from: ``row`` (the row's own), a dataset's name (its problem text
+    matched), ``final_answer`` (the trace's own answer, which the row marks correct)."""
 
     @property
     def erroneous(self) -> bool:
         return self.label >= 0
 
 
-def _sample(row: dict[str, Any], where: str) -> Sample:
+def problem_key(text: str) -> str:
+    """A problem's text as the gold lookup compares it: Unicode compatibility forms folded, white space
+    collapsed, ends stripped."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+@dataclass
+class GoldLookup:
+    """The gold answers of the registered datasets' problems (:data:`DATASETS`, every split) under
+    ``src`` (the shared data directory when None), read on first use; a missing dataset is left out."""
+
+    src: Path | None = None
+    _index: dict[str, tuple[str, str, str]] | None = field(default=None, repr=False)
+    """problem_key -> (gold answer, data_source, dataset name)."""
+
+    @property
+    def searched(self) -> str:
+        """What :meth:`find` looks in, for messages."""
+        where = self.src if self.src is not None else shared_data_dir()
+        names = sorted({n for _, _, n in self.index().values()})
+        return f"{', '.join(names) or 'no dataset'} under {where}"
+
+    def index(self) -> dict[str, tuple[str, str, str]]:
+        if self._index is None:
+            root = self.src if self.src is not None else shared_data_dir()
+            self._index = {}
+            for name, ds in DATASETS.items():
+                for split in ds.splits:
+                    path = root / ds.directory / f"{split}.jsonl"
+                    if not path.is_file():
+                        continue
+                    for r in ds.rows(path, split):
+                        q = (r.get("extra_info") or {}).get("question")
+                        if isinstance(q, str):
+                            gold = str(r["reward_model"]["ground_truth"])
+                            self._index.setdefault(problem_key(q), (gold, r["data_source"], name))
+        return self._index
+
+    def find(self, problem: str) -> tuple[str, str, str] | None:
+        """(gold answer, data_source, dataset name) of ``problem``; None when no dataset has it."""
+        return self.index().get(problem_key(problem))
+
+
+def _own_final_answer(steps: list[str]) -> str | None:
+    """The trace's final answer if it is marked plainly (a box, ``####`` or an answer phrase)."""
+    from stepcredit.reward.verifiers.math.extract import Anchor, extract_answer
+
+    answer, how = extract_answer("\n\n".join(steps))
+    return answer if answer and how in (Anchor.BOXED, Anchor.HASH, Anchor.PHRASE) else None
+
+
+def _sample(row: dict[str, Any], where: str, lookup: GoldLookup) -> tuple[Sample, str]:
     if "prompt" in row:  # a verl-schema row with steps added
-        return row_to_sample(row, where)
+        return row_to_sample(row, where), "row"
     problem = row.get("problem", row.get("question"))
     if not isinstance(problem, str) or not problem.strip():
         raise DataError(f"{where}: needs 'problem' (a ProcessBench row) or 'prompt' (a verl-schema row)")
-    gold = row.get("answer", row.get("ground_truth"))
-    if gold is None or (isinstance(gold, str) and not gold.strip()):
-        raise DataError(
-            f"{where}: no gold answer: add 'answer' (ProcessBench rows carry none; join it from the "
-            "source dataset): the values continue each prefix and score it against the gold answer"
-        )
-    source = row.get("data_source") or "math"
-    if not isinstance(source, str):
+    source = row.get("data_source")
+    if source is not None and not isinstance(source, str):
         raise DataError(f"{where}: 'data_source' must be a string")
+    gold = row.get("answer", row.get("ground_truth"))
+    gold_from = "row"
+    if gold is None or (isinstance(gold, str) and not gold.strip()):
+        known = lookup.find(problem)
+        own = _own_final_answer(row["steps"]) if row.get("final_answer_correct") is True else None
+        if known is not None:
+            gold, found_source, gold_from = known
+            source = source or found_source
+        elif own is not None:
+            gold, gold_from = own, "final_answer"
+        else:
+            marked = (
+                "its final answer is not marked plainly (a box, #### or an answer phrase)"
+                if row.get("final_answer_correct") is True
+                else "the row does not mark its final answer correct (final_answer_correct)"
+            )
+            raise DataError(
+                f"{where}: no gold answer: the row has no 'answer', its problem is in none of "
+                f"{lookup.searched} (--data-dir), and {marked}; add 'answer': the values continue each "
+                "prefix and score it against the gold answer"
+            )
     verl = {
         "prompt": [{"role": "user", "content": f"{problem.strip()} {MATH_INSTRUCTION}"}],
-        "data_source": source,
+        "data_source": source or "math",
         "reward_model": {"ground_truth": str(gold)},
         "extra_info": {k: row[k] for k in ("id", "generator") if k in row},
     }
-    return row_to_sample(verl, where)
+    return row_to_sample(verl, where), gold_from
 
 
 def _steps_and_label(row: dict[str, Any], where: str) -> tuple[tuple[str, ...], int]:
@@ -80,9 +156,14 @@ def _steps_and_label(row: dict[str, Any], where: str) -> tuple[tuple[str, ...], 
     return tuple(steps), label
 
 
-def load_labelled_traces(path: str | Path, *, n: int | None = None) -> tuple[list[LabelledTrace], int]:
+def load_labelled_traces(
+    path: str | Path, *, n: int | None = None, src: Path | None = None
+) -> tuple[list[LabelledTrace], int]:
     """The first ``n`` (all when None) labelled traces of a jsonl, json (an array or lines) or parquet
-    file, and how many rows the file has; DataError naming the file, row and key on a bad row."""
+    file, and how many rows the file has; DataError naming the file, row and key on a bad row. ``src``:
+    the raw datasets' directory a row without a gold answer is looked up in (the shared data directory
+    when None)."""
+    lookup = GoldLookup(src)
     p = Path(path)
     rows = numbered_rows(p)
     if not rows:
@@ -92,5 +173,13 @@ def load_labelled_traces(path: str | Path, *, n: int | None = None) -> tuple[lis
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
         steps, label = _steps_and_label(row, where)
-        out.append(LabelledTrace(_sample(row, where), steps, label))
+        sample, gold_from = _sample(row, where, lookup)
+        out.append(LabelledTrace(sample, steps, label, gold_from))
     return out, len(rows)
+
+
+def gold_sources(traces: list[LabelledTrace]) -> str:
+    """Where the traces' gold answers came from, for the probe's first line ("200 from gsm8k")."""
+    names = {"row": "the rows' own", "final_answer": "the traces' own final answers (marked correct)"}
+    counts = Counter(t.gold_from for t in traces)
+    return ", ".join(f"{k} from {names.get(g, g)}" for g, k in counts.most_common())
