@@ -74,6 +74,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="with --traces: what joins the steps into a response (escapes read; default \\n\\n)",
     )
     p.add_argument(
+        "--skip-no-gold",
+        action="store_true",
+        default=None,
+        help="with --traces: leave out (and count) a row whose gold answer neither the row, a dataset nor "
+        "its own final answer marked correct gives, instead of stopping at it",
+    )
+    p.add_argument(
         "--threshold",
         metavar="TAU|NAME=TAU,...",
         help="with --traces: also ProcessBench's F1, a trace predicted wrong at its first step with U < -TAU; "
@@ -244,7 +251,7 @@ def _parse(args: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
     if args.n < 1:
         raise UserError(f"--n {args.n}: must be >= 1")
     # each mode's own flags: one given to the other mode would be ignored, so it is refused
-    own = {"--data": ("--seed", "--deltas"), "--traces": ("--step-sep", "--threshold")}
+    own = {"--data": ("--seed", "--deltas"), "--traces": ("--step-sep", "--threshold", "--skip-no-gold")}
     mode = "--traces" if args.traces is not None else "--data"
     for other, flags in own.items():
         for flag in flags if other != mode else ():

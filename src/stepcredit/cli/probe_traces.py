@@ -41,11 +41,21 @@ def run_traces(
     from stepcredit.trainer.setup import policy
 
     sep = _sep(args.step_sep)
-    traces, total = load_labelled_traces(args.traces, n=args.n, src=args.data_dir)
+    traces, total, skipped = load_labelled_traces(
+        args.traces, n=args.n, src=args.data_dir, skip_no_gold=bool(args.skip_no_gold)
+    )
+    if not traces:
+        raise UserError(f"--traces {args.traces}: every row read was left out for want of a gold answer")
     print(
         f"{args.traces}: the first {len(traces)} of {total} traces (--n {args.n}); gold answers: "
         f"{gold_sources(traces)}"
     )
+    if skipped:
+        more = ", ..." if len(skipped) > 5 else ""
+        print(
+            f"left out for want of a gold answer (--skip-no-gold): {len(skipped)} rows "
+            f"({', '.join(skipped[:5])}{more}); rows whose final answer is right are likelier kept"
+        )
     set_threads(cfg.trainer.threads)
     with policy(cfg) as (model, tok), build_rewarder(cfg.reward) as rewarder:
         report = probe_labelled(

@@ -1,8 +1,10 @@
-"""Readers and writers of verl-style prompt files (parquet or jsonl), with row validation.
+"""Readers and writers of verl-style prompt files (parquet, jsonl, or json: an array or lines), with
+row validation.
 
 A row has ``data_source``, ``prompt`` (a chat list of ``{"role", "content"}``), ``ability``,
 ``reward_model{style, ground_truth}`` and ``extra_info``. A malformed row is a :class:`DataError`
-naming the file and the row (0-based for parquet, 1-based line numbers for jsonl).
+naming the file and the row: its line for JSON lines (from 1, blank lines counted), its row for parquet
+(from 0), its element for a JSON array (from 1).
 """
 
 from __future__ import annotations

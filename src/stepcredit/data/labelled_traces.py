@@ -28,7 +28,7 @@ from stepcredit.data.prepare import DATASETS, MATH_INSTRUCTION, shared_data_dir
 from stepcredit.errors import DataError
 from stepcredit.types import Sample
 
-__all__ = ["GoldLookup", "LabelledTrace", "gold_sources", "load_labelled_traces", "problem_key"]
+__all__ = ["GoldLookup", "LabelledTrace", "NoGold", "gold_sources", "load_labelled_traces", "problem_key"]
 
 
 @dataclass(frozen=True)
@@ -59,29 +59,47 @@ def problem_key(text: str) -> str:
 @dataclass
 class GoldLookup:
     """The gold answers of the registered datasets' problems (:data:`DATASETS`, every split) under
-    ``src`` (the shared data directory when None), read on first use; a missing dataset is left out."""
+    ``src`` (the shared data directory when None), read on first use. A missing file is left out, and
+    so is one that cannot be read (it is named in :attr:`searched`): a bad GSM8K file must not stop a
+    row that MATH-500 or its own marked answer can serve."""
 
     src: Path | None = None
     _index: dict[str, tuple[str, str, str]] | None = field(default=None, repr=False)
     """problem_key -> (gold answer, data_source, dataset name)."""
+    _read: list[str] = field(default_factory=list, repr=False)
+    _unreadable: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def root(self) -> Path:
+        return self.src if self.src is not None else shared_data_dir()
 
     @property
     def searched(self) -> str:
-        """What :meth:`find` looks in, for messages."""
-        where = self.src if self.src is not None else shared_data_dir()
-        names = sorted({n for _, _, n in self.index().values()})
-        return f"{', '.join(names) or 'no dataset'} under {where}"
+        """What :meth:`find` looked in, for messages."""
+        self.index()
+        if not self._read:
+            found = f"no GSM8K or MATH-500 file under {self.root} (--data-dir)"
+        else:
+            found = f"{', '.join(self._read)} under {self.root} (--data-dir)"
+        if self._unreadable:
+            found += f" ({'; '.join(self._unreadable)})"
+        return found
 
     def index(self) -> dict[str, tuple[str, str, str]]:
         if self._index is None:
-            root = self.src if self.src is not None else shared_data_dir()
             self._index = {}
             for name, ds in DATASETS.items():
                 for split in ds.splits:
-                    path = root / ds.directory / f"{split}.jsonl"
+                    path = self.root / ds.directory / f"{split}.jsonl"
                     if not path.is_file():
                         continue
-                    for r in ds.rows(path, split):
+                    try:
+                        rows = ds.rows(path, split)
+                    except DataError as e:
+                        self._unreadable.append(f"left out, unreadable: {e}")
+                        continue
+                    self._read.append(f"{name} {split}")
+                    for r in rows:
                         q = (r.get("extra_info") or {}).get("question")
                         if isinstance(q, str):
                             gold = str(r["reward_model"]["ground_truth"])
@@ -91,6 +109,14 @@ class GoldLookup:
     def find(self, problem: str) -> tuple[str, str, str] | None:
         """(gold answer, data_source, dataset name) of ``problem``; None when no dataset has it."""
         return self.index().get(problem_key(problem))
+
+
+class NoGold(DataError):
+    """A labelled trace whose gold answer no source gives (the row, a dataset, its own marked answer)."""
+
+
+def _present(gold: Any) -> bool:
+    return gold is not None and not (isinstance(gold, str) and not gold.strip())
 
 
 def _own_final_answer(steps: list[str]) -> str | None:
@@ -110,9 +136,9 @@ def _sample(row: dict[str, Any], where: str, lookup: GoldLookup) -> tuple[Sample
     source = row.get("data_source")
     if source is not None and not isinstance(source, str):
         raise DataError(f"{where}: 'data_source' must be a string")
-    gold = row.get("answer", row.get("ground_truth"))
-    gold_from = "row"
-    if gold is None or (isinstance(gold, str) and not gold.strip()):
+    given = [g for g in (row.get("answer"), row.get("ground_truth")) if _present(g)]
+    gold, gold_from = (given[0], "row") if given else (None, "")
+    if gold is None:
         known = lookup.find(problem)
         own = _own_final_answer(row["steps"]) if row.get("final_answer_correct") is True else None
         if known is not None:
@@ -126,10 +152,10 @@ def _sample(row: dict[str, Any], where: str, lookup: GoldLookup) -> tuple[Sample
                 if row.get("final_answer_correct") is True
                 else "the row does not mark its final answer correct (final_answer_correct)"
             )
-            raise DataError(
-                f"{where}: no gold answer: the row has no 'answer', its problem is in none of "
-                f"{lookup.searched} (--data-dir), and {marked}; add 'answer': the values continue each "
-                "prefix and score it against the gold answer"
+            raise NoGold(
+                f"{where}: no gold answer: the row has no 'answer' or 'ground_truth', its problem is in "
+                f"none of {lookup.searched}, and {marked}; add 'answer' (the values continue each prefix "
+                "and score it against the gold answer), or pass --skip-no-gold"
             )
     verl = {
         "prompt": [{"role": "user", "content": f"{problem.strip()} {MATH_INSTRUCTION}"}],
@@ -157,25 +183,35 @@ def _steps_and_label(row: dict[str, Any], where: str) -> tuple[tuple[str, ...], 
 
 
 def load_labelled_traces(
-    path: str | Path, *, n: int | None = None, src: Path | None = None
-) -> tuple[list[LabelledTrace], int]:
+    path: str | Path, *, n: int | None = None, src: Path | None = None, skip_no_gold: bool = False
+) -> tuple[list[LabelledTrace], int, list[str]]:
     """The first ``n`` (all when None) labelled traces of a jsonl, json (an array or lines) or parquet
-    file, and how many rows the file has; DataError naming the file, row and key on a bad row. ``src``:
-    the raw datasets' directory a row without a gold answer is looked up in (the shared data directory
-    when None)."""
+    file, how many rows the file has, and the rows left out. DataError naming the file, row and key on
+    a bad row. ``src``: the raw datasets' directory a row without a gold answer is looked up in (the
+    shared data directory when None). ``skip_no_gold``: a row whose gold answer no source gives is left
+    out and named in the third list (``file:N``) instead of refused; ``n`` counts the traces kept."""
     lookup = GoldLookup(src)
     p = Path(path)
     rows = numbered_rows(p)
     if not rows:
         raise DataError(f"{p}: the file has no rows")
-    out = []
-    for where, row in rows[: n if n is not None else len(rows)]:
+    out: list[LabelledTrace] = []
+    skipped: list[str] = []
+    for where, row in rows:
+        if n is not None and len(out) >= n:
+            break
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
         steps, label = _steps_and_label(row, where)
-        sample, gold_from = _sample(row, where, lookup)
+        try:
+            sample, gold_from = _sample(row, where, lookup)
+        except NoGold:
+            if not skip_no_gold:
+                raise
+            skipped.append(where)
+            continue
         out.append(LabelledTrace(sample, steps, label, gold_from))
-    return out, len(rows)
+    return out, len(rows), skipped
 
 
 def gold_sources(traces: list[LabelledTrace]) -> str:
