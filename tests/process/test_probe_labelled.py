@@ -13,6 +13,7 @@ import pytest
 from stepcredit.data.labelled_traces import load_labelled_traces
 from stepcredit.errors import DataError
 from stepcredit.process.probe_labelled import first_drop, labelled_figures, labelled_indicators
+from stepcredit.reward.verifiers.math.extract import marked_answer
 from stepcredit.stats import auroc
 
 
@@ -427,7 +428,9 @@ def test_a_processbench_row_without_an_answer_gets_the_gold_of_its_dataset_or_it
          "final_answer_correct": True},
         {"problem": "What is 2 + 2?", "steps": ["2 + 2 = 4"], "label": -1, "answer": "4"},
     ]  # fmt: skip
-    traces, total, _ = load_labelled_traces(_write(tmp_path / "pb.jsonl", rows), src=src)
+    traces, total, _ = load_labelled_traces(
+        _write(tmp_path / "pb.jsonl", rows), src=src, final_answer=marked_answer
+    )
     assert total == 4 and [t.gold_from for t in traces] == ["gsm8k", "math500", "final_answer", "row"]
     got = [(t.sample.ground_truth, t.sample.data_source) for t in traces]
     assert got == [
@@ -438,7 +441,9 @@ def test_a_processbench_row_without_an_answer_gets_the_gold_of_its_dataset_or_it
     ]
     assert gold_sources(traces).startswith("1 from gsm8k, 1 from math500, 1 from the traces' own final")
     # an answer the row gives wins over the dataset's
-    (t,), _, _ = load_labelled_traces(_write(tmp_path / "a.jsonl", [{**rows[0], "answer": "7"}]), src=src)
+    (t,), _, _ = load_labelled_traces(
+        _write(tmp_path / "a.jsonl", [{**rows[0], "answer": "7"}]), src=src, final_answer=marked_answer
+    )
     assert (t.sample.ground_truth, t.gold_from) == ("7", "row")
 
 
@@ -455,12 +460,17 @@ def test_a_row_whose_gold_cannot_be_found_is_refused_by_name(tmp_path: Path, row
     src = _raw_datasets(tmp_path / "raw")
     base = {"problem": "What is 7 * 6?", "steps": ["\\boxed{42}"], "label": -1}
     with pytest.raises(DataError, match=r"x\.jsonl:1: no gold answer") as e:
-        load_labelled_traces(_write(tmp_path / "x.jsonl", [{**base, **row}]), src=src)
+        load_labelled_traces(
+            _write(tmp_path / "x.jsonl", [{**base, **row}]), src=src, final_answer=marked_answer
+        )
     assert (
         needle in str(e.value)
         and "gsm8k test, math500 test under" in str(e.value)
         and "--data-dir" in str(e.value)
     )
+    # without a reader of the trace's own answer that source is not used, and the message says so
+    with pytest.raises(DataError, match="no reader of a trace's own final answer"):
+        load_labelled_traces(_write(tmp_path / "y.jsonl", [{**base, "final_answer_correct": True}]), src=src)
 
 
 def test_the_real_gsm8k_test_split_gives_processbench_rows_their_gold() -> None:
@@ -490,17 +500,17 @@ def test_a_row_without_gold_is_left_out_and_named_when_asked_and_a_bad_dataset_f
     ]  # fmt: skip
     p = _write(tmp_path / "pb.jsonl", rows)
     with pytest.raises(DataError, match=r"pb\.jsonl:1: no gold answer") as e:
-        load_labelled_traces(p, src=src)
+        load_labelled_traces(p, src=src, final_answer=marked_answer)
     assert "gsm8k test, math500 test under" in str(e.value)
     assert "left out, unreadable: " in str(e.value) and "train.jsonl:1: invalid JSON" in str(e.value)
-    traces, total, skipped = load_labelled_traces(p, src=src, skip_no_gold=True)
+    traces, total, skipped = load_labelled_traces(p, src=src, final_answer=marked_answer, skip_no_gold=True)
     assert total == 4 and skipped == [f"{p}:1", f"{p}:4"]
     assert [(t.sample.ground_truth, t.gold_from) for t in traces] == [
         ("\\frac{5}{6}", "math500"),
         ("3", "row"),
     ]
     # n counts the traces kept, not the rows read
-    kept, _, skipped = load_labelled_traces(p, src=src, skip_no_gold=True, n=1)
+    kept, _, skipped = load_labelled_traces(p, src=src, final_answer=marked_answer, skip_no_gold=True, n=1)
     assert len(kept) == 1 and skipped == [f"{p}:1"]
     assert GoldLookup(tmp_path / "empty").find("What is 7 * 6?") is None
 

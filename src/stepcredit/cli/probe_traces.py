@@ -36,13 +36,18 @@ def run_traces(
 ) -> int:
     from stepcredit.data.labelled_traces import gold_sources, load_labelled_traces
     from stepcredit.reward import build_rewarder
+    from stepcredit.reward.verifiers.math.extract import marked_answer
     from stepcredit.runtime import set_threads
     from stepcredit.trainer.probe import probe_labelled
     from stepcredit.trainer.setup import policy
 
     sep = _sep(args.step_sep)
     traces, total, skipped = load_labelled_traces(
-        args.traces, n=args.n, src=args.data_dir, skip_no_gold=bool(args.skip_no_gold)
+        args.traces,
+        n=args.n,
+        src=args.data_dir,
+        skip_no_gold=bool(args.skip_no_gold),
+        final_answer=marked_answer,
     )
     if not traces:
         raise UserError(f"--traces {args.traces}: every row read was left out for want of a gold answer")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,15 +120,14 @@ def _present(gold: Any) -> bool:
     return gold is not None and not (isinstance(gold, str) and not gold.strip())
 
 
-def _own_final_answer(steps: list[str]) -> str | None:
-    """The trace's final answer if it is marked plainly (a box, ``####`` or an answer phrase)."""
-    from stepcredit.reward.verifiers.math.extract import Anchor, extract_answer
-
-    answer, how = extract_answer("\n\n".join(steps))
-    return answer if answer and how in (Anchor.BOXED, Anchor.HASH, Anchor.PHRASE) else None
+FinalAnswer = Callable[[str], "str | None"]
+"""A trace's own final answer read from its text, or None (the probe passes the math verifier's
+``marked_answer``: a box, ``####`` or an answer phrase only)."""
 
 
-def _sample(row: dict[str, Any], where: str, lookup: GoldLookup) -> tuple[Sample, str]:
+def _sample(
+    row: dict[str, Any], where: str, lookup: GoldLookup, final_answer: FinalAnswer | None
+) -> tuple[Sample, str]:
     if "prompt" in row:  # a verl-schema row with steps added
         return row_to_sample(row, where), "row"
     problem = row.get("problem", row.get("question"))
@@ -140,21 +140,23 @@ def _sample(row: dict[str, Any], where: str, lookup: GoldLookup) -> tuple[Sample
     gold, gold_from = (given[0], "row") if given else (None, "")
     if gold is None:
         known = lookup.find(problem)
-        own = _own_final_answer(row["steps"]) if row.get("final_answer_correct") is True else None
+        marked = row.get("final_answer_correct") is True and final_answer is not None
+        own = final_answer("\n\n".join(row["steps"])) if marked and final_answer is not None else None
         if known is not None:
             gold, found_source, gold_from = known
             source = source or found_source
         elif own is not None:
             gold, gold_from = own, "final_answer"
         else:
-            marked = (
-                "its final answer is not marked plainly (a box, #### or an answer phrase)"
-                if row.get("final_answer_correct") is True
-                else "the row does not mark its final answer correct (final_answer_correct)"
-            )
+            if row.get("final_answer_correct") is not True:
+                why = "the row does not mark its final answer correct (final_answer_correct)"
+            elif final_answer is None:
+                why = "no reader of a trace's own final answer was given"
+            else:
+                why = "its final answer is not marked plainly (a box, #### or an answer phrase)"
             raise NoGold(
                 f"{where}: no gold answer: the row has no 'answer' or 'ground_truth', its problem is in "
-                f"none of {lookup.searched}, and {marked}; add 'answer' (the values continue each prefix "
+                f"none of {lookup.searched}, and {why}; add 'answer' (the values continue each prefix "
                 "and score it against the gold answer), or pass --skip-no-gold"
             )
     verl = {
@@ -183,13 +185,20 @@ def _steps_and_label(row: dict[str, Any], where: str) -> tuple[tuple[str, ...], 
 
 
 def load_labelled_traces(
-    path: str | Path, *, n: int | None = None, src: Path | None = None, skip_no_gold: bool = False
+    path: str | Path,
+    *,
+    n: int | None = None,
+    src: Path | None = None,
+    skip_no_gold: bool = False,
+    final_answer: FinalAnswer | None = None,
 ) -> tuple[list[LabelledTrace], int, list[str]]:
     """The first ``n`` (all when None) labelled traces of a jsonl, json (an array or lines) or parquet
     file, how many rows the file has, and the rows left out. DataError naming the file, row and key on
     a bad row. ``src``: the raw datasets' directory a row without a gold answer is looked up in (the
     shared data directory when None). ``skip_no_gold``: a row whose gold answer no source gives is left
-    out and named in the third list (``file:N``) instead of refused; ``n`` counts the traces kept."""
+    out and named in the third list (``file:N``) instead of refused; ``n`` counts the traces kept.
+    ``final_answer``: reads a trace's own answer, the gold of a row that marks it correct and that no
+    dataset has (None: that source is not used)."""
     lookup = GoldLookup(src)
     p = Path(path)
     rows = numbered_rows(p)
@@ -204,7 +213,7 @@ def load_labelled_traces(
             raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
         steps, label = _steps_and_label(row, where)
         try:
-            sample, gold_from = _sample(row, where, lookup)
+            sample, gold_from = _sample(row, where, lookup, final_answer)
         except NoGold:
             if not skip_no_gold:
                 raise
