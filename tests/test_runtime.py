@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -190,3 +191,26 @@ def test_trainer_threads_must_not_be_negative() -> None:
     assert TrainerConfig(threads=0).threads == 0
     with pytest.raises(ConfigError, match=r"trainer\.threads"):
         TrainerConfig(threads=-1)
+
+
+def test_the_installed_core_dependencies_are_in_the_ranges_pyproject_declares() -> None:
+    # the Makefile upgrades transformers after the editable install; it must stay inside the core's range
+    # (below 5.40, where forward()'s past_key_values is announced to go)
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+, as CI's
+
+    root = Path(__file__).resolve().parents[1]
+    deps = [
+        Requirement(d)
+        for d in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    ]
+    tf = next(r for r in deps if r.name == "transformers")
+    assert tf.specifier.contains("5.39.9") and not tf.specifier.contains("5.40.0")
+    for req in deps:
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        have = importlib.metadata.version(req.name)
+        assert req.specifier.contains(have, prereleases=True), f"{req.name} {have} is outside {req}"

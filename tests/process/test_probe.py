@@ -312,3 +312,29 @@ def test_a_signal_that_the_wrong_steps_position_explains_is_not_recommended() ->
     beats = PositionBaseline(40, 0.6, 0.3, Interval(0.15, 0.45))
     rec = recommend({"monte_carlo": replace(strong, same_length=beats)})
     assert rec.estimator == "monte_carlo" and "(0.600 against 0.300 on 40)" in rec.reason
+
+
+def test_the_tables_position_and_recommendation_lines() -> None:
+    from stepcredit.process.probe import PositionBaseline, Recommendation, position_lines
+    from stepcredit.stats import Interval
+
+    assert position_lines({"a": None}, "anything") == []
+    b = PositionBaseline(12, 0.5, 0.25, Interval(0.1, 0.4))
+    lines = position_lines({"a": None, "monte_carlo": b}, "the label of every other trace")
+    assert len(lines) == 2 and "against the label of every other trace, beside the own" in lines[0]
+    assert lines[1].split()[0] == "monte_carlo" and "own 0.500, swapped 0.250 on 12 traces" in lines[1]
+    assert "+0.250 [95% +0.100, +0.400] -> beats position" in lines[1]
+    use = Recommendation("greedy_continuation", "it hits")
+    assert use.describe() == "recommendation: process.value_estimator=greedy_continuation: it hits"
+    assert Recommendation(None, "none: x").describe() == "recommendation: no process rewards: none: x"
+
+
+def test_figures_are_written_headless_into_a_new_folder(tmp_path: Path) -> None:
+    from stepcredit.plotting import pyplot, save
+
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    out = save(fig, tmp_path / "new" / "dir" / "f.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not plt.fignum_exists(fig.number)  # closed, not left open in a long run

@@ -13,6 +13,7 @@ import pytest
 from stepcredit.data.labelled_traces import load_labelled_traces
 from stepcredit.errors import DataError
 from stepcredit.process.probe_labelled import first_drop, labelled_figures, labelled_indicators
+from stepcredit.reward.verifiers.math.extract import marked_answer
 from stepcredit.stats import auroc
 
 
@@ -175,7 +176,7 @@ def test_figures_and_processbenchs_f1_by_hand() -> None:
 
 def test_the_file_and_its_errors_name_the_row_and_key(tmp_path: Path) -> None:
     p = _write(tmp_path / "t.jsonl", ROWS)
-    traces, total = load_labelled_traces(p)
+    traces, total, _ = load_labelled_traces(p)
     assert [t.label for t in traces] == [1, -1] and traces[0].steps[1] == "2 + 12 = 15"
     s = traces[0].sample
     assert s.ground_truth == "14" and s.data_source == "math" and "\\boxed{}" in s.prompt[0]["content"]
@@ -183,10 +184,10 @@ def test_the_file_and_its_errors_name_the_row_and_key(tmp_path: Path) -> None:
     # a verl-schema row with steps added keeps its own prompt and data source
     verl = {"prompt": [{"role": "user", "content": "q"}], "data_source": "gsm8k",
             "reward_model": {"ground_truth": "3"}, "steps": ["a", "b"], "label": 0}  # fmt: skip
-    (t,), _ = load_labelled_traces(_write(tmp_path / "v.jsonl", [verl]))
+    (t,), _, _ = load_labelled_traces(_write(tmp_path / "v.jsonl", [verl]))
     assert t.sample.data_source == "gsm8k" and t.sample.prompt[0]["content"] == "q"
     bad = [
-        ({**ROWS[0], "answer": None}, "no gold answer: add 'answer'"),
+        ({**ROWS[0], "answer": None}, "no gold answer: the row has no 'answer'"),
         ({**ROWS[0], "label": 3}, "'label' must be an integer from -1 (no wrong step) to 2"),
         ({**ROWS[0], "label": True}, "'label' must be an integer"),
         ({**ROWS[0], "steps": []}, "'steps' must be a non-empty list of strings"),
@@ -205,7 +206,7 @@ def test_each_step_is_one_episode_ending_where_the_step_does(tmp_path: Path) -> 
     from stepcredit.trainer.probe import labelled_requests
 
     tok = build_tokenizer()
-    traces, _ = load_labelled_traces(_write(tmp_path / "t.jsonl", ROWS))
+    traces, _, _ = load_labelled_traces(_write(tmp_path / "t.jsonl", ROWS))
     for sep in ("\n\n", "\n"):
         for t, r in zip(traces, labelled_requests(tok, traces, sep=sep), strict=True):
             assert len(r.prefix_lens) == len(t.steps) + 1 and r.complete and r.answer == t.sample.ground_truth
@@ -247,7 +248,7 @@ def test_a_labelled_response_is_tokenized_as_the_policy_would_write_it(tmp_path:
     piecewise = tok("3 * 4 = 12\n\n", add_special_tokens=False)["input_ids"]
     whole = tok("3 * 4 = 12\n\n2", add_special_tokens=False)["input_ids"]
     assert whole[: len(piecewise)] != piecewise  # the case: step by step would give other tokens
-    traces, _ = load_labelled_traces(_write(tmp_path / "t.jsonl", ROWS))
+    traces, _, _ = load_labelled_traces(_write(tmp_path / "t.jsonl", ROWS))
     for t, r in zip(traces, labelled_requests(tok, traces), strict=True):
         text = "\n\n".join(t.steps)
         assert r.response_ids == tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
@@ -335,8 +336,15 @@ def test_probe_command_errors_on_labelled_traces(tmp_path: Path, capsys: pytest.
     from stepcredit.cli.main import main
 
     p = _write(tmp_path / "t.jsonl", [ROWS[0], {**ROWS[1], "answer": ""}])
-    assert main(["probe", "--model", "tiny", "--traces", str(p)]) == 2
-    assert f"{p}:2: no gold answer" in capsys.readouterr().err
+    assert main(["probe", "--model", "tiny", "--traces", str(p), "--data-dir", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}:2: no gold answer" in err and f"no GSM8K or MATH-500 file under {tmp_path / 'none'}" in err
+    assert "--skip-no-gold" in err
+    # every row left out: nothing to probe, said in one line
+    lone = _write(tmp_path / "lone.jsonl", [{**ROWS[1], "answer": ""}])
+    argv = ["probe", "--model", "tiny", "--traces", str(lone), "--skip-no-gold", "--data-dir", str(tmp_path)]
+    assert main(argv) == 2
+    assert "every row read was left out for want of a gold answer" in capsys.readouterr().err
     assert main(["probe", "--model", "tiny", "--data", "arith", "--threshold", "0.1"]) == 2
     assert "--threshold is a flag of --traces, and this probe reads --data" in capsys.readouterr().err
     good = _write(tmp_path / "g.jsonl", ROWS)
@@ -348,7 +356,6 @@ def test_probe_command_errors_on_labelled_traces(tmp_path: Path, capsys: pytest.
     for extra, message in [
         (["--seed", "3"], "--seed is a flag of --data, and this probe reads --traces: drop it"),
         (["--deltas", "1"], "--deltas is a flag of --data"),
-        (["--data-dir", "x"], "--data-dir is a flag of --data"),
         (["--grow-trees"], "--grow-trees branches a tree at the config's episode ends"),
         (["--threshold", "1,2"], "--threshold 1,2: expected TAU or name=TAU"),
         (["--threshold", "tree=1"], "'tree' is not one of --estimators"),
@@ -356,6 +363,8 @@ def test_probe_command_errors_on_labelled_traces(tmp_path: Path, capsys: pytest.
     ]:
         assert main(base + extra) == 2
         assert message in capsys.readouterr().err
+    assert main(["probe", "--model", "tiny", "--data", "arith", "--skip-no-gold"]) == 2
+    assert "--skip-no-gold is a flag of --traces" in capsys.readouterr().err
     assert main(["probe", "--model", "tiny", "--data", "arith", "--step-sep", "x"]) == 2
     assert "--step-sep is a flag of --traces, and this probe reads --data" in capsys.readouterr().err
     # with a tools preset the labelled traces are refused first (not after advice about --grow-trees)
@@ -388,3 +397,142 @@ def test_the_example_writes_gsm8k_traces_labelled_at_the_changed_line(tmp_path: 
             assert list(t.steps) == written  # left as written
         else:  # the steps before the label as written, the labelled one changed
             assert list(t.steps[: t.label]) == written[: t.label] and t.steps[t.label] != written[t.label]
+
+
+def _raw_datasets(root: Path) -> Path:
+    (root / "gsm8k").mkdir(parents=True)
+    q = "Janet\u2019s ducks lay 16 eggs per day.  She eats three.\nHow many are left?"
+    (root / "gsm8k" / "test.jsonl").write_text(
+        json.dumps({"question": q, "answer": "16 - 3 = 13\n#### 1,013"}) + "\n"
+    )
+    (root / "math500").mkdir()
+    row = {"problem": "Compute $\\frac{1}{2}+\\frac{1}{3}$.", "answer": "\\frac{5}{6}"}
+    (root / "math500" / "test.jsonl").write_text(json.dumps(row) + "\n")
+    return root
+
+
+def test_a_processbench_row_without_an_answer_gets_the_gold_of_its_dataset_or_its_own_marked_answer(
+    tmp_path: Path,
+) -> None:
+    from stepcredit.data.labelled_traces import gold_sources
+
+    src = _raw_datasets(tmp_path / "raw")
+    rows = [
+        # ProcessBench's own fields: no answer; the problem as GSM8K has it, white space and forms changed
+        {"id": "gsm8k-0", "problem": "Janet\u2019s ducks lay 16 eggs per day. She eats three. How many are left? ",
+         "steps": ["16 - 3 = 13", "\\boxed{13}"], "label": 0, "final_answer_correct": False},
+        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{3}$.", "steps": ["\\boxed{\\frac{5}{6}}"], "label": -1,
+         "final_answer_correct": True},
+        # not in any dataset, its final answer marked correct: that answer is the gold
+        {"problem": "What is 7 * 6?", "steps": ["7 * 6 = 42.", "The answer is \\boxed{42}."], "label": -1,
+         "final_answer_correct": True},
+        {"problem": "What is 2 + 2?", "steps": ["2 + 2 = 4"], "label": -1, "answer": "4"},
+    ]  # fmt: skip
+    traces, total, _ = load_labelled_traces(
+        _write(tmp_path / "pb.jsonl", rows), src=src, final_answer=marked_answer
+    )
+    assert total == 4 and [t.gold_from for t in traces] == ["gsm8k", "math500", "final_answer", "row"]
+    got = [(t.sample.ground_truth, t.sample.data_source) for t in traces]
+    assert got == [
+        ("1013", "openai/gsm8k"),  # GSM8K's gold with its separators removed, and GSM8K's source
+        ("\\frac{5}{6}", "HuggingFaceH4/MATH-500"),
+        ("42", "math"),
+        ("4", "math"),
+    ]
+    assert gold_sources(traces).startswith("1 from gsm8k, 1 from math500, 1 from the traces' own final")
+    # an answer the row gives wins over the dataset's
+    (t,), _, _ = load_labelled_traces(
+        _write(tmp_path / "a.jsonl", [{**rows[0], "answer": "7"}]), src=src, final_answer=marked_answer
+    )
+    assert (t.sample.ground_truth, t.gold_from) == ("7", "row")
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ({"final_answer_correct": False}, "the row does not mark its final answer correct"),
+        ({}, "the row does not mark its final answer correct"),
+        # marked correct, but no box, #### or answer phrase to take it from: not guessed from a last number
+        ({"final_answer_correct": True, "steps": ["so it is 42"]}, "its final answer is not marked plainly"),
+    ],
+)
+def test_a_row_whose_gold_cannot_be_found_is_refused_by_name(tmp_path: Path, row: dict, needle: str) -> None:
+    src = _raw_datasets(tmp_path / "raw")
+    base = {"problem": "What is 7 * 6?", "steps": ["\\boxed{42}"], "label": -1}
+    with pytest.raises(DataError, match=r"x\.jsonl:1: no gold answer") as e:
+        load_labelled_traces(
+            _write(tmp_path / "x.jsonl", [{**base, **row}]), src=src, final_answer=marked_answer
+        )
+    assert (
+        needle in str(e.value)
+        and "gsm8k test, math500 test under" in str(e.value)
+        and "--data-dir" in str(e.value)
+    )
+    # without a reader of the trace's own answer that source is not used, and the message says so
+    with pytest.raises(DataError, match="no reader of a trace's own final answer"):
+        load_labelled_traces(_write(tmp_path / "y.jsonl", [{**base, "final_answer_correct": True}]), src=src)
+
+
+def test_the_real_gsm8k_test_split_gives_processbench_rows_their_gold() -> None:
+    from stepcredit.data.labelled_traces import GoldLookup
+    from stepcredit.data.prepare import shared_data_dir
+
+    if not (shared_data_dir() / "gsm8k" / "test.jsonl").is_file():
+        pytest.skip(f"{shared_data_dir()} has no GSM8K")  # CI runs beside ../shared, which has it
+    first = json.loads((shared_data_dir() / "gsm8k" / "test.jsonl").read_text().splitlines()[0])
+    found = GoldLookup().find(first["question"].replace(". ", ".  "))
+    assert found == ("18", "openai/gsm8k", "gsm8k")
+
+
+def test_a_row_without_gold_is_left_out_and_named_when_asked_and_a_bad_dataset_file_is_only_left_out(
+    tmp_path: Path,
+) -> None:
+    from stepcredit.data.labelled_traces import GoldLookup
+
+    src = _raw_datasets(tmp_path / "raw")
+    (src / "gsm8k" / "train.jsonl").write_text("{oops\n")  # unreadable: left out, named, not fatal
+    rows = [
+        {"problem": "What is 7 * 6?", "steps": ["\\boxed{41}"], "label": 0, "final_answer_correct": False},
+        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{3}$.", "steps": ["\\boxed{1}"], "label": 0},
+        # 'answer' null, 'ground_truth' given: the second is the gold
+        {"problem": "What is 1 + 2?", "steps": ["\\boxed{3}"], "label": -1, "answer": None, "ground_truth": 3},
+        {"problem": "What is 9 - 9?", "steps": ["\\boxed{1}"], "label": 0},
+    ]  # fmt: skip
+    p = _write(tmp_path / "pb.jsonl", rows)
+    with pytest.raises(DataError, match=r"pb\.jsonl:1: no gold answer") as e:
+        load_labelled_traces(p, src=src, final_answer=marked_answer)
+    assert "gsm8k test, math500 test under" in str(e.value)
+    assert "left out, unreadable: " in str(e.value) and "train.jsonl:1: invalid JSON" in str(e.value)
+    traces, total, skipped = load_labelled_traces(p, src=src, final_answer=marked_answer, skip_no_gold=True)
+    assert total == 4 and skipped == [f"{p}:1", f"{p}:4"]
+    assert [(t.sample.ground_truth, t.gold_from) for t in traces] == [
+        ("\\frac{5}{6}", "math500"),
+        ("3", "row"),
+    ]
+    # n counts the traces kept, not the rows read
+    kept, _, skipped = load_labelled_traces(p, src=src, final_answer=marked_answer, skip_no_gold=True, n=1)
+    assert len(kept) == 1 and skipped == [f"{p}:1"]
+    assert GoldLookup(tmp_path / "empty").find("What is 7 * 6?") is None
+
+
+def test_the_probe_says_where_the_gold_answers_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stepcredit.cli.main import main
+
+    src = _raw_datasets(tmp_path / "raw")
+    rows = [
+        {"problem": "Compute $\\frac{1}{2}+\\frac{1}{3}$.", "steps": ["1/2 + 1/3 = 5/6", "\\boxed{\\frac{5}{6}}"],
+         "label": -1},
+        {"problem": "What is 7 * 6?", "steps": ["7 * 6 = 41", "\\boxed{41}"], "label": 0, "final_answer_correct": False},
+        {"problem": "What is 7 * 6?", "steps": ["7 * 6 = 42", "\\boxed{42}"], "label": -1, "final_answer_correct": True},
+    ]  # fmt: skip
+    p = _write(tmp_path / "pb.jsonl", rows)
+    argv = ["probe", "--model", "tiny", "--traces", str(p), "--data-dir", str(src), "--skip-no-gold"]
+    argv += ["--estimators", "forced_answer_logprob", "trainer.threads=1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert (
+        "the first 2 of 3 traces (--n 60); gold answers: 1 from math500, 1 from the traces' own final" in out
+    )
+    assert f"left out for want of a gold answer (--skip-no-gold): 1 rows ({p}:2)" in out

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from stepcredit.data.prepare import data_names
 from stepcredit.errors import UserError
-from stepcredit.process.probe import EstimatorFigures, Locating, ProbeReport
+from stepcredit.process.probe import EstimatorFigures, Locating, ProbeReport, position_lines
 
 DEFAULT_ESTIMATORS = "forced_answer_logprob,monte_carlo,greedy_continuation"
 
@@ -52,8 +52,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--traces",
         type=Path,
         metavar="FILE",
-        help="a jsonl/parquet file of labelled traces (ProcessBench rows: problem, steps, label, plus the gold "
-        "answer): find the labelled first wrong step instead of one put in",
+        help="a jsonl/parquet/json file of labelled traces (ProcessBench rows: problem, steps, label; the gold "
+        "answer from the row's 'answer', the GSM8K/MATH-500 problem it matches, or its own final answer "
+        "when final_answer_correct): find the labelled first wrong step instead of one put in",
     )
     p.add_argument(
         "--estimators",
@@ -73,6 +74,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="with --traces: what joins the steps into a response (escapes read; default \\n\\n)",
     )
     p.add_argument(
+        "--skip-no-gold",
+        action="store_true",
+        default=None,
+        help="with --traces: leave out (and count) a row whose gold answer neither the row, a dataset nor "
+        "its own final answer marked correct gives, instead of stopping at it",
+    )
+    p.add_argument(
         "--threshold",
         metavar="TAU|NAME=TAU,...",
         help="with --traces: also ProcessBench's F1, a trace predicted wrong at its first step with U < -TAU; "
@@ -89,7 +97,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data-dir",
         type=Path,
-        help="with --data: the raw GSM8K/MATH-500 directory (default: ../shared/data)",
+        help="the raw GSM8K/MATH-500 directory (default: ../shared/data): --data's datasets, and where "
+        "--traces looks up the gold answer of a row that has none",
     )
     p.add_argument("--png", type=Path, metavar="FILE", help="write a bar chart of the figures")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
@@ -171,30 +180,24 @@ def _table(r: ProbeReport) -> str:
                 lines.append(
                     f"  {name:<22} U lower {sv.lower:.3f}, V {sv.v_before or 0.0:.3f} -> {sv.v_after or 0.0:.3f}, {_figures(sv)}"
                 )
-    shown = [(n, e.same_length) for n, e in r.estimators.items() if e.same_length is not None]
-    if shown:
-        lines.append(
-            "where wrong steps usually sit (chance 1/S assumes any step): the hit rate against the wrong step of "
-            "every other trace with as many episodes, beside the own on the same traces:"
-        )
-        lines += [f"  {n:<22} {b.describe()}" for n, b in shown]
+    lines += position_lines(
+        {n: e.same_length for n, e in r.estimators.items()},
+        "the wrong step of every other trace with as many episodes",
+    )
     lines += _credit_table(r.estimators)
     if r.rank_correlation is not None:
         rc = r.rank_correlation
         lines.append(f"rank correlation of {rc.x} V with {rc.y} V: {rc.spearman:.3f}")
     lines.append("verdict (does the most negative U fall on the wrong step more often than chance?):")
     lines += [f"  {name:<22} {_figures(e.all)}" for name, e in r.estimators.items()]
-    rec = r.recommendation
-    use = f"process.value_estimator={rec.estimator}" if rec.estimator else "no process rewards"
-    lines.append(f"recommendation: {use}: {rec.reason}")
+    lines.append(r.recommendation.describe())
     return "\n".join(lines)
 
 
 def _png(report: ProbeReport, path: Path, title: str) -> None:
-    import matplotlib
+    from stepcredit.plotting import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     est = report.estimators
     names = list(est)
@@ -234,9 +237,7 @@ def _png(report: ProbeReport, path: Path, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper center", ncol=3 if len(names) > 1 else 2)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def _bar_value(e: EstimatorFigures, key: str) -> float:
@@ -250,7 +251,7 @@ def _parse(args: argparse.Namespace) -> tuple[list[str], list[str], list[int]]:
     if args.n < 1:
         raise UserError(f"--n {args.n}: must be >= 1")
     # each mode's own flags: one given to the other mode would be ignored, so it is refused
-    own = {"--data": ("--seed", "--deltas", "--data-dir"), "--traces": ("--step-sep", "--threshold")}
+    own = {"--data": ("--seed", "--deltas"), "--traces": ("--step-sep", "--threshold", "--skip-no-gold")}
     mode = "--traces" if args.traces is not None else "--data"
     for other, flags in own.items():
         for flag in flags if other != mode else ():

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from stepcredit.errors import UserError
-from stepcredit.process.probe import Locating
+from stepcredit.process.probe import Locating, position_lines
 from stepcredit.process.probe_labelled import LabelledReport, Separation
 
 
@@ -34,15 +34,33 @@ def _sep(raw: str | None) -> str:
 def run_traces(
     args: argparse.Namespace, cfg: Any, model_ref: Any, estimators: list[str], forms: list[str]
 ) -> int:
-    from stepcredit.data.labelled_traces import load_labelled_traces
+    from stepcredit.data.labelled_traces import gold_sources, load_labelled_traces
     from stepcredit.reward import build_rewarder
+    from stepcredit.reward.verifiers.math.extract import marked_answer
     from stepcredit.runtime import set_threads
     from stepcredit.trainer.probe import probe_labelled
     from stepcredit.trainer.setup import policy
 
     sep = _sep(args.step_sep)
-    traces, total = load_labelled_traces(args.traces, n=args.n)
-    print(f"{args.traces}: the first {len(traces)} of {total} traces (--n {args.n})")
+    traces, total, skipped = load_labelled_traces(
+        args.traces,
+        n=args.n,
+        src=args.data_dir,
+        skip_no_gold=bool(args.skip_no_gold),
+        final_answer=marked_answer,
+    )
+    if not traces:
+        raise UserError(f"--traces {args.traces}: every row read was left out for want of a gold answer")
+    print(
+        f"{args.traces}: the first {len(traces)} of {total} traces (--n {args.n}); gold answers: "
+        f"{gold_sources(traces)}"
+    )
+    if skipped:
+        more = ", ..." if len(skipped) > 5 else ""
+        print(
+            f"left out for want of a gold answer (--skip-no-gold): {len(skipped)} rows "
+            f"({', '.join(skipped[:5])}{more}); rows whose final answer is right are likelier kept"
+        )
     set_threads(cfg.trainer.threads)
     with policy(cfg) as (model, tok), build_rewarder(cfg.reward) as rewarder:
         report = probe_labelled(
@@ -94,13 +112,10 @@ def table(r: LabelledReport) -> str:
     lines.append(
         "AUC: how often a trace with a wrong step has the lower figure than one without (0.5: chance)"
     )
-    shown = [(n, e.same_length) for n, e in r.estimators.items() if e.same_length is not None]
-    if shown:
-        lines.append(
-            "where errors usually sit (chance 1/S assumes any step): the hit rate against the label of every other "
-            "erroneous trace with as many steps, beside the own labels' on the same traces:"
-        )
-        lines += [f"  {n:<22} {b.describe()}" for n, b in shown]
+    lines += position_lines(
+        {n: e.same_length for n, e in r.estimators.items()},
+        "the label of every other erroneous trace with as many steps",
+    )
     if any(e.processbench is not None for e in r.estimators.values()):
         lines.append(
             "ProcessBench's metric (first step with U < -tau is the predicted first wrong step; tau in V's units):"
@@ -131,17 +146,14 @@ def table(r: LabelledReport) -> str:
             "left out (the verifier could not score them): "
             + ", ".join(f"{n} {k} traces" for n, k in unscored.items())
         )
-    rec = r.recommendation
-    use = f"process.value_estimator={rec.estimator}" if rec.estimator else "no process rewards"
-    lines.append(f"recommendation: {use}: {rec.reason}")
+    lines.append(r.recommendation.describe())
     return "\n".join(lines)
 
 
 def _png(report: LabelledReport, path: Any, title: str) -> None:
-    import matplotlib
+    from stepcredit.plotting import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(report.estimators)
     fig, ax = plt.subplots(figsize=(1.8 + 2.4 * len(names), 3.6))
@@ -160,6 +172,4 @@ def _png(report: LabelledReport, path: Any, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)

@@ -1,8 +1,10 @@
-"""Readers and writers of verl-style prompt files (parquet or jsonl), with row validation.
+"""Readers and writers of verl-style prompt files (parquet, jsonl, or json: an array or lines), with
+row validation.
 
 A row has ``data_source``, ``prompt`` (a chat list of ``{"role", "content"}``), ``ability``,
 ``reward_model{style, ground_truth}`` and ``extra_info``. A malformed row is a :class:`DataError`
-naming the file and the row (0-based for parquet, 1-based line numbers for jsonl).
+naming the file and the row: its line for JSON lines (from 1, blank lines counted), its row for parquet
+(from 0), its element for a JSON array (from 1).
 """
 
 from __future__ import annotations
@@ -73,29 +75,29 @@ def row_to_sample(
     )
 
 
-def _read_parquet(p: Path) -> list[dict[str, Any]]:
+def _read_parquet(p: Path) -> list[tuple[int, Any]]:
     import pyarrow.parquet as pq
 
     try:
-        return [_to_builtin(r) for r in pq.read_table(p).to_pylist()]
+        return list(enumerate(_to_builtin(r) for r in pq.read_table(p).to_pylist()))
     except Exception as e:  # pyarrow raises several unrelated types for a bad file
         raise DataError(f"{p}: not a readable parquet file ({type(e).__name__})") from None
 
 
-def _read_jsonl(p: Path) -> list[dict[str, Any]]:
+def _read_jsonl(p: Path) -> list[tuple[int, Any]]:
     rows = []
     with p.open() as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                rows.append((i, json.loads(line)))
             except json.JSONDecodeError as e:
                 raise DataError(f"{p}:{i}: invalid JSON ({e.msg})") from None
     return rows
 
 
-def _read_json(p: Path) -> list[dict[str, Any]]:
+def _read_json(p: Path) -> list[tuple[int, Any]]:
     """A ``.json`` file: one JSON array of rows (as some datasets ship), else JSON lines."""
     with p.open() as f:
         head = f.read(4096).lstrip()
@@ -107,7 +109,7 @@ def _read_json(p: Path) -> list[dict[str, Any]]:
         raise DataError(f"{p}: invalid JSON array (line {e.lineno}: {e.msg})") from None
     if not isinstance(rows, list):
         raise DataError(f"{p}: expected a JSON array of rows")
-    return rows
+    return list(enumerate(rows, 1))
 
 
 def _write_parquet(rows: list[dict[str, Any]], tmp: Path) -> None:
@@ -124,32 +126,37 @@ def _write_jsonl(rows: list[dict[str, Any]], tmp: Path) -> None:
 
 
 _READERS = {".parquet": _read_parquet, ".jsonl": _read_jsonl, ".json": _read_json}
-"""File suffix -> reader of its rows."""
+"""File suffix -> reader of its rows, each with the number messages give it: the line of a JSON-lines
+file (from 1, blank lines counted, as an editor shows it), the row of a parquet file (from 0) or the
+element of a JSON array (from 1)."""
 _WRITERS = {".parquet": _write_parquet}
 """File suffix -> writer; any other suffix is written as jsonl."""
-_FIRST_ROW = {".parquet": 0}
-"""Number of a file's first row in messages: jsonl counts lines from 1, parquet rows from 0."""
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Raw rows of a parquet or jsonl file (DataError if unreadable)."""
+def numbered_rows(path: str | Path) -> list[tuple[str, Any]]:
+    """Raw rows of a parquet, jsonl or json file, each with where it stands as messages name it:
+    ``file:N``, N the line of a JSON-lines file (blank lines counted), the row of a parquet file (from
+    0) or the element of a JSON array (from 1). DataError if the file is missing or unreadable."""
     p = Path(path)
     if not p.exists():
         raise DataError(f"{p}: no such file")
     read = _READERS.get(p.suffix)
     if read is None:
         raise DataError(f"{p}: unsupported file type {p.suffix!r} (expected .parquet, .jsonl or .json)")
-    return read(p)
+    return [(f"{p}:{i}", row) for i, row in read(p)]
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Raw rows of a parquet, jsonl or json file (DataError if unreadable)."""
+    return [row for _, row in numbered_rows(path)]
 
 
 def read_samples(path: str | Path, *, domain: str = "default", tag: str | None = None) -> list[Sample]:
     """Validated samples of a verl-style file; errors name the file and row."""
-    p = Path(path)
-    rows = read_rows(p)
-    first = _FIRST_ROW.get(p.suffix, 1)
+    rows = numbered_rows(path)
     if not rows:
-        raise DataError(f"{p}: the file has no rows")
-    return [row_to_sample(r, f"{p}:{i + first}", domain=domain, tag=tag) for i, r in enumerate(rows)]
+        raise DataError(f"{path}: the file has no rows")
+    return [row_to_sample(r, where, domain=domain, tag=tag) for where, r in rows]
 
 
 def write_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:

@@ -185,7 +185,7 @@ def load_solutions(
     split (:data:`stepcredit.data.prepare.DATASETS`) or a verl-schema file whose solution is
     ``response``, ``extra_info.solution`` or ``extra_info.answer``."""
     from stepcredit.data.arith import make_rows
-    from stepcredit.data.io import read_rows, row_to_sample
+    from stepcredit.data.io import numbered_rows, row_to_sample
     from stepcredit.data.prepare import ARITH, DATASETS, data_names, dataset_rows
 
     if data == ARITH:
@@ -194,18 +194,19 @@ def load_solutions(
         return [(row_to_sample(r, f"arith:{i}"), r["extra_info"]["solution"]) for i, r in enumerate(rows)]
     if data in DATASETS:
         rows, path = dataset_rows(data, src=src)
+        numbered = [(f"{path}:{i + 1}", r) for i, r in enumerate(rows)]
     else:
         path = Path(data)
         if not path.is_file():
             raise DataError(f"--data {data}: not one of {', '.join(data_names())} and no such file")
-        rows = read_rows(path)
+        numbered = numbered_rows(path)
     out = []
-    for i, r in enumerate(rows[:n]):
+    for where, r in numbered[:n]:
+        if not isinstance(r, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(r).__name__}")
         extra = r.get("extra_info") or {}
         text = r.get("response") or extra.get("solution") or extra.get("answer")
         if not isinstance(text, str) or not text.strip():
-            raise DataError(
-                f"{path}:{i + 1}: no solution text (response, extra_info.solution or extra_info.answer)"
-            )
-        out.append((row_to_sample(r, f"{path}:{i + 1}"), text))
+            raise DataError(f"{where}: no solution text (response, extra_info.solution or extra_info.answer)")
+        out.append((row_to_sample(r, where), text))
     return out

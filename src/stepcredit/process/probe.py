@@ -11,7 +11,7 @@ the traces is :mod:`stepcredit.trainer.probe` and ``stepcredit probe`` is its co
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -143,6 +143,19 @@ class PositionBaseline:
         """The estimator finds the labelled step more often than where errors usually sit (the whole
         interval of the difference above 0)."""
         return self.diff_ci.low > 0
+
+
+def position_lines(baselines: Mapping[str, PositionBaseline | None], against: str) -> list[str]:
+    """The probes' table lines on where wrong steps usually sit: a header saying what each argmin is also
+    scored ``against``, then one line per estimator that has a baseline; none when no estimator has one."""
+    shown = [(n, b) for n, b in baselines.items() if b is not None]
+    if not shown:
+        return []
+    head = (
+        f"where wrong steps usually sit (chance 1/S assumes any step): the hit rate against {against}, "
+        "beside the own on the same traces:"
+    )
+    return [head] + [f"  {n:<22} {b.describe()}" for n, b in shown]
 
 
 def position_baseline(traces: Sequence[tuple[int, Sequence[int], int]]) -> PositionBaseline | None:
@@ -364,6 +377,11 @@ class Recommendation:
     """The value estimator to train with (``process.value_estimator``); None: none carries a signal here."""
     reason: str
     """Why, from the figures the tables show."""
+
+    def describe(self) -> str:
+        """The tables' last line: the setting to train with (or none) and why."""
+        use = f"process.value_estimator={self.estimator}" if self.estimator else "no process rewards"
+        return f"recommendation: {use}: {self.reason}"
 
 
 def recommend(estimators: dict[str, EstimatorFigures]) -> Recommendation:

@@ -335,11 +335,9 @@ def markdown(summary: dict[str, Any], details: dict[str, Any]) -> str:
 def plot(summary: dict[str, Any], details: dict[str, Any], png: Path) -> None:
     """Per-seed (thin) and mean (thick) validation curves of every arm, against steps and against the
     fraction of the arm's own budget."""
-    import matplotlib
+    from stepcredit.plotting import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     for i, (name, a) in enumerate(summary["arms"].items()):
         steps = details["arms"][name]["validation_steps"]
@@ -357,9 +355,7 @@ def plot(summary: dict[str, Any], details: dict[str, Any], png: Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{len(summary['seeds'])} seeds: per seed (thin) and mean (thick)")
     fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save(fig, png)
 
 
 def write_outputs(plan: Plan, cfgs: dict[str, Config]) -> tuple[dict[str, Any], Path]:

@@ -352,10 +352,9 @@ def plot_curves(run_dir: Path, *, extra_keys: tuple[str, ...] = ()) -> Path | No
     if not path.exists():
         return None
     rows = read_metrics(path)
-    import matplotlib
+    from stepcredit.plotting import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     keys = _keys(rows)
     panels = [
@@ -379,10 +378,7 @@ def plot_curves(run_dir: Path, *, extra_keys: tuple[str, ...] = ()) -> Path | No
             ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    out = run_dir / "curves.png"
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return save(fig, run_dir / "curves.png", dpi=90)
 
 
 def _process_panels(keys: list[str]) -> list[tuple[str, list[str]]]:

@@ -367,6 +367,14 @@ def extract_answer(text: str, *, mode: str = "flexible") -> tuple[str | None, An
     return None, Anchor.NONE
 
 
+def marked_answer(text: str) -> str | None:
+    """The final answer of ``text`` only where it is marked plainly (a ``\\boxed{}``, ``####`` or an
+    answer phrase); None otherwise, never a last number or loose expression. What a labelled trace's own
+    answer may stand for when the row marks it correct (``stepcredit probe --traces``)."""
+    answer, how = extract_answer(text)
+    return answer if answer and how in (Anchor.BOXED, Anchor.HASH, Anchor.PHRASE) else None
+
+
 def extract_gold(ground_truth: Any) -> str:
     """The ground truth as a string; a full GSM8K solution or a boxed solution is reduced to its answer."""
     s = str(ground_truth).strip()
