@@ -140,7 +140,7 @@ def _sample(
     gold, gold_from = (given[0], "row") if given else (None, "")
     if gold is None:
         known = lookup.find(problem)
-        marked = row.get("final_answer_correct") is True and final_answer is not None
+        marked = row.get("final_answer_correct") is True
         own = final_answer("\n\n".join(row["steps"])) if marked and final_answer is not None else None
         if known is not None:
             gold, found_source, gold_from = known
