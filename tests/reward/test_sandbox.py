@@ -110,6 +110,39 @@ def test_program_failures_keep_their_score_with_a_failure_status(box: sb.Sandbox
     assert res.status == Status.PROGRAM_ERROR and "SyntaxError" in res.info["message"] and res.ok
 
 
+@needs_bwrap
+def test_memory_counts_every_process_of_a_case_and_spares_a_modest_one() -> None:
+    """RLIMIT_AS caps each process alone: the runner adds up what the case's processes hold. Four workers
+    holding 40 MB each (160 MB together) pass under a 256 MB limit; holding 100 MB each (each within
+    RLIMIT_AS, 400 MB together) they stop the case with a memory error, whatever the program prints."""
+    code = (
+        "import os, time\n"
+        "mb = int(input())\n"
+        "kids = []\n"
+        "for _ in range(4):\n"
+        "    r, w = os.pipe()\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        block = bytearray(mb << 20)\n"
+        "        for i in range(0, len(block), 4096):\n"
+        "            block[i] = 1\n"
+        "        os.write(w, b'x')\n"
+        "        time.sleep(0.5)\n"
+        "        os._exit(0)\n"
+        "    kids.append((pid, r))\n"
+        "for pid, r in kids:\n"
+        "    os.read(r, 1)\n"
+        "    os.waitpid(pid, 0)\n"
+        "print('done')\n"
+    )
+    box = sb.Sandbox(SandboxConfig(timeout_s=20.0, memory_mb=256))
+    res = sb.score_code(fenced(code), {"inputs": ["40"], "outputs": ["done"]}, sandbox=box)
+    assert (res.status, res.score) == (Status.OK, 1.0), res.info
+    res = sb.score_code(fenced(code), {"inputs": ["100"], "outputs": ["done"]}, sandbox=box)
+    assert (res.status, res.score) == (Status.PROGRAM_ERROR, 0.0), res.info
+    assert "memory limit exceeded" in res.info["message"], res.info
+
+
 def test_unparseable_and_bad_ground_truth(box: sb.Sandbox) -> None:
     res = sb.score_code("I would loop forever.", {"inputs": ["1"], "outputs": ["1"]}, sandbox=box)
     assert (res.status, res.score) == (Status.UNPARSEABLE, 0.0)

@@ -27,7 +27,8 @@ class SandboxConfig:
     cpu_s: int = 0
     """CPU-time limit (RLIMIT_CPU) of one test case; 0 = ``ceil(timeout_s) + 1``."""
     memory_mb: int = 512
-    """Address-space limit (RLIMIT_AS) of the program."""
+    """Memory of the program: the address-space limit (RLIMIT_AS) of each of its processes, and the cap on
+    the anonymous resident memory they hold together (the sandbox's runner checks it every 10 ms)."""
     file_size_mb: int = 16
     """Largest file the program may write (RLIMIT_FSIZE)."""
     tmpfs_mb: int = 64

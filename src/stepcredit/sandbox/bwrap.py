@@ -19,7 +19,10 @@ forked by the sandbox's runner (:mod:`.runner`) with an emptied working director
   of the host's ``/home``, ``/root``, ``/etc`` or working directory is visible, and no file holds a test.
 * **limits** set before any untrusted code runs: RLIMIT_CPU (per case), AS, FSIZE, NPROC (counted inside
   the run's user namespace), NOFILE, CORE; a wall-clock deadline per case that kills the case's
-  processes; stdout/stderr capped (a case that writes more is stopped).
+  processes; the anonymous resident memory of all the case's processes together, checked every 10 ms
+  against ``memory_mb`` (RLIMIT_AS caps each process alone); a seccomp filter that refuses memfds and
+  System V IPC objects (memory in no process's address space); stdout/stderr capped (a case that
+  writes more is stopped).
 * **identity**: started as root, each sandbox gets its own unprivileged uid (claimed with a lock file in
   a root-only directory, so concurrent runs and processes never share one; util-linux's ``setpriv``
   sets it, with no groups, before bubblewrap starts) and every process of that uid is killed afterwards; started as a normal user, it runs as that user inside its own namespaces.
@@ -72,6 +75,7 @@ from stepcredit.sandbox.judging import (
     _request,
     _timed,
     judge_report,
+    memory_message,
     probe_executor,
     run_many,
     verdict,
@@ -257,6 +261,8 @@ class Sandbox:
             return CaseOutcome(SANDBOX_ERROR, "processes of the case could not be killed")
         if done.get("overflow"):
             return CaseOutcome(ERROR, "output limit exceeded")
+        if done.get("memory"):
+            return CaseOutcome(ERROR, memory_message(done["memory"]))
         return result
 
     def _command(self, host_dir: str, limits: dict[str, Any]) -> list[str]:

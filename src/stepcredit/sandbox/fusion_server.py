@@ -29,7 +29,7 @@ from stepcredit.config import SandboxConfig
 from stepcredit.errors import UserError
 from stepcredit.sandbox.bwrap import Sandbox
 from stepcredit.sandbox.cases import CaseMode, TestCase
-from stepcredit.sandbox.judging import SANDBOX_ERROR
+from stepcredit.sandbox.judging import SANDBOX_ERROR, memory_message
 
 __all__ = ["SandboxServer", "is_loopback"]
 
@@ -171,6 +171,10 @@ class SandboxServer:
             run.update(status="TimeLimitExceeded", return_code=None)
         elif done.get("overflow"):
             run.update(return_code=-9, stderr=run["stderr"] + "\n[stepcredit] output limit exceeded")
+        elif done.get("memory"):
+            run.update(
+                return_code=-9, stderr=run["stderr"] + f"\n[stepcredit] {memory_message(done['memory'])}"
+            )
         elif sig:
             run["return_code"] = -int(sig)
         ok = not timed_out and run["return_code"] == 0

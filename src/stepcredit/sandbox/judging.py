@@ -130,7 +130,9 @@ def judge_report(
     calls = _calls(case)
     replies = done.get("replies")
     clean = done.get("op") == Op.DONE and done.get("exit") == 0 and not done.get("sig")
-    clean = clean and not (done.get("timeout") or done.get("overflow") or done.get("leftover"))
+    clean = clean and not (
+        done.get("timeout") or done.get("overflow") or done.get("memory") or done.get("leftover")
+    )
     if not clean or not isinstance(replies, list) or len(replies) < len(calls):
         return _classify(done, case, early=True)
     if len(replies) > len(calls):
@@ -194,6 +196,12 @@ def _timed(out: CaseOutcome, t0: float) -> CaseOutcome:
     return out
 
 
+def memory_message(held: Any) -> str:
+    """The verdict's message when the runner stopped a case whose processes held too much memory together."""
+    mib = held / (1 << 20) if isinstance(held, (int, float)) else float("nan")
+    return f"memory limit exceeded: the program's processes held {mib:.0f} MiB together"
+
+
 def _classify(done: dict[str, Any], case: TestCase, *, early: bool) -> CaseOutcome:
     """The verdict from the runner's ``done`` report; ``early``: the case ended before its test finished."""
     if done.get("op") != Op.DONE:
@@ -205,6 +213,8 @@ def _classify(done: dict[str, Any], case: TestCase, *, early: bool) -> CaseOutco
         return CaseOutcome(TIMEOUT, "wall-clock limit exceeded")
     if done.get("overflow"):
         return CaseOutcome(ERROR, "output limit exceeded")
+    if done.get("memory"):
+        return CaseOutcome(ERROR, memory_message(done["memory"]))
     sig, code = done.get("sig"), done.get("exit")
     if sig == signal.SIGXCPU:
         return CaseOutcome(TIMEOUT, "CPU-time limit exceeded")

@@ -25,8 +25,8 @@ Protocol. Host -> runner on fd 0: frames of a 4-byte big-endian length and a ``m
 * runner: ``{"op": "ready"}`` (eval) or ``{"op": "done", ...}`` when the case is over.
 * host ``{"op": "req", "r": {...}}`` -> runner ``{"op": "reply", "r": "<the child's raw line>"}`` or
   ``done``; host ``{"op": "end"}`` -> ``done``. ``done`` carries the exit code or signal, whether the case
-  timed out or wrote too much, its stdout, the tail of its stderr and its answer lines. After every case
-  all its processes are killed (``kill(-1)`` from pid 1 reaches every other one of the namespace), reaped.
+  timed out, wrote too much or held too much memory (its processes together, checked every 10 ms), its
+  stdout, the tail of its stderr and its answer lines. After every case all its processes are killed (``kill(-1)`` from pid 1 reaches every other one of the namespace), reaped.
 """
 
 import _signal
@@ -244,6 +244,7 @@ def _child(source, msg, limits, fds):
     mode = msg["mode"]
     try:
         _drop_capabilities()
+        _deny_unaccounted_memory()
         cpu = limits["cpu_s"]
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         os.chdir("/tmp")
@@ -319,8 +320,18 @@ def _libc_functions():
     class Libc:
         _handle = _ctypes.dlopen(None)  # type: ignore[arg-type]  # None: the program itself (libc)
 
+    class CChar(_ctypes._SimpleCData):
+        _type_ = "c"
+
+    def c_bytes(data):
+        """A C copy of ``data`` and its address (the copy must outlive every use of the address)."""
+        buf = (CChar * len(data)).from_buffer_copy(data)  # type: ignore[operator]
+        return buf, _ctypes.addressof(buf)
+
     names = ("prctl", "unshare", "mount", "umount2", "capset", "msgctl", "semctl", "shmctl")
-    return {n: CFunction((n, Libc())) for n in names}, _ctypes.get_errno  # type: ignore[arg-type]
+    functions = {n: CFunction((n, Libc())) for n in names}  # type: ignore[arg-type]
+    functions["c_bytes"] = c_bytes  # type: ignore[assignment]
+    return functions, _ctypes.get_errno
 
 
 _LIBC = {}  # type: dict  # libc's functions once found (the runner's children inherit them)
@@ -352,6 +363,52 @@ def _private_mounts():
     _libc("unshare", _CLONE_NEWNS)
     _libc("mount", b"none", b"/", None, _MS_REC | _MS_PRIVATE, None)
     _libc("prctl", _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # an exec never inherits it
+
+
+# System calls that make memory no rlimit counts, refused (EPERM) to every process of a case: a memfd's pages
+# (written with write(), never mapped) and a System V segment's (detached) are in no process's address space
+# or resident set, so RLIMIT_AS and the runner's watch of resident memory both missed them (128 memfds of
+# 16 MB, or 32 segments made and detached in a loop, held 2 GiB past a 256 MB ``memory_mb``); System V
+# message queues and semaphore sets are kernel memory too (an IPC namespace allows 32,000 queues of 16 KB).
+# Numbers from the kernel's syscall tables: shmget, msgget, semget, memfd_create, memfd_secret.
+_SECCOMP_DENY = {
+    "x86_64": (0xC000003E, (29, 68, 64, 319, 447)),  # AUDIT_ARCH_X86_64
+    "aarch64": (0xC00000B7, (194, 186, 190, 279, 447)),  # AUDIT_ARCH_AARCH64
+}
+
+
+def _seccomp_program(arch, denied):
+    """A classic-BPF seccomp filter (``struct sock_filter`` array, native byte order): EPERM for the
+    ``denied`` numbers, for the x32 ABI's numbers (bit 30: the same calls by another number) and for any
+    other architecture's calls (i386's ``int 0x80`` from a 64-bit process); everything else allowed."""
+    n = len(denied)
+    ins = [
+        (0x20, 0, 0, 4),  # ld  [arch]            (seccomp_data.arch)
+        (0x15, 0, n + 3, arch),  # jeq arch, next, deny
+        (0x20, 0, 0, 0),  # ld  [nr]              (seccomp_data.nr)
+        (0x35, n + 1, 0, 0x40000000),  # jge x32 bit, deny, next
+    ]
+    ins += [(0x15, n - i, 0, nr) for i, nr in enumerate(denied)]  # jeq nr, deny, next
+    ins += [(0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, 0x00050000 | 1)]  # ret ALLOW; ret ERRNO(EPERM)
+    order = sys.byteorder
+    return b"".join(c.to_bytes(2, order) + bytes((jt, jf)) + k.to_bytes(4, order) for c, jt, jf, k in ins)
+
+
+def _deny_unaccounted_memory():
+    """Install the seccomp filter above in this process (inherited by everything it starts; needs
+    no_new_privs, set by :func:`_drop_capabilities`). On another architecture there is none: the
+    runner's watch of resident memory still holds, memfds and System V segments go unwatched."""
+    spec = _SECCOMP_DENY.get(os.uname().machine)
+    if spec is None:
+        return
+    program = _seccomp_program(*spec)
+    _libc("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS (already set; the filter requires it)
+    make = _LIBC["c_bytes"]
+    filt, addr = make(program)
+    count = len(program) // 8
+    fprog, _ = make(count.to_bytes(2, sys.byteorder) + bytes(6) + addr.to_bytes(8, sys.byteorder))
+    _libc("prctl", 22, 2, fprog, 0, 0)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &sock_fprog
+    del filt  # kept alive until the kernel copied the program
 
 
 def _drop_capabilities():
@@ -415,6 +472,27 @@ def _remove_ipc():
                 pass  # already gone
 
 
+_MEMORY_POLL_S = 0.01
+
+
+def _program_memory():
+    """Bytes of anonymous and shared-memory resident pages (``RssAnon`` + ``RssShmem``: the heap, stack and
+    shared anonymous mappings, not the interpreter's file pages) of every process of the namespace but
+    the runner (pid 1). RLIMIT_AS caps each process alone: 16 processes of 200 MB each were within it. A
+    mapping that several processes share counts once for each (the cap errs on the safe side)."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit() and name != "1":
+            try:
+                with open("/proc/" + name + "/status", "rb") as f:
+                    for line in f:
+                        if line.startswith((b"RssAnon:", b"RssShmem:")):
+                            total += int(line.split()[1])  # kB
+            except (OSError, IndexError, ValueError):
+                pass  # exited meanwhile
+    return total * 1024
+
+
 def _sweep(child):
     """Kill every other process of the namespace; the direct child's wait status (if reaped here) and
     whether something could not be killed."""
@@ -444,6 +522,7 @@ class Runner:
     def __init__(self, limits):
         self.limits = limits
         self.cap = limits["output_limit_kb"] * 1024
+        self.memory_cap = limits["memory_mb"] * _MB  # of the case's processes together (RLIMIT_AS: each)
         self.timeout = limits["timeout_s"]
         self.inbuf = bytearray()
         self.source = None  # the program: a sandbox may start before its program is known
@@ -515,6 +594,8 @@ class _Case:
         self.out, self.err, self.rep = bytearray(), bytearray(), bytearray()
         self.status = None
         self.timed_out = self.overflow = self.exited = False
+        self.memory = 0  # the resident memory seen when it passed the cap (0: never)
+        self.next_memory_check = 0.0
         self.leftover = 0
         self.pidfd = -1
         try:
@@ -544,17 +625,24 @@ class _Case:
                     line = bytes(self.rep[:i])
                     del self.rep[: i + 1]
                     return line
-            if self.exited or self.timed_out or self.overflow:
+            if self.exited or self.timed_out or self.overflow or self.memory:
                 return None
-            remaining = self.deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = self.deadline - now
             if remaining <= 0:
                 self.timed_out = True
                 return None
+            if now >= self.next_memory_check:  # every 10 ms: what many processes hold together
+                self.next_memory_check = now + _MEMORY_POLL_S
+                held = _program_memory()
+                if held > self.r.memory_cap:
+                    self.memory = held
+                    return None
             rd = [fd for fd in (self.out_r, self.err_r, self.rep_r) if fd >= 0]
             if self.pidfd >= 0:
                 rd.append(self.pidfd)
             wr = [self.in_w] if self.in_w >= 0 else []
-            r, w, _ = select.select(rd, wr, [], min(remaining, 0.005 if self.pidfd < 0 else 1.0))
+            r, w, _ = select.select(rd, wr, [], min(remaining, 0.005 if self.pidfd < 0 else _MEMORY_POLL_S))
             if w:
                 try:
                     n = os.write(self.in_w, self.stdin[:65536])
@@ -630,6 +718,7 @@ class _Case:
             "sig": sig,
             "timeout": self.timed_out,
             "overflow": self.overflow,
+            "memory": self.memory,
             "out": bytes(self.out[: self.r.cap]).decode("utf-8", "replace"),
             "out_invalid_utf8": not _is_utf8(bytes(self.out[: self.r.cap])),
             "err": bytes(self.err[-2000:]).decode("utf-8", "replace"),
