@@ -14,7 +14,7 @@ import pytest
 from stepcredit.cli import main as cli
 from stepcredit.config import RewardConfig, RewardCustomConfig
 from stepcredit.errors import ConfigError
-from stepcredit.reward import build_agent, build_rewarder
+from stepcredit.reward import TrainingProgress, build_agent, build_rewarder
 from stepcredit.types import Sample, Status
 
 # Reward functions as TRL's GRPOTrainer documentation shows them ("Using a custom reward function":
@@ -61,6 +61,19 @@ TRL_FUNCS = textwrap.dedent(
 
     def as_text(completions, **kwargs):
         return ["1.0" for _ in completions]
+
+    def curriculum(completions, ground_truth, trainer_state, **kwargs):
+        # a reward whose weight grows with training, keyed to TRL's trainer_state
+        if trainer_state is None:
+            return [-1.0 for _ in completions]
+        w = trainer_state.global_step / trainer_state.max_steps
+        return [w * float(c == gt) for c, gt in zip(completions, ground_truth)]
+
+    def logging_curriculum(completions, trainer_state, log, **kwargs):
+        import json
+        with open(log, "a") as f:
+            f.write(json.dumps([trainer_state.global_step, trainer_state.max_steps]) + "\n")
+        return [float(len(c) % 2) for c in completions]
     """
 )
 
@@ -168,6 +181,40 @@ def test_trls_signature_and_async_functions(funcs: Path, fn: str) -> None:
     with build_rewarder(_cfg(f"{funcs}:{fn}")) as rw:
         res = rw.score_batch([_sample("42"), _sample("42")], ["42", "41"])
     assert [(r.score, r.status) for r in res] == [(1.0, Status.OK), (0.0, Status.OK)]
+
+
+def test_trainer_state_carries_the_step_as_trl_passes_it(funcs: Path) -> None:
+    # TRL passes its Trainer.state: a function keyed to the step (a curriculum) reads global_step and
+    # max_steps. Outside training (stepcredit score, eval) there is no state: None, as before.
+    spec = f"{funcs}:curriculum"
+    with build_rewarder(_cfg(spec)) as rw:
+        assert [r.score for r in rw.score_batch([_sample("42")], ["42"])] == [-1.0]
+        res = rw.score_batch(
+            [_sample("42"), _sample("42")],
+            ["42", "41"],
+            progress=TrainingProgress(global_step=3, max_steps=4),
+        )
+    assert [(r.score, r.status) for r in res] == [(0.75, Status.OK), (0.0, Status.OK)]
+    with build_agent(_cfg(spec)) as agent:  # a rollout batch's progress, through the agent's submit
+        t = agent.submit_samples(
+            [_sample("42")], ["42"], progress=TrainingProgress(global_step=1, max_steps=4)
+        )
+        assert [r.score for r in agent.get(t, 0)[1]] == [0.25]
+
+
+def test_a_trl_curriculum_sees_each_step_of_a_training_run(
+    funcs: Path, tmp_path: Path, tiny_train: list[str]
+) -> None:
+    # through `stepcredit train`: every rollout batch is scored with the RL steps done by the weights
+    # that generated it (0, 1, 2 of 3), validation with the steps done so far; max_steps is trainer.steps
+    log = tmp_path / "seen.jsonl"
+    args = [*tiny_train, "sft.steps=0", "trainer.steps=3", "trainer.val_every=3", "trainer.save_every=0",
+            "reward.custom.style=trl", f"reward.custom.path={funcs}:logging_curriculum",
+            f"reward.custom.kwargs={{log: '{log}'}}"]  # fmt: skip
+    assert cli.main(["train", *args, "--out", str(tmp_path / "run")]) == 0
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {tuple(x) for x in seen} == {(0, 3), (1, 3), (2, 3), (3, 3)}, seen
+    assert [x[0] for x in seen if x[0] < 3] == sorted(x[0] for x in seen if x[0] < 3)  # in step order
 
 
 def test_a_string_reward_is_an_error_as_in_trl(funcs: Path) -> None:

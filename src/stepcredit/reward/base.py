@@ -10,6 +10,7 @@ A user's own function (``reward.custom``) is loaded by its style's entry of :dat
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import importlib
 import importlib.util
@@ -17,7 +18,8 @@ import inspect
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -28,6 +30,38 @@ from stepcredit.user_code import load_file, loaded_by_path
 
 PerSampleFn = Callable[..., Any]
 FastFn = Callable[..., "RewardResult | None"]
+
+
+@dataclass(frozen=True)
+class TrainingProgress:
+    """Where training stood for a batch being scored: what TRL hands a reward function as
+    ``trainer_state`` (its ``global_step`` and ``max_steps``), for curricula that change with the step."""
+
+    global_step: int
+    """Policy updates made before the batch was generated (validation: updates made so far)."""
+    max_steps: int
+    """The run's RL steps (``trainer.steps``)."""
+
+
+_PROGRESS = threading.local()
+
+
+@contextlib.contextmanager
+def scoring_progress(progress: TrainingProgress | None) -> Iterator[None]:
+    """Within this block, in this thread, :func:`current_progress` is ``progress`` (the reward agent
+    sets it around a scorer's call for a batch submitted with one)."""
+    before = getattr(_PROGRESS, "value", None)
+    _PROGRESS.value = progress
+    try:
+        yield
+    finally:
+        _PROGRESS.value = before
+
+
+def current_progress() -> TrainingProgress | None:
+    """The training progress of the batch this thread scores (None outside training: ``score``,
+    ``eval``, a remote scorer)."""
+    return getattr(_PROGRESS, "value", None)
 
 
 @runtime_checkable

@@ -17,8 +17,12 @@ What each call receives, following TRL's ``GRPOTrainer._calculate_rewards``:
 * ``completion_ids=None``: stepcredit scores text, a function's token ids are not passed;
 * columns: ``ground_truth``, ``data_source``, ``ability``, ``reward_model``, ``extra_info`` and each
   key of ``extra_info`` flattened (a dataset column of a verl-style row; as in TRL, not ``prompt``,
-  ``completion`` or ``completion_ids``), plus ``trainer_state=None`` (the trainer's state is not
-  shared); ``reward.custom.kwargs`` are passed as they are.
+  ``completion`` or ``completion_ids``); ``reward.custom.kwargs`` are passed as they are;
+* ``trainer_state``: during training (rollout batches and validation) a ``transformers.TrainerState``
+  with ``global_step`` (the policy updates made before the batch was generated: TRL's count when it
+  scores a batch) and ``max_steps`` (``trainer.steps``), for curricula keyed to the step; ``None``
+  outside training (``stepcredit score``, ``eval``) and in a scorer that runs as a Ray actor
+  (``reward.agent.ray_scorers``).
 
 The functions run in this process, each on a helper thread, like in TRL: there is no kill-safe pool
 for them; an ``async def`` function runs on its own event loop there. A call past
@@ -39,7 +43,14 @@ from typing import Any
 
 from stepcredit.config import RewardConfig, RewardCustomConfig
 from stepcredit.errors import ConfigError
-from stepcredit.reward.base import CUSTOM_STYLES, RewardFn, load_ref, parse_spec
+from stepcredit.reward.base import (
+    CUSTOM_STYLES,
+    RewardFn,
+    TrainingProgress,
+    current_progress,
+    load_ref,
+    parse_spec,
+)
 from stepcredit.reward.run.chunks import call_reward
 from stepcredit.reward.run.failures import user_traceback
 from stepcredit.types import RewardResult, Sample, Status
@@ -144,7 +155,7 @@ class TrlScorer:
             "completions": completions,
             "completion_ids": None,  # stepcredit scores text: no token ids reach a reward function
             **columns,
-            "trainer_state": None,
+            "trainer_state": trainer_state(current_progress()),
             **self.kwargs,
         }
         # an ``async def`` function (TRL runs those concurrently) runs on its own loop in its thread
@@ -177,6 +188,16 @@ class TrlScorer:
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def trainer_state(progress: TrainingProgress | None) -> Any:
+    """What TRL passes as ``trainer_state`` (its ``Trainer.state``), from the batch's training progress:
+    a ``transformers.TrainerState`` with the step and the run's length; None outside training."""
+    if progress is None:
+        return None
+    from transformers import TrainerState
+
+    return TrainerState(global_step=progress.global_step, max_steps=progress.max_steps)
 
 
 _NOT_COLUMNS = frozenset({"prompt", "completion", "completion_ids", "prompts", "completions"})

@@ -37,7 +37,7 @@ from stepcredit.models import save_pretrained
 from stepcredit.models.lora import merged_state_dict
 from stepcredit.process import VALUE_ESTIMATORS
 from stepcredit.process.domains import process_domains
-from stepcredit.reward import RewardAgent, Rewarder, build_agent, build_rewarder, shaping
+from stepcredit.reward import RewardAgent, Rewarder, TrainingProgress, build_agent, build_rewarder, shaping
 from stepcredit.reward.run import backends
 from stepcredit.reward.run.failures import FailureLog
 from stepcredit.reward.run.health import CircuitBreaker, RewardBackendError, probe_routes
@@ -54,7 +54,7 @@ from stepcredit.trainer.metrics import (
     plot_curves,
 )
 from stepcredit.trainer.progress import Progress, banner_lines, param_counts
-from stepcredit.trainer.rollout import Rollout, rollout_and_submit, tool_context
+from stepcredit.trainer.rollout import Rollout, progress_of, rollout_and_submit, tool_context
 from stepcredit.trainer.sampling import step_stream
 from stepcredit.trainer.schedule import LR_SCHEDULES, short_run_warning
 from stepcredit.trainer.setup import engine_bound, load_model
@@ -140,7 +140,8 @@ def _set_up(cfg: Config, run_dir: Path, resume: Path | None, closing: contextlib
     ckpt = _resume_state(resume) if resume is not None else None
     rewarder = closing.enter_context(build_rewarder(cfg.reward))
     check_routes(train_set + val_set, rewarder.route)
-    routes = probe_routes(rewarder, train_set + val_set)  # a broken backend (bwrap, judge) stops here
+    # a broken backend (bwrap, judge) stops here; probed as the first batch will be scored
+    routes = probe_routes(rewarder, train_set + val_set, TrainingProgress(0, cfg.trainer.steps))
     breaker = CircuitBreaker(cfg.reward.breaker)  # and one that breaks mid-run stops at its step
     # every failed reward: printed once per distinct error, counted per step, kept in the run directory
     failures = FailureLog(run_dir, warn=not cfg.reward.breaker.enabled)
@@ -197,7 +198,9 @@ def _train(cfg: Config, run_dir: Path, resume: Path | None, started: list[bool])
             engines.follow(run.model, state.model, functools.partial(merged_state_dict, state.model))
             closing.callback(engines.unbind, state.model)
         pending = (
-            Rollout(ckpt["pending"], agent.submit(ckpt["pending"])) if ckpt and ckpt["pending"] else None
+            Rollout(ckpt["pending"], agent.submit(ckpt["pending"], progress_of(ckpt["pending"], cfg)))
+            if ckpt and ckpt["pending"]
+            else None
         )
         if ckpt is not None:
             set_rng_state(ckpt["rng"])  # last, so nothing above consumes random numbers
@@ -309,6 +312,7 @@ def _validate(
             temperature=cfg.rollout.val_temperature,
             tools=tool_context(cfg, rewarder),
             row_seeds=[row_key(cfg.trainer.seed, step, i) for i in range(len(val_set))],
+            progress=TrainingProgress(global_step=step, max_steps=cfg.trainer.steps),
         )
     if not rows:
         return metrics

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from stepcredit import process
 from stepcredit.config import Config
 from stepcredit.process.values import spending
-from stepcredit.reward import RewardAgent, Rewarder, Ticket
+from stepcredit.reward import RewardAgent, Rewarder, Ticket, TrainingProgress
 from stepcredit.reward.tools import AgentCallRunner
 from stepcredit.rollout import ROLLOUT_MODES, RolloutRequest, ToolContext
 from stepcredit.trainer.critic import critic_values
@@ -29,6 +29,12 @@ class Rollout:
     ticket: Ticket
     times: dict[str, float] = field(default_factory=dict)
     """``time/generation_s``, ``time/process_s``; ``process/unscored_rows`` when a value could not be computed."""
+
+
+def progress_of(batch: Batch, cfg: Config) -> TrainingProgress:
+    """Where training stood for ``batch``: the RL steps done by the weights that generated it, of the
+    run's steps (what a TRL reward function gets as ``trainer_state``)."""
+    return TrainingProgress(global_step=batch.policy_version, max_steps=cfg.trainer.steps)
 
 
 def tool_context(cfg: Config, rewarder: Rewarder) -> ToolContext | None:
@@ -141,7 +147,7 @@ def rollout_and_submit(
     times = {"time/generation_s": t1 - t0, **counts}
     # Outcome rewards need no values: they run while the process stage evaluates (the copy handed to
     # the agent leaves the rollout cache behind, so the cache is freed once the values are computed).
-    ticket = agent.submit(batch.without_rewards())
+    ticket = agent.submit(batch.without_rewards(), progress_of(batch, cfg))
     if cfg.process.enabled:
         with spending() as spent:  # what valuing cost beyond the rollout (an experiment's accounting)
             batch, unscored = with_values(state, batch, rewarder, process_domains)

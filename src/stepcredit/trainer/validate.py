@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from stepcredit.config import RolloutConfig
-from stepcredit.reward import Rewarder
+from stepcredit.reward import Rewarder, TrainingProgress
 from stepcredit.reward.run.health import status_counts
 from stepcredit.rollout import RolloutRequest, ToolContext, generate
 from stepcredit.rollout.tool_mode import tools_rollout
@@ -71,10 +71,12 @@ def validate(
     chunk: int = 64,
     tools: ToolContext | None = None,
     row_seeds: list[int] | None = None,
+    progress: TrainingProgress | None = None,
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Accuracy overall (``val/accuracy``) and per tag (``val/accuracy/{tag}``), how many rewards had
     each status (``val/status/{status}``, e.g. ``val/status/sandbox_error``), plus the answers.
-    ``row_seeds``: one per prompt, its own random stream (:func:`generate_in_chunks`)."""
+    ``row_seeds``: one per prompt, its own random stream (:func:`generate_in_chunks`); ``progress``: where
+    training stands (a TRL reward function's ``trainer_state``)."""
     if not samples:
         return {}, []
     texts: list[str] = []
@@ -91,7 +93,7 @@ def validate(
     ):
         texts.extend(b.texts)
         n_tokens.extend(b.response_mask_BT.sum(1).tolist())
-    results = rewarder.score_batch(samples, texts)
+    results = rewarder.score_batch(samples, texts, progress=progress)
     by_tag: dict[str, list[bool]] = defaultdict(list)
     for s, r in zip(samples, results, strict=True):
         by_tag[s.tag].append(is_correct(r))

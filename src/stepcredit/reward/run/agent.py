@@ -67,7 +67,7 @@ from typing import Any
 
 from stepcredit.config import RewardConfig
 from stepcredit.errors import UserError
-from stepcredit.reward.base import REWARDS
+from stepcredit.reward.base import REWARDS, TrainingProgress, scoring_progress
 from stepcredit.reward.run.backends import (
     BACKENDS,
     AsyncLoop,
@@ -187,13 +187,20 @@ class RewardAgent:
             start()
 
     # ------------------------------------------------------------------------------- submit
-    def submit(self, batch: Batch) -> Ticket:
-        """Start scoring ``batch.samples[i]`` against ``batch.texts[i]``; returns at once."""
-        ticket = self.submit_samples(batch.samples, batch.texts, batch.group_B)
+    def submit(self, batch: Batch, progress: TrainingProgress | None = None) -> Ticket:
+        """Start scoring ``batch.samples[i]`` against ``batch.texts[i]``; returns at once. ``progress``:
+        where training stood for the batch (what a TRL function gets as ``trainer_state``)."""
+        ticket = self.submit_samples(batch.samples, batch.texts, batch.group_B, progress)
         ticket.batch = batch
         return ticket
 
-    def submit_samples(self, samples: Sequence[Sample], texts: Sequence[str], group_B: Any = None) -> Ticket:
+    def submit_samples(
+        self,
+        samples: Sequence[Sample],
+        texts: Sequence[str],
+        group_B: Any = None,
+        progress: TrainingProgress | None = None,
+    ) -> Ticket:
         """:meth:`submit` without a :class:`Batch`: groups from ``group_B`` (ids per response), else by ``uid``."""
         if len(samples) != len(texts):
             raise ValueError(f"{len(samples)} samples but {len(texts)} responses")
@@ -201,6 +208,7 @@ class RewardAgent:
             raise RuntimeError("reward agent is closed")
         n = len(samples)
         t = Ticket.open(next(self._tickets), samples, texts, group_B)
+        t.progress = progress
         plan = self.rewarder.plan(samples, texts)
         t.routes = plan.routes
         units: list[Unit] = []
@@ -237,7 +245,8 @@ class RewardAgent:
 
     def _run_scorer(self, t: Ticket, entry: Any, idx: list[int]) -> None:
         try:
-            got = self.rewarder.run_scorer(entry, [t.samples[i] for i in idx], [t.texts[i] for i in idx])
+            with scoring_progress(t.progress):  # read by scorers that hand it on (TRL's trainer_state)
+                got = self.rewarder.run_scorer(entry, [t.samples[i] for i in idx], [t.texts[i] for i in idx])
         except Exception as e:
             got = failures(len(idx), Status.ERROR, f"{type(e).__name__}: {e}", entry.name)
         with self._lock:
@@ -516,10 +525,14 @@ class RewardAgent:
             yield idx, res
 
     def score_batch(
-        self, samples: Sequence[Sample], responses: Sequence[str], group_B: Any = None
+        self,
+        samples: Sequence[Sample],
+        responses: Sequence[str],
+        group_B: Any = None,
+        progress: TrainingProgress | None = None,
     ) -> list[RewardResult]:
         """:meth:`Rewarder.score_batch` through the agent (batched functions included): results in order."""
-        t = self.submit_samples(samples, responses, group_B)
+        t = self.submit_samples(samples, responses, group_B, progress)
         return self.get(t, 0)[1] if len(samples) else []
 
     async def aget(self, ticket: Ticket) -> list[RewardResult]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from stepcredit.config import BreakerConfig
 from stepcredit.errors import UserError
+from stepcredit.reward.base import TrainingProgress
 from stepcredit.reward.run.failures import ERRORS_FILE, format_top, top_failures
 from stepcredit.types import RewardResult, Sample
 
@@ -74,10 +75,13 @@ def _probe_of(rewarder: Any, sample: Sample) -> tuple[str, tuple[Sample, str, fl
     return entry.name, _default_probe(sample)
 
 
-def probe_routes(rewarder: Any, samples: Sequence[Sample]) -> dict[str, RewardResult]:
+def probe_routes(
+    rewarder: Any, samples: Sequence[Sample], progress: TrainingProgress | None = None
+) -> dict[str, RewardResult]:
     """Score one probe per reward route used by ``samples``; raise :class:`RewardBackendError` (one
     line naming the route, the row and what failed) if a route gives no verdict or fails its known-good
-    probe. Call after the rewarder is built and before any training. Returns the probe result per route."""
+    probe. Call after the rewarder is built and before any training (``progress``: the training's start,
+    as its first batch will be scored). Returns the probe result per route."""
     probes: dict[str, tuple[Sample, str, float | None]] = {}
     for s in samples:
         try:
@@ -89,7 +93,9 @@ def probe_routes(rewarder: Any, samples: Sequence[Sample]) -> dict[str, RewardRe
         probes.setdefault(name, probe)
     out: dict[str, RewardResult] = {}
     names = list(probes)
-    results = rewarder.score_batch([probes[n][0] for n in names], [probes[n][1] for n in names])
+    results = rewarder.score_batch(
+        [probes[n][0] for n in names], [probes[n][1] for n in names], progress=progress
+    )
     for name, r in zip(names, results, strict=True):
         sample, _, expected = probes[name]
         msg = str(r.info.get("message", "") or "").splitlines()

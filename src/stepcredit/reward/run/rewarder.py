@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stepcredit.config import RewardConfig
+from stepcredit.reward.base import TrainingProgress
 from stepcredit.reward.run.agent import RewardAgent
 from stepcredit.reward.run.backends import check_config
 from stepcredit.reward.run.routing import Plan, Route, Router, call_args, load_custom, run_fast
@@ -73,12 +74,17 @@ class Rewarder(Router):
 
     # ------------------------------------------------------------------------------ scoring
     def score_batch(
-        self, samples: Sequence[Sample], responses: Sequence[str], group_B: Any = None
+        self,
+        samples: Sequence[Sample],
+        responses: Sequence[str],
+        group_B: Any = None,
+        progress: TrainingProgress | None = None,
     ) -> list[RewardResult]:
         """One result per response, in order: the batch goes through the agent's chunk protocol and
         this call waits for all of it. ``group_B`` (ids of prompts) groups samples for custom scorers'
-        ``post_process_scores``; without it, samples with the same ``uid`` form a group."""
-        return self.agent.score_batch(samples, responses, group_B)
+        ``post_process_scores``; without it, samples with the same ``uid`` form a group. ``progress``:
+        where training stands (a TRL function's ``trainer_state``; None outside training)."""
+        return self.agent.score_batch(samples, responses, group_B, progress)
 
     async def ascore_batch(
         self, samples: Sequence[Sample], responses: Sequence[str], group_B: Any = None

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from stepcredit.reward.base import TrainingProgress
 from stepcredit.reward.run.routing import Route
 from stepcredit.types import Batch, RewardResult, Sample, Status
 
@@ -35,6 +36,8 @@ class Ticket:
     keys: list[Hashable]
     """Group key per index (``group_B``, else the sample's ``uid``)."""
     batch: Batch | None = None
+    progress: TrainingProgress | None = None
+    """Where training stood for this batch (TRL functions' ``trainer_state``); None outside training."""
     results: list[RewardResult | None] = field(default_factory=list)
     """Per index, filled as scored (final, post-processed values once its group is released)."""
     routes: list[Route | None] = field(default_factory=list)
