@@ -143,6 +143,17 @@ def test_memory_counts_every_process_of_a_case_and_spares_a_modest_one() -> None
     assert "memory limit exceeded" in res.info["message"], res.info
 
 
+@needs_bwrap
+def test_cpu_time_counts_every_process_of_a_case() -> None:
+    """RLIMIT_CPU stops each process alone: 16 spinning processes took 16 times ``cpu_s`` within the wall
+    clock. The runner adds up their CPU time and stops the case past ``cpu_s`` (a timeout, as SIGXCPU is)."""
+    code = "import os\nfor _ in range(4):\n    os.fork()\nwhile True:\n    pass\n"
+    box = sb.Sandbox(SandboxConfig(timeout_s=60.0, cpu_s=1, memory_mb=256))
+    res = sb.score_code(fenced(code), {"inputs": [""], "outputs": ["x"]}, sandbox=box)
+    assert res.status == Status.PROGRAM_TIMEOUT, res.info
+    assert "CPU-time limit exceeded: the program's processes spent" in res.info["message"], res.info
+
+
 def test_unparseable_and_bad_ground_truth(box: sb.Sandbox) -> None:
     res = sb.score_code("I would loop forever.", {"inputs": ["1"], "outputs": ["1"]}, sandbox=box)
     assert (res.status, res.score) == (Status.UNPARSEABLE, 0.0)

@@ -25,7 +25,8 @@ class SandboxConfig:
     timeout_s: float = 5.0
     """Wall-clock limit of one test case, counted from the program's start; the whole sandbox is killed."""
     cpu_s: int = 0
-    """CPU-time limit (RLIMIT_CPU) of one test case; 0 = ``ceil(timeout_s) + 1``."""
+    """CPU-time limit of one test case: RLIMIT_CPU of each process, and the cap on the CPU seconds all the
+    case's processes spend together (checked every 10 ms); 0 = ``ceil(timeout_s) + 1``."""
     memory_mb: int = 512
     """Memory of the program: the address-space limit (RLIMIT_AS) of each of its processes, and the cap on
     the anonymous resident memory they hold together (the sandbox's runner checks it every 10 ms)."""

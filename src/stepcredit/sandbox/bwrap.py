@@ -19,8 +19,8 @@ forked by the sandbox's runner (:mod:`.runner`) with an emptied working director
   of the host's ``/home``, ``/root``, ``/etc`` or working directory is visible, and no file holds a test.
 * **limits** set before any untrusted code runs: RLIMIT_CPU (per case), AS, FSIZE, NPROC (counted inside
   the run's user namespace), NOFILE, CORE; a wall-clock deadline per case that kills the case's
-  processes; the anonymous resident memory of all the case's processes together, checked every 10 ms
-  against ``memory_mb`` (RLIMIT_AS caps each process alone); a seccomp filter that refuses memfds and
+  processes; the anonymous resident memory and the CPU time of all the case's processes together,
+  checked every 10 ms against ``memory_mb`` and ``cpu_s`` (RLIMIT_AS and RLIMIT_CPU cap each process alone); a seccomp filter that refuses memfds and
   System V IPC objects (memory in no process's address space); stdout/stderr capped (a case that
   writes more is stopped).
 * **identity**: started as root, each sandbox gets its own unprivileged uid (claimed with a lock file in
@@ -68,12 +68,14 @@ from stepcredit.sandbox.judging import (
     FAILED,
     PASSED,
     SANDBOX_ERROR,
+    TIMEOUT,
     CaseOutcome,
     SandboxFailure,
     _CaseEnded,
     _classify,
     _request,
     _timed,
+    cpu_message,
     judge_report,
     memory_message,
     probe_executor,
@@ -263,6 +265,8 @@ class Sandbox:
             return CaseOutcome(ERROR, "output limit exceeded")
         if done.get("memory"):
             return CaseOutcome(ERROR, memory_message(done["memory"]))
+        if done.get("cpu"):
+            return CaseOutcome(TIMEOUT, cpu_message(done["cpu"]))
         return result
 
     def _command(self, host_dir: str, limits: dict[str, Any]) -> list[str]:

@@ -166,7 +166,8 @@ class SandboxServer:
             "stdout": str(done.get("out", "")),
             "stderr": str(done.get("err", "")),
         }
-        timed_out = bool(done.get("timeout") or sig == 24)  # wall clock, or SIGXCPU: the CPU-time limit
+        # wall clock, SIGXCPU (a process's CPU-time limit) or the CPU time of all its processes together
+        timed_out = bool(done.get("timeout") or sig == 24 or done.get("cpu"))
         if timed_out:
             run.update(status="TimeLimitExceeded", return_code=None)
         elif done.get("overflow"):

@@ -130,9 +130,8 @@ def judge_report(
     calls = _calls(case)
     replies = done.get("replies")
     clean = done.get("op") == Op.DONE and done.get("exit") == 0 and not done.get("sig")
-    clean = clean and not (
-        done.get("timeout") or done.get("overflow") or done.get("memory") or done.get("leftover")
-    )
+    broke = ("timeout", "overflow", "memory", "cpu", "leftover")  # a limit, or processes left behind
+    clean = clean and not any(done.get(k) for k in broke)
     if not clean or not isinstance(replies, list) or len(replies) < len(calls):
         return _classify(done, case, early=True)
     if len(replies) > len(calls):
@@ -202,6 +201,12 @@ def memory_message(held: Any) -> str:
     return f"memory limit exceeded: the program's processes held {mib:.0f} MiB together"
 
 
+def cpu_message(spent: Any) -> str:
+    """The verdict's message when the runner stopped a case whose processes spent too much CPU time together."""
+    s = float(spent) if isinstance(spent, (int, float)) else float("nan")
+    return f"CPU-time limit exceeded: the program's processes spent {s:.1f} s together"
+
+
 def _classify(done: dict[str, Any], case: TestCase, *, early: bool) -> CaseOutcome:
     """The verdict from the runner's ``done`` report; ``early``: the case ended before its test finished."""
     if done.get("op") != Op.DONE:
@@ -215,6 +220,8 @@ def _classify(done: dict[str, Any], case: TestCase, *, early: bool) -> CaseOutco
         return CaseOutcome(ERROR, "output limit exceeded")
     if done.get("memory"):
         return CaseOutcome(ERROR, memory_message(done["memory"]))
+    if done.get("cpu"):
+        return CaseOutcome(TIMEOUT, cpu_message(done["cpu"]))
     sig, code = done.get("sig"), done.get("exit")
     if sig == signal.SIGXCPU:
         return CaseOutcome(TIMEOUT, "CPU-time limit exceeded")

@@ -25,8 +25,9 @@ Protocol. Host -> runner on fd 0: frames of a 4-byte big-endian length and a ``m
 * runner: ``{"op": "ready"}`` (eval) or ``{"op": "done", ...}`` when the case is over.
 * host ``{"op": "req", "r": {...}}`` -> runner ``{"op": "reply", "r": "<the child's raw line>"}`` or
   ``done``; host ``{"op": "end"}`` -> ``done``. ``done`` carries the exit code or signal, whether the case
-  timed out, wrote too much or held too much memory (its processes together, checked every 10 ms), its
-  stdout, the tail of its stderr and its answer lines. After every case all its processes are killed (``kill(-1)`` from pid 1 reaches every other one of the namespace), reaped.
+  timed out, wrote too much, held too much memory or spent too much CPU time (its processes together,
+  checked every 10 ms), its stdout, the tail of its stderr and its answer lines. After every case all
+  its processes are killed (``kill(-1)`` from pid 1 reaches every other one of the namespace), reaped.
 """
 
 import _signal
@@ -473,24 +474,32 @@ def _remove_ipc():
 
 
 _MEMORY_POLL_S = 0.01
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _program_memory():
-    """Bytes of anonymous and shared-memory resident pages (``RssAnon`` + ``RssShmem``: the heap, stack and
-    shared anonymous mappings, not the interpreter's file pages) of every process of the namespace but
-    the runner (pid 1). RLIMIT_AS caps each process alone: 16 processes of 200 MB each were within it. A
-    mapping that several processes share counts once for each (the cap errs on the safe side)."""
-    total = 0
+def _program_usage():
+    """What every process of the namespace but the runner (pid 1) holds and has spent: bytes of
+    anonymous and shared-memory resident pages (``RssAnon`` + ``RssShmem``: the heap, stack and shared
+    anonymous mappings, not the interpreter's file pages), and CPU seconds (user + system, their own and
+    their reaped children's). RLIMIT_AS and RLIMIT_CPU cap each process alone: 16 processes of 200 MB
+    each were within the one, 16 spinning processes took 16 times the other. A mapping that several
+    processes share counts once for each (the cap errs on the safe side)."""
+    memory = ticks = 0
     for name in os.listdir("/proc"):
         if name.isdigit() and name != "1":
             try:
                 with open("/proc/" + name + "/status", "rb") as f:
                     for line in f:
                         if line.startswith((b"RssAnon:", b"RssShmem:")):
-                            total += int(line.split()[1])  # kB
+                            memory += int(line.split()[1])  # kB
+                with open("/proc/" + name + "/stat", "rb") as f:
+                    # after the name in parentheses (which may hold any byte): fields 3 (state) onwards;
+                    # utime, stime, cutime, cstime are fields 14-17 (proc(5))
+                    fields = f.read().rpartition(b")")[2].split()
+                ticks += sum(int(x) for x in fields[11:15])
             except (OSError, IndexError, ValueError):
                 pass  # exited meanwhile
-    return total * 1024
+    return memory * 1024, ticks / _CLOCK_TICKS
 
 
 def _sweep(child):
@@ -523,6 +532,7 @@ class Runner:
         self.limits = limits
         self.cap = limits["output_limit_kb"] * 1024
         self.memory_cap = limits["memory_mb"] * _MB  # of the case's processes together (RLIMIT_AS: each)
+        self.cpu_cap = limits["cpu_s"]  # CPU seconds of the case's processes together (RLIMIT_CPU: each)
         self.timeout = limits["timeout_s"]
         self.inbuf = bytearray()
         self.source = None  # the program: a sandbox may start before its program is known
@@ -595,6 +605,7 @@ class _Case:
         self.status = None
         self.timed_out = self.overflow = self.exited = False
         self.memory = 0  # the resident memory seen when it passed the cap (0: never)
+        self.cpu = 0.0  # the CPU seconds seen when they passed the cap (0: never)
         self.next_memory_check = 0.0
         self.leftover = 0
         self.pidfd = -1
@@ -625,18 +636,21 @@ class _Case:
                     line = bytes(self.rep[:i])
                     del self.rep[: i + 1]
                     return line
-            if self.exited or self.timed_out or self.overflow or self.memory:
+            if self.exited or self.timed_out or self.overflow or self.memory or self.cpu:
                 return None
             now = time.monotonic()
             remaining = self.deadline - now
             if remaining <= 0:
                 self.timed_out = True
                 return None
-            if now >= self.next_memory_check:  # every 10 ms: what many processes hold together
+            if now >= self.next_memory_check:  # every 10 ms: what many processes hold and spend together
                 self.next_memory_check = now + _MEMORY_POLL_S
-                held = _program_memory()
+                held, spent = _program_usage()
                 if held > self.r.memory_cap:
                     self.memory = held
+                    return None
+                if spent > self.r.cpu_cap:
+                    self.cpu = spent
                     return None
             rd = [fd for fd in (self.out_r, self.err_r, self.rep_r) if fd >= 0]
             if self.pidfd >= 0:
@@ -719,6 +733,7 @@ class _Case:
             "timeout": self.timed_out,
             "overflow": self.overflow,
             "memory": self.memory,
+            "cpu": self.cpu,
             "out": bytes(self.out[: self.r.cap]).decode("utf-8", "replace"),
             "out_invalid_utf8": not _is_utf8(bytes(self.out[: self.r.cap])),
             "err": bytes(self.err[-2000:]).decode("utf-8", "replace"),
