@@ -84,7 +84,9 @@ def _read_parquet(p: Path) -> list[tuple[int, Any]]:
         raise DataError(f"{p}: not a readable parquet file ({type(e).__name__})") from None
 
 
-def _read_jsonl(p: Path) -> list[tuple[int, Any]]:
+def read_jsonl(p: Path) -> list[tuple[int, Any]]:
+    """The rows of a JSON-lines file with their line numbers (blank lines skipped); a line that is not
+    JSON ends in a DataError naming ``file:line``."""
     rows = []
     with p.open() as f:
         for i, line in enumerate(f, 1):
@@ -102,7 +104,7 @@ def _read_json(p: Path) -> list[tuple[int, Any]]:
     with p.open() as f:
         head = f.read(4096).lstrip()
     if not head.startswith("["):
-        return _read_jsonl(p)
+        return read_jsonl(p)
     try:
         rows = json.loads(p.read_text())
     except json.JSONDecodeError as e:
@@ -125,7 +127,7 @@ def _write_jsonl(rows: list[dict[str, Any]], tmp: Path) -> None:
             f.write(json.dumps(r) + "\n")
 
 
-_READERS = {".parquet": _read_parquet, ".jsonl": _read_jsonl, ".json": _read_json}
+_READERS = {".parquet": _read_parquet, ".jsonl": read_jsonl, ".json": _read_json}
 """File suffix -> reader of its rows, each with the number messages give it: the line of a JSON-lines
 file (from 1, blank lines counted, as an editor shows it), the row of a parquet file (from 0) or the
 element of a JSON array (from 1)."""

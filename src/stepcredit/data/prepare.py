@@ -8,13 +8,13 @@ GSM8K's ground truth is the text after ``#### `` without thousands separators; M
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepcredit.data.io import read_jsonl
 from stepcredit.errors import DataError
 
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -60,17 +60,10 @@ def shared_data_dir() -> Path:
 def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     if not path.is_file():
         raise DataError(f"{path}: no such file (set STEPCREDIT_SHARED_DATA to the shared data directory)")
-    with path.open() as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{i}: invalid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{i}: expected a JSON object")
-            yield i, row
+    for i, row in read_jsonl(path):
+        if not isinstance(row, dict):
+            raise DataError(f"{path}:{i}: expected a JSON object")
+        yield i, row
 
 
 def gsm8k_answer(solution: str) -> str:
