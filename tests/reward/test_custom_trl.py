@@ -222,3 +222,39 @@ def test_a_string_reward_is_an_error_as_in_trl(funcs: Path) -> None:
     with build_rewarder(_cfg(f"{funcs}:as_text")) as rw:
         res = rw.score_batch([_sample("1")], ["x"])
     assert res[0].status is Status.ERROR and "returned str '1.0' at index 0" in res[0].info["message"]
+
+
+class _StepScorer:
+    """A scorer that reads the training progress (as a registered scorer may): the step, or -1."""
+
+    def score_batch(self, samples: list[Sample], responses: list[str]) -> list[Any]:
+        from stepcredit.reward.base import current_progress
+        from stepcredit.types import RewardResult
+
+        p = current_progress()
+        return [RewardResult(score=float(p.global_step) if p else -1.0) for _ in samples]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_ray_hosted_scorer_gets_the_progress_its_job_carries() -> None:
+    # a remote scorer's job carries the batch's progress to the actor (ScorerActor, called directly
+    # here: the actor class is plain Python that Ray wraps), which sets it around the scorer's call
+    import pickle
+
+    from stepcredit.reward.base import REWARDS, register_scorer
+    from stepcredit.reward.run.chunks import decode_all
+    from stepcredit.reward.run.ray_backend import ScorerActor
+
+    def scores(answer: bytes) -> list[float]:
+        return [r.score for r in decode_all(pickle.loads(answer), "s") if r is not None]
+
+    register_scorer("test_step_scorer", override=True)(lambda cfg: _StepScorer())
+    try:
+        actor = ScorerActor([], "test_step_scorer", RewardConfig())
+        items = [(_sample("1"), "1")]
+        assert scores(actor.run(items, "s")) == [-1.0]
+        assert scores(actor.run(items, "s", TrainingProgress(global_step=5, max_steps=9))) == [5.0]
+    finally:
+        REWARDS._items.pop("test_step_scorer", None)

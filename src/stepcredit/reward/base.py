@@ -59,8 +59,9 @@ def scoring_progress(progress: TrainingProgress | None) -> Iterator[None]:
 
 
 def current_progress() -> TrainingProgress | None:
-    """The training progress of the batch this thread scores (None outside training: ``score``,
-    ``eval``, a remote scorer)."""
+    """The training progress of the batch this thread scores, for a scorer keyed to the step (None
+    outside training: ``score``, ``eval``). Set around a scorer's call by the reward agent, and by a Ray
+    scorer actor from its job."""
     return getattr(_PROGRESS, "value", None)
 
 

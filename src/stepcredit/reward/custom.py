@@ -21,8 +21,7 @@ What each call receives, following TRL's ``GRPOTrainer._calculate_rewards``:
 * ``trainer_state``: during training (rollout batches and validation) a ``transformers.TrainerState``
   with ``global_step`` (the policy updates made before the batch was generated: TRL's count when it
   scores a batch) and ``max_steps`` (``trainer.steps``), for curricula keyed to the step; ``None``
-  outside training (``stepcredit score``, ``eval``) and in a scorer that runs as a Ray actor
-  (``reward.agent.ray_scorers``).
+  outside training (``stepcredit score``, ``eval``).
 
 The functions run in this process, each on a helper thread, like in TRL: there is no kill-safe pool
 for them; an ``async def`` function runs on its own event loop there. A call past

@@ -332,7 +332,17 @@ class RewardAgent:
                 items = call_args_of(t.samples, t.texts, idx)
                 timeout = self.timeout_s
             kwargs = dict(unit.route.kwargs)
-            job = Job(key, entry, items, kwargs, unit.fixed, timeout, entry.name, scorer=unit.scorer)
+            job = Job(
+                key,
+                entry,
+                items,
+                kwargs,
+                unit.fixed,
+                timeout,
+                entry.name,
+                scorer=unit.scorer,
+                progress=t.progress,
+            )
             try:
                 backend = self._in_process() if unit.local else self.backend
                 backend.submit(job)

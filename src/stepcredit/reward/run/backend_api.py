@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from stepcredit.config import RewardConfig
 from stepcredit.registry import Registry
-from stepcredit.reward.base import RewardFn
+from stepcredit.reward.base import RewardFn, TrainingProgress
 from stepcredit.reward.run.chunks import (
     Outcome,
     failures,
@@ -39,6 +39,8 @@ class Job:
     source: str
     scorer: bool = False
     """The items go to ``entry``'s scorer (a remote scorer pool), not to a reward function."""
+    progress: TrainingProgress | None = None
+    """Where training stood for the items' batch (a remote scorer sets it around its call)."""
 
     @property
     def n(self) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from stepcredit.config import RewardConfig
 from stepcredit.errors import ConfigError
-from stepcredit.reward.base import REWARDS, FnRef, load_ref, ref_of
+from stepcredit.reward.base import REWARDS, FnRef, TrainingProgress, load_ref, ref_of, scoring_progress
 from stepcredit.reward.run.backend_api import Backend, BackendArgs, Job, _timeouts, register_backend
 from stepcredit.reward.run.chunks import (
     Outcome,
@@ -105,12 +105,15 @@ class ScorerActor:
     def ready(self) -> tuple[int, str]:
         return os.getpid(), _node_id()
 
-    def run(self, items: list[tuple[Sample, str]], source: str) -> bytes:
+    def run(
+        self, items: list[tuple[Sample, str]], source: str, progress: TrainingProgress | None = None
+    ) -> bytes:
         samples = [s for s, _ in items]
         responses = [r for _, r in items]
         t0 = time.perf_counter()
         try:
-            out = list(self.scorer.score_batch(samples, responses))
+            with scoring_progress(progress):  # the batch's training progress (TRL's trainer_state)
+                out = list(self.scorer.score_batch(samples, responses))
             if len(out) != len(items):
                 raise RuntimeError(f"scorer {source} returned {len(out)} results for {len(items)} responses")
         except Exception as e:
@@ -214,7 +217,7 @@ class _RayPool:
                     list(failures(job.n, Status.ERROR, str(e), job.source)), died=list(range(job.n))
                 )
         if job.scorer:
-            ref = slot.actor.run.remote(job.items, job.source)
+            ref = slot.actor.run.remote(job.items, job.source, job.progress)
         else:
             assert job.entry.ref is not None
             ref = slot.actor.run.remote(_payload(job))
