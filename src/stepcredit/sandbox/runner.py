@@ -403,7 +403,6 @@ def _deny_unaccounted_memory():
     if spec is None:
         return
     program = _seccomp_program(*spec)
-    _libc("prctl", 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS (already set; the filter requires it)
     make = _LIBC["c_bytes"]
     filt, addr = make(program)
     count = len(program) // 8
