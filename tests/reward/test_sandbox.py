@@ -154,6 +154,34 @@ def test_cpu_time_counts_every_process_of_a_case() -> None:
     assert "CPU-time limit exceeded: the program's processes spent" in res.info["message"], res.info
 
 
+@needs_bwrap
+def test_a_live_test_holds_processes_left_working_to_the_memory_cap() -> None:
+    """A test that talks with the program (mode ``eval``) leaves it running while the host thinks between
+    requests. Processes the program forked and left working meanwhile (four of 100 MB each: 400 MB
+    together, each within RLIMIT_AS) break a 256 MB cap though every reply was right; four of 40 MB pass."""
+    code = (
+        "import os, time\n"
+        "class Hogs:\n"
+        "    def start(self, n, mb):\n"
+        "        for _ in range(n):\n"
+        "            if os.fork() == 0:\n"
+        "                block = bytearray(mb << 20)\n"
+        "                for i in range(0, len(block), 4096):\n"
+        "                    block[i] = 1\n"
+        "                time.sleep(30)\n"
+        "                os._exit(0)\n"
+        "        return n\n"
+    )
+    # the host's own work after the reply (about a second) gives the processes time to fill their blocks
+    test = "h = Hogs()\nassert h.start(4, {mb}) == 4\nassert min(sum(range(10**7)) for _ in range(8)) > 0\n"
+    box = sb.Sandbox(SandboxConfig(timeout_s=20.0, memory_mb=256))
+    res = sb.score_code(fenced(code), {"assert_case": [test.format(mb=40)]}, sandbox=box)
+    assert (res.status, res.score) == (Status.OK, 1.0), res.info
+    res = sb.score_code(fenced(code), {"assert_case": [test.format(mb=100)]}, sandbox=box)
+    assert (res.status, res.score) == (Status.PROGRAM_ERROR, 0.0), res.info
+    assert "memory limit exceeded" in res.info["message"], res.info
+
+
 def test_unparseable_and_bad_ground_truth(box: sb.Sandbox) -> None:
     res = sb.score_code("I would loop forever.", {"inputs": ["1"], "outputs": ["1"]}, sandbox=box)
     assert (res.status, res.score) == (Status.UNPARSEABLE, 0.0)

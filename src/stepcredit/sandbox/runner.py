@@ -26,7 +26,7 @@ Protocol. Host -> runner on fd 0: frames of a 4-byte big-endian length and a ``m
 * host ``{"op": "req", "r": {...}}`` -> runner ``{"op": "reply", "r": "<the child's raw line>"}`` or
   ``done``; host ``{"op": "end"}`` -> ``done``. ``done`` carries the exit code or signal, whether the case
   timed out, wrote too much, held too much memory or spent too much CPU time (its processes together,
-  checked every 10 ms), its stdout, the tail of its stderr and its answer lines. After every case all
+  checked every 10 ms, also while the host thinks between an ``eval`` case's requests), its stdout, the tail of its stderr and its answer lines. After every case all
   its processes are killed (``kill(-1)`` from pid 1 reaches every other one of the namespace), reaped.
 """
 
@@ -501,15 +501,20 @@ def _program_usage():
     return memory * 1024, ticks / _CLOCK_TICKS
 
 
+def _kill_others():
+    """SIGKILL every process of the namespace but the runner (pid 1: kill(-1) spares the caller)."""
+    try:
+        os.kill(-1, _SIGKILL)
+    except OSError:
+        pass
+
+
 def _sweep(child):
     """Kill every other process of the namespace; the direct child's wait status (if reaped here) and
     whether something could not be killed."""
     status = None
     for _ in range(500):
-        try:
-            os.kill(-1, _SIGKILL)
-        except OSError:
-            pass
+        _kill_others()
         while True:
             try:
                 pid, st = os.waitpid(-1, os.WNOHANG)
@@ -583,8 +588,9 @@ class Runner:
             return
         self.send({"op": "ready"})
         while True:
-            req = self.recv()
+            req = self._host_request(c)
             if req is None or req.get("op") == "end":
+                c.over_caps(time.monotonic(), every=0.0)  # what was left working after the last reply
                 return
             frame = marshal.dumps(req["r"])
             _write_all(req_w, len(frame).to_bytes(4, "big") + frame)
@@ -592,6 +598,17 @@ class Runner:
             if line is None:
                 return
             self.send({"op": "reply", "r": line.decode("utf-8", "replace")})
+
+    def _host_request(self, c):
+        """The host's next request. While the host thinks, what the program left working (a forked
+        process, a thread) is still held to the memory and CPU caps: past one, the case's processes are
+        killed at once and the report says which cap (the host's next request finds the case over)."""
+        while len(self.inbuf) < 4 + int.from_bytes(self.inbuf[:4].ljust(4, b"\xff"), "big"):
+            if select.select([0], [], [], _MEMORY_POLL_S)[0]:
+                return self.recv()
+            if not (c.memory or c.cpu) and c.over_caps(time.monotonic()):
+                _kill_others()
+        return self.recv()
 
 
 class _Case:
@@ -642,15 +659,8 @@ class _Case:
             if remaining <= 0:
                 self.timed_out = True
                 return None
-            if now >= self.next_memory_check:  # every 10 ms: what many processes hold and spend together
-                self.next_memory_check = now + _MEMORY_POLL_S
-                held, spent = _program_usage()
-                if held > self.r.memory_cap:
-                    self.memory = held
-                    return None
-                if spent > self.r.cpu_cap:
-                    self.cpu = spent
-                    return None
+            if self.over_caps(now):
+                return None
             rd = [fd for fd in (self.out_r, self.err_r, self.rep_r) if fd >= 0]
             if self.pidfd >= 0:
                 rd.append(self.pidfd)
@@ -671,6 +681,18 @@ class _Case:
                     self._read(fd)
             if self.pidfd < 0 or self.pidfd in r:
                 self._reap()
+
+    def over_caps(self, now, *, every=_MEMORY_POLL_S):
+        """Whether the case's processes together have passed the memory or CPU-time cap (looked at once
+        ``every`` seconds; the first figure past a cap is kept for the report)."""
+        if not (self.memory or self.cpu) and now >= self.next_memory_check:
+            self.next_memory_check = now + every
+            held, spent = _program_usage()
+            if held > self.r.memory_cap:
+                self.memory = held
+            elif spent > self.r.cpu_cap:
+                self.cpu = spent
+        return bool(self.memory or self.cpu)
 
     def _read(self, fd):
         try:
