@@ -193,6 +193,28 @@ def test_share_all_strict_loose() -> None:
     assert empty.score == 0.0 and empty.status == Status.UNPARSEABLE
 
 
+def test_a_thinking_models_reply_is_checked_alone() -> None:
+    """After ``</think>`` a chat template writes a blank line: the reply's first paragraph is still its
+    own. A ``<think>`` that never closes leaves no reply; the reasoning must not earn the credit a reply
+    would (it is lowercase, comma-free and long enough here)."""
+    gt = {
+        "instruction_id_list": ["length_constraints:nth_paragraph_first_word"],
+        "kwargs": [{"num_paragraphs": 2, "nth_paragraph": 1, "first_word": "summer"}],
+    }
+    reply = "Summer is here.\n\nThe sun is warm."
+    for think in ("", "<think>plan the two paragraphs</think>\n\n"):
+        r = ifeval_compute_score("ifeval", think + reply, gt)
+        assert (r.status, r.score) == (Status.OK, 1.0), (think, r.info)
+    words = {
+        "instruction_id_list": ["length_constraints:number_words", "punctuation:no_comma"],
+        "kwargs": [{"num_words": 100, "relation": "at least"}, {}],
+    }
+    r = ifeval_compute_score("ifeval", "<think>" + "reasoning " * 150, words)
+    assert (r.status, r.score) == (Status.UNPARSEABLE, 0.0) and "unfinished" in r.info["why"]
+    r = ifeval_compute_score("ifeval", "<think>ok</think>" + "reasoning " * 150, words)
+    assert (r.status, r.score) == (Status.OK, 1.0)
+
+
 def test_row_layouts_agree() -> None:
     resp = "i like tea. bye."
     as_json = ifeval_compute_score(

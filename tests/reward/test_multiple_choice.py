@@ -98,6 +98,10 @@ def test_ground_truth_forms() -> None:
     o = dict(zip("ABCD", OPTS, strict=True))
     assert gold_letter("C", o) == gold_letter("(C)", o) == gold_letter(2, o) == gold_letter("Paris", o) == "C"
     assert gold_letter({"answer": "C", "options": OPTS}, None) == "C"
+    # numpy keys, as a parquet row or a VeRL batch carries them (an ERROR before)
+    import numpy as np
+
+    assert gold_letter(np.int64(2), o) == gold_letter(np.array([2]), o) == gold_letter(np.str_("C"), o) == "C"
     r = mc_compute_score("multiple_choice", "C", {"answer": 2, "choices": OPTS})
     assert r.score == 1.0
     # a key that names no option is the row's fault: an error, never a silent 0

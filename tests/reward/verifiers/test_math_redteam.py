@@ -211,3 +211,33 @@ def test_a_box_retracted_by_a_later_box_is_wrong_for_either_gold(gold: str) -> N
     # one a later sentence disowns: neither truth is credited.
     response = "$\\boxed{4}$.\n\nHowever, I previously wrote \\boxed{3}, which was wrong."
     assert _score(response, gold) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("response", "operand", "result"),
+    [
+        # a calculation after the answer marker, then words: before, the fast path read its first operand
+        # (the English-sentence reading) and math-verify its result, so one response was right for two
+        # golds: a correct intermediate value followed by one more (wrong) step was paid
+        ("The answer is 40 - 10 = 30 pages left.", "40", "30"),
+        ("Answer: 15 - 3 = 12 apples", "15", "12"),
+        ("Final answer: 8 + 4 + 2 = 14 marbles", "8", "14"),
+        ("Therefore, the final answer is 6 * 4 = 24 cupcakes.", "6", "24"),
+        ("The answer is 3 × 5 = 15 apples.", "3", "15"),
+        ("The answer is 3 x 5 = 15 apples.", "3", "15"),
+        ("The answer is 20% of 50 = 10", "20", "10"),
+        ("#### 40 - 10 = 30 pages", "40", "30"),
+        # an "Answer:" after a sentence on the same line is the later marker (DAPO's, as VeRL reads it)
+        ("Reasoning. So the answer is 34. **Answer:** 35", "34", "35"),
+    ],
+)
+def test_a_calculation_after_the_answer_marker_is_read_as_its_result(
+    response: str, operand: str, result: str
+) -> None:
+    assert (_score(response, operand), _score(response, result)) == (0.0, 1.0)
+
+
+def test_an_answer_followed_by_its_reason_keeps_the_answer() -> None:
+    assert _score("The answer is 5, since 2 + 3 = 5.", "5") == 1.0
+    assert _score("The answer is 10 (since 2x = 20).", "10") == 1.0
+    assert _score("The answer is 12 \\times 10^3 = 12000 grams.", "12000") == 1.0

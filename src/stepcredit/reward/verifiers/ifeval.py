@@ -388,7 +388,8 @@ def ifeval_compute_score(
 
     ``mode``: ``strict`` or ``loose`` (which verdicts the score uses; both are in ``info``).
     ``credit``: ``share`` (the share of instructions met) or ``all`` (1 only when all are met).
-    Text up to the last ``</think>`` is not checked.
+    Text up to the last ``</think>`` is not checked, nor the blank space after it; a response whose
+    ``<think>`` never closes has no reply: ``unparseable``, score 0.
     """
     if mode not in MODES:
         raise ValueError(f"ifeval mode must be one of {MODES}, got {mode!r}")
@@ -399,7 +400,21 @@ def ifeval_compute_score(
         ids, kw, prompt = constraints(ground_truth, extra_info)
     except ValueError as e:
         raise DataError(f"{where}: {e}") from None
-    response = solution_str.rsplit("</think>", 1)[1] if "</think>" in solution_str else solution_str
+    if "</think>" in solution_str:
+        # the reply after the thinking, without the blank line a chat template puts before it: the
+        # first paragraph is the reply's own (nth_paragraph_first_word splits on blank lines)
+        response = solution_str.rsplit("</think>", 1)[1].lstrip()
+    elif "<think>" in solution_str:
+        # cut off while thinking: there is no reply to check, and the reasoning is not one (it would
+        # pass a word count, a lowercase or a no-comma instruction)
+        return RewardResult(
+            score=0.0,
+            status=Status.UNPARSEABLE,
+            extracted=None,
+            info={"mode": mode, "credit": credit, "why": "unfinished <think>: no reply after the thinking"},
+        )
+    else:
+        response = solution_str
     try:
         verdicts = check(response, ids, kw, prompt)
     except KeyError as e:

@@ -525,6 +525,9 @@ def gold_letter(ground_truth: Any, options: dict[str, str] | None) -> str:
         if isinstance(ground_truth, dict)
         else ground_truth
     )
+    tolist = getattr(gt, "tolist", None)
+    if callable(tolist) and not isinstance(gt, str):
+        gt = tolist()  # a numpy integer or array, as a VeRL batch or a parquet row carries it
     if isinstance(gt, (list, tuple)) and len(gt) == 1:
         gt = gt[0]
     if isinstance(gt, int) and not isinstance(gt, bool):

@@ -45,7 +45,8 @@ _HASH_RE = re.compile(r"####\s*" + _REST)
 _PHRASE_RES = (
     re.compile(r"(?i)\bfinal\s+answer\s*(?:is|:|：)?\s*[:：]?\s*" + _REST),
     re.compile(r"(?i)\b(?:the\s+)?(?:correct\s+)?answer\s+is\s*[:：]?\s*" + _REST),
-    re.compile(r"(?im)^[\s*#>_-]*answer\s*[*_]*\s*[:：]\s*[*_]*\s*" + _REST),
+    # "Answer: 35" opening a line or following a sentence ("So it is 34. **Answer:** 35", DAPO's marker)
+    re.compile(r"(?im)(?:^|(?<=[.!?;。]))[\s*#>_-]*answer\s*[*_]*\s*[:：]\s*[*_]*\s*" + _REST),
     re.compile(r"(?m)^\s*A\s*[:：]\s*" + _REST),
 )
 # A number as a person writes it: thousands separated by a comma or a (thin) space, a decimal point
@@ -57,6 +58,13 @@ _NUMBER_BODY = (
 # "1.5e6": E notation is one number (latex.normalize reads it), not 1.5 followed by a unit "e6"
 _NUMBER_TOKEN = rf"[-+−]?\$?\s*{_NUMBER_BODY}(?:[eE][-+]?\d+(?![\w.]))?(?:\s*/\s*\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"^({_NUMBER_TOKEN})(?![\d.]*\s*[+\-*/^=(])")
+# A calculation after an answer phrase ("40 - 10 = 30 pages left", "3 × 5 = 15", "20% of 50 = 10"): its
+# result, the last side of the chain, is what the response answers (math-verify and VeRL's last number
+# read it so), never its first operand, which the sentence reading below would take.
+_OPERAND = rf"{_NUMBER_TOKEN}%?"
+_OPERATOR = r"\s*(?:[-+*/×x÷^−]|\\times|\\cdot|\\div|of)\s*"
+_SIDE = rf"{_OPERAND}(?:{_OPERATOR}{_OPERAND})*"
+_CALCULATION_RE = re.compile(rf"^{_SIDE}(?:\s*=\s*({_SIDE}))+(?![\d.]*\s*[+\-*/^(=\\])")
 # What after a leading number makes it part of a larger expression ("2\\sqrt2", "5\\pi", "12 \\times 10^3",
 # "1\\frac{4}{5}", "2x+3", "6i", "52_8"): a LaTeX command other than a unit's wrapper, a percent, degree or
 # space; a subscript; a letter glued to the number and followed by more math, or "i" ending the answer.
@@ -195,6 +203,9 @@ def _clean_phrase(s: str) -> str | None:
                 return s.rstrip(" .;!")  # "$2$ or $3$": every span (a hedge or a list), not the first
             return inner
     s = s.rstrip(" .;!")
+    m = _CALCULATION_RE.match(s)
+    if m:
+        return m.group(1).strip()
     m = _LEADING_LIST_RE.match(s)
     if m:
         return (m.group(1) or m.group(2)).strip()
