@@ -241,3 +241,18 @@ def test_an_answer_followed_by_its_reason_keeps_the_answer() -> None:
     assert _score("The answer is 5, since 2 + 3 = 5.", "5") == 1.0
     assert _score("The answer is 10 (since 2x = 20).", "10") == 1.0
     assert _score("The answer is 12 \\times 10^3 = 12000 grams.", "12000") == 1.0
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "<think>so it is 34</think>\n\nSorry, I cannot answer.",
+        "<think>so it is \\boxed{34}</think>\n\nSorry, I can't help with that.",
+        "<think>the answer is 34</think>\n\nI am not sure.",
+    ],
+)
+def test_an_answer_only_in_the_thinking_is_no_answer(response: str) -> None:
+    """The reply is what is scored: before, when it held no answer, math-verify read the whole text and
+    credited the thinking's (1.0 for each of these)."""
+    r = math_compute_score("math", response, "34")
+    assert (r.score, r.status.value) == (0.0, "unparseable"), r.info

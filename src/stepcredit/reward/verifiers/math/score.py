@@ -111,13 +111,13 @@ def _fast(
         # cut off before its answer ("She makes 9 * 2 ="): no answer stated, though math-verify reads the
         # left side as one (VeRL's and lm-eval's last number, 2, is no answer either)
         return _unparseable(how), None, how
+    body = strip_think(solution_str, strict=strict) or ""
     if pred is None:
-        if how is Anchor.NONE and not strict and re.search(r"[\d$\\]", solution_str):
+        if how is Anchor.NONE and not strict and re.search(r"[\d$\\]", body):
             # math-verify's anchor-free extraction may still read something; without a digit, a
             # dollar sign or a backslash it reads nothing (its readings need one of them)
             return None, pred, how
         return _unparseable(how), pred, how
-    body = strip_think(solution_str, strict=strict) or ""
     boxes = _boxes(body)
     if hedges(pred, golds) or markers_disagree(body, boxes) or (how is Anchor.BOXED and box_retracted(body)):
         # two final answers, or a bound for a number: wrong whatever the truth (see .hedge)
@@ -176,10 +176,9 @@ def math_compute_score(
     extracted: str | None = None
     read_any = False
     for gold in _raw_golds(ground_truth):
+        # the reply alone: an answer inside the thinking is not one the reply gives ("<think>so it is
+        # 34</think> Sorry, I cannot answer." answers nothing)
         verdict, got = math_verify_verdict(gold, body, pred, how)
-        if verdict is None and body != solution_str:
-            # nothing readable after </think>: math-verify reads the whole text, as it would alone
-            verdict, got = math_verify_verdict(gold, solution_str, pred, how)
         if verdict is None:
             continue
         read_any = True
