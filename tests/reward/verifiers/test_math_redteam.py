@@ -256,3 +256,29 @@ def test_an_answer_only_in_the_thinking_is_no_answer(response: str) -> None:
     credited the thinking's (1.0 for each of these)."""
     r = math_compute_score("math", response, "34")
     assert (r.score, r.status.value) == (0.0, "unparseable"), r.info
+
+
+@pytest.mark.parametrize(
+    ("response", "mantissa", "value"),
+    [
+        # scientific notation after an answer marker is one number: before, the leading-number reading
+        # took its mantissa, so "1.2 x 10^5" was right for 1.2 and wrong for 120000 (math-verify, given
+        # the response, reads 1.2 too)
+        ("The answer is 1.2 x 10^5.", "1.2", "120000"),
+        ("The answer is 1.2 × 10^5 dollars.", "1.2", "120000"),
+        ("#### 1.2 x 10^5", "1.2", "120000"),
+        ("Answer: 3 x 10^{-4}", "3", "0.0003"),
+        ("The answer is 1.2 \\times 10^5.", "1.2", "120000"),
+        ("The final answer is 6.02 * 10^23 molecules.", "6.02", "602000000000000000000000"),
+    ],
+)
+def test_scientific_notation_after_the_answer_marker_is_one_number(
+    response: str, mantissa: str, value: str
+) -> None:
+    assert (_score(response, mantissa), _score(response, value)) == (0.0, 1.0)
+
+
+def test_a_power_of_ten_inside_a_longer_expression_is_not_read_as_scientific_notation() -> None:
+    # "5 x 10^2 + 3" is an expression, "1.2 x 10^52" a different exponent: neither is 1.2 x 10^5
+    assert _score("The answer is 1.2 x 10^52 meters.", "120000") == 0.0
+    assert _score("The answer is 3 x 10^2 = 300.", "300") == 1.0

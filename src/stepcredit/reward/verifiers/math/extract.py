@@ -58,6 +58,13 @@ _NUMBER_BODY = (
 # "1.5e6": E notation is one number (latex.normalize reads it), not 1.5 followed by a unit "e6"
 _NUMBER_TOKEN = rf"[-+−]?\$?\s*{_NUMBER_BODY}(?:[eE][-+]?\d+(?![\w.]))?(?:\s*/\s*\d+)?"
 _LEADING_NUMBER_RE = re.compile(rf"^({_NUMBER_TOKEN})(?![\d.]*\s*[+\-*/^=(])")
+# A number in scientific notation written in text or LaTeX ("1.2 x 10^5", "3 × 10^{-4}", "6.02 \\times 10^{23}"):
+# one number, never its mantissa (which the leading-number reading would take: "1.2 x 10^5" read as 1.2 was
+# right for a gold 1.2). Read as "M \\times 10^{E}", the form latex.normalize evaluates.
+_SCIENTIFIC_RE = re.compile(
+    r"^([-+−]?\$?\s*(?:\d+(?:\.\d+)?|\.\d+))\s*(?:[x×*·]|\\times|\\cdot)\s*10\s*\^\s*"
+    r"(?:\{\s*([-+−]?\d+)\s*\}|([-+−]?\d+))(?!\d|\.\d)(?!\s*[+\-*/^=(\\])"
+)
 # A calculation after an answer phrase ("40 - 10 = 30 pages left", "3 × 5 = 15", "20% of 50 = 10"): its
 # result, the last side of the chain, is what the response answers (math-verify and VeRL's last number
 # read it so), never its first operand, which the sentence reading below would take.
@@ -203,6 +210,10 @@ def _clean_phrase(s: str) -> str | None:
                 return s.rstrip(" .;!")  # "$2$ or $3$": every span (a hedge or a list), not the first
             return inner
     s = s.rstrip(" .;!")
+    m = _SCIENTIFIC_RE.match(s)
+    if m:
+        exponent = (m.group(2) or m.group(3)).replace("−", "-")
+        return f"{m.group(1).replace('−', '-').replace('$', '').replace(' ', '')} \\times 10^{{{exponent}}}"
     m = _CALCULATION_RE.match(s)
     if m:
         return m.group(1).strip()

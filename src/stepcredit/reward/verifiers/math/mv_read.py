@@ -65,8 +65,8 @@ def _fitted(s: str) -> str | None:
     if not s or _DELIMITED_RE.search(s) or len(s) > 400:
         return None
     n = normalize(s)
-    if to_number(n) is not None and not re.search(r"\d,\d", s.replace(" ", "")):
-        return n
+    if to_number(n) is not None and not re.search(r"\d,\d", s.replace(" ", "")) and "\\times" not in n:
+        return n  # scientific notation ("1.2\\times10^{5}") stays LaTeX: bare, math-verify reads 1.2
     return f"${s}$"
 
 
