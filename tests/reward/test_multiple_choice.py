@@ -30,6 +30,8 @@ CASES = [
     ("$\\boxed{(C)}$", "C"),
     ("The capital of France is Paris, so the answer is Paris.", "C"),
     ("I choose C because Paris is the capital.", "C"),
+    ("Is it B or C? I'll say C.", "C"),  # "I'd/I'll/I would say" names the pick (was unparseable)
+    ("Hmm. I'd say (C).", "C"),
     ("Therefore, the correct answer is option C.", "C"),
     ("The answer is: [C]", "C"),
     ("Let me think.\nA is Germany's capital. B is Spain's. D is Italy's.\nSo the answer is C.", "C"),

@@ -119,7 +119,7 @@ _PHRASE_RE = re.compile(
     r"|\b(?:the[ \t]+)?answers?(?:[ \t]+(?:choice|option))?"
     r"|\bmy[ \t]+(?:final[ \t]+)?(?:choice|pick|selection)"
     r"|\bI(?:[ \t]*(?:would|will|'d|’d|'ll|’ll|shall|must|should|can|)[ \t]*)(?:choose|pick|select|go[ \t]+with|"
-    r"opt[ \t]+for|answer)"
+    r"opt[ \t]+for|answer|say)"
     r"|\b(?:we|you)[ \t]+(?:should[ \t]+|can[ \t]+|must[ \t]+)?(?:choose|pick|select|go[ \t]+with))" + _VERB
 )
 # weaker phrases: used only when no answer phrase or box names an option
