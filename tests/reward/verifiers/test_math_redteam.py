@@ -282,3 +282,19 @@ def test_a_power_of_ten_inside_a_longer_expression_is_not_read_as_scientific_not
     # "5 x 10^2 + 3" is an expression, "1.2 x 10^52" a different exponent: neither is 1.2 x 10^5
     assert _score("The answer is 1.2 x 10^52 meters.", "120000") == 0.0
     assert _score("The answer is 3 x 10^2 = 300.", "300") == 1.0
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "The answer is 10, since 2x = 20.",
+        "The answer is 10 (since 2x = 20).",
+        "The answer is 10, because 2x = 20.",
+        "The answer is 10 because 2 \\times 10 = 20.",
+        "The answer is 10, as 2x = 20.",
+    ],
+)
+def test_a_number_inside_the_answers_reason_is_no_second_answer(response: str) -> None:
+    """Before, the phrase reading credited 10 and math-verify, reading the whole response, the 20 in the
+    reason: one response was right for two golds, a hedge a policy could learn."""
+    assert (_score(response, "10"), _score(response, "20")) == (1.0, 0.0)

@@ -32,6 +32,9 @@ from stepcredit.reward.verifiers.math.mv_read import _MV_REGEX_MAX_CHARS, _plain
 from stepcredit.reward.verifiers.math.mv_scan import mv_reads_only_wrong
 from stepcredit.types import RewardResult, Status
 
+# An answer followed by the reason for it: "10, since 2x = 20", "10 (because 2 * 10 = 20)"
+_REASON_RE = re.compile(r"(?i)^([^,(]{1,60}?)\s*(?:,|\()?\s*(?:since|because|as|given\s+that)\b")
+
 
 def _result(ok: bool, extracted: str | None, how: Anchor, *, format_score: float, path: str) -> RewardResult:
     return RewardResult(
@@ -74,9 +77,14 @@ def sure_candidate(text: str, pred: str, how: Anchor, *, mode: str = "flexible")
     if how == Anchor.HASH:
         return hashes == {want} and boxes <= {want}
     if how == Anchor.PHRASE and not boxes and not hashes:
-        # the tail of the last phrase, read whole ("18 dollars.", "$\frac{1}{2}$", "**26**")
+        # the tail of the last phrase, read whole ("18 dollars.", "$\frac{1}{2}$", "**26**"), or the answer
+        # before its reason ("10, since 2x = 20": the 20 inside the reason is no second answer)
         last = max(_phrase_hits(body), default=None)
-        return last is not None and normalize(last[1].strip(" *_")) == want
+        if last is None:
+            return False
+        tail = last[1].strip(" *_")
+        reason = _REASON_RE.match(tail)
+        return normalize(tail) == want or (reason is not None and normalize(reason.group(1)) == want)
     return False
 
 
