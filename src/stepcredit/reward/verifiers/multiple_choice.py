@@ -340,6 +340,7 @@ _PHRASE_KEYS = (
     "conclusion",
     "pick",
     "choose",
+    "say",  # I'd say
     "go ",  # go with
     "go\t",
 )
